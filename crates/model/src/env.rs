@@ -1,0 +1,174 @@
+//! The conditions a measurement was taken under. A number without its conditions is not a
+//! result, so every report carries one of these.
+//!
+//! Parsing is pure (tested on fixed text); [`Environment::detect`] only reads `/proc` and
+//! `uname`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// CPU flags that decide crypto speed.
+pub const CRYPTO_FLAGS: [&str; 7] = ["aes", "vaes", "pclmulqdq", "sha_ni", "avx2", "avx512f", "ssse3"];
+
+/// Kernel crypto algorithms whose serving driver the reports name.
+pub const KERNEL_ALGORITHMS: [&str; 4] = ["cbc(aes)", "hmac(sha256)", "gcm(aes)", "rfc4106(gcm(aes))"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    pub hostname: String,
+    pub kernel_release: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+    /// The subset of [`CRYPTO_FLAGS`] this CPU has.
+    pub crypto_flags: Vec<String>,
+    /// Algorithm → highest-priority driver in /proc/crypto (what the kernel would pick now).
+    /// Empty where the kernel has not instantiated that algorithm yet.
+    pub kernel_drivers: BTreeMap<String, String>,
+    /// Where the run happened: "host", or "vm (kvm)" / "vm (tcg: emulated, speeds not representative)".
+    pub virtualization: String,
+    pub tool_version: String,
+}
+
+impl Environment {
+    pub fn detect() -> Environment {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
+        let cpu = parse_cpuinfo(&cpuinfo);
+        Environment {
+            hostname: read_trimmed("/proc/sys/kernel/hostname"),
+            kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
+            cpu_model: cpu.model,
+            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            crypto_flags: cpu.crypto_flags,
+            kernel_drivers: preferred_drivers(&parse_proc_crypto(&crypto), &KERNEL_ALGORITHMS),
+            virtualization: std::env::var("IPSEC_LAB_VIRT").unwrap_or_else(|_| "host".into()),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.crypto_flags.iter().any(|f| f == flag)
+    }
+
+    /// True when the numbers come from an emulated CPU and say nothing about speed.
+    pub fn is_emulated(&self) -> bool {
+        self.virtualization.contains("tcg")
+    }
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuInfo {
+    pub model: String,
+    pub crypto_flags: Vec<String>,
+}
+
+pub fn parse_cpuinfo(text: &str) -> CpuInfo {
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let flags = field("flags").unwrap_or_default();
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    CpuInfo {
+        model: field("model name").unwrap_or_else(|| "unknown".into()),
+        crypto_flags: CRYPTO_FLAGS
+            .iter()
+            .filter(|f| flags.contains(f))
+            .map(|f| f.to_string())
+            .collect(),
+    }
+}
+
+/// One entry of /proc/crypto.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CryptoEntry {
+    pub name: String,
+    pub driver: String,
+    pub module: String,
+    pub priority: i32,
+    pub selftest_passed: bool,
+    pub kind: String,
+}
+
+pub fn parse_proc_crypto(text: &str) -> Vec<CryptoEntry> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let mut e = CryptoEntry {
+            name: String::new(),
+            driver: String::new(),
+            module: String::new(),
+            priority: 0,
+            selftest_passed: true,
+            kind: String::new(),
+        };
+        for line in block.lines() {
+            let Some((k, v)) = line.split_once(':') else {
+                continue;
+            };
+            let v = v.trim();
+            match k.trim() {
+                "name" => e.name = v.into(),
+                "driver" => e.driver = v.into(),
+                "module" => e.module = v.into(),
+                "priority" => e.priority = v.parse().unwrap_or(0),
+                "selftest" => e.selftest_passed = v == "passed",
+                "type" => e.kind = v.into(),
+                _ => {}
+            }
+        }
+        if !e.name.is_empty() {
+            out.push(e);
+        }
+    }
+    out
+}
+
+/// For each algorithm, the driver the kernel picks: the highest priority that passed its
+/// self-test.
+pub fn preferred_drivers(entries: &[CryptoEntry], algorithms: &[&str]) -> BTreeMap<String, String> {
+    algorithms
+        .iter()
+        .filter_map(|alg| {
+            entries
+                .iter()
+                .filter(|e| e.name == *alg && e.selftest_passed)
+                .max_by_key(|e| e.priority)
+                .map(|e| (alg.to_string(), e.driver.clone()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CRYPTO: &str = "name         : cbc(aes)\ndriver       : cbc(aes-generic)\nmodule       : kernel\npriority     : 100\nrefcnt       : 1\nselftest     : passed\ntype         : skcipher\n\nname         : cbc(aes)\ndriver       : cbc-aes-aesni\nmodule       : aesni_intel\npriority     : 400\nselftest     : passed\ntype         : skcipher\n\nname         : hmac(sha256)\ndriver       : hmac(sha256-avx2)\nmodule       : kernel\npriority     : 170\nselftest     : passed\ntype         : shash\n";
+
+    #[test]
+    fn highest_priority_driver_wins() {
+        let entries = parse_proc_crypto(CRYPTO);
+        assert_eq!(entries.len(), 3);
+        let d = preferred_drivers(&entries, &KERNEL_ALGORITHMS);
+        assert_eq!(d["cbc(aes)"], "cbc-aes-aesni");
+        assert_eq!(d["hmac(sha256)"], "hmac(sha256-avx2)");
+        assert!(!d.contains_key("gcm(aes)"));
+    }
+
+    #[test]
+    fn cpu_flags_are_filtered_to_crypto_ones() {
+        let info = parse_cpuinfo(
+            "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 aes avx2 sha_ni vaes\n",
+        );
+        assert_eq!(info.model, "AMD EPYC");
+        assert_eq!(info.crypto_flags, ["aes", "vaes", "sha_ni", "avx2"]);
+    }
+}

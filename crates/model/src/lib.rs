@@ -1,0 +1,19 @@
+//! The lab's vocabulary: validated run plans, cipher suites, byte sizes, the versioned result
+//! schema, the measurement environment and statistics.
+//!
+//! Pure data and validation. Leaves out everything that acts: kernel objects (`netns`,
+//! `xfrm`), traffic (`traffic`) and printing (the `ipsec-lab` binary).
+
+pub mod env;
+pub mod plan;
+pub mod report;
+pub mod size;
+pub mod stats;
+pub mod suite;
+
+pub use env::Environment;
+pub use plan::{Addressing, Backend, CryptoChoice, IpsecMode, PlanError, RunPlan, RunRequest};
+pub use report::{CpuUsage, RunReport, Transfer, SCHEMA_VERSION};
+pub use size::ByteSize;
+pub use stats::Summary;
+pub use suite::{CipherSuite, Hmac, KeyBits, SuiteError};

@@ -1,0 +1,382 @@
+//! The validated run plan: every decision about a run, checked before anything touches the
+//! kernel. The CLI parses raw arguments into a [`RunRequest`]; [`RunRequest::validate`] turns
+//! it into a [`RunPlan`] or refuses with a [`PlanError`] that says what to do instead.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::size::ByteSize;
+use crate::suite::{CipherSuite, Hmac, KeyBits};
+
+/// How the data is carried between the two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Plain TCP over the link: the line-rate baseline.
+    Plain,
+    /// Kernel IPsec: ESP SAs and policies programmed over netlink XFRM.
+    Xfrm,
+    /// The lab's single-threaded TUN+UDP tunnel (OpenVPN-style).
+    Userspace,
+    /// Real OpenVPN 2.x, static key, point-to-point.
+    Openvpn,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 4] = [
+        Backend::Plain,
+        Backend::Xfrm,
+        Backend::Userspace,
+        Backend::Openvpn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Plain => "plain",
+            Backend::Xfrm => "xfrm",
+            Backend::Userspace => "userspace",
+            Backend::Openvpn => "openvpn",
+        }
+    }
+
+    /// Whether the backend encrypts (and so honours --key-bits/--hmac/--cipher).
+    pub fn encrypts(self) -> bool {
+        !matches!(self, Backend::Plain)
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| PlanError::UnknownBackend(s.to_string()))
+    }
+}
+
+/// Which crypto implementation a userspace backend uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CryptoChoice {
+    /// The fastest implementation for this CPU, hardware AES/SHA where present.
+    Auto,
+    /// Software AES (hardware AES masked at run time): the "AES-NI off" row.
+    Soft,
+    /// RustCrypto (aes, cbc, hmac, sha2, aes-gcm), hardware features detected at run time.
+    Rustcrypto,
+    /// aws-lc-rs (AWS-LC, BoringSSL lineage), hardware features detected at run time.
+    AwsLc,
+}
+
+impl CryptoChoice {
+    pub const ALL: [CryptoChoice; 4] = [
+        CryptoChoice::Auto,
+        CryptoChoice::Soft,
+        CryptoChoice::Rustcrypto,
+        CryptoChoice::AwsLc,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CryptoChoice::Auto => "auto",
+            CryptoChoice::Soft => "soft",
+            CryptoChoice::Rustcrypto => "rustcrypto",
+            CryptoChoice::AwsLc => "aws-lc",
+        }
+    }
+}
+
+impl fmt::Display for CryptoChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CryptoChoice {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        let t = s.trim().to_ascii_lowercase();
+        CryptoChoice::ALL
+            .into_iter()
+            .find(|c| c.name() == t || (t == "awslc" && *c == CryptoChoice::AwsLc))
+            .ok_or_else(|| PlanError::UnknownCrypto(s.to_string()))
+    }
+}
+
+/// IPsec mode for the xfrm backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IpsecMode {
+    #[default]
+    Tunnel,
+    Transport,
+}
+
+impl FromStr for IpsecMode {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "tunnel" => Ok(IpsecMode::Tunnel),
+            "transport" => Ok(IpsecMode::Transport),
+            _ => Err(PlanError::UnknownMode(s.to_string())),
+        }
+    }
+}
+
+/// The lab's address plan. Defaults come from 198.18.0.0/15 (RFC 2544, benchmarking).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Addressing {
+    /// Outer (link) addresses of the two ends, /24 on the veth.
+    pub outer_a: Ipv4Addr,
+    pub outer_b: Ipv4Addr,
+    /// Inner addresses carried through tunnels (tunnel-mode ESP, TUN devices).
+    pub inner_a: Ipv4Addr,
+    pub inner_b: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+impl Default for Addressing {
+    fn default() -> Self {
+        Addressing {
+            outer_a: Ipv4Addr::new(198, 18, 0, 1),
+            outer_b: Ipv4Addr::new(198, 18, 0, 2),
+            inner_a: Ipv4Addr::new(198, 19, 0, 1),
+            inner_b: Ipv4Addr::new(198, 19, 0, 2),
+            prefix_len: 24,
+        }
+    }
+}
+
+/// Everything a run needs, as typed on the command line but not yet checked together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    pub backend: Backend,
+    pub key_bits: KeyBits,
+    pub hmac: Hmac,
+    /// `--cipher` overrides `--key-bits`/`--hmac` when given.
+    pub cipher: Option<CipherSuite>,
+    pub crypto: CryptoChoice,
+    pub bytes: ByteSize,
+    pub repeat: u32,
+    pub parallel: u16,
+    pub mtu: u32,
+    pub mode: IpsecMode,
+    pub seed: Option<u64>,
+    pub port: u16,
+    /// Run inside a VM booting this kernel image (`Some(None)` = the default stock kernel).
+    pub vm: Option<Option<String>>,
+}
+
+impl Default for RunRequest {
+    fn default() -> Self {
+        RunRequest {
+            backend: Backend::Plain,
+            key_bits: KeyBits::Aes256,
+            hmac: Hmac::Sha256,
+            cipher: None,
+            crypto: CryptoChoice::Auto,
+            bytes: ByteSize(100_000_000),
+            repeat: 1,
+            parallel: 1,
+            mtu: 1500,
+            mode: IpsecMode::Tunnel,
+            seed: None,
+            port: 5201,
+            vm: None,
+        }
+    }
+}
+
+/// A run that has passed every check that can be made without touching the kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunPlan {
+    pub backend: Backend,
+    pub suite: CipherSuite,
+    pub crypto: CryptoChoice,
+    pub bytes: ByteSize,
+    pub repeat: u32,
+    pub parallel: u16,
+    pub mtu: u32,
+    pub mode: IpsecMode,
+    /// Seed of the pseudo-random payload; recorded so a failed verification can be replayed.
+    pub seed: u64,
+    pub port: u16,
+    pub addressing: Addressing,
+    pub vm: Option<Option<String>>,
+    /// Options that were given but do not apply to this backend, for the user to see.
+    pub ignored: Vec<String>,
+}
+
+impl RunRequest {
+    pub fn validate(self) -> Result<RunPlan, PlanError> {
+        let mut ignored = Vec::new();
+        if self.repeat == 0 || self.repeat > 1000 {
+            return Err(PlanError::Repeat(self.repeat));
+        }
+        if self.parallel == 0 || self.parallel > 128 {
+            return Err(PlanError::Parallel(self.parallel));
+        }
+        if !(576..=9000).contains(&self.mtu) {
+            return Err(PlanError::Mtu(self.mtu));
+        }
+        if self.port == 0 || u32::from(self.port) + u32::from(self.parallel) > 65535 {
+            return Err(PlanError::Port(self.port));
+        }
+        let suite = match (self.backend, self.cipher) {
+            (Backend::Plain, cipher) => {
+                ignored.push("--key-bits/--hmac/--cipher (the plain backend does not encrypt)".into());
+                if cipher.is_some_and(|c| c.is_encrypted()) {
+                    ignored.push(format!("--cipher {}", cipher.unwrap()));
+                }
+                CipherSuite::None
+            }
+            (_, Some(c)) => c,
+            (_, None) => CipherSuite::cbc(self.key_bits, self.hmac),
+        };
+        if self.backend != Backend::Userspace && self.crypto != CryptoChoice::Auto {
+            ignored.push(format!(
+                "--crypto {} (only the userspace backend chooses its crypto implementation)",
+                self.crypto
+            ));
+        }
+        if self.backend == Backend::Xfrm && suite == CipherSuite::None {
+            return Err(PlanError::SuiteNotSupported {
+                backend: self.backend,
+                suite,
+            });
+        }
+        if self.backend != Backend::Xfrm && self.mode != IpsecMode::Tunnel {
+            ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
+        }
+        Ok(RunPlan {
+            backend: self.backend,
+            suite,
+            crypto: self.crypto,
+            bytes: self.bytes,
+            repeat: self.repeat,
+            parallel: self.parallel,
+            mtu: self.mtu,
+            mode: self.mode,
+            seed: self.seed.unwrap_or_else(seed_from_clock),
+            port: self.port,
+            addressing: Addressing::default(),
+            vm: self.vm,
+            ignored,
+        })
+    }
+}
+
+fn seed_from_clock() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown backend {0:?}: use plain, xfrm, userspace or openvpn")]
+    UnknownBackend(String),
+    #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
+    UnknownCrypto(String),
+    #[error("unknown IPsec mode {0:?}: use tunnel or transport")]
+    UnknownMode(String),
+    #[error("--repeat {0} is out of range: use 1 to 1000")]
+    Repeat(u32),
+    #[error("--parallel {0} is out of range: use 1 to 128 streams")]
+    Parallel(u16),
+    #[error("--mtu {0} is out of range: use 576 to 9000")]
+    Mtu(u32),
+    #[error("--port {0} leaves no room for the streams: use a port between 1 and 65535 minus --parallel")]
+    Port(u16),
+    #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
+    SuiteNotSupported { backend: Backend, suite: CipherSuite },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_to_the_main_use() {
+        let plan = RunRequest {
+            backend: Backend::Xfrm,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(plan.suite, CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256));
+        assert_eq!(plan.bytes, ByteSize(100_000_000));
+        assert!(plan.ignored.is_empty());
+    }
+
+    #[test]
+    fn plain_ignores_cipher_options_and_says_so() {
+        let plan = RunRequest::default().validate().unwrap();
+        assert_eq!(plan.suite, CipherSuite::None);
+        assert!(plan.ignored.iter().any(|i| i.contains("--key-bits")));
+    }
+
+    #[test]
+    fn cipher_overrides_key_bits_and_hmac() {
+        let req = RunRequest {
+            backend: Backend::Userspace,
+            cipher: Some(CipherSuite::AesGcm { key: KeyBits::Aes128 }),
+            ..Default::default()
+        };
+        assert_eq!(
+            req.validate().unwrap().suite,
+            CipherSuite::AesGcm { key: KeyBits::Aes128 }
+        );
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_refused() {
+        let bad = [
+            RunRequest {
+                repeat: 0,
+                ..Default::default()
+            },
+            RunRequest {
+                parallel: 0,
+                ..Default::default()
+            },
+            RunRequest {
+                mtu: 100,
+                ..Default::default()
+            },
+            RunRequest {
+                port: 65535,
+                parallel: 4,
+                ..Default::default()
+            },
+            RunRequest {
+                backend: Backend::Xfrm,
+                cipher: Some(CipherSuite::None),
+                ..Default::default()
+            },
+        ];
+        for req in bad {
+            assert!(req.clone().validate().is_err(), "{req:?} accepted");
+        }
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!("XFRM".parse::<Backend>().unwrap(), Backend::Xfrm);
+        assert!("wireguard".parse::<Backend>().is_err());
+        assert_eq!("aws-lc".parse::<CryptoChoice>().unwrap(), CryptoChoice::AwsLc);
+        assert!("nonsense".parse::<CryptoChoice>().is_err());
+    }
+}

@@ -1,0 +1,159 @@
+//! The result schema. Versioned: scripts parse it, so a field is added, never renamed or
+//! re-typed without bumping [`SCHEMA_VERSION`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::env::Environment;
+use crate::plan::RunPlan;
+use crate::stats::Summary;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// CPU time a process or thread spent during the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct CpuUsage {
+    pub user_s: f64,
+    pub system_s: f64,
+    /// (user + system) / wall time, in percent of one core.
+    pub percent_of_core: f64,
+}
+
+impl CpuUsage {
+    pub fn new(user_s: f64, system_s: f64, wall_s: f64) -> CpuUsage {
+        let percent_of_core = if wall_s > 0.0 {
+            (user_s + system_s) / wall_s * 100.0
+        } else {
+            0.0
+        };
+        CpuUsage {
+            user_s,
+            system_s,
+            percent_of_core,
+        }
+    }
+
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+/// One verified transfer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub bytes: u64,
+    /// Receiver's clock, first byte to last byte.
+    pub seconds: f64,
+    pub streams: u16,
+    pub verified: bool,
+    pub sender_cpu: CpuUsage,
+    pub receiver_cpu: CpuUsage,
+}
+
+impl Transfer {
+    pub fn mb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.seconds / 1e6
+    }
+    pub fn mib_per_s(&self) -> f64 {
+        self.bytes as f64 / self.seconds / (1024.0 * 1024.0)
+    }
+    pub fn mbit_per_s(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.seconds / 1e6
+    }
+}
+
+/// Derived rates, written out so that readers of the JSON need not recompute them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    pub mb_per_s: f64,
+    pub mib_per_s: f64,
+    pub mbit_per_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferRecord {
+    #[serde(flatten)]
+    pub transfer: Transfer,
+    pub rates: Rates,
+}
+
+impl From<Transfer> for TransferRecord {
+    fn from(t: Transfer) -> Self {
+        let rates = Rates {
+            mb_per_s: t.mb_per_s(),
+            mib_per_s: t.mib_per_s(),
+            mbit_per_s: t.mbit_per_s(),
+        };
+        TransferRecord { transfer: t, rates }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub schema_version: u32,
+    pub plan: RunPlan,
+    pub environment: Environment,
+    /// One per `--repeat`.
+    pub transfers: Vec<TransferRecord>,
+    /// MB/s over the repeats.
+    pub mb_per_s: Summary,
+    /// Backend-specific evidence (SA counters, drivers, tunnel thread CPU, ...), keyed by
+    /// backend; each backend documents its own shape.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub backend_details: serde_json::Map<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl RunReport {
+    /// None when there is no transfer: a report always carries at least one measurement.
+    pub fn new(plan: RunPlan, environment: Environment, transfers: Vec<Transfer>) -> Option<RunReport> {
+        let rates: Vec<f64> = transfers.iter().map(Transfer::mb_per_s).collect();
+        Some(RunReport {
+            schema_version: SCHEMA_VERSION,
+            plan,
+            environment,
+            mb_per_s: Summary::of(&rates)?,
+            transfers: transfers.into_iter().map(TransferRecord::from).collect(),
+            backend_details: serde_json::Map::new(),
+            notes: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::RunRequest;
+
+    fn transfer(seconds: f64) -> Transfer {
+        Transfer {
+            bytes: 100_000_000,
+            seconds,
+            streams: 1,
+            verified: true,
+            sender_cpu: CpuUsage::new(0.05, 0.06, seconds),
+            receiver_cpu: CpuUsage::new(0.02, 0.05, seconds),
+        }
+    }
+
+    #[test]
+    fn report_round_trips_through_json() {
+        let plan = RunRequest::default().validate().unwrap();
+        let env = Environment::detect();
+        let report = RunReport::new(plan, env, vec![transfer(0.125), transfer(0.1), transfer(0.2)]).unwrap();
+        assert_eq!(report.mb_per_s.median, 800.0);
+        let json = serde_json::to_string_pretty(&report).unwrap();
+        let back: RunReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, report);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["schema_version"], 1);
+        assert_eq!(v["transfers"][0]["rates"]["mbit_per_s"], 6400.0);
+        assert_eq!(v["plan"]["suite"], "none");
+    }
+
+    #[test]
+    fn no_transfers_no_report() {
+        let plan = RunRequest::default().validate().unwrap();
+        assert!(RunReport::new(plan, Environment::detect(), vec![]).is_none());
+    }
+}
