@@ -1,0 +1,329 @@
+//! One named network namespace, iproute2-compatible (`/run/netns/NAME`).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+
+use crate::{NetnsError, LAB_PREFIX};
+
+const NETNS_DIR: &str = "/run/netns";
+
+/// A named network namespace. Holds an open handle, so code can enter it at any time; the
+/// namespace itself lives until [`Namespace::delete`] (or [`clean`]) removes its name and the
+/// last thread or process inside it exits.
+#[derive(Debug)]
+pub struct Namespace {
+    name: String,
+    handle: File,
+}
+
+impl Namespace {
+    /// Creates a new, empty namespace (`ip netns add NAME`). Fails with
+    /// [`NetnsError::Exists`] rather than reusing one: the lab never adopts what it did not make.
+    pub fn create(name: &str) -> Result<Namespace, NetnsError> {
+        let sys = |action, source| NetnsError::Sys {
+            action,
+            name: name.to_string(),
+            source,
+        };
+        prepare_netns_dir().map_err(|e| sys("prepare /run/netns", e))?;
+        let path = path_of(name);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(NetnsError::Exists {
+                    name: name.to_string(),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(NetnsError::NotPermitted),
+            Err(e) => return Err(sys("create mount point", e)),
+        }
+        // unshare() moves only the calling thread, so a scratch thread makes the namespace
+        // and pins it with a bind mount before it exits; this thread stays where it was.
+        let target = path.clone();
+        let made = std::thread::spawn(move || -> io::Result<()> {
+            unshare(CloneFlags::CLONE_NEWNET)?;
+            mount(
+                Some("/proc/thread-self/ns/net"),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )?;
+            Ok(())
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")));
+        if let Err(e) = made {
+            let _ = std::fs::remove_file(&path);
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) => NetnsError::NotPermitted,
+                _ => sys("unshare and bind-mount", e),
+            });
+        }
+        Namespace::open(name)
+    }
+
+    /// Opens an existing namespace by name.
+    pub fn open(name: &str) -> Result<Namespace, NetnsError> {
+        let handle = File::open(path_of(name)).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => NetnsError::Missing {
+                name: name.to_string(),
+            },
+            _ => NetnsError::Sys {
+                action: "open",
+                name: name.to_string(),
+                source: e,
+            },
+        })?;
+        Ok(Namespace {
+            name: name.to_string(),
+            handle,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The open namespace handle, for netlink attributes such as IFLA_NET_NS_FD. Valid as
+    /// long as `self` is.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.handle.as_raw_fd()
+    }
+
+    pub fn path(&self) -> PathBuf {
+        path_of(&self.name)
+    }
+
+    /// Moves the calling thread into this namespace. Only for threads the caller owns and
+    /// will not return to a pool: setns is per thread and sticks.
+    pub fn enter_current_thread(&self) -> Result<(), NetnsError> {
+        setns(self.handle.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| NetnsError::Sys {
+            action: "setns",
+            name: self.name.clone(),
+            source: e.into(),
+        })
+    }
+
+    /// Spawns a named OS thread that enters this namespace before running `f`. Sockets, TUN
+    /// devices and netlink handles created by `f` belong to this namespace for good.
+    pub fn spawn<T, F>(&self, thread_name: &str, f: F) -> Result<std::thread::JoinHandle<T>, NetnsError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let handle = self.handle.try_clone().map_err(|e| NetnsError::Sys {
+            action: "duplicate handle",
+            name: self.name.clone(),
+            source: e,
+        })?;
+        let name = self.name.clone();
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let join = std::thread::Builder::new()
+            .name(thread_name.to_string())
+            .spawn(move || {
+                let entered = Namespace { name, handle }.enter_current_thread();
+                let failed = entered.is_err();
+                let _ = entered_tx.send(entered);
+                if failed {
+                    // The caller gets the error from the channel; unwind quietly (no panic
+                    // hook) so `f` never runs outside the namespace.
+                    std::panic::resume_unwind(Box::new(()));
+                }
+                f()
+            })
+            .map_err(|e| NetnsError::Sys {
+                action: "spawn thread",
+                name: self.name.clone(),
+                source: e,
+            })?;
+        entered_rx.recv().map_err(|_| NetnsError::ThreadPanicked {
+            name: self.name.clone(),
+        })??;
+        Ok(join)
+    }
+
+    /// Runs `f` to completion on a thread inside this namespace.
+    pub fn run<T, F>(&self, f: F) -> Result<T, NetnsError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        self.spawn("ipl-netns-run", f)?
+            .join()
+            .map_err(|_| NetnsError::ThreadPanicked {
+                name: self.name.clone(),
+            })
+    }
+
+    /// A command that runs `program` inside this namespace (`ip netns exec NAME program`).
+    /// The child gets SIGTERM if the lab dies, so no helper process outlives a killed run.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        let fd = self.handle.as_raw_fd();
+        // SAFETY: pre_exec runs between fork and exec; setns and prctl are async-signal-safe
+        // system calls and touch no memory the parent owns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    /// An rtnetlink handle whose socket lives in this namespace. Must be called inside a tokio
+    /// runtime; the connection task runs on it.
+    pub async fn rtnetlink(&self) -> Result<rtnetlink::Handle, NetnsError> {
+        let runtime = tokio::runtime::Handle::current();
+        let (connection, handle, _) = self
+            .run(move || {
+                // The socket must be made inside the namespace; registering it with the
+                // reactor needs the runtime's context.
+                let _guard = runtime.enter();
+                rtnetlink::new_connection()
+            })?
+            .map_err(|e| NetnsError::Sys {
+                action: "open rtnetlink socket",
+                name: self.name.clone(),
+                source: e,
+            })?;
+        tokio::spawn(connection);
+        Ok(handle)
+    }
+
+    /// Removes the namespace's name (`ip netns del NAME`). Processes the lab started inside it
+    /// are killed first, so the namespace and its links really go away.
+    pub fn delete(self) -> Result<(), NetnsError> {
+        let Namespace { name, handle } = self;
+        drop(handle);
+        delete_by_name(&name)
+    }
+}
+
+fn path_of(name: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(name)
+}
+
+/// Makes /run/netns a shared mount point, as iproute2 does, so namespace mounts made here are
+/// seen by other mount namespaces (and `ip netns` in them).
+fn prepare_netns_dir() -> io::Result<()> {
+    std::fs::create_dir_all(NETNS_DIR)?;
+    let shared = || {
+        mount(
+            None::<&str>,
+            NETNS_DIR,
+            Some("none"),
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    match shared() {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EINVAL) => {
+            mount(
+                Some(NETNS_DIR),
+                NETNS_DIR,
+                Some("none"),
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )?;
+            shared().map_err(io::Error::from)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(crate) fn delete_by_name(name: &str) -> Result<(), NetnsError> {
+    let path = path_of(name);
+    kill_processes_in(&path);
+    let sys = |action, source| NetnsError::Sys {
+        action,
+        name: name.to_string(),
+        source,
+    };
+    match umount2(&path, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(sys("unmount", e.into())),
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(sys("remove", e)),
+    }
+}
+
+/// Kills every process whose network namespace is the one mounted at `path` (a helper such
+/// as openvpn left by a killed run would otherwise keep the namespace alive).
+fn kill_processes_in(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(target) = std::fs::metadata(path) else {
+        return;
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid as u32 == me {
+            continue;
+        }
+        let Ok(ns) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else {
+            continue;
+        };
+        if ns.ino() == target.ino() && ns.dev() == target.dev() {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Names of the lab's namespaces on this machine (those with the lab prefix).
+pub fn lab_namespaces() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(NETNS_DIR) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(LAB_PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
+/// What [`clean`] removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CleanReport {
+    pub namespaces: Vec<String>,
+}
+
+/// Removes the leftovers of killed runs: every namespace with the lab prefix (and with it its
+/// links, addresses, routes, SAs, policies and TUN devices). Nothing else is touched.
+pub fn clean() -> Result<CleanReport, NetnsError> {
+    let mut report = CleanReport::default();
+    for name in lab_namespaces() {
+        delete_by_name(&name)?;
+        report.namespaces.push(name);
+    }
+    Ok(report)
+}

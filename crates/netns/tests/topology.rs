@@ -1,0 +1,51 @@
+//! Root-only: builds a real topology and checks it carries traffic and leaves nothing.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+
+use netns::{lab_namespaces, Namespace, Topology, TopologySpec};
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[tokio::test]
+async fn veth_pair_carries_tcp_and_is_removed_on_drop() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create network namespaces");
+        return;
+    }
+    let spec = TopologySpec {
+        run_id: netns::new_run_id(),
+        mtu: 1400,
+        addressing: Default::default(),
+    };
+    let topo = Topology::create(&spec).await.expect("topology");
+    let names = [topo.a.name().to_string(), topo.b.name().to_string()];
+    assert!(lab_namespaces().contains(&names[0]));
+
+    let server = SocketAddr::from((topo.addressing.outer_b, 7000));
+    let listener = topo.b.run(move || TcpListener::bind(server)).unwrap().unwrap();
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).unwrap();
+        buf
+    });
+    topo.a
+        .run(move || TcpStream::connect(server).unwrap().write_all(b"hello").unwrap())
+        .unwrap();
+    assert_eq!(&echo.join().unwrap(), b"hello");
+
+    // A second namespace with the same name is refused, not adopted.
+    assert!(matches!(
+        Namespace::create(&names[0]),
+        Err(netns::NetnsError::Exists { .. })
+    ));
+
+    drop(topo);
+    for n in &names {
+        assert!(!lab_namespaces().contains(n), "{n} left behind");
+    }
+    let _ = Ipv4Addr::LOCALHOST;
+}
