@@ -1,0 +1,425 @@
+//! Sender and receiver. Each side runs on the calling thread with its own single-threaded
+//! tokio runtime: the thread may sit in a network namespace (setns is per thread), and all of
+//! that side's work lands on one thread whose CPU time is then exactly the side's cost.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use model::CpuUsage;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::payload::{PayloadGenerator, Verifier, VerifyError};
+
+/// Bytes handed to one write or read call: large enough to amortise system calls.
+const CHUNK: usize = 256 * 1024;
+const MAGIC: [u8; 4] = *b"IPLB";
+const VERSION: u16 = 1;
+const HEADER_LEN: usize = 24;
+
+/// What both ends agree on before the transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferConfig {
+    pub seed: u64,
+    pub total_bytes: u64,
+    pub streams: u16,
+    /// Longest silence tolerated (connect, accept, or between two reads) before giving up.
+    pub idle_timeout: Duration,
+}
+
+impl TransferConfig {
+    /// Bytes carried by stream `i`: an even split, the remainder on stream 0.
+    pub fn stream_len(&self, i: u16) -> u64 {
+        let n = u64::from(self.streams);
+        self.total_bytes / n + if i == 0 { self.total_bytes % n } else { 0 }
+    }
+}
+
+/// Bytes verified so far, shared with whoever draws a progress bar.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<AtomicU64>);
+
+impl Progress {
+    pub fn bytes(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReceiveReport {
+    pub bytes: u64,
+    /// First payload byte to last, on the receiver's clock.
+    pub seconds: f64,
+    pub cpu: CpuUsage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SendReport {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub cpu: CpuUsage,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrafficError {
+    #[error("{action} {peer}: {source}")]
+    Io {
+        action: &'static str,
+        peer: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{action} {peer}: nothing happened for {seconds} s (is the path between the ends up?)")]
+    Timeout {
+        action: &'static str,
+        peer: SocketAddr,
+        seconds: u64,
+    },
+    #[error("verification failed: {0}")]
+    Verify(#[from] VerifyError),
+    #[error("bad stream header from {peer}: {reason}")]
+    Header { peer: SocketAddr, reason: String },
+    #[error("interrupted")]
+    Cancelled,
+}
+
+/// The receiving end, bound before the sender starts so that the sender never races it.
+pub struct Receiver {
+    listener: std::net::TcpListener,
+}
+
+impl Receiver {
+    pub fn bind(addr: SocketAddr) -> Result<Receiver, TrafficError> {
+        let io = |source| TrafficError::Io {
+            action: "listen on",
+            peer: addr,
+            source,
+        };
+        let listener = std::net::TcpListener::bind(addr).map_err(io)?;
+        listener.set_nonblocking(true).map_err(io)?;
+        Ok(Receiver { listener })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound socket has an address")
+    }
+
+    /// Accepts `config.streams` connections and verifies each stream to its last byte.
+    pub fn run(
+        self,
+        config: TransferConfig,
+        progress: Progress,
+        cancel: CancellationToken,
+    ) -> Result<ReceiveReport, TrafficError> {
+        let started_cpu = thread_cpu();
+        let wall = Instant::now();
+        let (bytes, seconds) = block_on(cancel, async move {
+            let local = self.local_addr();
+            let listener = TcpListener::from_std(self.listener).map_err(|source| TrafficError::Io {
+                action: "listen on",
+                peer: local,
+                source,
+            })?;
+            let mut seen = vec![false; usize::from(config.streams)];
+            let mut tasks = JoinSet::new();
+            for _ in 0..config.streams {
+                let (mut stream, peer) =
+                    with_timeout(config.idle_timeout, "accept on", local, listener.accept()).await?;
+                let header = read_header(&mut stream, peer, &config, &mut seen).await?;
+                tasks.spawn(receive_stream(stream, peer, config, header, progress.clone()));
+            }
+            let mut first: Option<Instant> = None;
+            let mut last: Option<Instant> = None;
+            let mut bytes = 0;
+            while let Some(done) = tasks.join_next().await {
+                let stream = done.expect("receive task panicked")?;
+                bytes += stream.bytes;
+                first = Some(first.map_or(stream.first_byte, |f| f.min(stream.first_byte)));
+                last = Some(last.map_or(stream.last_byte, |l| l.max(stream.last_byte)));
+            }
+            let seconds = match (first, last) {
+                (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
+                _ => 0.0,
+            };
+            Ok((bytes, seconds))
+        })?;
+        let cpu = cpu_since(started_cpu, wall.elapsed().as_secs_f64());
+        Ok(ReceiveReport { bytes, seconds, cpu })
+    }
+}
+
+/// Connects `config.streams` times to `peer` and sends each stream's share of the payload.
+pub fn send(
+    peer: SocketAddr,
+    config: TransferConfig,
+    cancel: CancellationToken,
+) -> Result<SendReport, TrafficError> {
+    let started_cpu = thread_cpu();
+    let wall = Instant::now();
+    let bytes = block_on(cancel, async move {
+        let mut tasks = JoinSet::new();
+        for i in 0..config.streams {
+            tasks.spawn(send_stream(peer, config, i));
+        }
+        let mut bytes = 0;
+        while let Some(done) = tasks.join_next().await {
+            bytes += done.expect("send task panicked")?;
+        }
+        Ok(bytes)
+    })?;
+    let seconds = wall.elapsed().as_secs_f64();
+    Ok(SendReport {
+        bytes,
+        seconds,
+        cpu: cpu_since(started_cpu, seconds),
+    })
+}
+
+async fn send_stream(peer: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
+    let io = |action| move |source| TrafficError::Io { action, peer, source };
+    let mut stream = with_timeout(config.idle_timeout, "connect to", peer, TcpStream::connect(peer)).await?;
+    let len = config.stream_len(index);
+    let mut header = [0u8; HEADER_LEN];
+    header[..4].copy_from_slice(&MAGIC);
+    header[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    header[6..8].copy_from_slice(&index.to_be_bytes());
+    header[8..16].copy_from_slice(&config.seed.to_be_bytes());
+    header[16..24].copy_from_slice(&len.to_be_bytes());
+    stream.write_all(&header).await.map_err(io("send header to"))?;
+    let mut generator = PayloadGenerator::new(config.seed, index);
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = len;
+    while left > 0 {
+        let n = CHUNK.min(left as usize);
+        generator.fill(&mut buf[..n]);
+        // A write that makes no progress for idle_timeout means the path is gone.
+        with_timeout(config.idle_timeout, "send to", peer, stream.write_all(&buf[..n])).await?;
+        left -= n as u64;
+    }
+    stream.shutdown().await.map_err(io("close"))?;
+    Ok(len)
+}
+
+/// What a sender announces at the start of each connection.
+struct StreamHeader {
+    index: u16,
+    len: u64,
+}
+
+/// Reads a stream header and checks it belongs to this run and is not a duplicate.
+async fn read_header(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    config: &TransferConfig,
+    seen: &mut [bool],
+) -> Result<StreamHeader, TrafficError> {
+    let mut header = [0u8; HEADER_LEN];
+    with_timeout(
+        config.idle_timeout,
+        "read header from",
+        peer,
+        stream.read_exact(&mut header),
+    )
+    .await?;
+    let bad = |reason: String| TrafficError::Header { peer, reason };
+    if header[..4] != MAGIC || u16::from_be_bytes([header[4], header[5]]) != VERSION {
+        return Err(bad("not an ipsec-lab stream of this version".into()));
+    }
+    let index = u16::from_be_bytes([header[6], header[7]]);
+    let seed = u64::from_be_bytes(header[8..16].try_into().expect("8 bytes"));
+    let len = u64::from_be_bytes(header[16..24].try_into().expect("8 bytes"));
+    if index >= config.streams || std::mem::replace(&mut seen[usize::from(index)], true) {
+        return Err(bad(format!("unexpected or repeated stream index {index}")));
+    }
+    if seed != config.seed || len != config.stream_len(index) {
+        return Err(bad(format!(
+            "stream {index} announces seed {seed:#x} and {len} bytes, not this run's"
+        )));
+    }
+    Ok(StreamHeader { index, len })
+}
+
+struct StreamResult {
+    bytes: u64,
+    first_byte: Instant,
+    last_byte: Instant,
+}
+
+async fn receive_stream(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    config: TransferConfig,
+    header: StreamHeader,
+    progress: Progress,
+) -> Result<StreamResult, TrafficError> {
+    let mut verifier = Verifier::new(config.seed, header.index, header.len);
+    let mut buf = vec![0u8; CHUNK];
+    let mut first_byte = None;
+    let mut last_byte = Instant::now();
+    loop {
+        let n = with_timeout(config.idle_timeout, "receive from", peer, stream.read(&mut buf)).await?;
+        if n == 0 {
+            break;
+        }
+        last_byte = Instant::now();
+        first_byte.get_or_insert(last_byte);
+        verifier.check(&buf[..n])?;
+        progress.add(n as u64);
+    }
+    let bytes = verifier.finish()?;
+    Ok(StreamResult {
+        bytes,
+        first_byte: first_byte.unwrap_or(last_byte),
+        last_byte,
+    })
+}
+
+async fn with_timeout<T>(
+    limit: Duration,
+    action: &'static str,
+    peer: SocketAddr,
+    work: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, TrafficError> {
+    match tokio::time::timeout(limit, work).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(TrafficError::Io { action, peer, source }),
+        Err(_) => Err(TrafficError::Timeout {
+            action,
+            peer,
+            seconds: limit.as_secs(),
+        }),
+    }
+}
+
+/// Runs `work` on a fresh single-threaded runtime on this thread, giving up when `cancel`
+/// fires (Ctrl-C): dropping the future closes the sockets, which ends the peer's side too.
+fn block_on<T>(
+    cancel: CancellationToken,
+    work: impl std::future::Future<Output = Result<T, TrafficError>>,
+) -> Result<T, TrafficError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime can always be built");
+    runtime.block_on(async {
+        tokio::select! {
+            result = work => result,
+            _ = cancel.cancelled() => Err(TrafficError::Cancelled),
+        }
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ThreadCpu {
+    user_s: f64,
+    system_s: f64,
+}
+
+/// This thread's CPU time so far (getrusage RUSAGE_THREAD: microsecond resolution).
+fn thread_cpu() -> ThreadCpu {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes into the struct we pass.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    ThreadCpu {
+        user_s: secs(usage.ru_utime),
+        system_s: secs(usage.ru_stime),
+    }
+}
+
+fn cpu_since(start: ThreadCpu, wall_s: f64) -> CpuUsage {
+    let now = thread_cpu();
+    CpuUsage::new(now.user_s - start.user_s, now.system_s - start.system_s, wall_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(total_bytes: u64, streams: u16) -> TransferConfig {
+        TransferConfig {
+            seed: 99,
+            total_bytes,
+            streams,
+            idle_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn loopback_transfer(cfg: TransferConfig) -> (Result<ReceiveReport, TrafficError>, SendReport) {
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = receiver.local_addr();
+        let progress = Progress::default();
+        let rx = std::thread::spawn(move || receiver.run(cfg, progress, CancellationToken::new()));
+        let sent = send(addr, cfg, CancellationToken::new()).unwrap();
+        (rx.join().unwrap(), sent)
+    }
+
+    #[test]
+    fn streams_split_the_payload_exactly() {
+        let cfg = config(1_000_003, 4);
+        assert_eq!((0..4).map(|i| cfg.stream_len(i)).sum::<u64>(), 1_000_003);
+    }
+
+    #[test]
+    fn verified_transfer_over_loopback() {
+        for streams in [1, 3] {
+            let (received, sent) = loopback_transfer(config(5_000_001, streams));
+            let received = received.unwrap();
+            assert_eq!(received.bytes, 5_000_001);
+            assert_eq!(sent.bytes, 5_000_001);
+            assert!(received.seconds > 0.0);
+        }
+    }
+
+    #[test]
+    fn a_sender_with_another_seed_is_refused() {
+        let cfg = config(100_000, 1);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        let _ = send(addr, TransferConfig { seed: 1, ..cfg }, CancellationToken::new());
+        assert!(matches!(rx.join().unwrap(), Err(TrafficError::Header { .. })));
+    }
+
+    #[test]
+    fn a_stream_cut_short_fails_verification() {
+        let cfg = config(100_000, 1);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        // Announce 100 000 bytes, deliver 10: the receiver must call it truncated.
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let mut header = Vec::new();
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&VERSION.to_be_bytes());
+        header.extend_from_slice(&0u16.to_be_bytes());
+        header.extend_from_slice(&99u64.to_be_bytes());
+        header.extend_from_slice(&100_000u64.to_be_bytes());
+        let mut body = vec![0u8; 10];
+        PayloadGenerator::new(99, 0).fill(&mut body);
+        std::io::Write::write_all(&mut s, &[header, body].concat()).unwrap();
+        drop(s);
+        let err = rx.join().unwrap().unwrap_err();
+        assert!(
+            matches!(err, TrafficError::Verify(VerifyError::Short { got: 10, .. })),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cancel_stops_a_waiting_receiver() {
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        let rx = std::thread::spawn(move || receiver.run(config(1000, 1), Progress::default(), c));
+        cancel.cancel();
+        assert!(matches!(rx.join().unwrap(), Err(TrafficError::Cancelled)));
+    }
+}
