@@ -1,0 +1,146 @@
+//! aws-lc-rs backend. AWS-LC chooses AES-NI/VAES/SHA-NI code at initialisation from CPUID,
+//! masked by `OPENSSL_ia32cap` (see [`crate::soft`]). aws-lc-rs zeroises its key schedules on
+//! drop (`SymmetricCipherKey`, `LcHmacCtx`, and AWS-LC's `EVP_AEAD_CTX_cleanup`).
+
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::cipher::{
+    DecryptingKey, DecryptionContext, EncryptingKey, EncryptionContext, UnboundCipherKey,
+};
+use aws_lc_rs::hmac;
+use aws_lc_rs::iv::FixedLength;
+
+use crate::{
+    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, KeyBits, Library, AES_BLOCK_LEN,
+    HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
+};
+
+fn library_error(operation: &'static str) -> CryptoError {
+    CryptoError::Library {
+        library: Library::AwsLc,
+        operation,
+    }
+}
+
+/// What AWS-LC itself decided at initialisation: AES instructions and carry-less multiply
+/// both usable (`EVP_has_aes_hardware`). This is the library's own answer, so it also
+/// proves that an `OPENSSL_ia32cap` mask took effect.
+pub(crate) fn hardware_aes() -> bool {
+    aws_lc_rs::init();
+    // SAFETY: a pure query of capability flags that `init` has set; no arguments.
+    unsafe { aws_lc_sys::EVP_has_aes_hardware() == 1 }
+}
+
+struct Cbc {
+    bits: KeyBits,
+    enc: EncryptingKey,
+    dec: DecryptingKey,
+}
+
+pub(crate) fn aes_cbc(bits: KeyBits, key: &[u8]) -> Result<Box<dyn AesCbc>, CryptoError> {
+    let alg = match bits {
+        KeyBits::Aes128 => &aws_lc_rs::cipher::AES_128,
+        KeyBits::Aes192 => &aws_lc_rs::cipher::AES_192,
+        KeyBits::Aes256 => &aws_lc_rs::cipher::AES_256,
+    };
+    let unbound = || UnboundCipherKey::new(alg, key).map_err(|_| library_error("AES key setup"));
+    let enc = EncryptingKey::cbc(unbound()?).map_err(|_| library_error("AES-CBC key setup"))?;
+    let dec = DecryptingKey::cbc(unbound()?).map_err(|_| library_error("AES-CBC key setup"))?;
+    Ok(Box::new(Cbc { bits, enc, dec }))
+}
+
+impl AesCbc for Cbc {
+    fn key_bits(&self) -> KeyBits {
+        self.bits
+    }
+
+    fn encrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError> {
+        check_blocks(buf)?;
+        self.enc
+            .less_safe_encrypt(buf, EncryptionContext::Iv128(FixedLength::from(iv)))
+            .map_err(|_| library_error("AES-CBC encrypt"))?;
+        Ok(())
+    }
+
+    fn decrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError> {
+        check_blocks(buf)?;
+        self.dec
+            .decrypt(buf, DecryptionContext::Iv128(FixedLength::from(iv)))
+            .map_err(|_| library_error("AES-CBC decrypt"))?;
+        Ok(())
+    }
+}
+
+struct HmacKey {
+    key: hmac::Key,
+}
+
+pub(crate) fn hmac_sha256(key: &[u8]) -> Result<Box<dyn HmacSha256>, CryptoError> {
+    Ok(Box::new(HmacKey {
+        key: hmac::Key::new(hmac::HMAC_SHA256, key),
+    }))
+}
+
+impl HmacSha256 for HmacKey {
+    fn mac(&self, parts: &[&[u8]]) -> [u8; HMAC_SHA256_LEN] {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        for p in parts {
+            ctx.update(p);
+        }
+        let tag = ctx.sign();
+        let mut out = [0u8; HMAC_SHA256_LEN];
+        out.copy_from_slice(tag.as_ref());
+        out
+    }
+}
+
+struct AeadKey {
+    algorithm: AeadAlgorithm,
+    key: LessSafeKey,
+}
+
+pub(crate) fn aead(algorithm: AeadAlgorithm, key: &[u8]) -> Result<Box<dyn Aead>, CryptoError> {
+    let alg = match algorithm {
+        AeadAlgorithm::Aes128Gcm => &aead::AES_128_GCM,
+        AeadAlgorithm::Aes256Gcm => &aead::AES_256_GCM,
+        AeadAlgorithm::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+    };
+    let unbound = UnboundKey::new(alg, key).map_err(|_| library_error("AEAD key setup"))?;
+    Ok(Box::new(AeadKey {
+        algorithm,
+        key: LessSafeKey::new(unbound),
+    }))
+}
+
+impl Aead for AeadKey {
+    fn algorithm(&self) -> AeadAlgorithm {
+        self.algorithm
+    }
+
+    fn seal(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; TAG_LEN], CryptoError> {
+        let tag = self
+            .key
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(*nonce), Aad::from(aad), buf)
+            .map_err(|_| library_error("AEAD seal"))?;
+        let mut out = [0u8; TAG_LEN];
+        out.copy_from_slice(tag.as_ref());
+        Ok(out)
+    }
+
+    fn open(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        self.key
+            .open_in_place_separate_tag(Nonce::assume_unique_for_key(*nonce), Aad::from(aad), tag, buf)
+            .map_err(|_| CryptoError::Authentication)?;
+        Ok(())
+    }
+}
