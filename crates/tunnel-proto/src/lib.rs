@@ -1,1 +1,21 @@
-//! (placeholder: filled in by its issue)
+//! The userspace tunnel's data channel, sans-IO: packet format, per-packet crypto, packet ids
+//! and the replay window, modelled on OpenVPN's static-key data channel.
+//!
+//! The caller owns every buffer and every socket: [`Endpoint::encap`] turns a payload in a
+//! buffer into a datagram to send, [`Endpoint::decap`] turns a received datagram back into a
+//! payload or a [`DropReason`] to count. Keys come from one random [`StaticKey`] per run.
+//!
+//! Leaves out: all I/O (TUN devices, sockets, threads: the `tunnel` crate) and the cipher
+//! implementations themselves (the `crypto` crate; this crate only frames their output).
+
+mod engine;
+pub mod keys;
+pub mod packet;
+pub mod replay;
+
+pub use engine::EngineError;
+pub use keys::{Direction, KeyError, StaticKey, STATIC_KEY_LEN};
+pub use packet::{
+    DropCounters, DropReason, EncapError, Endpoint, Implementation, SetupError, HEADROOM, TAILROOM,
+};
+pub use replay::{ReplayError, ReplayWindow, WINDOW};

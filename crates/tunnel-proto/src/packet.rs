@@ -1,0 +1,361 @@
+//! The data-channel packet format and per-packet processing.
+//!
+//! Every datagram starts with a 64-bit big-endian packet id (never 0, never reused under one
+//! key). After it, per suite:
+//!
+//! | suite               | datagram                                                       |
+//! |---------------------|----------------------------------------------------------------|
+//! | `none`              | `id[8] payload`                                                |
+//! | `aes-N-cbc`         | `id[8] iv[16] AES-CBC(payload ‖ PKCS#7 pad)`                   |
+//! | `aes-N-cbc-hmac-sha256` | `id[8] iv[16] AES-CBC(payload ‖ pad) HMAC-SHA256(id ‖ iv ‖ ct)[32]` |
+//! | `aes-N-gcm`         | `id[8] AES-GCM(payload) tag[16]`, nonce = salt[4] ‖ id[8], AAD = id |
+//!
+//! The IV is random per packet (drawn from the OS in batches, see [`IvPool`]). The MAC covers
+//! the packet id, so a replayed id cannot be grafted onto another packet; the replay window is
+//! checked before the (expensive) MAC and updated only after it.
+//!
+//! Buffers belong to the caller. [`Endpoint::encap`] expects the payload at
+//! `buf[HEADROOM..HEADROOM + len]`, with [`TAILROOM`] spare bytes after it, and returns where
+//! the datagram ended up; [`Endpoint::decap`] decrypts in place and returns where the payload is.
+
+use std::ops::Range;
+
+use model::CipherSuite;
+
+use crate::engine::{Engine, EngineError};
+use crate::keys::{Direction, StaticKey};
+use crate::replay::{ReplayError, ReplayWindow};
+
+pub use crate::engine::Implementation;
+
+const ID_LEN: usize = 8;
+const BLOCK: usize = 16;
+const IV_LEN: usize = 16;
+const MAC_LEN: usize = 32;
+const TAG_LEN: usize = 16;
+
+/// Space the caller leaves in front of the payload: the largest header of any suite.
+pub const HEADROOM: usize = ID_LEN + IV_LEN;
+/// Space the caller leaves after the payload: the largest trailer (a full padding block and a MAC).
+pub const TAILROOM: usize = BLOCK + MAC_LEN;
+
+/// Why a received datagram was dropped. Cheap to copy; the event loop counts them by reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Shorter than the suite's header and trailer.
+    ShortPacket,
+    /// CBC ciphertext that is not a whole number of blocks.
+    BadLength,
+    /// HMAC or GCM tag did not verify: tampered, corrupt or wrong key.
+    BadMac,
+    /// PKCS#7 padding did not check out after decryption.
+    BadPadding,
+    /// Packet id seen before.
+    Replay,
+    /// Packet id older than the replay window.
+    TooOld,
+    /// Packet id 0, which no sender uses.
+    BadPacketId,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 7] = [
+        DropReason::ShortPacket,
+        DropReason::BadLength,
+        DropReason::BadMac,
+        DropReason::BadPadding,
+        DropReason::Replay,
+        DropReason::TooOld,
+        DropReason::BadPacketId,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::ShortPacket => "short_packet",
+            DropReason::BadLength => "bad_length",
+            DropReason::BadMac => "bad_mac",
+            DropReason::BadPadding => "bad_padding",
+            DropReason::Replay => "replay",
+            DropReason::TooOld => "too_old",
+            DropReason::BadPacketId => "bad_packet_id",
+        }
+    }
+}
+
+impl From<ReplayError> for DropReason {
+    fn from(e: ReplayError) -> Self {
+        match e {
+            ReplayError::Duplicate => DropReason::Replay,
+            ReplayError::TooOld => DropReason::TooOld,
+            ReplayError::Zero => DropReason::BadPacketId,
+        }
+    }
+}
+
+/// Dropped datagrams, one counter per [`DropReason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DropCounters {
+    pub short_packet: u64,
+    pub bad_length: u64,
+    pub bad_mac: u64,
+    pub bad_padding: u64,
+    pub replay: u64,
+    pub too_old: u64,
+    pub bad_packet_id: u64,
+}
+
+impl DropCounters {
+    pub fn count(&mut self, reason: DropReason) {
+        *self.slot(reason) += 1;
+    }
+
+    pub fn get(&self, reason: DropReason) -> u64 {
+        match reason {
+            DropReason::ShortPacket => self.short_packet,
+            DropReason::BadLength => self.bad_length,
+            DropReason::BadMac => self.bad_mac,
+            DropReason::BadPadding => self.bad_padding,
+            DropReason::Replay => self.replay,
+            DropReason::TooOld => self.too_old,
+            DropReason::BadPacketId => self.bad_packet_id,
+        }
+    }
+
+    fn slot(&mut self, reason: DropReason) -> &mut u64 {
+        match reason {
+            DropReason::ShortPacket => &mut self.short_packet,
+            DropReason::BadLength => &mut self.bad_length,
+            DropReason::BadMac => &mut self.bad_mac,
+            DropReason::BadPadding => &mut self.bad_padding,
+            DropReason::Replay => &mut self.replay,
+            DropReason::TooOld => &mut self.too_old,
+            DropReason::BadPacketId => &mut self.bad_packet_id,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        DropReason::ALL.iter().map(|r| self.get(*r)).sum()
+    }
+}
+
+/// Why a payload could not be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum EncapError {
+    #[error("buffer of {have} bytes cannot hold a {payload}-byte payload with headroom {HEADROOM} and tailroom {TAILROOM}")]
+    BufferTooSmall { have: usize, payload: usize },
+    #[error("packet ids exhausted: this key has sent 2^64-1 packets and must not send more")]
+    PacketIdExhausted,
+    #[error("reading random IVs from the operating system: {0}")]
+    Random(getrandom::Error),
+    #[error("encrypting: {0}")]
+    Crypto(crypto::CryptoError),
+}
+
+/// Why an endpoint could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Random IVs drawn from the OS a few hundred at a time: one `getrandom` call per 256 packets.
+struct IvPool {
+    buf: Box<[u8; 4096]>,
+    pos: usize,
+}
+
+impl IvPool {
+    fn new() -> IvPool {
+        IvPool {
+            buf: Box::new([0; 4096]),
+            pos: 4096,
+        }
+    }
+
+    fn next(&mut self) -> Result<[u8; IV_LEN], getrandom::Error> {
+        if self.pos + IV_LEN > self.buf.len() {
+            getrandom::fill(&mut self.buf[..])?;
+            self.pos = 0;
+        }
+        let iv = self.buf[self.pos..self.pos + IV_LEN]
+            .try_into()
+            .expect("16 bytes");
+        self.pos += IV_LEN;
+        Ok(iv)
+    }
+}
+
+/// One end of a tunnel: its send keys, receive keys, packet counter and replay window.
+pub struct Endpoint {
+    suite: CipherSuite,
+    implementation: Implementation,
+    tx: Engine,
+    rx: Engine,
+    next_id: u64,
+    window: ReplayWindow,
+    ivs: IvPool,
+}
+
+impl Endpoint {
+    /// An end keyed from the run's static key. The two ends of a tunnel use opposite
+    /// directions.
+    pub fn new(
+        suite: CipherSuite,
+        implementation: Implementation,
+        key: &StaticKey,
+        direction: Direction,
+    ) -> Result<Endpoint, SetupError> {
+        Ok(Endpoint {
+            suite,
+            implementation,
+            tx: Engine::new(suite, implementation, key.send(direction))?,
+            rx: Engine::new(suite, implementation, key.receive(direction))?,
+            next_id: 1,
+            window: ReplayWindow::new(),
+            ivs: IvPool::new(),
+        })
+    }
+
+    pub fn suite(&self) -> CipherSuite {
+        self.suite
+    }
+
+    /// Which library does the work, and whether it uses hardware AES (for the report).
+    pub fn implementation(&self) -> Implementation {
+        self.implementation
+    }
+
+    /// Bytes a datagram carries beyond its payload, at most (for choosing the inner MTU).
+    pub fn max_overhead(suite: CipherSuite) -> usize {
+        match suite {
+            CipherSuite::None => ID_LEN,
+            CipherSuite::AesCbc { hmac, .. } => {
+                ID_LEN + IV_LEN + BLOCK + if hmac == model::Hmac::Sha256 { MAC_LEN } else { 0 }
+            }
+            CipherSuite::AesGcm { .. } => ID_LEN + TAG_LEN,
+        }
+    }
+
+    /// Encrypts `buf[HEADROOM..HEADROOM + payload_len]` in place; returns the range of `buf`
+    /// holding the datagram to send.
+    pub fn encap(&mut self, buf: &mut [u8], payload_len: usize) -> Result<Range<usize>, EncapError> {
+        let iv = match self.suite {
+            CipherSuite::AesCbc { .. } => self.ivs.next().map_err(EncapError::Random)?,
+            _ => [0; IV_LEN],
+        };
+        self.encap_with_iv(buf, payload_len, &iv)
+    }
+
+    /// [`encap`](Self::encap) with a given IV (CBC suites; others ignore it). For
+    /// known-answer tests: a real sender must use a fresh random IV per packet.
+    pub fn encap_with_iv(
+        &mut self,
+        buf: &mut [u8],
+        payload_len: usize,
+        iv: &[u8; IV_LEN],
+    ) -> Result<Range<usize>, EncapError> {
+        if buf.len() < HEADROOM + payload_len + TAILROOM {
+            return Err(EncapError::BufferTooSmall {
+                have: buf.len(),
+                payload: payload_len,
+            });
+        }
+        if self.next_id == u64::MAX {
+            return Err(EncapError::PacketIdExhausted);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let payload_end = HEADROOM + payload_len;
+        match self.suite {
+            CipherSuite::None => {
+                let start = HEADROOM - ID_LEN;
+                buf[start..HEADROOM].copy_from_slice(&id.to_be_bytes());
+                Ok(start..payload_end)
+            }
+            CipherSuite::AesCbc { hmac, .. } => {
+                buf[..ID_LEN].copy_from_slice(&id.to_be_bytes());
+                buf[ID_LEN..HEADROOM].copy_from_slice(iv);
+                let pad = BLOCK - payload_len % BLOCK;
+                buf[payload_end..payload_end + pad].fill(pad as u8);
+                let ct_end = payload_end + pad;
+                self.tx
+                    .cbc_encrypt(iv, &mut buf[HEADROOM..ct_end])
+                    .map_err(EncapError::Crypto)?;
+                if hmac == model::Hmac::Sha256 {
+                    let tag = self.tx.mac(&buf[..ct_end]);
+                    buf[ct_end..ct_end + MAC_LEN].copy_from_slice(&tag);
+                    Ok(0..ct_end + MAC_LEN)
+                } else {
+                    Ok(0..ct_end)
+                }
+            }
+            CipherSuite::AesGcm { .. } => {
+                let start = HEADROOM - ID_LEN;
+                let id_bytes = id.to_be_bytes();
+                buf[start..HEADROOM].copy_from_slice(&id_bytes);
+                let tag = self
+                    .tx
+                    .gcm_seal(&id_bytes, &mut buf[HEADROOM..payload_end])
+                    .map_err(EncapError::Crypto)?;
+                buf[payload_end..payload_end + TAG_LEN].copy_from_slice(&tag);
+                Ok(start..payload_end + TAG_LEN)
+            }
+        }
+    }
+
+    /// Authenticates and decrypts the datagram `buf` in place; returns the range of `buf`
+    /// holding the payload, or why the datagram must be dropped.
+    pub fn decap(&mut self, buf: &mut [u8]) -> Result<Range<usize>, DropReason> {
+        let min = match self.suite {
+            CipherSuite::None => ID_LEN,
+            CipherSuite::AesCbc { hmac, .. } => {
+                HEADROOM + BLOCK + if hmac == model::Hmac::Sha256 { MAC_LEN } else { 0 }
+            }
+            CipherSuite::AesGcm { .. } => ID_LEN + TAG_LEN,
+        };
+        if buf.len() < min {
+            return Err(DropReason::ShortPacket);
+        }
+        let id_bytes: [u8; ID_LEN] = buf[..ID_LEN].try_into().expect("8 bytes");
+        let id = u64::from_be_bytes(id_bytes);
+        self.window.check(id)?;
+        let payload = match self.suite {
+            CipherSuite::None => ID_LEN..buf.len(),
+            CipherSuite::AesCbc { hmac, .. } => {
+                let ct_end = if hmac == model::Hmac::Sha256 {
+                    let (authed, tag) = buf.split_at(buf.len() - MAC_LEN);
+                    if !self.rx.verify_mac(authed, tag.try_into().expect("32 bytes")) {
+                        return Err(DropReason::BadMac);
+                    }
+                    authed.len()
+                } else {
+                    buf.len()
+                };
+                if (ct_end - HEADROOM) % BLOCK != 0 {
+                    return Err(DropReason::BadLength);
+                }
+                let iv: [u8; IV_LEN] = buf[ID_LEN..HEADROOM].try_into().expect("16 bytes");
+                self.rx
+                    .cbc_decrypt(&iv, &mut buf[HEADROOM..ct_end])
+                    .map_err(|_| DropReason::BadLength)?;
+                let pad = usize::from(buf[ct_end - 1]);
+                if pad == 0 || pad > BLOCK || buf[ct_end - pad..ct_end].iter().any(|&b| usize::from(b) != pad)
+                {
+                    return Err(DropReason::BadPadding);
+                }
+                HEADROOM..ct_end - pad
+            }
+            CipherSuite::AesGcm { .. } => {
+                let body_end = buf.len() - TAG_LEN;
+                let (body, tag) = buf[ID_LEN..].split_at_mut(body_end - ID_LEN);
+                let tag: &[u8; TAG_LEN] = (&*tag).try_into().expect("16 bytes");
+                if !self.rx.gcm_open(&id_bytes, body, tag) {
+                    return Err(DropReason::BadMac);
+                }
+                ID_LEN..body_end
+            }
+        };
+        self.window.record(id);
+        Ok(payload)
+    }
+}
