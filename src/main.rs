@@ -1,1 +1,35 @@
-fn main() {}
+//! `ipsec-lab`: measures how fast encrypted tunnels move data, per backend, in MB/s.
+//!
+//! Arguments are parsed in two stages: clap turns the command line into raw arguments, and
+//! the model crate validates them into a plan before anything touches the kernel.
+
+mod backends;
+mod cli;
+mod commands;
+mod error;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("IPSEC_LAB_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Run(args) => commands::run::run(args),
+        cli::Command::Clean(args) => commands::clean::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ipsec-lab: {e:#}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

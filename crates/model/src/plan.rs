@@ -161,16 +161,17 @@ impl Default for Addressing {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRequest {
     pub backend: Backend,
-    pub key_bits: KeyBits,
-    pub hmac: Hmac,
-    /// `--cipher` overrides `--key-bits`/`--hmac` when given.
+    /// `None` where the user gave no value: defaults apply, and nothing is reported as ignored.
+    pub key_bits: Option<KeyBits>,
+    pub hmac: Option<Hmac>,
+    /// A whole suite instead of `key_bits`/`hmac`.
     pub cipher: Option<CipherSuite>,
-    pub crypto: CryptoChoice,
+    pub crypto: Option<CryptoChoice>,
     pub bytes: ByteSize,
     pub repeat: u32,
     pub parallel: u16,
     pub mtu: u32,
-    pub mode: IpsecMode,
+    pub mode: Option<IpsecMode>,
     pub seed: Option<u64>,
     pub port: u16,
     /// Run inside a VM booting this kernel image (`Some(None)` = the default stock kernel).
@@ -181,15 +182,15 @@ impl Default for RunRequest {
     fn default() -> Self {
         RunRequest {
             backend: Backend::Plain,
-            key_bits: KeyBits::Aes256,
-            hmac: Hmac::Sha256,
+            key_bits: None,
+            hmac: None,
             cipher: None,
-            crypto: CryptoChoice::Auto,
+            crypto: None,
             bytes: ByteSize(100_000_000),
             repeat: 1,
             parallel: 1,
             mtu: 1500,
-            mode: IpsecMode::Tunnel,
+            mode: None,
             seed: None,
             port: 5201,
             vm: None,
@@ -232,21 +233,26 @@ impl RunRequest {
         if self.port == 0 || u32::from(self.port) + u32::from(self.parallel) > 65535 {
             return Err(PlanError::Port(self.port));
         }
-        let suite = match (self.backend, self.cipher) {
-            (Backend::Plain, cipher) => {
-                ignored.push("--key-bits/--hmac/--cipher (the plain backend does not encrypt)".into());
-                if cipher.is_some_and(|c| c.is_encrypted()) {
-                    ignored.push(format!("--cipher {}", cipher.unwrap()));
+        if self.cipher.is_some() && (self.key_bits.is_some() || self.hmac.is_some()) {
+            return Err(PlanError::CipherConflict);
+        }
+        let cbc = CipherSuite::cbc(
+            self.key_bits.unwrap_or(KeyBits::Aes256),
+            self.hmac.unwrap_or(Hmac::Sha256),
+        );
+        let suite = match self.backend {
+            Backend::Plain => {
+                if self.key_bits.is_some() || self.hmac.is_some() || self.cipher.is_some() {
+                    ignored.push("--key-bits/--hmac/--cipher (the plain backend does not encrypt)".into());
                 }
                 CipherSuite::None
             }
-            (_, Some(c)) => c,
-            (_, None) => CipherSuite::cbc(self.key_bits, self.hmac),
+            _ => self.cipher.unwrap_or(cbc),
         };
-        if self.backend != Backend::Userspace && self.crypto != CryptoChoice::Auto {
+        let crypto = self.crypto.unwrap_or(CryptoChoice::Auto);
+        if self.backend != Backend::Userspace && self.crypto.is_some() {
             ignored.push(format!(
-                "--crypto {} (only the userspace backend chooses its crypto implementation)",
-                self.crypto
+                "--crypto {crypto} (only the userspace backend chooses its crypto implementation)"
             ));
         }
         if self.backend == Backend::Xfrm && suite == CipherSuite::None {
@@ -255,18 +261,18 @@ impl RunRequest {
                 suite,
             });
         }
-        if self.backend != Backend::Xfrm && self.mode != IpsecMode::Tunnel {
+        if self.backend != Backend::Xfrm && self.mode.is_some() {
             ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
         }
         Ok(RunPlan {
             backend: self.backend,
             suite,
-            crypto: self.crypto,
+            crypto,
             bytes: self.bytes,
             repeat: self.repeat,
             parallel: self.parallel,
             mtu: self.mtu,
-            mode: self.mode,
+            mode: self.mode.unwrap_or_default(),
             seed: self.seed.unwrap_or_else(seed_from_clock),
             port: self.port,
             addressing: Addressing::default(),
@@ -300,6 +306,8 @@ pub enum PlanError {
     Mtu(u32),
     #[error("--port {0} leaves no room for the streams: use a port between 1 and 65535 minus --parallel")]
     Port(u16),
+    #[error("--cipher names the whole suite: give either --cipher or --key-bits/--hmac, not both")]
+    CipherConflict,
     #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
     SuiteNotSupported { backend: Backend, suite: CipherSuite },
 }
@@ -325,6 +333,13 @@ mod tests {
     fn plain_ignores_cipher_options_and_says_so() {
         let plan = RunRequest::default().validate().unwrap();
         assert_eq!(plan.suite, CipherSuite::None);
+        assert!(plan.ignored.is_empty(), "nothing given, nothing ignored");
+        let plan = RunRequest {
+            key_bits: Some(KeyBits::Aes128),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
         assert!(plan.ignored.iter().any(|i| i.contains("--key-bits")));
     }
 

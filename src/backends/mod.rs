@@ -1,0 +1,58 @@
+//! Backends: what carries the payload between the two ends of the lab topology.
+//!
+//! Each backend has a preflight check (run before anything is created, so a missing
+//! capability is refused with nothing to undo) and a `start` that brings it up on a built
+//! topology. What `start` returns owns everything the backend made and removes it on drop,
+//! so an error or Ctrl-C at any later point cleans up the same way success does.
+
+mod plain;
+
+use std::net::SocketAddr;
+
+use futures::future::BoxFuture;
+use model::{Backend, RunPlan};
+use netns::Topology;
+
+use crate::error::{LabError, LabResult};
+
+/// Where the payload flows once the backend is up: the receiver listens on `target` inside
+/// namespace `b`, the sender connects to it from namespace `a`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataPath {
+    pub target: SocketAddr,
+}
+
+/// A running backend. Dropping it tears it down.
+pub trait ActiveBackend: Send {
+    fn data_path(&self) -> DataPath;
+
+    /// Evidence for the report, read after the transfers (SA counters, drivers, tunnel
+    /// thread CPU, ...). The shape is the backend's own and documented with it.
+    fn details(&mut self) -> BoxFuture<'_, LabResult<serde_json::Value>>;
+
+    /// Lines for the human reader, e.g. that a VM's speeds are emulated.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Checks that the backend can run here, creating nothing that outlives the check.
+pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
+    match plan.backend {
+        Backend::Plain => Ok(()),
+        other => Err(not_available(other)),
+    }
+}
+
+pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Box<dyn ActiveBackend>> {
+    match plan.backend {
+        Backend::Plain => Ok(Box::new(plain::Plain::new(plan, topology))),
+        other => Err(not_available(other)),
+    }
+}
+
+fn not_available(backend: Backend) -> LabError {
+    LabError::usage(anyhow::anyhow!(
+        "the {backend} backend is not available yet in this build; use --backend plain"
+    ))
+}

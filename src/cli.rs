@@ -1,0 +1,158 @@
+//! Raw command-line arguments (stage one). Typed values are parsed here with the model's
+//! `FromStr` impls, so a bad value is refused by clap with exit code 2; checks that need
+//! several values at once happen in `RunRequest::validate` (stage two).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Hmac, IpsecMode, KeyBits, RunRequest};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ipsec-lab",
+    version,
+    about = "Measures how fast encrypted tunnels move data, per backend, in MB/s"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Set up a two-namespace lab, push a verified payload through one backend, report MB/s.
+    Run(RunArgs),
+    /// Remove what killed runs left behind (only objects the lab created).
+    Clean(CleanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
+    /// single-threaded tunnel) or openvpn (real OpenVPN).
+    #[arg(long, default_value = "plain")]
+    pub backend: Backend,
+    /// AES key size: 128, 192 or 256 [default: 256].
+    #[arg(long)]
+    pub key_bits: Option<KeyBits>,
+    /// Integrity added to AES-CBC: none or sha256 [default: sha256].
+    #[arg(long)]
+    pub hmac: Option<Hmac>,
+    /// A whole cipher suite instead of --key-bits/--hmac: aes-256-gcm, aes-128-cbc,
+    /// aes-256-cbc-hmac-sha256, none, ...
+    #[arg(long)]
+    pub cipher: Option<CipherSuite>,
+    /// Crypto implementation of the userspace backend: auto, soft (AES-NI off), rustcrypto,
+    /// aws-lc [default: auto].
+    #[arg(long)]
+    pub crypto: Option<CryptoChoice>,
+    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30).
+    #[arg(long, default_value = "100MB")]
+    pub bytes: ByteSize,
+    /// Run the transfer N times and report min/median/max.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// Parallel TCP streams, as iperf3 -P.
+    #[arg(long, short = 'P', default_value_t = 1)]
+    pub parallel: u16,
+    /// MTU of the veth link.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u32,
+    /// IPsec mode of the xfrm backend: tunnel or transport [default: tunnel].
+    #[arg(long)]
+    pub mode: Option<IpsecMode>,
+    /// Seed of the pseudo-random payload (default: from the clock; recorded in the report).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// TCP port of the receiver (streams use PORT..PORT+P).
+    #[arg(long, default_value_t = 5201)]
+    pub port: u16,
+    /// Run inside a VM booting a stock kernel (optionally the given kernel image).
+    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    pub vm: Option<String>,
+    /// Write the JSON report to FILE, or to stdout with `-` (the table is then not printed).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Print the SA keys (they are never printed otherwise).
+    #[arg(long)]
+    pub show_keys: bool,
+    /// No progress bar even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl RunArgs {
+    pub fn request(&self) -> RunRequest {
+        RunRequest {
+            backend: self.backend,
+            key_bits: self.key_bits,
+            hmac: self.hmac,
+            cipher: self.cipher,
+            crypto: self.crypto,
+            bytes: self.bytes,
+            repeat: self.repeat,
+            parallel: self.parallel,
+            mtu: self.mtu,
+            mode: self.mode,
+            seed: self.seed,
+            port: self.port,
+            vm: self
+                .vm
+                .as_ref()
+                .map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
+        }
+    }
+
+    pub fn json_to_stdout(&self) -> bool {
+        self.json.as_deref() == Some(std::path::Path::new("-"))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CleanArgs {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ipsec-lab").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn main_use_parses() {
+        let cli = parse(&["run", "--key-bits", "256", "--hmac", "sha256"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.request().key_bits, Some(KeyBits::Aes256));
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_fix() {
+        for (args, hint) in [
+            (&["run", "--key-bits", "100"][..], "128, 192 or 256"),
+            (&["run", "--bytes", "abc"][..], "100MB"),
+            (&["run", "--hmac", "md5"][..], "none or sha256"),
+            (&["run", "--cipher", "aes-512-gcm"][..], "aes-{128,256}-gcm"),
+            (&["run", "--crypto", "nonsense"][..], "auto, soft"),
+            (&["run", "--backend", "ipsec"][..], "plain, xfrm"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+            assert!(err.to_string().contains(hint), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn vm_flag_takes_an_optional_kernel() {
+        let Command::Run(a) = parse(&["run", "--vm"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.request().vm, Some(None));
+        let Command::Run(a) = parse(&["run", "--vm", "/boot/vmlinuz-x"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.request().vm, Some(Some("/boot/vmlinuz-x".into())));
+    }
+}

@@ -1,0 +1,2 @@
+pub mod clean;
+pub mod run;

@@ -1,0 +1,178 @@
+//! `ipsec-lab run`: plan → topology → backend → verified transfers → report → teardown.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use model::{Environment, RunPlan, RunReport, Transfer};
+use netns::{Topology, TopologySpec};
+use traffic::{CancellationToken, Progress, Receiver, TransferConfig};
+
+use crate::backends::{self, DataPath};
+use crate::cli::RunArgs;
+use crate::error::{require_net_admin, LabError, LabResult};
+use crate::output;
+
+/// Longest silence tolerated on the data path before a run is declared failed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn run(args: RunArgs) -> LabResult<()> {
+    // Stage two of parsing: nothing below this line runs on invalid input.
+    let plan = args.request().validate()?;
+    for ignored in &plan.ignored {
+        eprintln!("note: ignored {ignored}");
+    }
+    require_net_admin()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(LabError::failed)?;
+    let show_progress = !args.no_progress && !args.json_to_stdout() && std::io::stderr().is_terminal();
+    let report = runtime.block_on(async {
+        backends::preflight(&plan).await?;
+        let cancel = CancellationToken::new();
+        let interrupted = cancel_on_signal(cancel.clone())?;
+        let result = execute(&plan, &cancel, show_progress).await;
+        interrupted.abort();
+        if cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        result
+    })?;
+    output::emit(&report, args.json.as_deref())
+}
+
+/// Turns SIGINT and SIGTERM into a cancellation: the run then unwinds through its guards
+/// instead of dying with namespaces in place.
+fn cancel_on_signal(cancel: CancellationToken) -> LabResult<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).map_err(LabError::failed)?;
+    let mut term = signal(SignalKind::terminate()).map_err(LabError::failed)?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("\nipsec-lab: interrupted, cleaning up");
+        cancel.cancel();
+    }))
+}
+
+async fn execute(plan: &RunPlan, cancel: &CancellationToken, show_progress: bool) -> LabResult<RunReport> {
+    let spec = TopologySpec {
+        run_id: netns::new_run_id(),
+        mtu: plan.mtu,
+        addressing: plan.addressing,
+    };
+    // Both guards below remove what they own when dropped: on success, on `?`, on Ctrl-C.
+    let topology = Topology::create(&spec).await?;
+    let mut backend = backends::start(plan, &topology).await?;
+    let mut transfers = Vec::new();
+    for attempt in 1..=plan.repeat {
+        if cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
+        let transfer =
+            transfer_once(plan, &topology, backend.data_path(), cancel, show_progress, label).await?;
+        transfers.push(transfer);
+    }
+    let details = backend.details().await?;
+    let notes = backend.notes();
+    drop(backend);
+    topology.destroy()?;
+    let mut report = RunReport::new(plan.clone(), Environment::detect(), transfers)
+        .expect("repeat >= 1, so there is at least one transfer");
+    if !details.is_null() {
+        report
+            .backend_details
+            .insert(plan.backend.name().to_string(), details);
+    }
+    report.notes = notes;
+    Ok(report)
+}
+
+/// One verified transfer: receiver in namespace b, sender in namespace a, each on its own
+/// thread so each side's CPU time is measured on its own.
+async fn transfer_once(
+    plan: &RunPlan,
+    topology: &Topology,
+    path: DataPath,
+    cancel: &CancellationToken,
+    show_progress: bool,
+    label: String,
+) -> LabResult<Transfer> {
+    let config = TransferConfig {
+        seed: plan.seed,
+        total_bytes: plan.bytes.0,
+        streams: plan.parallel,
+        idle_timeout: IDLE_TIMEOUT,
+    };
+    let target = path.target;
+    // Bound before the sender starts, so the sender never races the listener.
+    let receiver = topology
+        .b
+        .run(move || Receiver::bind(target))?
+        .map_err(LabError::failed)?;
+    let progress = Progress::default();
+    let (rx_progress, rx_cancel) = (progress.clone(), cancel.clone());
+    let receiving = topology.b.spawn("ipl-receiver", move || {
+        receiver.run(config, rx_progress, rx_cancel)
+    })?;
+    let tx_cancel = cancel.clone();
+    let sending = topology
+        .a
+        .spawn("ipl-sender", move || traffic::send(target, config, tx_cancel))?;
+
+    let bar = show_progress.then(|| progress_bar(plan.bytes.0, label));
+    let joined = tokio::task::spawn_blocking(move || (receiving.join(), sending.join()));
+    tokio::pin!(joined);
+    let (received, sent) = loop {
+        tokio::select! {
+            done = &mut joined => break done.expect("join task"),
+            // Why poll: the counters live in the transfer threads; 10 updates a second is
+            // smooth for a human and free for the run.
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                if let Some(bar) = &bar { bar.set_position(progress.bytes()) }
+            }
+        }
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let received = received.map_err(|_| LabError::failed(anyhow::anyhow!("receiver thread panicked")))?;
+    let sent = sent.map_err(|_| LabError::failed(anyhow::anyhow!("sender thread panicked")))?;
+    // The receiver's verdict comes first: it says *what* went wrong with the data; a sender
+    // error is usually only the echo of the receiver closing.
+    let received = received.map_err(|e| transfer_error("receiver", e))?;
+    let sent = sent.map_err(|e| transfer_error("sender", e))?;
+    Ok(Transfer {
+        bytes: received.bytes,
+        seconds: received.seconds,
+        streams: plan.parallel,
+        verified: true,
+        sender_cpu: sent.cpu,
+        receiver_cpu: received.cpu,
+    })
+}
+
+fn transfer_error(side: &str, e: traffic::TrafficError) -> LabError {
+    match e {
+        traffic::TrafficError::Cancelled => LabError::interrupted(),
+        other => LabError::failed(anyhow::Error::new(other).context(format!("{side} failed"))),
+    }
+}
+
+fn progress_bar(total: u64, label: String) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(label);
+    bar
+}

@@ -1,0 +1,94 @@
+//! The binary's error type: every failure carries the exit code a script can act on.
+
+use std::fmt;
+
+/// 0 ok, 1 a run that failed, 2 bad usage or input, 3 a missing capability, 130 interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Failed = 1,
+    Usage = 2,
+    Capability = 3,
+    Interrupted = 130,
+}
+
+#[derive(Debug)]
+pub struct LabError {
+    pub kind: ExitKind,
+    pub error: anyhow::Error,
+}
+
+impl LabError {
+    pub fn new(kind: ExitKind, error: impl Into<anyhow::Error>) -> LabError {
+        LabError {
+            kind,
+            error: error.into(),
+        }
+    }
+    pub fn usage(error: impl Into<anyhow::Error>) -> LabError {
+        LabError::new(ExitKind::Usage, error)
+    }
+    pub fn capability(error: impl Into<anyhow::Error>) -> LabError {
+        LabError::new(ExitKind::Capability, error)
+    }
+    pub fn failed(error: impl Into<anyhow::Error>) -> LabError {
+        LabError::new(ExitKind::Failed, error)
+    }
+    pub fn interrupted() -> LabError {
+        LabError::new(
+            ExitKind::Interrupted,
+            anyhow::anyhow!("interrupted; everything the run created was removed"),
+        )
+    }
+    pub fn exit_code(&self) -> u8 {
+        self.kind as u8
+    }
+}
+
+impl fmt::Display for LabError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            write!(f, "{:#}", self.error)
+        } else {
+            write!(f, "{}", self.error)
+        }
+    }
+}
+
+impl From<netns::NetnsError> for LabError {
+    fn from(e: netns::NetnsError) -> LabError {
+        let kind = if e.is_capability() {
+            ExitKind::Capability
+        } else {
+            ExitKind::Failed
+        };
+        LabError::new(kind, e)
+    }
+}
+
+impl From<model::PlanError> for LabError {
+    fn from(e: model::PlanError) -> LabError {
+        LabError::usage(e)
+    }
+}
+
+pub type LabResult<T> = Result<T, LabError>;
+
+/// Refuses early, before anything is created, when the process cannot manage namespaces.
+pub fn require_net_admin() -> LabResult<()> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    if has(CAP_NET_ADMIN) && has(CAP_SYS_ADMIN) {
+        Ok(())
+    } else {
+        Err(LabError::capability(anyhow::anyhow!(
+            "ipsec-lab needs CAP_NET_ADMIN to create namespaces; run it as root"
+        )))
+    }
+}

@@ -1,0 +1,159 @@
+//! Printing a run report: the human table on stdout, and/or the JSON schema to a file or
+//! stdout.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use model::report::TransferRecord;
+use model::RunReport;
+
+use crate::error::{LabError, LabResult};
+
+pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
+    match json {
+        Some(p) if p == Path::new("-") => {
+            println!("{}", to_json(report)?);
+            return Ok(());
+        }
+        Some(p) => std::fs::write(p, to_json(report)? + "\n")
+            .map_err(|e| LabError::failed(anyhow::anyhow!("write JSON report to {}: {e}", p.display())))?,
+        None => {}
+    }
+    print!("{}", table(report));
+    Ok(())
+}
+
+fn to_json(report: &RunReport) -> LabResult<String> {
+    serde_json::to_string_pretty(report).map_err(LabError::failed)
+}
+
+/// The human-readable result: one row per transfer, a summary row when repeated, then the
+/// conditions the numbers were measured under.
+pub fn table(report: &RunReport) -> String {
+    let plan = &report.plan;
+    let mut rows: Vec<[String; 7]> = vec![[
+        "backend".into(),
+        "cipher".into(),
+        "payload".into(),
+        "time".into(),
+        "throughput".into(),
+        "sender cpu".into(),
+        "receiver cpu".into(),
+    ]];
+    for record in &report.transfers {
+        rows.push(row(report, record));
+    }
+    let mut out = String::new();
+    let widths: Vec<usize> = (0..7)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    let s = &report.mb_per_s;
+    if s.n > 1 {
+        let _ = writeln!(
+            out,
+            "median {:.1} MB/s over {} runs (min {:.1}, max {:.1}, spread {:.0} %)",
+            s.median,
+            s.n,
+            s.min,
+            s.max,
+            s.relative_spread() * 100.0
+        );
+    }
+    let env = &report.environment;
+    let _ = writeln!(
+        out,
+        "\nmeasured on {} ({}), kernel {}, {} CPUs, {} [{}], seed {:#x}, mtu {}, {} stream(s)",
+        env.hostname,
+        env.virtualization,
+        env.kernel_release,
+        env.cpus,
+        env.cpu_model,
+        env.crypto_flags.join(" "),
+        plan.seed,
+        plan.mtu,
+        plan.parallel,
+    );
+    if plan.suite.is_encrypted() && !env.kernel_drivers.is_empty() {
+        let drivers: Vec<String> = env
+            .kernel_drivers
+            .iter()
+            .map(|(a, d)| format!("{a}={d}"))
+            .collect();
+        let _ = writeln!(out, "kernel crypto drivers: {}", drivers.join(", "));
+    }
+    for (backend, details) in &report.backend_details {
+        let _ = writeln!(out, "{backend}: {details}");
+    }
+    for note in &report.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    out
+}
+
+fn row(report: &RunReport, record: &TransferRecord) -> [String; 7] {
+    let t = &record.transfer;
+    [
+        report.plan.backend.to_string(),
+        report.plan.suite.to_string(),
+        model::ByteSize(t.bytes).to_string(),
+        format!("{:.3} s", t.seconds),
+        format!(
+            "{:.1} MB/s ({:.2} Gbit/s)",
+            record.rates.mb_per_s,
+            record.rates.mbit_per_s / 1000.0
+        ),
+        format!("{:.0} %", t.sender_cpu.percent_of_core),
+        format!("{:.0} %", t.receiver_cpu.percent_of_core),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::{CpuUsage, Environment, RunRequest, Transfer};
+
+    #[test]
+    fn table_has_the_documented_columns_and_a_median_row() {
+        let plan = RunRequest {
+            repeat: 2,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let t = |s| Transfer {
+            bytes: 100_000_000,
+            seconds: s,
+            streams: 1,
+            verified: true,
+            sender_cpu: CpuUsage::new(0.1, 0.0, s),
+            receiver_cpu: CpuUsage::new(0.05, 0.0, s),
+        };
+        let report = RunReport::new(plan, Environment::detect(), vec![t(0.125), t(0.1)]).unwrap();
+        let text = table(&report);
+        let first = text.lines().next().unwrap();
+        for col in [
+            "backend",
+            "cipher",
+            "payload",
+            "time",
+            "throughput",
+            "sender cpu",
+            "receiver cpu",
+        ] {
+            assert!(first.contains(col), "{first}");
+        }
+        assert!(
+            text.contains("plain    none    100.0 MB  0.125 s  800.0 MB/s (6.40 Gbit/s)"),
+            "{text}"
+        );
+        assert!(text.contains("median 900.0 MB/s over 2 runs"), "{text}");
+    }
+}
