@@ -1,1 +1,518 @@
-//! (placeholder: filled in by its issue)
+//! The userspace tunnel's event loop: ONE thread per end, pinned to one core, owning a TUN
+//! device and a UDP socket, moving every packet through [`tunnel_proto::Endpoint`].
+//!
+//! The thread enters its network namespace first, so the TUN device and the socket are
+//! created there. I/O is batched so that crypto, not system calls, is the limit: several TUN
+//! reads per wake-up, then one `sendmsg` with UDP GSO (or one `sendmmsg`) for the whole batch;
+//! `recvmmsg` with UDP GRO on the way in. TUN writes stay one packet per call (a TUN device
+//! takes one packet per write without virtio-net offload headers).
+//!
+//! Leaves out: the packet format and crypto (`tunnel-proto`, `crypto`), the namespaces and
+//! veth (`netns`), and the traffic that flows through (`traffic`).
+
+mod cpu;
+mod tun;
+mod udp;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::ops::Range;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use model::CipherSuite;
+use netns::{Namespace, NetnsError};
+use serde::{Deserialize, Serialize};
+use tunnel_proto::{DropCounters, Endpoint, HEADROOM, TAILROOM};
+
+pub use cpu::{pin_current_thread, ThreadCpu};
+pub use tun::Tun;
+
+/// How datagrams leave and arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Batching {
+    /// `sendmmsg`/`recvmmsg`: one system call per batch, one trip through the stack per datagram.
+    Mmsg,
+    /// UDP GSO/GRO: one system call and one trip through the stack per batch of equal-sized
+    /// datagrams. Falls back to [`Batching::Mmsg`] where the kernel refuses it.
+    Gso,
+}
+
+/// Packets read from the TUN device per wake-up, at most.
+pub const BATCH: usize = 64;
+/// Datagrams (or GRO bundles) per `recvmmsg`.
+const RX_MESSAGES: usize = 32;
+const RX_BUFFER_GRO: usize = 65_536;
+const RX_BUFFER_PLAIN: usize = 2048;
+const SOCKET_BUFFER: usize = 8 << 20;
+const TXQUEUELEN: u32 = 1000;
+
+/// Largest inner (TUN) MTU whose datagrams fit a link of `link_mtu` without fragmenting:
+/// link MTU less IPv4 (20) and UDP (8) headers less the suite's overhead. CBC rounds up to
+/// whole blocks with at least one byte of padding, so its room is counted in blocks.
+pub fn inner_mtu(link_mtu: u32, suite: CipherSuite) -> u32 {
+    let room = link_mtu.saturating_sub(28);
+    match suite {
+        CipherSuite::AesCbc { hmac, .. } => {
+            let mac = if hmac == model::Hmac::Sha256 { 32 } else { 0 };
+            let ct = room.saturating_sub(8 + 16 + mac);
+            (ct / 16 * 16).saturating_sub(1)
+        }
+        _ => room.saturating_sub(Endpoint::max_overhead(suite) as u32),
+    }
+}
+
+/// Where one end of the tunnel sits.
+#[derive(Debug, Clone)]
+pub struct TunnelConfig {
+    /// TUN device name (at most 15 bytes; the lab's start with `ipl`).
+    pub tun_name: String,
+    /// Outer address the UDP socket binds (on the veth).
+    pub local: SocketAddrV4,
+    /// The other end's outer address.
+    pub peer: SocketAddrV4,
+    /// Inner address of the TUN device, and its prefix (the kernel routes the prefix into it).
+    pub inner: Ipv4Addr,
+    pub prefix_len: u8,
+    pub inner_mtu: u32,
+    /// Core to pin the thread to; None leaves it to the scheduler.
+    pub cpu: Option<usize>,
+    pub batching: Batching,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelError {
+    #[error(transparent)]
+    Namespace(#[from] NetnsError),
+    #[error("{step} for tunnel {tun}: {source}")]
+    Setup {
+        step: String,
+        tun: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tunnel {tun}: {during}: {source}")]
+    Io {
+        during: &'static str,
+        tun: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tunnel thread {tun} panicked")]
+    Panicked { tun: String },
+}
+
+/// Payload packets and bytes that went one way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Per-packet failures that are not a [`tunnel_proto::DropReason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoErrors {
+    /// Packets read from TUN that could not be encrypted.
+    pub encap: u64,
+    /// Batches (or the rest of one) the socket refused.
+    pub send: u64,
+    /// Decrypted packets the TUN device refused.
+    pub tun_write: u64,
+}
+
+/// What one end did, from its own thread.
+#[derive(Debug, Clone)]
+pub struct TunnelStats {
+    pub tun_name: String,
+    pub implementation: crypto::ImplementationInfo,
+    /// What was actually used (GSO falls back to mmsg where refused).
+    pub batching: Batching,
+    pub inner_mtu: u32,
+    /// Read from TUN, encrypted and sent.
+    pub sent: Flow,
+    /// Received, decrypted and written to TUN.
+    pub delivered: Flow,
+    /// Datagrams received (before decryption), GRO bundles counted per datagram.
+    pub datagrams_in: u64,
+    pub drops: DropCounters,
+    pub errors: IoErrors,
+    pub send_calls: u64,
+    pub recv_calls: u64,
+    /// The thread's CPU time from the end of set-up to stop.
+    pub cpu: ThreadCpu,
+    pub wall_s: f64,
+}
+
+impl TunnelStats {
+    /// Packets through this end, both ways, per second of its life.
+    pub fn packets_per_s(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            (self.sent.packets + self.delivered.packets) as f64 / self.wall_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Stop request: a flag checked every loop, plus an eventfd that wakes a sleeping `poll`.
+struct Stop {
+    flag: AtomicBool,
+    wake: OwnedFd,
+}
+
+impl Stop {
+    fn new() -> io::Result<Stop> {
+        // SAFETY: eventfd(2) returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Stop {
+            flag: AtomicBool::new(false),
+            // SAFETY: fresh fd.
+            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn request(&self) {
+        self.flag.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a u64 on the stack to an eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn requested(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+}
+
+/// A running tunnel end. [`Tunnel::stop`] ends it and returns its statistics; dropping it
+/// stops it too. Either way the thread is joined and its TUN device is gone afterwards.
+pub struct Tunnel {
+    tun_name: String,
+    stop: Arc<Stop>,
+    thread: Option<JoinHandle<Result<TunnelStats, TunnelError>>>,
+}
+
+impl Tunnel {
+    /// Starts an end in `ns`: returns once its TUN device is up and its socket bound, or with
+    /// the reason it could not be set up.
+    pub fn start(ns: &Namespace, config: TunnelConfig, endpoint: Endpoint) -> Result<Tunnel, TunnelError> {
+        let stop = Arc::new(Stop::new().map_err(|source| TunnelError::Setup {
+            step: "create eventfd".into(),
+            tun: config.tun_name.clone(),
+            source,
+        })?);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), TunnelError>>();
+        let tun_name = config.tun_name.clone();
+        let thread_stop = stop.clone();
+        let thread = ns.spawn(&config.tun_name.clone(), move || {
+            let mut lp = match Loop::set_up(config, endpoint) {
+                Ok(lp) => lp,
+                Err(e) => {
+                    let msg = TunnelError::Setup {
+                        step: "set-up".into(),
+                        tun: String::new(),
+                        source: io::Error::other(e.to_string()),
+                    };
+                    let _ = ready_tx.send(Err(e));
+                    return Err(msg);
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            lp.run(&thread_stop)
+        })?;
+        let mut tunnel = Tunnel {
+            tun_name: tun_name.clone(),
+            stop,
+            thread: Some(thread),
+        };
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(tunnel),
+            Ok(Err(e)) => {
+                let _ = tunnel.thread.take().map(JoinHandle::join);
+                Err(e)
+            }
+            Err(_) => {
+                let _ = tunnel.thread.take().map(JoinHandle::join);
+                Err(TunnelError::Panicked { tun: tun_name })
+            }
+        }
+    }
+
+    pub fn tun_name(&self) -> &str {
+        &self.tun_name
+    }
+
+    /// Stops the thread, waits for it, and returns what it did. Its TUN device is removed
+    /// when the thread closes it.
+    pub fn stop(mut self) -> Result<TunnelStats, TunnelError> {
+        self.stop.request();
+        let thread = self.thread.take().expect("a tunnel is stopped once");
+        thread.join().unwrap_or_else(|_| {
+            Err(TunnelError::Panicked {
+                tun: self.tun_name.clone(),
+            })
+        })
+    }
+}
+
+impl Drop for Tunnel {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.request();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The thread's state: its device, its socket, its endpoint and its buffers.
+struct Loop {
+    config: TunnelConfig,
+    tun: Tun,
+    udp: udp::Udp,
+    endpoint: Endpoint,
+    batching: Batching,
+    tx_bufs: Vec<Vec<u8>>,
+    tx_ranges: Vec<Range<usize>>,
+    rx_bufs: Vec<Vec<u8>>,
+    rx_meta: Vec<udp::Received>,
+    stats: TunnelStats,
+}
+
+impl Loop {
+    fn set_up(config: TunnelConfig, endpoint: Endpoint) -> Result<Loop, TunnelError> {
+        let setup = |step: String, source| TunnelError::Setup {
+            step,
+            tun: config.tun_name.clone(),
+            source,
+        };
+        if let Some(cpu) = config.cpu {
+            pin_current_thread(cpu).map_err(|e| setup(format!("pin thread to CPU {cpu}"), e))?;
+        }
+        let tun = Tun::create(&config.tun_name).map_err(|e| setup("create TUN device".into(), e))?;
+        tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
+            .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
+        let udp = udp::Udp::bind(config.local, config.peer, SOCKET_BUFFER)
+            .map_err(|e| setup(format!("UDP socket {}", config.local), e))?;
+        let batching = match config.batching {
+            Batching::Gso if udp.enable_gro() => Batching::Gso,
+            _ => Batching::Mmsg,
+        };
+        let rx_size = if batching == Batching::Gso {
+            RX_BUFFER_GRO
+        } else {
+            RX_BUFFER_PLAIN
+        };
+        let tx_size = HEADROOM + config.inner_mtu as usize + TAILROOM;
+        let stats = TunnelStats {
+            tun_name: config.tun_name.clone(),
+            implementation: endpoint.implementation().info(),
+            batching,
+            inner_mtu: config.inner_mtu,
+            sent: Flow::default(),
+            delivered: Flow::default(),
+            datagrams_in: 0,
+            drops: DropCounters::default(),
+            errors: IoErrors::default(),
+            send_calls: 0,
+            recv_calls: 0,
+            cpu: ThreadCpu::default(),
+            wall_s: 0.0,
+        };
+        Ok(Loop {
+            tun,
+            udp,
+            endpoint,
+            batching,
+            tx_bufs: vec![vec![0u8; tx_size]; BATCH],
+            tx_ranges: vec![0..0; BATCH],
+            rx_bufs: vec![vec![0u8; rx_size]; RX_MESSAGES],
+            rx_meta: vec![udp::Received::default(); RX_MESSAGES],
+            stats,
+            config,
+        })
+    }
+
+    fn io_error(&self, during: &'static str, source: io::Error) -> TunnelError {
+        TunnelError::Io {
+            during,
+            tun: self.config.tun_name.clone(),
+            source,
+        }
+    }
+
+    fn run(&mut self, stop: &Stop) -> Result<TunnelStats, TunnelError> {
+        let cpu0 = ThreadCpu::now();
+        let t0 = Instant::now();
+        let mut fds = [
+            libc::pollfd {
+                fd: self.tun.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.udp.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        while !stop.requested() {
+            // Work until both sides are empty, only then sleep: under load `poll` is skipped.
+            let from_tun = self.pump_tun()?;
+            let from_net = self.pump_net()?;
+            if from_tun == 0 && from_net == 0 {
+                // SAFETY: fds is a valid array of 3 pollfd for the duration of the call.
+                let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+                if rc < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(self.io_error("poll", e));
+                    }
+                }
+            }
+        }
+        self.stats.cpu = ThreadCpu::now().since(cpu0);
+        self.stats.wall_s = t0.elapsed().as_secs_f64();
+        Ok(self.stats.clone())
+    }
+
+    /// Reads up to a batch of packets from TUN, encrypts them, sends them. Returns packets read.
+    fn pump_tun(&mut self) -> Result<usize, TunnelError> {
+        let mtu = self.config.inner_mtu as usize;
+        let mut n = 0;
+        let mut bytes = 0;
+        let max_datagram = mtu + Endpoint::max_overhead(self.endpoint.suite());
+        while n < BATCH && bytes + max_datagram <= udp::GSO_MAX_BYTES {
+            let buf = &mut self.tx_bufs[n];
+            let len = match self.tun.read(&mut buf[HEADROOM..HEADROOM + mtu]) {
+                Ok(len) => len,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(self.io_error("read TUN", e)),
+            };
+            match self.endpoint.encap(buf, len) {
+                Ok(range) => {
+                    bytes += range.len();
+                    self.tx_ranges[n] = range;
+                    self.stats.sent.packets += 1;
+                    self.stats.sent.bytes += len as u64;
+                    n += 1;
+                }
+                Err(_) => self.stats.errors.encap += 1,
+            }
+        }
+        if n > 0 {
+            self.send_batch(n);
+        }
+        Ok(n)
+    }
+
+    fn send_batch(&mut self, n: usize) {
+        let Loop {
+            udp,
+            batching,
+            tx_bufs,
+            tx_ranges,
+            stats,
+            ..
+        } = self;
+        let datagrams: Vec<&[u8]> = tx_bufs[..n]
+            .iter()
+            .zip(&tx_ranges[..n])
+            .map(|(b, r)| &b[r.clone()])
+            .collect();
+        if *batching == Batching::Gso {
+            let mut start = 0;
+            while start < n {
+                let segment = datagrams[start].len();
+                // A run of equal lengths, optionally closed by one shorter datagram.
+                let mut end = start + 1;
+                while end < n && end - start < udp::GSO_MAX_SEGMENTS {
+                    let len = datagrams[end].len();
+                    if len < segment {
+                        end += 1;
+                    }
+                    if len != segment {
+                        break;
+                    }
+                    end += 1;
+                }
+                stats.send_calls += 1;
+                if let Err(e) = udp.send_gso(&datagrams[start..end], segment) {
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP)
+                    ) {
+                        // The kernel refuses GSO here: fall back for good and resend as mmsg.
+                        *batching = Batching::Mmsg;
+                        stats.batching = Batching::Mmsg;
+                        send_mmsg(udp, &datagrams[start..], stats);
+                        return;
+                    }
+                    stats.errors.send += 1;
+                }
+                start = end;
+            }
+        } else {
+            send_mmsg(udp, &datagrams, stats);
+        }
+    }
+
+    /// Receives a batch of datagrams, decrypts them and writes them to TUN. Returns datagrams
+    /// received.
+    fn pump_net(&mut self) -> Result<usize, TunnelError> {
+        let got = match self.udp.recv_mmsg(&mut self.rx_bufs, &mut self.rx_meta) {
+            Ok(got) => got,
+            // ICMP errors queued on the socket (e.g. the peer not yet listening) are not fatal.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => return Ok(1),
+            Err(e) => return Err(self.io_error("receive UDP", e)),
+        };
+        if got == 0 {
+            return Ok(0);
+        }
+        self.stats.recv_calls += 1;
+        let mut datagrams = 0;
+        for i in 0..got {
+            let meta = self.rx_meta[i];
+            let segment = if meta.segment > 0 { meta.segment } else { meta.len };
+            let mut off = 0;
+            while off < meta.len {
+                let end = (off + segment).min(meta.len);
+                datagrams += 1;
+                let buf = &mut self.rx_bufs[i][off..end];
+                match self.endpoint.decap(buf) {
+                    Ok(payload) => match self.tun.write(&buf[payload.clone()]) {
+                        Ok(_) => {
+                            self.stats.delivered.packets += 1;
+                            self.stats.delivered.bytes += payload.len() as u64;
+                        }
+                        Err(_) => self.stats.errors.tun_write += 1,
+                    },
+                    Err(reason) => self.stats.drops.count(reason),
+                }
+                off = end;
+            }
+        }
+        self.stats.datagrams_in += datagrams;
+        Ok(got)
+    }
+}
+
+fn send_mmsg(udp: &udp::Udp, datagrams: &[&[u8]], stats: &mut TunnelStats) {
+    match udp.send_mmsg(datagrams) {
+        Ok(calls) => stats.send_calls += calls as u64,
+        Err(_) => {
+            stats.send_calls += 1;
+            stats.errors.send += 1;
+        }
+    }
+}

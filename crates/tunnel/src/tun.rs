@@ -1,0 +1,150 @@
+//! A TUN device (`/dev/net/tun`, `IFF_TUN | IFF_NO_PI`: bare IP packets, no extra header),
+//! configured with ioctls from the thread that owns it, so it lands in that thread's network
+//! namespace. Not persistent: closing the fd removes the device, so a dropped [`Tun`] leaves
+//! nothing behind, also when the thread panics.
+
+use std::ffi::CString;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+
+pub struct Tun {
+    fd: OwnedFd,
+    name: String,
+}
+
+fn ifreq_named(name: &str) -> io::Result<libc::ifreq> {
+    let cname =
+        CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in device name"))?;
+    let bytes = cname.as_bytes_with_nul();
+    if bytes.len() > libc::IFNAMSIZ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("device name {name:?} is longer than {} bytes", libc::IFNAMSIZ - 1),
+        ));
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn sockaddr_v4(addr: Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(addr).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size on Linux; the kernel reads it as
+    // sockaddr_in because sin_family says so.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+fn ioctl(fd: RawFd, request: libc::c_ulong, req: &mut libc::ifreq, what: &str) -> io::Result<()> {
+    // SAFETY: every request used here takes a pointer to an ifreq, which outlives the call.
+    let rc = unsafe { libc::ioctl(fd, request as _, req as *mut libc::ifreq) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
+    }
+    Ok(())
+}
+
+impl Tun {
+    /// Creates TUN device `name` in the calling thread's namespace, non-blocking.
+    pub fn create(name: &str) -> io::Result<Tun> {
+        // SAFETY: plain open(2) of a device node; the fd is owned right after.
+        let raw = unsafe {
+            libc::open(
+                c"/dev/net/tun".as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("open /dev/net/tun: {e}")));
+        }
+        // SAFETY: `raw` is a fresh fd nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut req = ifreq_named(name)?;
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req, "TUNSETIFF")?;
+        Ok(Tun {
+            fd,
+            name: name.to_string(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets address, netmask, MTU and transmit queue length and brings the device up
+    /// (`ip addr add ADDR/PREFIX dev NAME; ip link set NAME mtu MTU up`). The kernel adds the
+    /// connected route for the prefix.
+    pub fn configure(&self, addr: Ipv4Addr, prefix_len: u8, mtu: u32, txqueuelen: u32) -> io::Result<()> {
+        // SAFETY: a plain socket used only as an ioctl handle; owned right after.
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh fd.
+        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+        let s = sock.as_raw_fd();
+        let mut req = ifreq_named(&self.name)?;
+        req.ifr_ifru.ifru_addr = sockaddr_v4(addr);
+        ioctl(s, libc::SIOCSIFADDR, &mut req, "SIOCSIFADDR")?;
+        let mask = if prefix_len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(prefix_len.min(32)))
+        };
+        req.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
+        ioctl(s, libc::SIOCSIFNETMASK, &mut req, "SIOCSIFNETMASK")?;
+        req.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+        ioctl(s, libc::SIOCSIFMTU, &mut req, "SIOCSIFMTU")?;
+        req.ifr_ifru.ifru_metric = txqueuelen as libc::c_int; // ifr_qlen shares the slot
+        ioctl(s, libc::SIOCSIFTXQLEN, &mut req, "SIOCSIFTXQLEN")?;
+        ioctl(s, libc::SIOCGIFFLAGS, &mut req, "SIOCGIFFLAGS")?;
+        // SAFETY: SIOCGIFFLAGS just filled the flags member of the union.
+        let flags = unsafe { req.ifr_ifru.ifru_flags };
+        req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        ioctl(s, libc::SIOCSIFFLAGS, &mut req, "SIOCSIFFLAGS")?;
+        Ok(())
+    }
+
+    /// One packet, or `WouldBlock` when the queue is empty.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Hands one packet to the kernel's stack.
+    pub fn write(&self, packet: &[u8]) -> io::Result<usize> {
+        // SAFETY: packet is valid for reads of packet.len() bytes.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+impl AsRawFd for Tun {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
