@@ -1,0 +1,420 @@
+//! The `speed` subcommand: raw clap arguments → a validated [`SpeedPlan`] → measurements →
+//! table and JSON. Bad input is refused before anything is timed.
+
+use std::io::{IsTerminal, Write};
+use std::process::Stdio;
+use std::str::FromStr;
+
+use clap::Args;
+use crypto::{CryptoChoice, Implementation};
+use model::Environment;
+
+use crate::measure::{measure_cell, Method};
+use crate::report::{Record, RecordHead, Skipped, SpeedReport, Units, SPEED_SCHEMA_VERSION};
+use crate::suite::{SpeedSuite, UnknownSuite};
+use crate::{kernel, openssl, SpeedError, BLOCK_SIZES, SUBCOMMAND};
+
+/// Time ciphers across implementations, like `openssl speed -evp`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SpeedArgs {
+    /// Suites to time (default: all): aes-{128,192,256}-cbc, hmac-sha256,
+    /// aes-{128,192,256}-cbc-hmac-sha256, aes-{128,256}-gcm, chacha20-poly1305.
+    pub suites: Vec<String>,
+    /// Implementations, comma-separated: auto, soft, rustcrypto, aws-lc, kernel.
+    /// Default: auto,rustcrypto,soft,kernel (aws-lc is what auto uses).
+    #[arg(long, value_delimiter = ',')]
+    pub crypto: Vec<String>,
+    /// Seconds per cell, split over the repeats (default 1 for several suites, 3 for one).
+    #[arg(long, allow_negative_numbers = true)]
+    pub seconds: Option<f64>,
+    /// Threads, one pinned per core, results summed.
+    #[arg(long, default_value_t = 1)]
+    pub multi: usize,
+    /// Repeats per cell; the table shows the median and flags spreads above 5 %.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Block sizes in bytes, comma-separated (default 16,64,256,1024,1400,8192,16384).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// Print openssl's units (1000s of bytes per second) instead of MB/s.
+    #[arg(long)]
+    pub openssl_units: bool,
+    /// Also run `openssl speed -elapsed -evp` for the same suites and print it alongside.
+    #[arg(long)]
+    pub against_openssl: bool,
+    /// Write one JSON record per cell (plus the environment) to FILE, or `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+    /// Internal: this process is the software-AES child; print only JSON on stdout.
+    #[arg(long, hide = true)]
+    pub child: bool,
+}
+
+/// An implementation row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeedImpl {
+    Crypto(CryptoChoice),
+    /// The kernel crypto API through AF_ALG.
+    Kernel,
+}
+
+impl SpeedImpl {
+    pub fn name(self) -> &'static str {
+        match self {
+            SpeedImpl::Crypto(c) => c.name(),
+            SpeedImpl::Kernel => "kernel",
+        }
+    }
+}
+
+impl FromStr for SpeedImpl {
+    type Err = UsageError;
+    fn from_str(s: &str) -> Result<Self, UsageError> {
+        if s.trim().eq_ignore_ascii_case("kernel") {
+            return Ok(SpeedImpl::Kernel);
+        }
+        CryptoChoice::from_str(s)
+            .map(SpeedImpl::Crypto)
+            .map_err(|_| UsageError::UnknownImplementation(s.to_string()))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UsageError {
+    #[error(transparent)]
+    UnknownSuite(#[from] UnknownSuite),
+    #[error("unknown implementation {0:?}: use auto, soft, rustcrypto, aws-lc or kernel, comma-separated")]
+    UnknownImplementation(String),
+    #[error("--multi 0: give the number of threads to run at once, at least 1")]
+    ZeroThreads,
+    #[error("--seconds {0}: give a positive number of seconds per cell, e.g. --seconds 0.5")]
+    BadSeconds(f64),
+    #[error("--repeats 0: give at least 1 repeat per cell")]
+    ZeroRepeats,
+    #[error("--sizes {0}: block sizes are 1 to 1048576 bytes")]
+    BadSize(usize),
+}
+
+/// Everything a run will do, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpeedPlan {
+    pub suites: Vec<SpeedSuite>,
+    pub implementations: Vec<SpeedImpl>,
+    pub sizes: Vec<usize>,
+    /// Seconds per cell, over all repeats.
+    pub seconds: f64,
+    pub threads: usize,
+    pub repeats: usize,
+    pub units: Units,
+    pub against_openssl: bool,
+    pub json: Option<String>,
+    pub child: bool,
+}
+
+impl SpeedArgs {
+    pub fn validate(&self) -> Result<SpeedPlan, UsageError> {
+        let suites = if self.suites.is_empty() {
+            SpeedSuite::all()
+        } else {
+            let mut v = Vec::new();
+            for s in &self.suites {
+                let suite: SpeedSuite = s.parse()?;
+                if !v.contains(&suite) {
+                    v.push(suite);
+                }
+            }
+            v
+        };
+        let implementations = if self.crypto.is_empty() {
+            vec![
+                SpeedImpl::Crypto(CryptoChoice::Auto),
+                SpeedImpl::Crypto(CryptoChoice::Rustcrypto),
+                SpeedImpl::Crypto(CryptoChoice::Soft),
+                SpeedImpl::Kernel,
+            ]
+        } else {
+            let mut v = Vec::new();
+            for s in &self.crypto {
+                let i: SpeedImpl = s.parse()?;
+                if !v.contains(&i) {
+                    v.push(i);
+                }
+            }
+            v
+        };
+        if self.multi == 0 {
+            return Err(UsageError::ZeroThreads);
+        }
+        if self.repeats == 0 {
+            return Err(UsageError::ZeroRepeats);
+        }
+        let seconds = self.seconds.unwrap_or(if suites.len() == 1 { 3.0 } else { 1.0 });
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(UsageError::BadSeconds(seconds));
+        }
+        let sizes = if self.sizes.is_empty() {
+            BLOCK_SIZES.to_vec()
+        } else {
+            if let Some(&bad) = self.sizes.iter().find(|&&s| s == 0 || s > 1 << 20) {
+                return Err(UsageError::BadSize(bad));
+            }
+            let mut v = self.sizes.clone();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        Ok(SpeedPlan {
+            suites,
+            implementations,
+            sizes,
+            seconds,
+            threads: self.multi,
+            repeats: self.repeats,
+            units: if self.openssl_units {
+                Units::OpensslKilobytes
+            } else {
+                Units::MegabytesPerSecond
+            },
+            against_openssl: self.against_openssl,
+            json: self.json.clone(),
+            child: self.child,
+        })
+    }
+}
+
+fn progress(line: &str) {
+    if std::io::stderr().is_terminal() {
+        eprintln!("{line}");
+    }
+}
+
+/// Times one crypto implementation in this process: self-test first, then every cell.
+fn measure_here(choice: CryptoChoice, plan: &SpeedPlan, method: &Method) -> Result<Vec<Record>, SpeedError> {
+    let imp = Implementation::new(choice).map_err(|source| SpeedError::Implementation {
+        implementation: choice.to_string(),
+        source,
+    })?;
+    crypto::self_test(&imp)?;
+    let info = imp.info();
+    let mut records = Vec::new();
+    for &suite in &plan.suites {
+        for &direction in suite.directions() {
+            progress(&format!("timing {} {suite} {direction}", info.label));
+            for &size in &plan.sizes {
+                let repeats = measure_cell(&imp, suite, direction, size, method)?;
+                let head = RecordHead {
+                    implementation: choice.to_string(),
+                    library: info.library.to_string(),
+                    hardware_aes: Some(info.hardware_aes),
+                    suite: suite.name(),
+                    direction,
+                    block_bytes: size,
+                    threads: plan.threads,
+                };
+                records.extend(Record::from_repeats(
+                    head,
+                    repeats,
+                    method.repeat_duration.as_secs_f64(),
+                ));
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Runs the soft rows in a child of this binary started with hardware AES masked.
+fn measure_in_soft_child(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
+    let mut cmd = crypto::soft::command()?;
+    cmd.arg(SUBCOMMAND);
+    cmd.args(plan.suites.iter().map(|s| s.name()));
+    let sizes: Vec<String> = plan.sizes.iter().map(|s| s.to_string()).collect();
+    cmd.args(["--crypto", "soft", "--child", "--json", "-"])
+        .args(["--seconds", &plan.seconds.to_string()])
+        .args(["--multi", &plan.threads.to_string()])
+        .args(["--repeats", &plan.repeats.to_string()])
+        .args(["--sizes", &sizes.join(",")]);
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(SpeedError::ChildSpawn)?;
+    if !out.status.success() {
+        return Err(SpeedError::ChildFailed { status: out.status });
+    }
+    serde_json::from_slice(&out.stdout).map_err(SpeedError::ChildOutput)
+}
+
+fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport) {
+    let Some(version) = openssl::version() else {
+        report.skipped.push(Skipped {
+            implementation: "openssl".into(),
+            suite: None,
+            reason: openssl::OpensslError::NotInstalled.to_string(),
+        });
+        return;
+    };
+    for &suite in &plan.suites {
+        for &direction in suite.directions() {
+            progress(&format!("timing openssl {suite} {direction}"));
+            match openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads) {
+                Ok(cells) => {
+                    for c in cells {
+                        let head = RecordHead {
+                            implementation: "openssl".into(),
+                            library: version.clone(),
+                            hardware_aes: None,
+                            suite: suite.name(),
+                            direction,
+                            block_bytes: c.block_bytes,
+                            threads: plan.threads,
+                        };
+                        let mb = c.bytes_per_s / 1e6;
+                        report.records.extend(Record::from_repeats(
+                            head,
+                            vec![mb],
+                            plan.seconds.round().max(1.0),
+                        ));
+                    }
+                }
+                Err(e) => report.skipped.push(Skipped {
+                    implementation: "openssl".into(),
+                    suite: Some(format!("{suite} {direction}")),
+                    reason: e.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+/// Measures what `plan` asks for, without printing.
+pub fn measure(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
+    let method = Method::new(plan.seconds, plan.repeats, plan.threads);
+    let mut report = SpeedReport {
+        schema_version: SPEED_SCHEMA_VERSION,
+        environment: Environment::detect(),
+        block_sizes: plan.sizes.clone(),
+        records: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for &imp in &plan.implementations {
+        match imp {
+            SpeedImpl::Kernel => report.skipped.push(Skipped {
+                implementation: "kernel".into(),
+                suite: None,
+                reason: kernel::probe().skip_reason(),
+            }),
+            // Masked already (this is the child, or the user set the variable): time here.
+            SpeedImpl::Crypto(CryptoChoice::Soft) if !crypto::soft::active() => {
+                let child = measure_in_soft_child(plan)?;
+                report.records.extend(child.records);
+                report.skipped.extend(child.skipped);
+            }
+            SpeedImpl::Crypto(choice) => {
+                report.records.extend(measure_here(choice, plan, &method)?);
+            }
+        }
+    }
+    if plan.against_openssl && !plan.child {
+        openssl_records(plan, &mut report);
+    }
+    Ok(report)
+}
+
+/// The subcommand: validate, measure, print the table, write JSON.
+pub fn run(args: &SpeedArgs) -> Result<SpeedReport, SpeedError> {
+    let plan = args.validate()?;
+    let report = measure(&plan)?;
+    let json_to_stdout = plan.json.as_deref() == Some("-");
+    if !plan.child {
+        let table = crate::report::render(&report, plan.units);
+        // With JSON on stdout, the table goes to stderr so stdout stays parseable.
+        if json_to_stdout {
+            eprint!("{table}");
+        } else {
+            print!("{table}");
+        }
+    }
+    if let Some(path) = &plan.json {
+        let text = serde_json::to_string_pretty(&report).expect("report serialises");
+        let write_err = |source| SpeedError::WriteJson {
+            path: path.clone(),
+            source,
+        };
+        if json_to_stdout {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{text}").map_err(write_err)?;
+        } else {
+            std::fs::write(path, text + "\n").map_err(write_err)?;
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(suites: &[&str]) -> SpeedArgs {
+        SpeedArgs {
+            suites: suites.iter().map(|s| s.to_string()).collect(),
+            multi: 1,
+            repeats: 3,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_cover_every_suite_and_size() {
+        let p = args(&[]).validate().unwrap();
+        assert_eq!(p.suites.len(), 10);
+        assert_eq!(p.sizes, BLOCK_SIZES);
+        assert_eq!(p.seconds, 1.0);
+        assert_eq!(args(&["aes-128-cbc"]).validate().unwrap().seconds, 3.0);
+        assert!(p.implementations.contains(&SpeedImpl::Crypto(CryptoChoice::Soft)));
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_its_reason() {
+        let mut a = args(&[]);
+        a.multi = 0;
+        assert_eq!(a.validate(), Err(UsageError::ZeroThreads));
+        let mut a = args(&[]);
+        a.seconds = Some(-1.0);
+        let e = a.validate().unwrap_err();
+        assert_eq!(e, UsageError::BadSeconds(-1.0));
+        assert!(e.to_string().contains("positive number of seconds"));
+        let mut a = args(&[]);
+        a.seconds = Some(f64::NAN);
+        assert!(a.validate().is_err());
+        let e = args(&["aes-512-cbc"]).validate().unwrap_err();
+        assert!(matches!(e, UsageError::UnknownSuite(_)), "{e}");
+        let mut a = args(&[]);
+        a.crypto = vec!["nonsense".into()];
+        assert_eq!(
+            a.validate(),
+            Err(UsageError::UnknownImplementation("nonsense".into()))
+        );
+        let mut a = args(&[]);
+        a.sizes = vec![0];
+        assert_eq!(a.validate(), Err(UsageError::BadSize(0)));
+        let err = SpeedError::from(UsageError::ZeroThreads);
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn measures_in_process_implementations_and_skips_kernel_with_reason() {
+        let mut a = args(&["aes-128-cbc"]);
+        a.crypto = vec!["auto".into(), "rustcrypto".into(), "kernel".into()];
+        a.seconds = Some(0.03);
+        a.sizes = vec![64, 1400];
+        let report = measure(&a.validate().unwrap()).unwrap();
+        // 2 implementations x 2 directions x 2 sizes.
+        assert_eq!(report.records.len(), 8);
+        assert!(report
+            .records
+            .iter()
+            .all(|r| r.mb_per_s > 0.0 && r.repeats_mb_per_s.len() == 3));
+        assert_eq!(report.skipped.len(), 1);
+        assert_eq!(report.skipped[0].implementation, "kernel");
+    }
+}

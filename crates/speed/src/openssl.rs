@@ -1,0 +1,216 @@
+//! `openssl speed -elapsed -evp` for the same suites, parsed from its machine-readable
+//! (`-mr`) output, so the lab's numbers can be checked against the tool everyone knows.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::suite::{Direction, SpeedSuite};
+
+/// Block sizes one plain `openssl speed` run reports.
+pub const OPENSSL_SIZES: [usize; 6] = [16, 64, 256, 1024, 8192, 16384];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpensslError {
+    #[error("openssl is not installed (apt-get install openssl)")]
+    NotInstalled,
+    #[error("openssl has no equivalent of {suite} {direction}")]
+    NoEquivalent { suite: String, direction: Direction },
+    #[error("`openssl {args}` failed: {stderr}")]
+    Failed { args: String, stderr: String },
+    #[error("cannot parse `openssl {args}` output: {why}")]
+    Parse { args: String, why: String },
+}
+
+/// `openssl version`, or None when openssl is not installed.
+pub fn version() -> Option<String> {
+    let out = Command::new("openssl").arg("version").output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+pub fn installed() -> bool {
+    version().is_some() || Path::new("/usr/bin/openssl").exists()
+}
+
+/// The algorithm arguments that make openssl time the same thing. The CBC+HMAC suites map
+/// to OpenSSL's stitched `aes-*-cbc-hmac-sha256` ciphers (AES-NI only, no 192-bit one).
+pub fn algorithm_args(suite: SpeedSuite, direction: Direction) -> Option<Vec<String>> {
+    let evp = |name: String| vec!["-evp".to_string(), name];
+    match (suite, direction) {
+        (SpeedSuite::AesCbc(k), Direction::Encrypt) => Some(evp(format!("aes-{k}-cbc"))),
+        (SpeedSuite::AesCbc(k), Direction::Decrypt) => {
+            let mut a = vec!["-decrypt".to_string()];
+            a.extend(evp(format!("aes-{k}-cbc")));
+            Some(a)
+        }
+        (SpeedSuite::HmacSha256, _) => Some(vec!["-hmac".into(), "sha256".into()]),
+        (SpeedSuite::AesCbcHmacSha256(model::KeyBits::Aes192), _) => None,
+        (SpeedSuite::AesCbcHmacSha256(k), Direction::Encrypt) => {
+            Some(evp(format!("aes-{k}-cbc-hmac-sha256")))
+        }
+        (SpeedSuite::Aead(a), Direction::Encrypt) => Some(evp(a.name().to_string())),
+        _ => None,
+    }
+}
+
+/// One measured size: bytes per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpensslCell {
+    pub block_bytes: usize,
+    pub bytes_per_s: f64,
+}
+
+/// Runs openssl for `sizes`: one plain run covers the standard sizes, `-bytes N` each other
+/// one. `seconds` is per size (openssl takes whole seconds, at least 1).
+pub fn run(
+    suite: SpeedSuite,
+    direction: Direction,
+    sizes: &[usize],
+    seconds: f64,
+    threads: usize,
+) -> Result<Vec<OpensslCell>, OpensslError> {
+    let alg = algorithm_args(suite, direction).ok_or_else(|| OpensslError::NoEquivalent {
+        suite: suite.name(),
+        direction,
+    })?;
+    let secs = (seconds.round() as u64).max(1).to_string();
+    let standard: Vec<usize> = sizes
+        .iter()
+        .copied()
+        .filter(|s| OPENSSL_SIZES.contains(s))
+        .collect();
+    let mut runs: Vec<Option<usize>> = Vec::new();
+    if standard.len() >= 2 {
+        runs.push(None);
+    } else {
+        runs.extend(standard.iter().map(|&s| Some(s)));
+    }
+    runs.extend(
+        sizes
+            .iter()
+            .filter(|s| !OPENSSL_SIZES.contains(s))
+            .map(|&s| Some(s)),
+    );
+
+    let mut cells = Vec::new();
+    for bytes in runs {
+        let mut args: Vec<String> = vec!["speed".into(), "-elapsed".into(), "-mr".into()];
+        args.extend(["-seconds".into(), secs.clone()]);
+        if threads > 1 {
+            args.extend(["-multi".into(), threads.to_string()]);
+        }
+        if let Some(b) = bytes {
+            args.extend(["-bytes".into(), b.to_string()]);
+        }
+        args.extend(alg.iter().cloned());
+        let joined = args.join(" ");
+        let out = Command::new("openssl").args(&args).output().map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                OpensslError::NotInstalled
+            } else {
+                OpensslError::Failed {
+                    args: joined.clone(),
+                    stderr: e.to_string(),
+                }
+            }
+        })?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(OpensslError::Failed {
+                args: joined,
+                stderr: stderr.lines().next().unwrap_or("").to_string(),
+            });
+        }
+        let parsed = parse_mr(&stdout).map_err(|why| OpensslError::Parse { args: joined, why })?;
+        cells.extend(parsed.into_iter().filter(|c| sizes.contains(&c.block_bytes)));
+    }
+    cells.sort_by_key(|c| c.block_bytes);
+    Ok(cells)
+}
+
+/// Parses `openssl speed -mr`: `+H:16:64:...` gives the sizes, the last `+F:n:NAME:v1:v2...`
+/// not prefixed by `Got:` (with `-multi` that is the sum over processes) the bytes/s.
+pub fn parse_mr(text: &str) -> Result<Vec<OpensslCell>, String> {
+    let strip = |l: &str| -> String {
+        let l = l.trim().strip_prefix("Got: ").unwrap_or(l.trim());
+        l.split(" from ").next().unwrap_or(l).to_string()
+    };
+    let sizes: Vec<usize> = text
+        .lines()
+        .map(strip)
+        .find_map(|l| l.strip_prefix("+H:").map(str::to_string))
+        .ok_or("no +H line")?
+        .split(':')
+        .map(|s| s.parse::<usize>().map_err(|_| format!("bad size {s:?}")))
+        .collect::<Result<_, _>>()?;
+    let f = text
+        .lines()
+        .rfind(|l| l.trim().starts_with("+F:"))
+        .ok_or("no +F line")?;
+    let fields: Vec<&str> = f.trim().split(':').collect();
+    if fields.len() != 3 + sizes.len() {
+        return Err(format!(
+            "+F line has {} values for {} sizes",
+            fields.len().saturating_sub(3),
+            sizes.len()
+        ));
+    }
+    fields[3..]
+        .iter()
+        .zip(&sizes)
+        .map(|(v, &block_bytes)| {
+            v.parse::<f64>()
+                .map(|bytes_per_s| OpensslCell {
+                    block_bytes,
+                    bytes_per_s,
+                })
+                .map_err(|_| format!("bad value {v:?}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_single_and_multi_process_output() {
+        let single = "+DT:AES-128-CBC:1:1400\n+R:779966:AES-128-CBC:1.000000\n+H:1400\n+F:25:AES-128-CBC:1091952400.00\n";
+        assert_eq!(
+            parse_mr(single).unwrap(),
+            [OpensslCell {
+                block_bytes: 1400,
+                bytes_per_s: 1091952400.0
+            }]
+        );
+        let multi = "Forked child 1\nGot: +H:16:64 from 0\nGot: +F:25:AES-128-GCM:1.00:2.00 from 0\nGot: +H:16:64 from 1\nGot: +F:25:AES-128-GCM:3.00:4.00 from 1\n+F:25:AES-128-GCM:4.00:6.00\n";
+        let cells = parse_mr(multi).unwrap();
+        assert_eq!(cells.len(), 2);
+        assert_eq!((cells[1].block_bytes, cells[1].bytes_per_s), (64, 6.0));
+        assert!(parse_mr("+H:16:64\n+F:1:X:1.0\n").is_err());
+        assert!(parse_mr("garbage").is_err());
+    }
+
+    #[test]
+    fn every_suite_has_an_openssl_equivalent_except_192_bit_stitched() {
+        for suite in SpeedSuite::all() {
+            for &dir in suite.directions() {
+                let has = algorithm_args(suite, dir).is_some();
+                assert_eq!(has, suite.name() != "aes-192-cbc-hmac-sha256", "{suite} {dir}");
+            }
+        }
+    }
+
+    #[test]
+    fn real_openssl_matches_the_parser() {
+        if !installed() {
+            eprintln!("skipped: openssl not installed");
+            return;
+        }
+        let cells = run(SpeedSuite::HmacSha256, Direction::Mac, &[64], 1.0, 1).unwrap();
+        assert_eq!(cells.len(), 1);
+        assert!(cells[0].bytes_per_s > 0.0);
+    }
+}

@@ -1,0 +1,401 @@
+//! Results: one record per cell (stable JSON, scripts parse it) and the openssl-style table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use model::{Environment, Summary};
+use serde::{Deserialize, Serialize};
+
+use crate::suite::Direction;
+
+/// Bumped whenever a field is renamed or re-typed; fields are only ever added otherwise.
+pub const SPEED_SCHEMA_VERSION: u32 = 1;
+
+/// Repeats further apart than this are flagged in the table.
+pub const SPREAD_FLAG: f64 = 0.05;
+
+/// One cell: an implementation timing one suite in one direction at one block size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// `auto`, `soft`, `rustcrypto`, `aws-lc`, `kernel` or `openssl`.
+    pub implementation: String,
+    /// The code that computed: `aws-lc-rs`, `rustcrypto`, `OpenSSL 3.0.19 ...`.
+    pub library: String,
+    /// Whether hardware AES was in use; None where the lab cannot tell (openssl).
+    pub hardware_aes: Option<bool>,
+    pub suite: String,
+    pub direction: Direction,
+    pub block_bytes: usize,
+    pub threads: usize,
+    /// Median over the repeats, in MB/s (10^6 bytes per second), summed over threads.
+    pub mb_per_s: f64,
+    /// Every repeat's MB/s, in the order measured.
+    pub repeats_mb_per_s: Vec<f64>,
+    /// (max - min) / median over the repeats.
+    pub spread: f64,
+    /// Timed seconds of one repeat.
+    pub seconds_per_repeat: f64,
+}
+
+impl Record {
+    pub fn from_repeats(
+        head: RecordHead,
+        repeats_mb_per_s: Vec<f64>,
+        seconds_per_repeat: f64,
+    ) -> Option<Record> {
+        let s = Summary::of(&repeats_mb_per_s)?;
+        Some(Record {
+            implementation: head.implementation,
+            library: head.library,
+            hardware_aes: head.hardware_aes,
+            suite: head.suite,
+            direction: head.direction,
+            block_bytes: head.block_bytes,
+            threads: head.threads,
+            mb_per_s: s.median,
+            spread: s.relative_spread(),
+            repeats_mb_per_s,
+            seconds_per_repeat,
+        })
+    }
+}
+
+/// The identifying part of a [`Record`], before it is measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordHead {
+    pub implementation: String,
+    pub library: String,
+    pub hardware_aes: Option<bool>,
+    pub suite: String,
+    pub direction: Direction,
+    pub block_bytes: usize,
+    pub threads: usize,
+}
+
+/// An implementation (or one of its suites) that produced no number, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub implementation: String,
+    pub suite: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeedReport {
+    pub schema_version: u32,
+    pub environment: Environment,
+    pub block_sizes: Vec<usize>,
+    pub records: Vec<Record>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// How table cells are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Units {
+    /// MB/s, 10^6 bytes per second.
+    MegabytesPerSecond,
+    /// openssl's "1000s of bytes per second", written `123456.78k`.
+    OpensslKilobytes,
+}
+
+impl Units {
+    fn cell(self, mb_per_s: f64) -> String {
+        match self {
+            Units::MegabytesPerSecond => format!("{mb_per_s:.2}"),
+            Units::OpensslKilobytes => format!("{:.2}k", mb_per_s * 1000.0),
+        }
+    }
+
+    fn caption(self) -> &'static str {
+        match self {
+            Units::MegabytesPerSecond => "MB/s (10^6 bytes/s)",
+            Units::OpensslKilobytes => "1000s of bytes per second, as openssl speed prints",
+        }
+    }
+}
+
+/// Key of one table row.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct RowKey {
+    suite_pos: usize,
+    suite: String,
+    direction: Direction,
+    impl_pos: usize,
+    implementation: String,
+}
+
+/// Renders the table, the ratio lines, the spread notes and the skipped implementations.
+pub fn render(report: &SpeedReport, units: Units) -> String {
+    let mut suite_order: Vec<&str> = Vec::new();
+    let mut impl_order: Vec<&str> = Vec::new();
+    for r in &report.records {
+        if !suite_order.contains(&r.suite.as_str()) {
+            suite_order.push(&r.suite);
+        }
+        if !impl_order.contains(&r.implementation.as_str()) {
+            impl_order.push(&r.implementation);
+        }
+    }
+    let mut rows: BTreeMap<RowKey, BTreeMap<usize, &Record>> = BTreeMap::new();
+    for r in &report.records {
+        let key = RowKey {
+            suite_pos: suite_order.iter().position(|s| *s == r.suite).unwrap_or(0),
+            suite: r.suite.clone(),
+            direction: r.direction,
+            impl_pos: impl_order
+                .iter()
+                .position(|s| *s == r.implementation)
+                .unwrap_or(0),
+            implementation: r.implementation.clone(),
+        };
+        rows.entry(key).or_default().insert(r.block_bytes, r);
+    }
+    let sizes = &report.block_sizes;
+    let width = match units {
+        Units::MegabytesPerSecond => 9,
+        Units::OpensslKilobytes => 13,
+    };
+    let impl_width = impl_order.iter().map(|s| s.len()).max().unwrap_or(4).max(14);
+
+    let env = &report.environment;
+    let threads = report.records.first().map_or(1, |r| r.threads);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} ({} CPUs; {}), {} thread{}, {}",
+        env.cpu_model,
+        env.cpus,
+        env.crypto_flags.join(" "),
+        threads,
+        if threads == 1 { "" } else { "s summed" },
+        units.caption()
+    );
+    let mut libs: Vec<String> = Vec::new();
+    for name in &impl_order {
+        if let Some(r) = report.records.iter().find(|r| r.implementation == *name) {
+            let aes = match r.hardware_aes {
+                Some(true) => ", hardware AES",
+                Some(false) => ", software AES (hardware AES masked)",
+                None => "",
+            };
+            libs.push(format!("  {name} = {}{aes}", r.library));
+        }
+    }
+    for l in libs {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = write!(
+        out,
+        "{:<24} {:<8} {:<impl_width$}",
+        "suite", "dir", "implementation"
+    );
+    for s in sizes {
+        let _ = write!(out, " {:>width$}", format!("{s} B"));
+    }
+    out.push('\n');
+    let mut last_group: Option<(String, Direction)> = None;
+    let mut spread_notes = Vec::new();
+    for (key, cells) in &rows {
+        let group = (key.suite.clone(), key.direction);
+        let first_of_group = last_group.as_ref() != Some(&group);
+        let (suite, dir) = if first_of_group {
+            (key.suite.as_str(), key.direction.name())
+        } else {
+            ("", "")
+        };
+        last_group = Some(group);
+        let _ = write!(out, "{suite:<24} {dir:<8} {:<impl_width$}", key.implementation);
+        for s in sizes {
+            let cell = match cells.get(s) {
+                Some(r) => {
+                    let flag = if r.spread > SPREAD_FLAG {
+                        spread_notes.push(format!(
+                            "  {} {} {} {} B: repeats {:.0}% apart",
+                            r.implementation,
+                            r.suite,
+                            r.direction,
+                            r.block_bytes,
+                            r.spread * 100.0
+                        ));
+                        "~"
+                    } else {
+                        ""
+                    };
+                    format!("{}{flag}", units.cell(r.mb_per_s))
+                }
+                None => "-".into(),
+            };
+            let _ = write!(out, " {cell:>width$}");
+        }
+        out.push('\n');
+    }
+
+    let ratios = ratio_lines(&rows, &impl_order, sizes, width);
+    if !ratios.is_empty() {
+        let _ = writeln!(out, "\nratios (same suite, direction and size):");
+        out.push_str(&ratios);
+    }
+    if !spread_notes.is_empty() {
+        let _ = writeln!(out, "\n~ repeats more than {:.0}% apart:", SPREAD_FLAG * 100.0);
+        for n in spread_notes {
+            let _ = writeln!(out, "{n}");
+        }
+    }
+    for s in &report.skipped {
+        let what = match &s.suite {
+            Some(suite) => format!("{} {suite}", s.implementation),
+            None => s.implementation.clone(),
+        };
+        let _ = writeln!(out, "skipped {what}: {}", s.reason);
+    }
+    out
+}
+
+/// `first/other` for each implementation after the first, per suite and direction.
+fn ratio_lines(
+    rows: &BTreeMap<RowKey, BTreeMap<usize, &Record>>,
+    impl_order: &[&str],
+    sizes: &[usize],
+    width: usize,
+) -> String {
+    let Some(base) = impl_order.first() else {
+        return String::new();
+    };
+    let mut out = String::new();
+    let mut groups: Vec<(usize, String, Direction)> = rows
+        .keys()
+        .map(|k| (k.suite_pos, k.suite.clone(), k.direction))
+        .collect();
+    groups.dedup();
+    for (_, suite, direction) in groups {
+        let find = |name: &str| {
+            rows.iter()
+                .find(|(k, _)| k.suite == suite && k.direction == direction && k.implementation == name)
+                .map(|(_, cells)| cells)
+        };
+        let Some(base_cells) = find(base) else { continue };
+        for other in &impl_order[1..] {
+            let Some(other_cells) = find(other) else { continue };
+            let label = format!("{base}/{other}");
+            let _ = write!(out, "{suite:<24} {:<8} {label:<14}", direction.name());
+            for s in sizes {
+                let cell = match (base_cells.get(s), other_cells.get(s)) {
+                    (Some(b), Some(o)) if o.mb_per_s > 0.0 => format!("{:.2}x", b.mb_per_s / o.mb_per_s),
+                    _ => "-".into(),
+                };
+                let _ = write!(out, " {cell:>width$}");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> Environment {
+        Environment {
+            hostname: "h".into(),
+            kernel_release: "6.1".into(),
+            cpu_model: "Test CPU".into(),
+            cpus: 2,
+            crypto_flags: vec!["aes".into(), "avx2".into()],
+            kernel_drivers: Default::default(),
+            virtualization: "host".into(),
+            tool_version: "0.1.0".into(),
+        }
+    }
+
+    fn record(imp: &str, hw: Option<bool>, size: usize, repeats: Vec<f64>) -> Record {
+        Record::from_repeats(
+            RecordHead {
+                implementation: imp.into(),
+                library: if imp == "openssl" {
+                    "OpenSSL 3".into()
+                } else {
+                    "aws-lc-rs".into()
+                },
+                hardware_aes: hw,
+                suite: "aes-128-cbc".into(),
+                direction: Direction::Encrypt,
+                block_bytes: size,
+                threads: 1,
+            },
+            repeats,
+            0.33,
+        )
+        .unwrap()
+    }
+
+    fn sample() -> SpeedReport {
+        SpeedReport {
+            schema_version: SPEED_SCHEMA_VERSION,
+            environment: env(),
+            block_sizes: vec![16, 1400],
+            records: vec![
+                record("auto", Some(true), 16, vec![360.0, 360.0, 360.0]),
+                record("auto", Some(true), 1400, vec![1000.0, 1100.0, 1200.0]),
+                record("soft", Some(false), 16, vec![100.0, 100.0, 100.0]),
+                record("soft", Some(false), 1400, vec![250.0, 250.0, 250.0]),
+            ],
+            skipped: vec![Skipped {
+                implementation: "kernel".into(),
+                suite: None,
+                reason: "no AF_ALG".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn table_has_cells_ratios_spread_and_skips() {
+        let t = render(&sample(), Units::MegabytesPerSecond);
+        assert!(t.contains("Test CPU (2 CPUs; aes avx2), 1 thread, MB/s"), "{t}");
+        assert!(
+            t.contains("soft = aws-lc-rs, software AES (hardware AES masked)"),
+            "{t}"
+        );
+        let auto = t
+            .lines()
+            .find(|l| l.starts_with("aes-128-cbc") && l.contains("auto "))
+            .unwrap();
+        assert!(auto.contains("360.00") && auto.contains("1100.00~"), "{auto}");
+        let ratio = t.lines().find(|l| l.contains("auto/soft")).unwrap();
+        assert!(ratio.contains("3.60x") && ratio.contains("4.40x"), "{ratio}");
+        assert!(
+            t.contains("auto aes-128-cbc encrypt 1400 B: repeats 18% apart"),
+            "{t}"
+        );
+        assert!(t.contains("skipped kernel: no AF_ALG"), "{t}");
+    }
+
+    #[test]
+    fn openssl_units_are_thousands_of_bytes() {
+        let t = render(&sample(), Units::OpensslKilobytes);
+        assert!(t.contains("360000.00k"), "{t}");
+        assert!(t.contains("1000s of bytes per second"), "{t}");
+    }
+
+    #[test]
+    fn json_round_trips_and_has_the_documented_fields() {
+        let r = sample();
+        let text = serde_json::to_string_pretty(&r).unwrap();
+        let back: SpeedReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let cell = &v["records"][0];
+        for field in [
+            "implementation",
+            "suite",
+            "direction",
+            "block_bytes",
+            "threads",
+            "mb_per_s",
+        ] {
+            assert!(!cell[field].is_null(), "missing {field}");
+        }
+        assert_eq!(cell["direction"], "encrypt");
+        assert_eq!(v["environment"]["cpu_model"], "Test CPU");
+    }
+}
