@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod error;
 mod output;
+mod vm;
 
 use std::process::ExitCode;
 

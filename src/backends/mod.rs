@@ -6,6 +6,7 @@
 //! so an error or Ctrl-C at any later point cleans up the same way success does.
 
 mod plain;
+pub mod xfrm;
 
 use std::net::SocketAddr;
 
@@ -40,6 +41,7 @@ pub trait ActiveBackend: Send {
 pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     match plan.backend {
         Backend::Plain => Ok(()),
+        Backend::Xfrm => xfrm::preflight(plan).await,
         other => Err(not_available(other)),
     }
 }
@@ -47,6 +49,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
 pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Box<dyn ActiveBackend>> {
     match plan.backend {
         Backend::Plain => Ok(Box::new(plain::Plain::new(plan, topology))),
+        Backend::Xfrm => Ok(Box::new(xfrm::Xfrm::start(plan, topology).await?)),
         other => Err(not_available(other)),
     }
 }

@@ -9,7 +9,15 @@ pub fn run(_args: CleanArgs) -> LabResult<()> {
     for ns in &report.namespaces {
         println!("removed namespace {ns}");
     }
-    if report.namespaces.is_empty() {
+    // SAs/policies a run left in this namespace (runs between real hosts install them here).
+    let xfrm = crate::backends::xfrm::clean_current_namespace()?;
+    if xfrm.sas + xfrm.policies > 0 {
+        println!(
+            "removed {} SAs and {} policies of the lab (reqid/SPI in its range)",
+            xfrm.sas, xfrm.policies
+        );
+    }
+    if report.namespaces.is_empty() && xfrm.sas + xfrm.policies == 0 {
         println!("nothing to clean");
     }
     Ok(())

@@ -23,6 +23,10 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         eprintln!("note: ignored {ignored}");
     }
     require_net_admin()?;
+    backends::xfrm::set_show_keys(args.show_keys);
+    if plan.vm.is_some() {
+        return crate::vm::run_in_vm(&args, &plan);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,0 +1,74 @@
+#!/bin/sh
+# Runs a command inside a virtme-ng guest booting a stock kernel, with the host's root
+# filesystem shared read-only and OUTDIR shared read-write (results come back there).
+# The guest loads the modules the xfrm backend needs and sets IPSEC_LAB_VIRT, so reports
+# made inside say whether the VM ran under KVM or TCG emulation.
+#
+#   lab/vm/run.sh [-k /boot/vmlinuz-VERSION] [-o OUTDIR] -- COMMAND [ARGS...]
+#
+# KVM is used when a KVM guest boots within 40 s (checked once, cached in
+# ${XDG_CACHE_HOME:-~/.cache}/ipsec-lab/vm-accel, the same cache `ipsec-lab run --vm` uses);
+# IPSEC_LAB_VM_ACCEL=kvm|tcg overrides. The guest's exit code is written to OUTDIR/rc and
+# returned. Needs: vng (pip install virtme-ng), qemu-system-x86, a kernel image in /boot.
+set -eu
+
+kernel=""
+outdir=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -k) kernel=$2; shift 2 ;;
+        -o) outdir=$2; shift 2 ;;
+        --) shift; break ;;
+        *) echo "usage: $0 [-k KERNEL] [-o OUTDIR] -- COMMAND..." >&2; exit 2 ;;
+    esac
+done
+[ $# -gt 0 ] || { echo "usage: $0 [-k KERNEL] [-o OUTDIR] -- COMMAND..." >&2; exit 2; }
+command -v vng >/dev/null || { echo "vng not found: pip install virtme-ng" >&2; exit 3; }
+if [ -z "$kernel" ]; then
+    kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
+fi
+[ -n "$kernel" ] && [ -e "$kernel" ] || { echo "no kernel image in /boot: apt-get install linux-image-amd64" >&2; exit 3; }
+if [ -z "$outdir" ]; then
+    outdir=$(mktemp -d /tmp/ipl-vm-XXXXXX)
+fi
+mkdir -p "$outdir"
+
+accel=${IPSEC_LAB_VM_ACCEL:-}
+if [ -z "$accel" ]; then
+    if [ ! -e /dev/kvm ]; then
+        accel=tcg
+    else
+        cache=${XDG_CACHE_HOME:-$HOME/.cache}/ipsec-lab/vm-accel
+        key=$(printf '%s\t%s\t' "$(cat /proc/sys/kernel/osrelease)" "$kernel")
+        accel=$(grep -F "$key" "$cache" 2>/dev/null | tail -n 1 | cut -f 3 || true)
+        if [ -z "$accel" ]; then
+            if timeout --kill-after=5 40 vng --memory 512M --cpus 1 -r "$kernel" --exec 'echo ipl-kvm-boot-ok' \
+                    </dev/null 2>/dev/null | grep -q ipl-kvm-boot-ok; then
+                accel=kvm
+            else
+                accel=tcg
+            fi
+            mkdir -p "$(dirname "$cache")"
+            printf '%s%s\n' "$key" "$accel" >> "$cache"
+        fi
+    fi
+fi
+case "$accel" in
+    kvm) virt="vm (kvm)"; kvm_flag="" ;;
+    *) virt="vm (tcg: emulated, speeds not representative)"; kvm_flag="--disable-kvm" ;;
+esac
+
+quoted=""
+for a in "$@"; do
+    quoted="$quoted '$(printf '%s' "$a" | sed "s/'/'\\\\''/g")'"
+done
+script="modprobe -q -a esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm 2>/dev/null; \
+cd '$(pwd)'; IPSEC_LAB_VIRT='$virt' IPSEC_LAB_VM_OUT='$outdir' $quoted; echo \$? > '$outdir/rc'"
+
+echo "lab/vm: booting $kernel ($virt), results in $outdir" >&2
+start=$(date +%s)
+# shellcheck disable=SC2086
+vng $kvm_flag -r "$kernel" --memory 2G --cpus 2 --rwdir "$outdir" --exec "$script" </dev/null
+echo "lab/vm: VM done in $(( $(date +%s) - start )) s" >&2
+[ -s "$outdir/rc" ] || { echo "lab/vm: the guest did not run the command" >&2; exit 1; }
+exit "$(cat "$outdir/rc")"

@@ -1,0 +1,356 @@
+//! `--vm [KERNEL]`: re-runs the same `ipsec-lab run` inside a virtme-ng guest booting a
+//! stock kernel (default: the newest `/boot/vmlinuz-*`), with the host's root filesystem
+//! shared read-only, so the binary built on the host runs unchanged inside. The guest writes
+//! its JSON report and exit code into a host directory shared read-write (`--rwdir`); the
+//! host prints that report as if the run had happened here.
+//!
+//! KVM is used when a KVM guest actually boots (checked once with a short boot and cached),
+//! else TCG emulation; the report's environment says which (`IPSEC_LAB_VIRT`), because TCG
+//! numbers show correctness, not speed.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use model::{RunPlan, RunReport};
+
+use crate::cli::RunArgs;
+use crate::error::{ExitKind, LabError, LabResult};
+use crate::output;
+
+pub const VIRT_KVM: &str = "vm (kvm)";
+pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
+/// Modules the xfrm backend needs in the stock kernel (autoloading would find most, but a
+/// probe that fails before a module loads would report a missing capability).
+pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm";
+/// How long a KVM guest may take to print a token before KVM is declared unusable here.
+const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    pub fn label(self) -> &'static str {
+        match self {
+            Accel::Kvm => VIRT_KVM,
+            Accel::Tcg => VIRT_TCG,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// The newest stock kernel image in /boot.
+pub fn default_kernel() -> Option<PathBuf> {
+    let mut images: Vec<PathBuf> = std::fs::read_dir("/boot")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .collect();
+    images.sort_by_key(|p| version_key(p));
+    images.pop()
+}
+
+/// `vmlinuz-6.1.0-57-amd64` → [6, 1, 0, 57] for a numeric sort.
+fn version_key(p: &Path) -> Vec<u64> {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+pub fn vng_available() -> bool {
+    Command::new("vng")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn cache_file() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    base.join("ipsec-lab").join("vm-accel")
+}
+
+fn host_kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// KVM if a KVM guest boots and runs a command within [`KVM_BOOT_TIMEOUT`], else TCG.
+/// The answer is cached per host kernel and guest kernel (`~/.cache/ipsec-lab/vm-accel`);
+/// `IPSEC_LAB_VM_ACCEL=kvm|tcg` overrides it.
+pub fn detect_accel(kernel: &Path) -> Accel {
+    match std::env::var("IPSEC_LAB_VM_ACCEL").as_deref() {
+        Ok("kvm") => return Accel::Kvm,
+        Ok("tcg") => return Accel::Tcg,
+        _ => {}
+    }
+    if !Path::new("/dev/kvm").exists() {
+        return Accel::Tcg;
+    }
+    let key = format!("{}\t{}\t", host_kernel(), kernel.display());
+    let cache = cache_file();
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        for line in text.lines() {
+            if let Some(v) = line.strip_prefix(&key) {
+                return if v == "kvm" { Accel::Kvm } else { Accel::Tcg };
+            }
+        }
+    }
+    let accel = if kvm_boots(kernel) { Accel::Kvm } else { Accel::Tcg };
+    let _ = std::fs::create_dir_all(cache.parent().unwrap_or(Path::new("/tmp")));
+    let mut text = std::fs::read_to_string(&cache).unwrap_or_default();
+    text.push_str(&format!("{key}{}\n", accel.name()));
+    let _ = std::fs::write(&cache, text);
+    accel
+}
+
+fn kvm_boots(kernel: &Path) -> bool {
+    const TOKEN: &str = "ipl-kvm-boot-ok";
+    let child = Command::new("timeout")
+        .arg("--kill-after=5")
+        .arg(KVM_BOOT_TIMEOUT.as_secs().to_string())
+        .args(["vng", "--memory", "512M", "--cpus", "1", "-r"])
+        .arg(kernel)
+        .args(["--exec", &format!("echo {TOKEN}")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    child.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(TOKEN))
+}
+
+/// Single-quotes `s` for the guest's shell.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The host's arguments minus `--vm [KERNEL]` and `--json FILE` (the guest writes its
+/// report where the host reads it).
+fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.into_iter().peekable();
+    while let Some(a) = it.next() {
+        if a == "--vm" {
+            if kernel_arg.is_some() && it.peek().map(String::as_str) == kernel_arg {
+                it.next();
+            }
+        } else if a.starts_with("--vm=") || a.starts_with("--json=") {
+        } else if a == "--json" {
+            it.next();
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// Builds the guest's shell command: load modules, run the lab, record the exit code.
+fn guest_script(exe: &Path, args: &[String], outdir: &Path, accel: Accel) -> String {
+    let report = outdir.join("report.json");
+    let mut cmd = vec![sh_quote(&exe.display().to_string())];
+    cmd.extend(args.iter().map(|a| sh_quote(a)));
+    cmd.extend([
+        "--json".into(),
+        sh_quote(&report.display().to_string()),
+        "--no-progress".into(),
+    ]);
+    format!(
+        // The guest's table goes nowhere: the host prints the report it reads back.
+        "modprobe -q -a {GUEST_MODULES} 2>/dev/null; IPSEC_LAB_VIRT={} {} >/dev/null; echo $? > {}",
+        sh_quote(accel.label()),
+        cmd.join(" "),
+        sh_quote(&outdir.join("rc").display().to_string()),
+    )
+}
+
+/// The vng command line booting `kernel` and running `script`, with `outdir` shared rw.
+pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> Command {
+    let mut c = Command::new("vng");
+    if accel == Accel::Tcg {
+        c.arg("--disable-kvm");
+    }
+    c.arg("-r").arg(kernel);
+    c.args(["--memory", "2G", "--cpus", "2"]);
+    c.arg("--rwdir").arg(outdir);
+    c.args(["--exec", script]);
+    c.stdin(Stdio::null());
+    c
+}
+
+pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
+    if !vng_available() {
+        return Err(LabError::capability(anyhow::anyhow!(
+            "--vm needs virtme-ng (`pip install virtme-ng`, command `vng`) and qemu-system-x86; run lab/setup.sh"
+        )));
+    }
+    let kernel_arg = plan.vm.clone().flatten();
+    let kernel = match &kernel_arg {
+        Some(k) => PathBuf::from(k),
+        None => default_kernel().ok_or_else(|| {
+            LabError::capability(anyhow::anyhow!(
+                "--vm found no kernel image in /boot; install linux-image-amd64 or pass --vm /path/to/vmlinuz"
+            ))
+        })?,
+    };
+    if !kernel.exists() {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "--vm {}: no such kernel image",
+            kernel.display()
+        )));
+    }
+    let accel = detect_accel(&kernel);
+    let outdir = std::env::temp_dir().join(format!("ipsec-lab-vm-{}", std::process::id()));
+    std::fs::create_dir_all(&outdir).map_err(LabError::failed)?;
+    let exe = std::env::current_exe().map_err(LabError::failed)?;
+    let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();
+    let script = guest_script(
+        &exe,
+        &guest_args(host_args, kernel_arg.as_deref()),
+        &outdir,
+        accel,
+    );
+    eprintln!(
+        "ipsec-lab: booting {} under virtme-ng ({}); TCG boots take about half a minute",
+        kernel.display(),
+        accel.label()
+    );
+    let started = Instant::now();
+    let status = vng_command(&kernel, accel, &outdir, &script).status();
+    let elapsed = started.elapsed();
+    let result = collect(
+        &outdir,
+        status.map_err(LabError::failed)?.success(),
+        elapsed,
+        &kernel,
+        accel,
+    );
+    let _ = std::fs::remove_dir_all(&outdir);
+    let report = result?;
+    output::emit(&report, args.json.as_deref())
+}
+
+fn os_to_string(s: OsString) -> String {
+    s.to_string_lossy().into_owned()
+}
+
+fn collect(
+    outdir: &Path,
+    vng_ok: bool,
+    elapsed: Duration,
+    kernel: &Path,
+    accel: Accel,
+) -> LabResult<RunReport> {
+    let rc = std::fs::read_to_string(outdir.join("rc"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u8>().ok());
+    match rc {
+        Some(0) => {}
+        Some(code) => {
+            let kind = match code {
+                2 => ExitKind::Usage,
+                3 => ExitKind::Capability,
+                130 => ExitKind::Interrupted,
+                _ => ExitKind::Failed,
+            };
+            return Err(LabError::new(
+                kind,
+                anyhow::anyhow!(
+                    "the run inside the VM failed with exit code {code} (its messages are above)"
+                ),
+            ));
+        }
+        None => {
+            return Err(LabError::failed(anyhow::anyhow!(
+                "the VM ({}) ended without running the lab (vng {}): see its output above",
+                kernel.display(),
+                if vng_ok { "exited 0" } else { "failed" }
+            )))
+        }
+    }
+    let text = std::fs::read_to_string(outdir.join("report.json")).map_err(LabError::failed)?;
+    let mut report: RunReport = serde_json::from_str(&text).map_err(LabError::failed)?;
+    report.notes.push(format!(
+        "ran in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
+        kernel.display(),
+        accel.label(),
+        elapsed.as_secs_f64()
+    ));
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn vm_and_json_arguments_are_not_passed_to_the_guest() {
+        let host = strings(&[
+            "run",
+            "--backend",
+            "xfrm",
+            "--vm",
+            "/boot/k",
+            "--json",
+            "out.json",
+            "--bytes",
+            "4MB",
+        ]);
+        assert_eq!(
+            guest_args(host, Some("/boot/k")),
+            strings(&["run", "--backend", "xfrm", "--bytes", "4MB"])
+        );
+        let bare = strings(&["run", "--vm", "--backend", "xfrm", "--json=x"]);
+        assert_eq!(guest_args(bare, None), strings(&["run", "--backend", "xfrm"]));
+    }
+
+    #[test]
+    fn guest_script_quotes_arguments_and_records_the_exit_code() {
+        let s = guest_script(
+            Path::new("/w/ipsec-lab"),
+            &strings(&["run", "it's"]),
+            Path::new("/tmp/o"),
+            Accel::Tcg,
+        );
+        assert!(s.contains(r"'it'\''s'"), "{s}");
+        assert!(
+            s.contains("IPSEC_LAB_VIRT='vm (tcg: emulated, speeds not representative)'"),
+            "{s}"
+        );
+        assert!(s.ends_with("echo $? > '/tmp/o/rc'"), "{s}");
+    }
+
+    #[test]
+    fn kernels_sort_by_version_numbers() {
+        let mut v = [
+            PathBuf::from("/boot/vmlinuz-6.1.0-9-amd64"),
+            PathBuf::from("/boot/vmlinuz-6.1.0-57-amd64"),
+        ];
+        v.sort_by_key(|p| version_key(p));
+        assert_eq!(v[1], PathBuf::from("/boot/vmlinuz-6.1.0-57-amd64"));
+    }
+}
