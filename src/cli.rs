@@ -24,6 +24,8 @@ pub enum Command {
     Run(RunArgs),
     /// Remove what killed runs left behind (only objects the lab created).
     Clean(CleanArgs),
+    /// Time ciphers per implementation (with and without hardware AES), like openssl speed.
+    Speed(speed::SpeedArgs),
 }
 
 #[derive(Debug, Args)]
@@ -70,6 +72,9 @@ pub struct RunArgs {
     /// Run inside a VM booting a stock kernel (optionally the given kernel image).
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
     pub vm: Option<String>,
+    /// Also run iperf3 over the same data path after each transfer and report the ratio.
+    #[arg(long)]
+    pub with_iperf3: bool,
     /// Write the JSON report to FILE, or to stdout with `-` (the table is then not printed).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -100,6 +105,7 @@ impl RunArgs {
                 .vm
                 .as_ref()
                 .map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
+            with_iperf3: self.with_iperf3,
         }
     }
 

@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod error;
 mod output;
+mod reference;
 mod vm;
 
 use std::process::ExitCode;
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Clean(args) => commands::clean::run(args),
+        cli::Command::Speed(args) => commands::speed::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

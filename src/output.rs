@@ -67,6 +67,16 @@ pub fn table(report: &RunReport) -> String {
             s.relative_spread() * 100.0
         );
     }
+    for (tool, reference) in &report.references {
+        let _ = writeln!(
+            out,
+            "{tool} over the same path: median {:.1} MB/s (min {:.1}, max {:.1}); ipsec-lab/{tool} = {:.2}",
+            reference.median,
+            reference.min,
+            reference.max,
+            s.median / reference.median
+        );
+    }
     let env = &report.environment;
     let _ = writeln!(
         out,

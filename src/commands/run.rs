@@ -11,7 +11,7 @@ use traffic::{CancellationToken, Progress, Receiver, TransferConfig};
 use crate::backends::{self, DataPath};
 use crate::cli::RunArgs;
 use crate::error::{require_net_admin, LabError, LabResult};
-use crate::output;
+use crate::{output, reference};
 
 /// Longest silence tolerated on the data path before a run is declared failed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -35,6 +35,9 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     let show_progress = !args.no_progress && !args.json_to_stdout() && std::io::stderr().is_terminal();
     let report = runtime.block_on(async {
         backends::preflight(&plan).await?;
+        if plan.with_iperf3 {
+            reference::require_iperf3()?;
+        }
         let cancel = CancellationToken::new();
         let interrupted = cancel_on_signal(cancel.clone())?;
         let result = execute(&plan, &cancel, show_progress).await;
@@ -73,6 +76,7 @@ async fn execute(plan: &RunPlan, cancel: &CancellationToken, show_progress: bool
     let topology = Topology::create(&spec).await?;
     let mut backend = backends::start(plan, &topology).await?;
     let mut transfers = Vec::new();
+    let mut iperf3_rates = Vec::new();
     for attempt in 1..=plan.repeat {
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
@@ -81,6 +85,12 @@ async fn execute(plan: &RunPlan, cancel: &CancellationToken, show_progress: bool
         let transfer =
             transfer_once(plan, &topology, backend.data_path(), cancel, show_progress, label).await?;
         transfers.push(transfer);
+        if plan.with_iperf3 {
+            // Right after the lab's own transfer, over the same path: the two see the same
+            // machine state as nearly as a noisy machine allows.
+            let path = backend.data_path();
+            iperf3_rates.push(reference::iperf3(&topology, path, plan.bytes.0, plan.parallel).await?);
+        }
     }
     let details = backend.details().await?;
     let notes = backend.notes();
@@ -94,6 +104,9 @@ async fn execute(plan: &RunPlan, cancel: &CancellationToken, show_progress: bool
             .insert(plan.backend.name().to_string(), details);
     }
     report.notes = notes;
+    if let Some(summary) = model::Summary::of(&iperf3_rates) {
+        report.references.insert("iperf3".into(), summary);
+    }
     Ok(report)
 }
 

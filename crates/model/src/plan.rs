@@ -176,6 +176,8 @@ pub struct RunRequest {
     pub port: u16,
     /// Run inside a VM booting this kernel image (`Some(None)` = the default stock kernel).
     pub vm: Option<Option<String>>,
+    /// Also measure iperf3 over the same data path, one run after each of the lab's.
+    pub with_iperf3: bool,
 }
 
 impl Default for RunRequest {
@@ -194,6 +196,7 @@ impl Default for RunRequest {
             seed: None,
             port: 5201,
             vm: None,
+            with_iperf3: false,
         }
     }
 }
@@ -214,6 +217,8 @@ pub struct RunPlan {
     pub port: u16,
     pub addressing: Addressing,
     pub vm: Option<Option<String>>,
+    #[serde(default)]
+    pub with_iperf3: bool,
     /// Options that were given but do not apply to this backend, for the user to see.
     pub ignored: Vec<String>,
 }
@@ -277,6 +282,7 @@ impl RunRequest {
             port: self.port,
             addressing: Addressing::default(),
             vm: self.vm,
+            with_iperf3: self.with_iperf3,
             ignored,
         })
     }

@@ -100,6 +100,10 @@ pub struct RunReport {
     /// backend; each backend documents its own shape.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub backend_details: serde_json::Map<String, serde_json::Value>,
+    /// Reference tools measured over the same data path in the same run (e.g. "iperf3"),
+    /// MB/s over the repeats.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub references: std::collections::BTreeMap<String, Summary>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
@@ -115,6 +119,7 @@ impl RunReport {
             mb_per_s: Summary::of(&rates)?,
             transfers: transfers.into_iter().map(TransferRecord::from).collect(),
             backend_details: serde_json::Map::new(),
+            references: Default::default(),
             notes: Vec::new(),
         })
     }

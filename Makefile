@@ -1,0 +1,32 @@
+# The two commands of the README: `make run` and `make test`. Both install what they need.
+SHELL := /bin/bash
+CARGO ?= cargo
+BIN := target/release/ipsec-lab
+RUN_ARGS ?= --key-bits 256 --hmac sha256
+
+.PHONY: setup build run test lint bench-plain clean
+
+setup:
+	@bash lab/setup.sh
+
+build:
+	$(CARGO) build --release
+
+# The main job: a verified 100 MB transfer between two namespaces, printed as a table.
+run: setup build
+	$(BIN) run $(RUN_ARGS)
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Every test, including the root-only end-to-end ones (CI runs as root).
+test: setup lint
+	$(CARGO) test --workspace
+
+# The lab's sender/receiver against iperf3 on the same fresh veth pair.
+bench-plain: setup build
+	$(BIN) run --backend plain --bytes 1GB --repeat 5 --with-iperf3
+
+clean:
+	-$(BIN) clean

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the lab and its tests need on a Debian machine, idempotently: a second run
+# installs nothing. Needs root (apt) and the package mirrors; Rust comes from the machine.
+set -euo pipefail
+
+packages=(
+  iproute2          # ip(8): interop tests and inspection
+  iperf3            # reference throughput on the same link
+  openvpn           # the real userspace VPN the lab compares with
+  util-linux        # setpriv: run the binary without capabilities in tests
+  strace            # captures iproute2's netlink requests for fixtures
+  qemu-system-x86   # the VM lab: a stock kernel with ESP under virtme-ng
+  linux-image-amd64
+  busybox-static
+  python3-pip
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "lab/setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v vng >/dev/null 2>&1; then
+  echo "lab/setup.sh: installing virtme-ng"
+  pip install --quiet virtme-ng 2>/dev/null || pip install --quiet --break-system-packages virtme-ng
+fi
+
+# Tests create namespaces under /run/netns like ip(8) does.
+mkdir -p /run/netns
+echo "lab/setup.sh: ready ($(ls /boot/vmlinuz-* 2>/dev/null | tr '\n' ' '))"
