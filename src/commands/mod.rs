@@ -1,2 +1,3 @@
 pub mod clean;
 pub mod run;
+pub mod speed;
