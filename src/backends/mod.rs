@@ -5,7 +5,9 @@
 //! topology. What `start` returns owns everything the backend made and removes it on drop,
 //! so an error or Ctrl-C at any later point cleans up the same way success does.
 
+mod openvpn;
 mod plain;
+pub mod userspace;
 pub mod xfrm;
 
 use std::net::SocketAddr;
@@ -14,7 +16,7 @@ use futures::future::BoxFuture;
 use model::{Backend, RunPlan};
 use netns::Topology;
 
-use crate::error::{LabError, LabResult};
+use crate::error::LabResult;
 
 /// Where the payload flows once the backend is up: the receiver listens on `target` inside
 /// namespace `b`, the sender connects to it from namespace `a`.
@@ -42,7 +44,8 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     match plan.backend {
         Backend::Plain => Ok(()),
         Backend::Xfrm => xfrm::preflight(plan).await,
-        other => Err(not_available(other)),
+        Backend::Userspace => userspace::preflight(plan).await,
+        Backend::Openvpn => openvpn::preflight(plan).await,
     }
 }
 
@@ -50,12 +53,7 @@ pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Box<dyn Act
     match plan.backend {
         Backend::Plain => Ok(Box::new(plain::Plain::new(plan, topology))),
         Backend::Xfrm => Ok(Box::new(xfrm::Xfrm::start(plan, topology).await?)),
-        other => Err(not_available(other)),
+        Backend::Userspace => Ok(Box::new(userspace::Userspace::start(plan, topology)?)),
+        Backend::Openvpn => Ok(Box::new(openvpn::Openvpn::start(plan, topology)?)),
     }
-}
-
-fn not_available(backend: Backend) -> LabError {
-    LabError::usage(anyhow::anyhow!(
-        "the {backend} backend is not available yet in this build; use --backend plain"
-    ))
 }

@@ -1,0 +1,408 @@
+//! Real OpenVPN 2.6 as a reference row: one `openvpn` process per namespace, point to point
+//! over the same veth, the payload flowing between the inner addresses through its TUN
+//! devices. `--disable-dco`, so OpenVPN's own single thread moves every packet.
+//!
+//! CBC suites and `none` use static-key mode (`--secret`, keyed from the run's random
+//! [`StaticKey`], the same layout the lab's tunnel uses), with `--cipher AES-N-CBC` and
+//! `--auth SHA256|none`. OpenVPN refuses AEAD ciphers in static-key mode ("Cipher
+//! 'AES-256-GCM' mode not supported"), so AES-GCM runs in TLS peer-to-peer mode instead:
+//! throwaway self-signed EC certificates made with `openssl req`, pinned with
+//! `--peer-fingerprint`, `--data-ciphers AES-N-GCM`. The inner MTU is the lab tunnel's, so
+//! both carry the same packets without fragmenting.
+//!
+//! Details in the report (`backend_details.openvpn`): `version`, `mode` (static-key or
+//! tls-p2p), `cipher`, `auth`, `tun_mtu`, and per end `cpu` (`user_s`, `system_s`,
+//! `percent_of_core`) of its openvpn process over its life, from /proc.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use model::{CipherSuite, Hmac, KeyBits, RunPlan};
+use netns::{Namespace, Topology};
+use serde_json::{json, Value};
+use tunnel_proto::{Direction, StaticKey};
+
+use super::{ActiveBackend, DataPath};
+use crate::error::{LabError, LabResult};
+
+const PORT: u16 = 1194;
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+const READY_LINE: &str = "Initialization Sequence Completed";
+const INSTALL: &str =
+    "openvpn is not installed: install it with `apt-get install openvpn` (Debian/Ubuntu) or `dnf install openvpn`";
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Refuses, before anything is created, when openvpn (or, for GCM, openssl) is missing.
+pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
+    if find_program("openvpn").is_none() {
+        return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
+    }
+    if matches!(plan.suite, CipherSuite::AesGcm { .. }) && find_program("openssl").is_none() {
+        return Err(LabError::capability(anyhow::anyhow!(
+            "openssl is needed to make the throwaway certificates for OpenVPN's AES-GCM (TLS) mode: \
+             `apt-get install openssl`"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    StaticKey,
+    TlsP2p,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::StaticKey => "static-key",
+            Mode::TlsP2p => "tls-p2p",
+        }
+    }
+}
+
+/// OpenVPN's names for a suite: (mode, cipher, auth).
+fn openvpn_suite(suite: CipherSuite) -> (Mode, String, &'static str) {
+    let bits = |k: KeyBits| k.bits();
+    match suite {
+        CipherSuite::None => (Mode::StaticKey, "none".into(), "none"),
+        CipherSuite::AesCbc { key, hmac } => (
+            Mode::StaticKey,
+            format!("AES-{}-CBC", bits(key)),
+            if hmac == Hmac::Sha256 { "SHA256" } else { "none" },
+        ),
+        CipherSuite::AesGcm { key } => (Mode::TlsP2p, format!("AES-{}-GCM", bits(key)), "none (AEAD)"),
+    }
+}
+
+/// One openvpn process and where it logs.
+struct Process {
+    child: Child,
+    log: PathBuf,
+    end: &'static str,
+}
+
+impl Process {
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+
+    fn ready(&self) -> bool {
+        std::fs::read_to_string(&self.log).is_ok_and(|t| t.contains(READY_LINE))
+    }
+
+    /// User and system CPU seconds so far, from /proc/PID/stat (fields 14 and 15).
+    fn cpu(&self) -> Option<(f64, f64)> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        let after_comm = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Some((
+            fields[11].parse::<f64>().ok()? / hz,
+            fields[12].parse::<f64>().ok()? / hz,
+        ))
+    }
+
+    /// SIGTERM (OpenVPN then closes its TUN device, which removes it), SIGKILL after 3 s.
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        // SAFETY: signals our own child by its pid; it has not been reaped yet.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Openvpn {
+    path: DataPath,
+    mode: Mode,
+    cipher: String,
+    auth: &'static str,
+    tun_mtu: u32,
+    version: String,
+    started: Instant,
+    processes: Vec<Process>,
+    dir: PathBuf,
+}
+
+fn failed(what: impl std::fmt::Display) -> LabError {
+    LabError::failed(anyhow::anyhow!("openvpn backend: {what}"))
+}
+
+fn write_private(path: &Path, text: &str) -> LabResult<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| failed(format!("write {}: {e}", path.display())))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| failed(format!("write {}: {e}", path.display())))
+}
+
+/// A throwaway self-signed EC certificate for `name` in `dir`; returns (cert, key, sha256
+/// fingerprint as OpenVPN wants it).
+fn make_certificate(dir: &Path, name: &str) -> LabResult<(PathBuf, PathBuf, String)> {
+    let cert = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ])
+        .args(["-days", "1", "-subj", &format!("/CN={name}"), "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .map_err(|e| failed(format!("run openssl req: {e}")))?;
+    if !out.status.success() {
+        return Err(failed(format!(
+            "openssl req: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(&cert)
+        .output()
+        .map_err(|e| failed(format!("run openssl x509: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fingerprint = text
+        .trim()
+        .split_once('=')
+        .map(|(_, f)| f.to_string())
+        .ok_or_else(|| failed(format!("no fingerprint in {text:?}")))?;
+    Ok((cert, key, fingerprint))
+}
+
+fn openvpn_version() -> String {
+    Command::new("openvpn")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+impl Openvpn {
+    pub fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Openvpn> {
+        let (mode, cipher, auth) = openvpn_suite(plan.suite);
+        let ad = topology.addressing;
+        let tun_mtu = tunnel::inner_mtu(topology.mtu, plan.suite);
+        let dir = std::env::temp_dir().join(format!("ipl-openvpn-{}", topology.a.name()));
+        std::fs::create_dir(&dir).map_err(|e| failed(format!("create {}: {e}", dir.display())))?;
+        let mut me = Openvpn {
+            path: DataPath {
+                target: (ad.inner_b, plan.port).into(),
+            },
+            mode,
+            cipher,
+            auth,
+            tun_mtu,
+            version: openvpn_version(),
+            started: Instant::now(),
+            processes: Vec::new(),
+            dir,
+        };
+        // From here on, dropping `me` stops whatever started and removes the directory.
+        let mut mode_args: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+        match mode {
+            Mode::StaticKey => {
+                let key = StaticKey::generate().map_err(LabError::failed)?;
+                let file = me.dir.join("static.key");
+                write_private(&file, &key.to_openvpn_file())?;
+                for (args, dir) in mode_args.iter_mut().zip([Direction::Normal, Direction::Inverse]) {
+                    args.extend([
+                        "--secret".into(),
+                        file.display().to_string(),
+                        dir.openvpn_number().to_string(),
+                        "--cipher".into(),
+                        me.cipher.clone(),
+                        "--auth".into(),
+                        auth.into(),
+                    ]);
+                }
+            }
+            Mode::TlsP2p => {
+                let (cert_a, key_a, fp_a) = make_certificate(&me.dir, "ipl-a")?;
+                let (cert_b, key_b, fp_b) = make_certificate(&me.dir, "ipl-b")?;
+                let ends = [
+                    (&cert_a, &key_a, &fp_b, "--tls-server"),
+                    (&cert_b, &key_b, &fp_a, "--tls-client"),
+                ];
+                for (args, (cert, key, peer_fp, role)) in mode_args.iter_mut().zip(ends) {
+                    args.extend([
+                        role.to_string(),
+                        "--cert".into(),
+                        cert.display().to_string(),
+                        "--key".into(),
+                        key.display().to_string(),
+                        "--peer-fingerprint".into(),
+                        peer_fp.clone(),
+                        "--data-ciphers".into(),
+                        me.cipher.clone(),
+                    ]);
+                    if role == "--tls-server" {
+                        args.extend(["--dh".into(), "none".into()]);
+                    }
+                }
+            }
+        }
+        let [args_a, args_b] = mode_args;
+        let ends = [
+            (
+                &topology.a,
+                "a",
+                ad.inner_a,
+                ad.inner_b,
+                ad.outer_a,
+                ad.outer_b,
+                args_a,
+            ),
+            (
+                &topology.b,
+                "b",
+                ad.inner_b,
+                ad.inner_a,
+                ad.outer_b,
+                ad.outer_a,
+                args_b,
+            ),
+        ];
+        for (ns, end, inner, inner_peer, outer, outer_peer, args) in ends {
+            let log = me.dir.join(format!("openvpn-{end}.log"));
+            let child = openvpn_command(ns, &format!("ipl-ovpn-{end}"), tun_mtu, &log)
+                .args(["--ifconfig", &inner.to_string(), &inner_peer.to_string()])
+                .args(["--local", &outer.to_string(), "--remote", &outer_peer.to_string()])
+                .args(args)
+                .spawn()
+                .map_err(|e| failed(format!("start openvpn in {}: {e}", ns.name())))?;
+            me.processes.push(Process { child, log, end });
+        }
+        me.wait_ready()?;
+        me.started = Instant::now();
+        Ok(me)
+    }
+
+    fn wait_ready(&mut self) -> LabResult<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            for p in &mut self.processes {
+                if let Ok(Some(status)) = p.child.try_wait() {
+                    return Err(failed(format!(
+                        "openvpn ({}) exited ({status}) while starting:\n{}",
+                        p.end,
+                        p.log_tail()
+                    )));
+                }
+            }
+            if self.processes.iter().all(Process::ready) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let tails: Vec<String> = self
+                    .processes
+                    .iter()
+                    .map(|p| format!("[{}]\n{}", p.end, p.log_tail()))
+                    .collect();
+                return Err(failed(format!(
+                    "openvpn not ready after {READY_TIMEOUT:?}:\n{}",
+                    tails.join("\n")
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Command {
+    let mut cmd = ns.command("openvpn");
+    cmd.args(["--dev", dev, "--dev-type", "tun", "--disable-dco"])
+        .args([
+            "--port",
+            &PORT.to_string(),
+            "--tun-mtu",
+            &tun_mtu.to_string(),
+            "--mssfix",
+            "0",
+        ])
+        .args(["--verb", "3", "--suppress-timestamps", "--mute-replay-warnings"])
+        .arg("--log")
+        .arg(log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+impl Drop for Openvpn {
+    fn drop(&mut self) {
+        for p in &mut self.processes {
+            p.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl ActiveBackend for Openvpn {
+    fn data_path(&self) -> DataPath {
+        self.path
+    }
+
+    fn details(&mut self) -> BoxFuture<'_, LabResult<Value>> {
+        Box::pin(async move {
+            let wall = self.started.elapsed().as_secs_f64();
+            let mut ends = serde_json::Map::new();
+            for p in &self.processes {
+                let (user, system) = p.cpu().unwrap_or((0.0, 0.0));
+                ends.insert(
+                    p.end.to_string(),
+                    json!({ "pid": p.child.id(), "cpu": model::CpuUsage::new(user, system, wall) }),
+                );
+            }
+            Ok(json!({
+                "version": self.version,
+                "mode": self.mode.name(),
+                "cipher": self.cipher,
+                "auth": self.auth,
+                "tun_mtu": self.tun_mtu,
+                "dco": false,
+                "ends": ends,
+            }))
+        })
+    }
+}
