@@ -155,7 +155,10 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         Units::MegabytesPerSecond => 9,
         Units::OpensslKilobytes => 13,
     };
-    let impl_width = impl_order.iter().map(|s| s.len()).max().unwrap_or(4).max(14);
+    // Wide enough for the longest implementation and the longest `first/other` ratio label.
+    let longest = impl_order.iter().map(|s| s.len()).max().unwrap_or(4);
+    let first = impl_order.first().map_or(0, |s| s.len());
+    let impl_width = (first + 1 + longest).max(14);
 
     let env = &report.environment;
     let threads = report.records.first().map_or(1, |r| r.threads);
@@ -194,7 +197,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     }
     out.push('\n');
     let mut last_group: Option<(String, Direction)> = None;
-    let mut spread_notes = Vec::new();
+    let mut spread_notes: Vec<&Record> = Vec::new();
     for (key, cells) in &rows {
         let group = (key.suite.clone(), key.direction);
         let first_of_group = last_group.as_ref() != Some(&group);
@@ -209,14 +212,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
             let cell = match cells.get(s) {
                 Some(r) => {
                     let flag = if r.spread > SPREAD_FLAG {
-                        spread_notes.push(format!(
-                            "  {} {} {} {} B: repeats {:.0}% apart",
-                            r.implementation,
-                            r.suite,
-                            r.direction,
-                            r.block_bytes,
-                            r.spread * 100.0
-                        ));
+                        spread_notes.push(*r);
                         "~"
                     } else {
                         ""
@@ -230,16 +226,24 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         out.push('\n');
     }
 
-    let ratios = ratio_lines(&rows, &impl_order, sizes, width);
+    let ratios = ratio_lines(&rows, &impl_order, sizes, width, impl_width);
     if !ratios.is_empty() {
         let _ = writeln!(out, "\nratios (same suite, direction and size):");
         out.push_str(&ratios);
     }
-    if !spread_notes.is_empty() {
-        let _ = writeln!(out, "\n~ repeats more than {:.0}% apart:", SPREAD_FLAG * 100.0);
-        for n in spread_notes {
-            let _ = writeln!(out, "{n}");
-        }
+    if let Some(worst) = spread_notes.iter().max_by(|a, b| a.spread.total_cmp(&b.spread)) {
+        let _ = writeln!(
+            out,
+            "\n~ repeats more than {:.0}% apart in {} of {} cells (busy machine? try more --seconds); widest: {} {} {} {} B, {:.0}%",
+            SPREAD_FLAG * 100.0,
+            spread_notes.len(),
+            report.records.len(),
+            worst.implementation,
+            worst.suite,
+            worst.direction,
+            worst.block_bytes,
+            worst.spread * 100.0
+        );
     }
     for s in &report.skipped {
         let what = match &s.suite {
@@ -257,6 +261,7 @@ fn ratio_lines(
     impl_order: &[&str],
     sizes: &[usize],
     width: usize,
+    impl_width: usize,
 ) -> String {
     let Some(base) = impl_order.first() else {
         return String::new();
@@ -277,7 +282,8 @@ fn ratio_lines(
         for other in &impl_order[1..] {
             let Some(other_cells) = find(other) else { continue };
             let label = format!("{base}/{other}");
-            let _ = write!(out, "{suite:<24} {:<8} {label:<14}", direction.name());
+            let label_width = impl_width.max(label.len());
+            let _ = write!(out, "{suite:<24} {:<8} {label:<label_width$}", direction.name());
             for s in sizes {
                 let cell = match (base_cells.get(s), other_cells.get(s)) {
                     (Some(b), Some(o)) if o.mb_per_s > 0.0 => format!("{:.2}x", b.mb_per_s / o.mb_per_s),
@@ -364,7 +370,7 @@ mod tests {
         let ratio = t.lines().find(|l| l.contains("auto/soft")).unwrap();
         assert!(ratio.contains("3.60x") && ratio.contains("4.40x"), "{ratio}");
         assert!(
-            t.contains("auto aes-128-cbc encrypt 1400 B: repeats 18% apart"),
+            t.contains("in 1 of 4 cells") && t.contains("widest: auto aes-128-cbc encrypt 1400 B, 18%"),
             "{t}"
         );
         assert!(t.contains("skipped kernel: no AF_ALG"), "{t}");
