@@ -52,7 +52,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
 
 /// Turns SIGINT and SIGTERM into a cancellation: the run then unwinds through its guards
 /// instead of dying with namespaces in place.
-fn cancel_on_signal(cancel: CancellationToken) -> LabResult<tokio::task::JoinHandle<()>> {
+pub fn cancel_on_signal(cancel: CancellationToken) -> LabResult<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt()).map_err(LabError::failed)?;
     let mut term = signal(SignalKind::terminate()).map_err(LabError::failed)?;
@@ -72,9 +72,24 @@ async fn execute(plan: &RunPlan, cancel: &CancellationToken, show_progress: bool
         mtu: plan.mtu,
         addressing: plan.addressing,
     };
-    // Both guards below remove what they own when dropped: on success, on `?`, on Ctrl-C.
+    // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
     let topology = Topology::create(&spec).await?;
-    let mut backend = backends::start(plan, &topology).await?;
+    let report = run_on(plan, &topology, cancel, show_progress).await?;
+    topology.destroy()?;
+    Ok(report)
+}
+
+/// Runs one plan on a topology that is already up: backend up, `plan.repeat` verified
+/// transfers (each followed by iperf3 when asked), backend evidence, backend down. The
+/// topology is left as it was, so a sweep can run many plans on one topology.
+pub async fn run_on(
+    plan: &RunPlan,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    show_progress: bool,
+) -> LabResult<RunReport> {
+    // The backend guard tears down what the backend made when dropped, also on `?`.
+    let mut backend = backends::start(plan, topology).await?;
     let mut transfers = Vec::new();
     let mut iperf3_rates = Vec::new();
     for attempt in 1..=plan.repeat {
@@ -82,20 +97,17 @@ async fn execute(plan: &RunPlan, cancel: &CancellationToken, show_progress: bool
             return Err(LabError::interrupted());
         }
         let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
-        let transfer =
-            transfer_once(plan, &topology, backend.data_path(), cancel, show_progress, label).await?;
-        transfers.push(transfer);
+        let path = backend.data_path();
+        transfers.push(transfer_once(plan, topology, path, cancel, show_progress, label).await?);
         if plan.with_iperf3 {
             // Right after the lab's own transfer, over the same path: the two see the same
             // machine state as nearly as a noisy machine allows.
-            let path = backend.data_path();
-            iperf3_rates.push(reference::iperf3(&topology, path, plan.bytes.0, plan.parallel).await?);
+            iperf3_rates.push(reference::iperf3(topology, path, plan.bytes.0, plan.parallel).await?);
         }
     }
     let details = backend.details().await?;
     let notes = backend.notes();
     drop(backend);
-    topology.destroy()?;
     let mut report = RunReport::new(plan.clone(), Environment::detect(), transfers)
         .expect("repeat >= 1, so there is at least one transfer");
     if !details.is_null() {
