@@ -5,6 +5,7 @@
 //! `xfrm`), traffic (`traffic`) and printing (the `ipsec-lab` binary).
 
 pub mod env;
+pub mod matrix;
 pub mod plan;
 pub mod report;
 pub mod size;

@@ -1,0 +1,375 @@
+//! The matrix result schema: one row per backend variant, one cell per cipher suite, each
+//! cell either measured (median, min–max over the repeats, CPU per side, % of the plain
+//! baseline measured in the same environment) or "not run" with the reason. Versioned
+//! separately from the single-run schema: scripts parse it, so a field is added, never
+//! renamed or re-typed without bumping [`MATRIX_SCHEMA_VERSION`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::env::Environment;
+use crate::plan::{Backend, CryptoChoice};
+use crate::size::ByteSize;
+use crate::stats::Summary;
+use crate::suite::CipherSuite;
+
+pub const MATRIX_SCHEMA_VERSION: u32 = 1;
+
+/// Key of the host's environment in [`MatrixReport::environments`].
+pub const HOST: &str = "host";
+/// Key of a VM guest's environment.
+pub const VM: &str = "vm";
+
+/// What makes a row different from another row of the same backend.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum RowVariant {
+    /// The backend as it runs by default (kernel picks its drivers, no crypto choice).
+    Default,
+    /// The userspace backend with this `--crypto` implementation.
+    Crypto(CryptoChoice),
+    /// The xfrm backend with this kernel `cbc(aes)` driver raised to the top priority.
+    KernelDriver(String),
+}
+
+/// Identifies a row: backend, variant and where it ran. Two reports' rows are the same row
+/// when their keys are equal (what `compare` matches on).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RowKey {
+    pub backend: Backend,
+    pub variant: RowVariant,
+    /// Key into [`MatrixReport::environments`]: [`HOST`] or [`VM`].
+    pub environment: String,
+}
+
+impl RowKey {
+    pub fn new(backend: Backend, variant: RowVariant, environment: &str) -> RowKey {
+        RowKey {
+            backend,
+            variant,
+            environment: environment.to_string(),
+        }
+    }
+
+    /// The label in the style of the classic table: `plain (line rate)`, `userspace [soft]`,
+    /// `xfrm [cbc-aes-aesni]`, with ` (vm)` appended for rows measured in a VM guest.
+    pub fn label(&self) -> String {
+        let base = match (&self.backend, &self.variant) {
+            (Backend::Plain, _) => "plain (line rate)".to_string(),
+            (b, RowVariant::Default) => b.name().to_string(),
+            (b, RowVariant::Crypto(c)) => format!("{b} [{c}]"),
+            (b, RowVariant::KernelDriver(d)) => format!("{b} [{d}]"),
+        };
+        if self.environment == HOST {
+            base
+        } else {
+            format!("{base} ({})", self.environment)
+        }
+    }
+}
+
+impl fmt::Display for RowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+/// CPU use of one side over the repeats, in percent of one core.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SideCpu {
+    pub sender_percent: Summary,
+    pub receiver_percent: Summary,
+}
+
+/// A cell that ran: every repeat verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// MB/s (10^6 bytes per second) over the repeats.
+    pub mb_per_s: Summary,
+    /// Each repeat's MB/s, in the order measured.
+    pub samples: Vec<f64>,
+    pub cpu: SideCpu,
+    /// Median over the plain baseline's median in the same environment, in percent; absent
+    /// when the baseline was not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent_of_plain: Option<f64>,
+    /// The kernel driver that served the SAs, read from /proc/crypto (xfrm only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<String>,
+    /// The single-run report's notes and ignored options, for the reader.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum CellOutcome {
+    Measured(Measurement),
+    /// Could not run here (missing capability), or failed, or was interrupted: never a zero.
+    NotRun {
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    pub suite: CipherSuite,
+    #[serde(flatten)]
+    pub outcome: CellOutcome,
+}
+
+impl Cell {
+    pub fn measurement(&self) -> Option<&Measurement> {
+        match &self.outcome {
+            CellOutcome::Measured(m) => Some(m),
+            CellOutcome::NotRun { .. } => None,
+        }
+    }
+
+    pub fn not_run(suite: CipherSuite, reason: impl Into<String>) -> Cell {
+        Cell {
+            suite,
+            outcome: CellOutcome::NotRun {
+                reason: reason.into(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub key: RowKey,
+    /// The plain row has one cell (suite `none`); every other row one per column.
+    pub cells: Vec<Cell>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl Row {
+    pub fn label(&self) -> String {
+        self.key.label()
+    }
+
+    pub fn cell(&self, suite: CipherSuite) -> Option<&Cell> {
+        self.cells.iter().find(|c| c.suite == suite)
+    }
+
+    /// The plain baseline's single cell, wherever its suite.
+    pub fn is_baseline(&self) -> bool {
+        self.key.backend == Backend::Plain
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MatrixReport {
+    pub schema_version: u32,
+    /// Column order: the cipher suites of the sweep.
+    pub suites: Vec<CipherSuite>,
+    pub payload: ByteSize,
+    pub repeat: u32,
+    pub rows: Vec<Row>,
+    /// Where rows ran, keyed by [`RowKey::environment`] ([`HOST`], [`VM`]).
+    pub environments: BTreeMap<String, Environment>,
+    /// Unix seconds when the sweep started.
+    pub started_unix_s: u64,
+    /// True when Ctrl-C stopped the sweep: the cells measured before are kept, the others
+    /// say "not run: interrupted".
+    #[serde(default)]
+    pub interrupted: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl MatrixReport {
+    pub fn new(
+        suites: Vec<CipherSuite>,
+        payload: ByteSize,
+        repeat: u32,
+        started_unix_s: u64,
+    ) -> MatrixReport {
+        MatrixReport {
+            schema_version: MATRIX_SCHEMA_VERSION,
+            suites,
+            payload,
+            repeat,
+            rows: Vec::new(),
+            environments: BTreeMap::new(),
+            started_unix_s,
+            interrupted: false,
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn row(&self, key: &RowKey) -> Option<&Row> {
+        self.rows.iter().find(|r| &r.key == key)
+    }
+
+    /// The plain baseline's median MB/s in `environment`, if it was measured.
+    pub fn baseline(&self, environment: &str) -> Option<f64> {
+        self.rows
+            .iter()
+            .filter(|r| r.is_baseline() && r.key.environment == environment)
+            .flat_map(|r| r.cells.iter())
+            .find_map(|c| c.measurement().map(|m| m.mb_per_s.median))
+    }
+
+    /// Fills `percent_of_plain` of every measured cell from its environment's baseline.
+    pub fn compute_percent_of_plain(&mut self) {
+        let baselines: BTreeMap<String, f64> = self
+            .environments
+            .keys()
+            .chain(self.rows.iter().map(|r| &r.key.environment))
+            .filter_map(|e| Some((e.clone(), self.baseline(e)?)))
+            .collect();
+        for row in &mut self.rows {
+            let base = baselines.get(&row.key.environment).copied();
+            for cell in &mut row.cells {
+                if let CellOutcome::Measured(m) = &mut cell.outcome {
+                    m.percent_of_plain = base.filter(|b| *b > 0.0).map(|b| m.mb_per_s.median / b * 100.0);
+                }
+            }
+        }
+    }
+
+    /// Adds the rows and environments of `other` (a sweep run elsewhere, e.g. in a VM).
+    pub fn merge(&mut self, other: MatrixReport) {
+        self.environments.extend(other.environments);
+        self.rows.extend(other.rows);
+        self.notes.extend(other.notes);
+        self.interrupted |= other.interrupted;
+        for s in other.suites {
+            if !self.suites.contains(&s) {
+                self.suites.push(s);
+            }
+        }
+    }
+
+    /// Counts of cells measured and not run (the plain baseline included).
+    pub fn counts(&self) -> CellCounts {
+        let cells = self.rows.iter().flat_map(|r| r.cells.iter());
+        let (measured, not_run): (Vec<_>, Vec<_>) = cells.partition(|c| c.measurement().is_some());
+        CellCounts {
+            measured: measured.len(),
+            not_run: not_run.len(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellCounts {
+    pub measured: usize,
+    pub not_run: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::{Hmac, KeyBits};
+
+    fn measured(median: f64) -> CellOutcome {
+        let s = Summary::of(&[median * 0.9, median, median * 1.1]).unwrap();
+        CellOutcome::Measured(Measurement {
+            mb_per_s: s,
+            samples: vec![median * 0.9, median, median * 1.1],
+            cpu: SideCpu {
+                sender_percent: Summary::of(&[50.0]).unwrap(),
+                receiver_percent: Summary::of(&[40.0]).unwrap(),
+            },
+            percent_of_plain: None,
+            served_by: None,
+            notes: vec![],
+        })
+    }
+
+    fn sample() -> MatrixReport {
+        let suite = CipherSuite::cbc(KeyBits::Aes128, Hmac::None);
+        let mut r = MatrixReport::new(vec![suite], ByteSize(1_000_000), 3, 0);
+        r.environments.insert(HOST.into(), Environment::detect());
+        r.rows.push(Row {
+            key: RowKey::new(Backend::Plain, RowVariant::Default, HOST),
+            cells: vec![Cell {
+                suite: CipherSuite::None,
+                outcome: measured(1000.0),
+            }],
+            notes: vec![],
+        });
+        r.rows.push(Row {
+            key: RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST),
+            cells: vec![Cell {
+                suite,
+                outcome: measured(250.0),
+            }],
+            notes: vec![],
+        });
+        r.rows.push(Row {
+            key: RowKey::new(
+                Backend::Xfrm,
+                RowVariant::KernelDriver("cbc-aes-aesni".into()),
+                VM,
+            ),
+            cells: vec![Cell::not_run(suite, "no ESP in this kernel")],
+            notes: vec![],
+        });
+        r
+    }
+
+    #[test]
+    fn labels_follow_the_classic_table() {
+        let r = sample();
+        let labels: Vec<String> = r.rows.iter().map(Row::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "plain (line rate)",
+                "userspace [soft]",
+                "xfrm [cbc-aes-aesni] (vm)"
+            ]
+        );
+    }
+
+    #[test]
+    fn percent_of_plain_uses_the_same_environment_only() {
+        let mut r = sample();
+        r.compute_percent_of_plain();
+        let soft = r.rows[1].cells[0].measurement().unwrap();
+        assert!((soft.percent_of_plain.unwrap() - 25.0).abs() < 1e-9);
+        assert_eq!(r.baseline(VM), None);
+        assert_eq!(
+            r.counts(),
+            CellCounts {
+                measured: 2,
+                not_run: 1
+            }
+        );
+    }
+
+    #[test]
+    fn round_trips_through_json_with_tagged_outcomes() {
+        let mut r = sample();
+        r.compute_percent_of_plain();
+        let json = serde_json::to_string_pretty(&r).unwrap();
+        let back: MatrixReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["schema_version"], MATRIX_SCHEMA_VERSION);
+        assert_eq!(v["rows"][2]["cells"][0]["status"], "not_run");
+        assert_eq!(v["rows"][2]["cells"][0]["reason"], "no ESP in this kernel");
+        assert_eq!(v["rows"][1]["key"]["variant"]["value"], "soft");
+        assert_eq!(v["rows"][1]["cells"][0]["status"], "measured");
+    }
+
+    #[test]
+    fn merge_keeps_both_environments_and_rows() {
+        let mut host = sample();
+        host.rows.truncate(2);
+        let mut vm = sample();
+        vm.environments.clear();
+        vm.environments.insert(VM.into(), Environment::detect());
+        vm.rows.drain(..2);
+        host.merge(vm);
+        assert_eq!(host.rows.len(), 3);
+        assert!(host.environments.contains_key(VM) && host.environments.contains_key(HOST));
+    }
+}
