@@ -13,7 +13,7 @@ pub const OPENSSL_SIZES: [usize; 6] = [16, 64, 256, 1024, 8192, 16384];
 pub enum OpensslError {
     #[error("openssl is not installed (apt-get install openssl)")]
     NotInstalled,
-    #[error("openssl has no equivalent of {suite} {direction}")]
+    #[error("openssl speed has no equivalent of {suite} {direction}")]
     NoEquivalent { suite: String, direction: Direction },
     #[error("`openssl {args}` failed: {stderr}")]
     Failed { args: String, stderr: String },
@@ -33,8 +33,10 @@ pub fn installed() -> bool {
     version().is_some() || Path::new("/usr/bin/openssl").exists()
 }
 
-/// The algorithm arguments that make openssl time the same thing. The CBC+HMAC suites map
-/// to OpenSSL's stitched `aes-*-cbc-hmac-sha256` ciphers (AES-NI only, no 192-bit one).
+/// The algorithm arguments that make openssl time the same thing. The CBC+HMAC suites have
+/// none: OpenSSL's stitched `aes-*-cbc-hmac-sha256` cipher, timed by `openssl speed` without
+/// a MAC key or TLS header, gave 1.9 GB/s at 1400 bytes and 0.4 GB/s at 8192 here — it
+/// does not time encrypt-then-MAC per packet, so no number is better than that one.
 pub fn algorithm_args(suite: SpeedSuite, direction: Direction) -> Option<Vec<String>> {
     let evp = |name: String| vec!["-evp".to_string(), name];
     match (suite, direction) {
@@ -45,10 +47,6 @@ pub fn algorithm_args(suite: SpeedSuite, direction: Direction) -> Option<Vec<Str
             Some(a)
         }
         (SpeedSuite::HmacSha256, _) => Some(vec!["-hmac".into(), "sha256".into()]),
-        (SpeedSuite::AesCbcHmacSha256(model::KeyBits::Aes192), _) => None,
-        (SpeedSuite::AesCbcHmacSha256(k), Direction::Encrypt) => {
-            Some(evp(format!("aes-{k}-cbc-hmac-sha256")))
-        }
         (SpeedSuite::Aead(a), Direction::Encrypt) => Some(evp(a.name().to_string())),
         _ => None,
     }
@@ -194,11 +192,12 @@ mod tests {
     }
 
     #[test]
-    fn every_suite_has_an_openssl_equivalent_except_192_bit_stitched() {
+    fn every_suite_but_cbc_hmac_has_an_openssl_equivalent() {
         for suite in SpeedSuite::all() {
             for &dir in suite.directions() {
                 let has = algorithm_args(suite, dir).is_some();
-                assert_eq!(has, suite.name() != "aes-192-cbc-hmac-sha256", "{suite} {dir}");
+                let cbc_hmac = matches!(suite, SpeedSuite::AesCbcHmacSha256(_));
+                assert_eq!(has, !cbc_hmac, "{suite} {dir}");
             }
         }
     }
