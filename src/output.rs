@@ -91,19 +91,14 @@ pub fn table(report: &RunReport) -> String {
         plan.mtu,
         plan.parallel,
     );
-    if plan.suite.is_encrypted() && !env.kernel_drivers.is_empty() {
-        let drivers: Vec<String> = env
-            .kernel_drivers
-            .iter()
-            .map(|(a, d)| format!("{a}={d}"))
-            .collect();
-        let _ = writeln!(out, "kernel crypto drivers: {}", drivers.join(", "));
-    }
-    for (backend, details) in &report.backend_details {
-        let _ = writeln!(out, "{backend}: {details}");
-    }
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");
+    }
+    if !report.backend_details.is_empty() {
+        let _ = writeln!(
+            out,
+            "(the backend's full evidence is in the JSON report: --json FILE)"
+        );
     }
     out
 }

@@ -86,6 +86,8 @@ pub struct Xfrm {
     ids: RunIds,
     protection: Protection,
     ends: Vec<End>,
+    /// The evidence last read by `details`, kept for the human summary in `notes`.
+    evidence: Option<serde_json::Value>,
 }
 
 impl Xfrm {
@@ -107,6 +109,7 @@ impl Xfrm {
             ids: RunIds::random(),
             protection,
             ends: Vec::new(),
+            evidence: None,
         };
         for ns in [&topology.a, &topology.b] {
             let handle = XfrmHandle::open_in(&ns.path()).map_err(xfrm_error)?;
@@ -272,7 +275,50 @@ impl ActiveBackend for Xfrm {
     }
 
     fn details(&mut self) -> BoxFuture<'_, LabResult<serde_json::Value>> {
-        Box::pin(self.counters())
+        Box::pin(async {
+            let evidence = self.counters().await?;
+            self.evidence = Some(evidence.clone());
+            Ok(evidence)
+        })
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let Some(e) = &self.evidence else {
+            return Vec::new();
+        };
+        let mut lines: Vec<String> = e["sas"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|sa| {
+                format!(
+                    "ESP SA spi {} {}: {} packets, {} bytes, {} replay drops, {} integrity failures",
+                    sa["spi"].as_str().unwrap_or("?"),
+                    sa["direction"].as_str().unwrap_or("?"),
+                    sa["packets"],
+                    sa["bytes"],
+                    sa["replay_drops"],
+                    sa["integrity_failures"],
+                )
+            })
+            .collect();
+        let drivers: Vec<String> = e["kernel_drivers"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(alg, driver)| format!("{alg}={}", driver.as_str().unwrap_or("?")))
+            .collect();
+        lines.push(format!(
+            "{} mode, ESP overhead {} bytes per 1400-byte packet, kernel drivers: {}",
+            e["mode"].as_str().unwrap_or("?"),
+            e["esp_overhead_bytes_per_packet"],
+            if drivers.is_empty() {
+                "none seen in /proc/crypto".to_string()
+            } else {
+                drivers.join(", ")
+            }
+        ));
+        lines
     }
 }
 
