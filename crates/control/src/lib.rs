@@ -1,0 +1,60 @@
+//! The control channel between two ipsec-lab hosts: `ipsec-lab serve` on one machine and
+//! `ipsec-lab run --peer` on the other agree on a run over it.
+//!
+//! * [`psk`]: the pre-shared key, its file format and the permission check on that file.
+//! * [`noise`]: the handshake and the encrypted session, sans-IO. Noise
+//!   `NNpsk0_25519_ChaChaPoly_BLAKE2s` (via `snow`): the key is mixed into the very first
+//!   message, so a peer without it is refused on that message, before anything else it
+//!   sends is read; the ephemeral-ephemeral DH gives each run fresh session keys.
+//! * [`message`]: the versioned messages and their bounded encoding.
+//! * [`frame`]: the length prefix on the wire, checked before a body is buffered.
+//! * [`channel`]: a small tokio layer that runs the above over a byte stream, with timeouts.
+//!
+//! Leaves out: what the messages make the hosts do (the `ipsec-lab` binary's `serve` and
+//! `remote` modules), sockets and listening, and the access list.
+
+pub mod channel;
+pub mod frame;
+pub mod message;
+pub mod noise;
+pub mod psk;
+
+pub use channel::Channel;
+pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, TransferResult, XfrmKeys, VERSION};
+pub use noise::{Initiator, Responder, Session};
+pub use psk::{Psk, PskError};
+
+use std::time::Duration;
+
+/// TCP port `ipsec-lab serve` listens on when `--listen` names none.
+pub const DEFAULT_PORT: u16 = 5299;
+
+/// Longest time a peer may take to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the channel failed. Each variant is one cause; none carries key material.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{during}: {source}")]
+    Io {
+        during: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{during}: the peer closed the connection")]
+    Closed { during: &'static str },
+    #[error("{during}: nothing came for {seconds} s")]
+    Timeout { during: &'static str, seconds: u64 },
+    #[error("a frame of {len} bytes announced, more than the limit of {max}")]
+    Oversized { len: usize, max: usize },
+    #[error("handshake failed: the peer does not hold the same pre-shared key (or is not ipsec-lab)")]
+    Authentication,
+    #[error("a message failed authentication: corrupted or forged")]
+    Decrypt,
+    #[error("malformed message: {reason}")]
+    Malformed { reason: String },
+    #[error("protocol version {got} from the peer; this ipsec-lab speaks version {supported}: use the same release on both hosts")]
+    Version { got: u16, supported: u16 },
+    #[error("noise protocol: {0}")]
+    Noise(#[source] snow::Error),
+}

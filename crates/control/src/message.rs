@@ -1,0 +1,346 @@
+//! The messages of protocol [`VERSION`], their JSON encoding inside the encrypted session,
+//! and the bounded decoder (the fuzz target's subject).
+//!
+//! A conversation (client = `run --peer`, server = `serve`):
+//!
+//! ```text
+//! client: Hello{plan, keys}    server: Ready{environment} | Busy | Refused{kind, reason}
+//! client: Receive{attempt}     server: Listening, then Received{transfer} | Failed{reason}
+//! client: Send{attempt}        server: Sent{transfer} | Failed{reason}     (--reverse)
+//! client: Finish               server: Finished{details}
+//! ```
+//!
+//! Anything else, or silence past a step's timeout, ends the run; the server then removes
+//! what it installed. Every message travels in an [`Envelope`] carrying the version, and a
+//! peer of another version is told apart from a malformed message.
+
+use std::fmt;
+
+use model::{CpuUsage, Environment, RunPlan};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use zeroize::Zeroizing;
+
+use crate::frame::MAX_FRAME;
+use crate::noise::TAG_LEN;
+use crate::ControlError;
+
+/// Protocol version; bumped on any incompatible change to [`Message`].
+pub const VERSION: u16 = 1;
+/// Largest encoded message: what fits one Noise message with its tag.
+pub const MAX_MESSAGE: usize = MAX_FRAME - TAG_LEN;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub v: u16,
+    pub msg: Message,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Message {
+    /// Client: the validated plan and the run's key material.
+    Hello { plan: Box<RunPlan>, keys: RunKeys },
+    /// Server: its end is up; its environment goes into the client's report.
+    Ready { environment: Box<Environment> },
+    /// Server: another run is in progress.
+    Busy,
+    /// Server: it will not do this run, and why.
+    Refused { kind: RefusalKind, reason: String },
+    /// Client: bind the receiver for transfer `attempt` (client sends).
+    Receive { attempt: u32 },
+    /// Server: the receiver is bound; the client may start sending.
+    Listening,
+    /// Server: what its receiver measured.
+    Received { transfer: TransferResult },
+    /// Client: send transfer `attempt` to the client's receiver (`--reverse`).
+    Send { attempt: u32 },
+    /// Server: what its sender measured.
+    Sent { transfer: TransferResult },
+    /// Server: a step failed; its end is being removed.
+    Failed { reason: String },
+    /// Client: the transfers are done; report and tear down.
+    Finish,
+    /// Server: its end's evidence for the report; its end is down.
+    Finished { details: serde_json::Value },
+}
+
+impl Message {
+    /// Short name for logs (never the contents: they may hold keys).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Hello { .. } => "hello",
+            Message::Ready { .. } => "ready",
+            Message::Busy => "busy",
+            Message::Refused { .. } => "refused",
+            Message::Receive { .. } => "receive",
+            Message::Listening => "listening",
+            Message::Received { .. } => "received",
+            Message::Send { .. } => "send",
+            Message::Sent { .. } => "sent",
+            Message::Failed { .. } => "failed",
+            Message::Finish => "finish",
+            Message::Finished { .. } => "finished",
+        }
+    }
+}
+
+/// Why a server refused, so the client exits with the matching code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalKind {
+    /// The plan is not one a server runs (exit 2 at the client).
+    Usage,
+    /// The server's host lacks a capability, e.g. ESP (exit 3).
+    Capability,
+    /// Setting up the server's end failed (exit 1).
+    Failed,
+}
+
+/// One side's measurement of one transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TransferResult {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub cpu: CpuUsage,
+}
+
+/// Key material the client generated for this run. Only what the backend needs is present.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xfrm: Option<XfrmKeys>,
+    /// The userspace tunnel's 256-byte static key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<KeyMaterial>,
+}
+
+/// The SAs' identifiers and keys (both directions share them, as in the local lab).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XfrmKeys {
+    pub reqid: u32,
+    /// SPI of the SA carrying client → server traffic.
+    pub spi_client_to_server: u32,
+    pub spi_server_to_client: u32,
+    /// AES key (for GCM followed by the 4-byte salt).
+    pub enc: KeyMaterial,
+    pub auth: Option<KeyMaterial>,
+}
+
+/// Secret bytes: hex on the wire (inside the encrypted session only), wiped on drop,
+/// redacted in `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyMaterial(Zeroizing<Vec<u8>>);
+
+impl KeyMaterial {
+    pub fn new(bytes: &[u8]) -> KeyMaterial {
+        KeyMaterial(Zeroizing::new(bytes.to_vec()))
+    }
+
+    pub fn random(len: usize) -> Result<KeyMaterial, getrandom::Error> {
+        let mut v = Zeroizing::new(vec![0u8; len]);
+        getrandom::fill(&mut v)?;
+        Ok(KeyMaterial(v))
+    }
+
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for KeyMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} secret bytes>", self.0.len())
+    }
+}
+
+impl Serialize for KeyMaterial {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut hex = Zeroizing::new(String::with_capacity(self.0.len() * 2));
+        for b in self.0.iter() {
+            hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+            hex.push(char::from(b"0123456789abcdef"[usize::from(b & 0xf)]));
+        }
+        s.serialize_str(&hex)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyMaterial {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<KeyMaterial, D::Error> {
+        struct Hex;
+        impl serde::de::Visitor<'_> for Hex {
+            type Value = KeyMaterial;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an even number of hex digits (at most 1024)")
+            }
+            // Decoded straight from the (wiped) plaintext buffer: no intermediate String.
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<KeyMaterial, E> {
+                if v.len() % 2 != 0 || v.len() > 1024 {
+                    return Err(E::invalid_length(v.len(), &self));
+                }
+                let mut out = Zeroizing::new(Vec::with_capacity(v.len() / 2));
+                for pair in v.as_bytes().chunks(2) {
+                    match (crate::psk::hex_value(pair[0]), crate::psk::hex_value(pair[1])) {
+                        (Some(h), Some(l)) => out.push(h << 4 | l),
+                        _ => return Err(E::custom("key material is not hexadecimal")),
+                    }
+                }
+                Ok(KeyMaterial(out))
+            }
+        }
+        d.deserialize_str(Hex)
+    }
+}
+
+/// Encodes a message of this version. The buffer is sized once, so the serializer never
+/// reallocates and leaves no unwiped copy of key bytes behind.
+pub fn encode(msg: &Message) -> Result<Zeroizing<Vec<u8>>, ControlError> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        v: u16,
+        msg: &'a Message,
+    }
+    let mut buf = Zeroizing::new(Vec::with_capacity(MAX_MESSAGE + 1));
+    serde_json::to_writer(&mut *buf, &Out { v: VERSION, msg }).map_err(|e| ControlError::Malformed {
+        reason: format!("encoding {}: {e}", msg.kind()),
+    })?;
+    if buf.len() > MAX_MESSAGE {
+        return Err(ControlError::Oversized {
+            len: buf.len(),
+            max: MAX_MESSAGE,
+        });
+    }
+    Ok(buf)
+}
+
+/// Decodes a plaintext message: refuses oversized input, other versions (by name) and
+/// anything that is not exactly a message of this version.
+pub fn decode(plain: &[u8]) -> Result<Message, ControlError> {
+    if plain.len() > MAX_MESSAGE {
+        return Err(ControlError::Oversized {
+            len: plain.len(),
+            max: MAX_MESSAGE,
+        });
+    }
+    #[derive(Deserialize)]
+    struct VersionOnly {
+        v: u16,
+    }
+    let malformed = |e: serde_json::Error| ControlError::Malformed {
+        // serde_json's message names the position and the expected token, never the input.
+        reason: e.to_string(),
+    };
+    let VersionOnly { v } = serde_json::from_slice(plain).map_err(malformed)?;
+    if v != VERSION {
+        return Err(ControlError::Version {
+            got: v,
+            supported: VERSION,
+        });
+    }
+    let env: Envelope = serde_json::from_slice(plain).map_err(malformed)?;
+    Ok(env.msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::RunRequest;
+
+    fn hello() -> Message {
+        Message::Hello {
+            plan: Box::new(RunRequest::default().validate().unwrap()),
+            keys: RunKeys {
+                xfrm: Some(XfrmKeys {
+                    reqid: 0x1a5001,
+                    spi_client_to_server: 0x1a500101,
+                    spi_server_to_client: 0x1a500102,
+                    enc: KeyMaterial::new(&[0xaa; 32]),
+                    auth: Some(KeyMaterial::new(&[0x55; 32])),
+                }),
+                tunnel: Some(KeyMaterial::new(&[7; 256])),
+            },
+        }
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let t = TransferResult {
+            bytes: 5,
+            seconds: 0.5,
+            cpu: CpuUsage::new(0.1, 0.2, 0.5),
+        };
+        for m in [
+            hello(),
+            Message::Ready {
+                environment: Box::new(Environment::detect()),
+            },
+            Message::Busy,
+            Message::Refused {
+                kind: RefusalKind::Capability,
+                reason: "no ESP".into(),
+            },
+            Message::Receive { attempt: 1 },
+            Message::Listening,
+            Message::Received { transfer: t },
+            Message::Send { attempt: 2 },
+            Message::Sent { transfer: t },
+            Message::Failed { reason: "x".into() },
+            Message::Finish,
+            Message::Finished {
+                details: serde_json::json!({"a": 1}),
+            },
+        ] {
+            let bytes = encode(&m).unwrap();
+            assert_eq!(decode(&bytes).unwrap(), m, "{}", m.kind());
+        }
+    }
+
+    #[test]
+    fn keys_are_hex_on_the_wire_and_redacted_in_debug() {
+        let bytes = encode(&hello()).unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains(&"aa".repeat(32)));
+        assert!(!format!("{:?}", hello()).contains("aaaa"));
+    }
+
+    #[test]
+    fn other_versions_are_named() {
+        let e = decode(br#"{"v":2,"msg":{"type":"busy"}}"#).unwrap_err();
+        assert!(matches!(e, ControlError::Version { got: 2, supported: 1 }), "{e}");
+    }
+
+    #[test]
+    fn malformed_and_oversized_input_is_refused() {
+        for bad in [
+            &b""[..],
+            b"null",
+            b"{}",
+            br#"{"v":1}"#,
+            br#"{"v":1,"msg":{"type":"launch_missiles"}}"#,
+            br#"{"v":1,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
+            br#"{"v":1,"msg":{"type":"receive","attempt":-1}}"#,
+            br#"{"v":1,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
+            b"\xff\xfe",
+        ] {
+            assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        let big = vec![b' '; MAX_MESSAGE + 1];
+        assert!(matches!(decode(&big), Err(ControlError::Oversized { .. })));
+        let huge = Message::Failed {
+            reason: "x".repeat(MAX_MESSAGE),
+        };
+        assert!(matches!(encode(&huge), Err(ControlError::Oversized { .. })));
+    }
+
+    #[test]
+    fn odd_or_non_hex_key_material_is_refused() {
+        for bad in ["abc", "zz", &"00".repeat(513)] {
+            let text = format!(
+                r#"{{"v":1,"msg":{{"type":"hello","plan":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
+                serde_json::to_string(&RunRequest::default().validate().unwrap()).unwrap()
+            );
+            assert!(decode(text.as_bytes()).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The pre-shared key: 32 random bytes, stored as 64 hexadecimal characters and a newline
+//! (what `ipsec-lab psk generate` prints). The file must be readable by its owner only: a
+//! key anyone on the machine can read authenticates no one.
+
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+pub const PSK_LEN: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PskError {
+    #[error("cannot read the pre-shared key file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the pre-shared key file {path} has mode {mode:04o}: it must not be readable by group or others; \
+         run `chmod 600 {path}`"
+    )]
+    Permissions { path: PathBuf, mode: u32 },
+    #[error("{path} is not a regular file")]
+    NotAFile { path: PathBuf },
+    #[error("the pre-shared key {origin}must be {want} hexadecimal characters (from `ipsec-lab psk generate`), found {found}")]
+    Format {
+        origin: String,
+        want: usize,
+        found: String,
+    },
+    #[error("reading random bytes from the operating system: {0}")]
+    Random(getrandom::Error),
+}
+
+/// 32 key bytes, wiped on drop, never shown by `Debug`.
+#[derive(Clone)]
+pub struct Psk(Zeroizing<[u8; PSK_LEN]>);
+
+impl fmt::Debug for Psk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Psk(<redacted>)")
+    }
+}
+
+impl Psk {
+    pub fn generate() -> Result<Psk, PskError> {
+        let mut bytes = Zeroizing::new([0u8; PSK_LEN]);
+        getrandom::fill(bytes.as_mut()).map_err(PskError::Random)?;
+        Ok(Psk(bytes))
+    }
+
+    pub fn from_bytes(bytes: [u8; PSK_LEN]) -> Psk {
+        Psk(Zeroizing::new(bytes))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; PSK_LEN] {
+        &self.0
+    }
+
+    /// The file format: 64 lowercase hex characters and a newline.
+    pub fn to_file_text(&self) -> Zeroizing<String> {
+        let mut s = Zeroizing::new(String::with_capacity(2 * PSK_LEN + 1));
+        for b in self.0.iter() {
+            s.push(hex_digit(b >> 4));
+            s.push(hex_digit(b & 0xf));
+        }
+        s.push('\n');
+        s
+    }
+
+    /// Parses the file format; surrounding whitespace is allowed.
+    pub fn parse(text: &str, origin: &str) -> Result<Psk, PskError> {
+        let t = text.trim();
+        let describe = || {
+            if t.len() == 2 * PSK_LEN {
+                "a character that is not hexadecimal".to_string()
+            } else {
+                format!("{} characters", t.len())
+            }
+        };
+        let bad = || PskError::Format {
+            origin: origin.to_string(),
+            want: 2 * PSK_LEN,
+            found: describe(),
+        };
+        if t.len() != 2 * PSK_LEN {
+            return Err(bad());
+        }
+        let mut bytes = Zeroizing::new([0u8; PSK_LEN]);
+        for (i, pair) in t.as_bytes().chunks(2).enumerate() {
+            let hi = hex_value(pair[0]).ok_or_else(bad)?;
+            let lo = hex_value(pair[1]).ok_or_else(bad)?;
+            bytes[i] = hi << 4 | lo;
+        }
+        Ok(Psk(bytes))
+    }
+
+    /// Reads a key file, refusing one that group or others may read or write.
+    pub fn load(path: &Path) -> Result<Psk, PskError> {
+        let read = |source| PskError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(read)?;
+        if !meta.is_file() {
+            return Err(PskError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(PskError::Permissions {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        let text = Zeroizing::new(std::fs::read_to_string(path).map_err(read)?);
+        Psk::parse(&text, &format!("in {} ", path.display()))
+    }
+}
+
+fn hex_digit(v: u8) -> char {
+    char::from(b"0123456789abcdef"[usize::from(v)])
+}
+
+pub(crate) fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn temp_file(name: &str, text: &str, mode: u32) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("ipl-psk-test-{}-{name}", std::process::id()));
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn generated_key_round_trips_through_its_file_format() {
+        let k = Psk::generate().unwrap();
+        let text = k.to_file_text();
+        assert_eq!(text.len(), 65);
+        assert_eq!(Psk::parse(&text, "").unwrap().as_bytes(), k.as_bytes());
+        assert_ne!(Psk::generate().unwrap().as_bytes(), k.as_bytes());
+    }
+
+    #[test]
+    fn bad_text_is_refused_naming_the_format() {
+        for text in ["", "abcd", &"zz".repeat(32), &"ab".repeat(33)] {
+            let e = Psk::parse(text, "").unwrap_err().to_string();
+            assert!(e.contains("64 hexadecimal"), "{e}");
+        }
+        assert!(Psk::parse(&format!("  {}\n", "AB".repeat(32)), "").is_ok());
+    }
+
+    #[test]
+    fn group_or_world_readable_files_are_refused() {
+        let text = Psk::generate().unwrap().to_file_text();
+        let ok = temp_file("ok", &text, 0o600);
+        assert!(Psk::load(&ok).is_ok());
+        for (name, mode) in [("g", 0o640), ("o", 0o604), ("w", 0o620)] {
+            let p = temp_file(name, &text, mode);
+            let e = Psk::load(&p).unwrap_err();
+            assert!(matches!(e, PskError::Permissions { .. }), "{e}");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+            std::fs::remove_file(p).unwrap();
+        }
+        std::fs::remove_file(ok).unwrap();
+    }
+
+    #[test]
+    fn debug_does_not_show_the_key() {
+        let k = Psk::from_bytes([0xab; PSK_LEN]);
+        assert!(!format!("{k:?}").contains("ab"));
+    }
+}
