@@ -1,0 +1,148 @@
+//! The matrix as CSV: one line per cell (the plain baseline once per environment), every
+//! number the JSON has, for spreadsheets. Fields are quoted as RFC 4180 says.
+
+use model::matrix::{CellOutcome, MatrixReport, RowVariant};
+
+pub const HEADER: [&str; 18] = [
+    "environment",
+    "virtualization",
+    "backend",
+    "variant",
+    "row",
+    "suite",
+    "column",
+    "status",
+    "median_mb_s",
+    "min_mb_s",
+    "max_mb_s",
+    "repeats",
+    "percent_of_plain",
+    "sender_cpu_percent",
+    "receiver_cpu_percent",
+    "served_by",
+    "payload_bytes",
+    "reason",
+];
+
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+pub fn render(report: &MatrixReport) -> String {
+    let mut out = HEADER.join(",") + "\n";
+    for row in &report.rows {
+        let virt = report
+            .environments
+            .get(&row.key.environment)
+            .map(|e| e.virtualization.clone())
+            .unwrap_or_default();
+        let variant = match &row.key.variant {
+            RowVariant::Default => String::new(),
+            RowVariant::Crypto(c) => c.to_string(),
+            RowVariant::KernelDriver(d) => d.clone(),
+        };
+        for cell in &row.cells {
+            let mut f: Vec<String> = vec![
+                row.key.environment.clone(),
+                virt.clone(),
+                row.key.backend.to_string(),
+                variant.clone(),
+                row.label(),
+                cell.suite.name(),
+                cell.suite.short_label(),
+            ];
+            match &cell.outcome {
+                CellOutcome::Measured(m) => f.extend([
+                    "measured".to_string(),
+                    format!("{:.3}", m.mb_per_s.median),
+                    format!("{:.3}", m.mb_per_s.min),
+                    format!("{:.3}", m.mb_per_s.max),
+                    m.mb_per_s.n.to_string(),
+                    m.percent_of_plain.map(|p| format!("{p:.2}")).unwrap_or_default(),
+                    format!("{:.1}", m.cpu.sender_percent.median),
+                    format!("{:.1}", m.cpu.receiver_percent.median),
+                    m.served_by.clone().unwrap_or_default(),
+                    report.payload.0.to_string(),
+                    String::new(),
+                ]),
+                CellOutcome::NotRun { reason } => {
+                    f.push("not_run".into());
+                    f.extend(std::iter::repeat_n(String::new(), 8));
+                    f.push(report.payload.0.to_string());
+                    f.push(reason.clone());
+                }
+            }
+            out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture;
+
+    /// Splits one CSV line, honouring quotes (enough for this module's own output).
+    fn split(line: &str) -> Vec<String> {
+        let mut out = vec![String::new()];
+        let mut quoted = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    out.last_mut().unwrap().push('"');
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => out.push(String::new()),
+                (c, _) => out.last_mut().unwrap().push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_line_per_cell_with_every_field() {
+        let r = fixture::report();
+        let text = render(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        let cells: usize = r.rows.iter().map(|row| row.cells.len()).sum();
+        assert_eq!(lines.len(), 1 + cells);
+        for l in &lines {
+            assert_eq!(split(l).len(), HEADER.len(), "{l}");
+        }
+        let soft = lines
+            .iter()
+            .map(|l| split(l))
+            .find(|f| f[4] == "userspace [soft]" && f[5] == "aes-128-cbc")
+            .unwrap();
+        assert_eq!(&soft[7..12], ["measured", "105.000", "100.000", "110.000", "3"]);
+        let generic = lines
+            .iter()
+            .map(|l| split(l))
+            .find(|f| f[3] == "aes-generic")
+            .unwrap();
+        assert_eq!(generic[15], "authenc(hmac(sha256-generic),cbc(aes-generic))");
+        assert_eq!(generic[1], "vm (tcg: emulated, speeds not representative)");
+        let not_run = lines
+            .iter()
+            .map(|l| split(l))
+            .find(|f| f[7] == "not_run")
+            .unwrap();
+        assert_eq!(not_run[17], "no ESP in this kernel (CONFIG_INET_ESP); use --vm");
+        assert_eq!(not_run[8], "");
+    }
+
+    #[test]
+    fn quotes_fields_with_commas_and_quotes() {
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"x\""), "\"say \"\"x\"\"\"");
+        assert_eq!(field("plain"), "plain");
+    }
+}

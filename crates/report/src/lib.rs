@@ -1,0 +1,293 @@
+//! Renders a [`MatrixReport`](model::matrix::MatrixReport) for people and spreadsheets, and
+//! compares two of them.
+//!
+//! * [`markdown`]: the classic table (rows = backends, columns = cipher configurations), a
+//!   "% of plain" table, CPU per side, which kernel driver served, why cells did not run,
+//!   and the conditions (kernel, CPU, crypto flags, drivers, VM/TCG, payload, repeats).
+//! * [`csv`]: one line per cell with every number (median, min, max, CPU, % of plain).
+//! * [`svg`]: a grouped bar chart (one group per cipher configuration, one bar per row,
+//!   min–max error bars, log scale) drawn with plotters' SVG backend.
+//! * [`html`]: one self-contained page (the chart inline, the tables, the conditions),
+//!   well-formed XHTML so it parses as XML too.
+//! * [`compare`]: two reports → per-cell delta and ratio, flagged only beyond the repeats'
+//!   spread and a threshold.
+//!
+//! Pure: every function takes a report and returns text or values. Leaves out running the
+//! sweep and reading/writing files (the `ipsec-lab` binary's `matrix`, `report`, `compare`).
+
+pub mod compare;
+pub mod csv;
+pub mod html;
+pub mod markdown;
+pub mod svg;
+
+use model::matrix::{Cell, MatrixReport, Row};
+use model::CipherSuite;
+
+pub use compare::{compare, CompareOptions, Comparison, Verdict};
+
+/// Output formats of `ipsec-lab report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Markdown,
+    Csv,
+    Svg,
+    Html,
+}
+
+impl Format {
+    pub const ALL: [Format; 4] = [Format::Markdown, Format::Csv, Format::Svg, Format::Html];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Markdown => "markdown",
+            Format::Csv => "csv",
+            Format::Svg => "svg",
+            Format::Html => "html",
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Markdown => "md",
+            Format::Csv => "csv",
+            Format::Svg => "svg",
+            Format::Html => "html",
+        }
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = FormatError;
+    fn from_str(s: &str) -> Result<Format, FormatError> {
+        let t = s.trim().to_ascii_lowercase();
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == t || (t == "md" && *f == Format::Markdown))
+            .ok_or_else(|| FormatError(s.to_string()))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown report format {0:?}: use markdown, csv, svg or html")]
+pub struct FormatError(pub String);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("drawing the chart failed: {0}")]
+    Chart(String),
+}
+
+/// Renders `report` in `format`.
+pub fn render(report: &MatrixReport, format: Format) -> Result<String, RenderError> {
+    Ok(match format {
+        Format::Markdown => markdown::render(report),
+        Format::Csv => csv::render(report),
+        Format::Svg => svg::render(report)?,
+        Format::Html => html::render(report)?,
+    })
+}
+
+/// The cell a row shows under `suite`: the plain baseline's single cell stands under every
+/// column (one suite-independent measurement per environment).
+pub fn cell_for(row: &Row, suite: CipherSuite) -> Option<&Cell> {
+    if row.is_baseline() {
+        row.cells.first()
+    } else {
+        row.cell(suite)
+    }
+}
+
+/// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow).
+pub fn fmt_rate(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The lines every report carries: a number without its conditions is not a result.
+pub fn conditions(report: &MatrixReport) -> Vec<String> {
+    let mut out = vec![format!(
+        "payload {} per transfer, {} repeat(s) per cell, every transfer verified; MB/s = 10^6 bytes/s",
+        report.payload, report.repeat
+    )];
+    for (name, env) in &report.environments {
+        let drivers: Vec<String> = env
+            .kernel_drivers
+            .iter()
+            .map(|(alg, d)| format!("{alg}={d}"))
+            .collect();
+        out.push(format!(
+            "{name}: {} — kernel {}, {} ({} CPUs), crypto flags [{}], kernel drivers [{}], ipsec-lab {}",
+            env.virtualization,
+            env.kernel_release,
+            env.cpu_model,
+            env.cpus,
+            env.crypto_flags.join(" "),
+            if drivers.is_empty() {
+                "none instantiated".to_string()
+            } else {
+                drivers.join(", ")
+            },
+            env.tool_version,
+        ));
+    }
+    if report.environments.values().any(|e| e.is_emulated()) {
+        out.push("rows marked (vm) ran under TCG emulation: they show correctness, not speed".to_string());
+    }
+    if report.interrupted {
+        out.push("the sweep was interrupted (Ctrl-C): cells not reached are marked not run".into());
+    }
+    out
+}
+
+/// Short description for titles: `median of 3 × 100.0 MB`.
+pub fn method(report: &MatrixReport) -> String {
+    format!("median of {} × {}", report.repeat, report.payload)
+}
+
+#[cfg(test)]
+pub(crate) mod fixture {
+    //! A small hand-made report for the renderers' tests.
+    use model::matrix::*;
+    use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Environment, KeyBits, Summary};
+
+    pub fn measured(samples: &[f64]) -> CellOutcome {
+        CellOutcome::Measured(Measurement {
+            mb_per_s: Summary::of(samples).unwrap(),
+            samples: samples.to_vec(),
+            cpu: SideCpu {
+                sender_percent: Summary::of(&[80.0, 90.0]).unwrap(),
+                receiver_percent: Summary::of(&[60.0, 70.0]).unwrap(),
+            },
+            percent_of_plain: None,
+            served_by: None,
+            notes: vec![],
+        })
+    }
+
+    pub fn env(virt: &str) -> Environment {
+        Environment {
+            hostname: "lab".into(),
+            kernel_release: "6.1.0-test".into(),
+            cpu_model: "Test CPU".into(),
+            cpus: 2,
+            crypto_flags: vec!["aes".into(), "avx2".into()],
+            kernel_drivers: [("cbc(aes)".to_string(), "cbc-aes-aesni".to_string())].into(),
+            virtualization: virt.into(),
+            tool_version: "0.1.0".into(),
+        }
+    }
+
+    /// plain, userspace [auto] and [soft] measured; openvpn partly; xfrm not run on the
+    /// host; xfrm [aes-generic] measured in a TCG VM.
+    pub fn report() -> MatrixReport {
+        let mut suites = CipherSuite::classic_six();
+        suites.push(CipherSuite::AesGcm { key: KeyBits::Aes256 });
+        let mut r = MatrixReport::new(suites.clone(), ByteSize(4_000_000), 3, 1_700_000_000);
+        r.environments.insert(HOST.into(), env("host"));
+        r.environments
+            .insert(VM.into(), env("vm (tcg: emulated, speeds not representative)"));
+        let row = |key: RowKey, f: &dyn Fn(usize, CipherSuite) -> Cell| Row {
+            cells: suites.iter().enumerate().map(|(i, s)| f(i, *s)).collect(),
+            key,
+            notes: vec![],
+        };
+        r.rows.push(Row {
+            key: RowKey::new(Backend::Plain, RowVariant::Default, HOST),
+            cells: vec![Cell {
+                suite: CipherSuite::None,
+                outcome: measured(&[1000.0, 1100.0, 1200.0]),
+            }],
+            notes: vec![],
+        });
+        r.rows.push(row(
+            RowKey::new(Backend::Xfrm, RowVariant::Default, HOST),
+            &|_, s| Cell::not_run(s, "no ESP in this kernel (CONFIG_INET_ESP); use --vm"),
+        ));
+        r.rows.push(row(
+            RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST),
+            &|i, s| Cell {
+                suite: s,
+                outcome: measured(&[300.0 + i as f64, 310.0 + i as f64, 320.0 + i as f64]),
+            },
+        ));
+        r.rows.push(row(
+            RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST),
+            &|i, s| Cell {
+                suite: s,
+                outcome: measured(&[100.0 - i as f64, 105.0, 110.0]),
+            },
+        ));
+        r.rows.push(row(
+            RowKey::new(Backend::Openvpn, RowVariant::Default, HOST),
+            &|i, s| {
+                if i == 6 {
+                    Cell::not_run(s, "openvpn failed: exit 1")
+                } else {
+                    Cell {
+                        suite: s,
+                        outcome: measured(&[40.0, 45.0, 50.0]),
+                    }
+                }
+            },
+        ));
+        r.rows.push(Row {
+            key: RowKey::new(Backend::Plain, RowVariant::Default, VM),
+            cells: vec![Cell {
+                suite: CipherSuite::None,
+                outcome: measured(&[90.0, 100.0, 110.0]),
+            }],
+            notes: vec![],
+        });
+        r.rows.push(row(
+            RowKey::new(Backend::Xfrm, RowVariant::KernelDriver("aes-generic".into()), VM),
+            &|_, s| {
+                let mut c = Cell {
+                    suite: s,
+                    outcome: measured(&[1.5, 2.0, 2.5]),
+                };
+                if let CellOutcome::Measured(m) = &mut c.outcome {
+                    m.served_by = Some("authenc(hmac(sha256-generic),cbc(aes-generic))".into());
+                }
+                c
+            },
+        ));
+        r.compute_percent_of_plain();
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_parse_by_name() {
+        assert_eq!("MD".parse::<Format>().unwrap(), Format::Markdown);
+        assert_eq!("html".parse::<Format>().unwrap(), Format::Html);
+        assert!("pdf"
+            .parse::<Format>()
+            .unwrap_err()
+            .to_string()
+            .contains("markdown, csv"));
+    }
+
+    #[test]
+    fn conditions_name_kernel_cpu_flags_drivers_vm_payload_repeats() {
+        let text = conditions(&fixture::report()).join("\n");
+        for needle in [
+            "6.1.0-test",
+            "Test CPU",
+            "aes avx2",
+            "cbc(aes)=cbc-aes-aesni",
+            "tcg",
+            "4.0 MB",
+            "3 repeat",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in {text}");
+        }
+    }
+}

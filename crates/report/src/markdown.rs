@@ -1,0 +1,190 @@
+//! The matrix as Markdown: the classic table of median MB/s, then % of plain, CPU per side,
+//! the kernel drivers that served, why cells did not run, and the conditions.
+
+use std::fmt::Write as _;
+
+use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
+
+use crate::{cell_for, conditions, fmt_rate, method};
+
+/// Numbered reasons for "not run" cells, so the table stays narrow.
+struct Reasons(Vec<String>);
+
+impl Reasons {
+    fn mark(&mut self, reason: &str) -> usize {
+        match self.0.iter().position(|r| r == reason) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(reason.to_string());
+                self.0.len()
+            }
+        }
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// One table: a column per suite, a row per matrix row, `show` deciding a measured cell's text.
+fn table(
+    out: &mut String,
+    report: &MatrixReport,
+    reasons: &mut Reasons,
+    show: &dyn Fn(&Row, &Measurement) -> String,
+) {
+    let mut header = vec!["backend".to_string()];
+    header.extend(report.suites.iter().map(|s| s.short_label()));
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let mut rule = vec!["---".to_string()];
+    rule.extend(report.suites.iter().map(|_| "---:".to_string()));
+    let _ = writeln!(out, "| {} |", rule.join(" | "));
+    for row in &report.rows {
+        let mut line = vec![escape(&row.label())];
+        for suite in &report.suites {
+            line.push(match cell_for(row, *suite).map(|c| &c.outcome) {
+                Some(CellOutcome::Measured(m)) => show(row, m),
+                Some(CellOutcome::NotRun { reason }) => format!("not run [{}]", reasons.mark(reason)),
+                None => "—".to_string(),
+            });
+        }
+        let _ = writeln!(out, "| {} |", line.join(" | "));
+    }
+}
+
+pub fn render(report: &MatrixReport) -> String {
+    let mut out = String::new();
+    let mut reasons = Reasons(Vec::new());
+    let _ = writeln!(out, "### ipsec-lab matrix: MB/s ({}, verified)\n", method(report));
+    table(&mut out, report, &mut reasons, &|_, m| {
+        fmt_rate(m.mb_per_s.median)
+    });
+    let _ = writeln!(
+        out,
+        "\nThe plain row is one suite-independent baseline per environment, shown under every column.\n"
+    );
+
+    let _ = writeln!(out, "#### Spread (min–max MB/s over the repeats)\n");
+    table(&mut out, report, &mut reasons, &|_, m| {
+        format!("{}–{}", fmt_rate(m.mb_per_s.min), fmt_rate(m.mb_per_s.max))
+    });
+
+    let _ = writeln!(out, "\n#### % of plain (line rate in the same environment)\n");
+    table(&mut out, report, &mut reasons, &|_, m| match m.percent_of_plain {
+        Some(p) => format!("{p:.1} %"),
+        None => "no baseline".to_string(),
+    });
+
+    let _ = writeln!(
+        out,
+        "\n#### CPU per side (median % of one core: sender / receiver)\n"
+    );
+    table(&mut out, report, &mut reasons, &|_, m| {
+        format!(
+            "{:.0} / {:.0}",
+            m.cpu.sender_percent.median, m.cpu.receiver_percent.median
+        )
+    });
+
+    let served: Vec<(String, Vec<String>)> = report
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let mut drivers: Vec<String> = row
+                .cells
+                .iter()
+                .filter_map(|c| c.measurement()?.served_by.clone())
+                .collect();
+            drivers.sort();
+            drivers.dedup();
+            (!drivers.is_empty()).then(|| (row.label(), drivers))
+        })
+        .collect();
+    if !served.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n#### Kernel drivers that served the SAs (from /proc/crypto)\n"
+        );
+        for (label, drivers) in served {
+            let _ = writeln!(out, "* {}: {}", escape(&label), drivers.join(", "));
+        }
+    }
+
+    let notes: Vec<String> = report
+        .rows
+        .iter()
+        .flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.label())))
+        .chain(report.notes.iter().cloned())
+        .collect();
+    if !reasons.0.is_empty() {
+        let _ = writeln!(out, "\n#### Not run\n");
+        for (i, reason) in reasons.0.iter().enumerate() {
+            let _ = writeln!(out, "{}. {}", i + 1, escape(reason));
+        }
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(out, "\n#### Notes\n");
+        for n in notes {
+            let _ = writeln!(out, "* {}", escape(&n));
+        }
+    }
+    let _ = writeln!(out, "\n#### Conditions\n");
+    for line in conditions(report) {
+        let _ = writeln!(out, "* {}", escape(&line));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture;
+
+    #[test]
+    fn classic_shape_with_every_row_and_column() {
+        let text = render(&fixture::report());
+        let header = text.lines().find(|l| l.starts_with("| backend")).unwrap();
+        assert_eq!(
+            header,
+            "| backend | 128 | 192 | 256 | 128+HMAC | 192+HMAC | 256+HMAC | GCM-256 |"
+        );
+        let first_table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("| backend"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert_eq!(first_table.len(), 2 + 7, "{text}");
+        assert_eq!(
+            first_table[2],
+            "| plain (line rate) | 1100.0 | 1100.0 | 1100.0 | 1100.0 | 1100.0 | 1100.0 | 1100.0 |"
+        );
+        assert!(
+            first_table[3].starts_with("| xfrm | not run [1] |"),
+            "{}",
+            first_table[3]
+        );
+        assert!(first_table[4].starts_with("| userspace [auto] | 310.0 | 311.0 |"));
+        assert!(
+            first_table[6].ends_with("| 45.0 | not run [2] |"),
+            "{}",
+            first_table[6]
+        );
+        assert!(first_table[8].starts_with("| xfrm [aes-generic] (vm) | 2.00 |"));
+    }
+
+    #[test]
+    fn percent_spread_cpu_drivers_reasons_and_conditions_follow() {
+        let text = render(&fixture::report());
+        // userspace [auto] 310 of 1100 on the host; the VM row against the VM's baseline.
+        assert!(text.contains("| userspace [auto] | 28.2 % |"), "{text}");
+        assert!(text.contains("| xfrm [aes-generic] (vm) | 2.0 % |"), "{text}");
+        assert!(text.contains("| userspace [auto] | 300.0–320.0 |"), "{text}");
+        assert!(text.contains("| openvpn | 85 / 65 |"), "{text}");
+        assert!(text.contains("* xfrm [aes-generic] (vm): authenc(hmac(sha256-generic),cbc(aes-generic))"));
+        assert!(
+            text.contains("1. no ESP in this kernel (CONFIG_INET_ESP); use --vm\n2. openvpn failed: exit 1")
+        );
+        assert!(text.contains("kernel 6.1.0-test"), "{text}");
+        assert!(text.contains("median of 3 × 4.0 MB"));
+    }
+}
