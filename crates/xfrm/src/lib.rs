@@ -12,6 +12,7 @@
 //! Leaves out: namespaces and links (`netns`), traffic (`traffic`), and which SAs a run
 //! needs (the `ipsec-lab` binary's xfrm backend).
 
+pub mod crypto_user;
 pub mod error;
 pub mod handle;
 pub mod message;
