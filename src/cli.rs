@@ -26,6 +26,11 @@ pub enum Command {
     Clean(CleanArgs),
     /// Time ciphers per implementation (with and without hardware AES), like openssl speed.
     Speed(speed::SpeedArgs),
+    /// Serve runs to `ipsec-lab run --peer` on another machine (one at a time), over a
+    /// control channel authenticated with a pre-shared key.
+    Serve(ServeArgs),
+    /// Pre-shared keys for `serve` and `run --peer`.
+    Psk(PskArgs),
 }
 
 #[derive(Debug, Args)]
@@ -84,6 +89,16 @@ pub struct RunArgs {
     /// No progress bar even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Run against `ipsec-lab serve` on another machine, HOST[:PORT] (default port 5299),
+    /// instead of between two local namespaces.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub peer: Option<String>,
+    /// Pre-shared key file for --peer (from `ipsec-lab psk generate`, mode 0600).
+    #[arg(long, value_name = "FILE", requires = "peer")]
+    pub psk_file: Option<PathBuf>,
+    /// With --peer: the peer sends, this host receives.
+    #[arg(long)]
+    pub reverse: bool,
 }
 
 impl RunArgs {
@@ -106,6 +121,8 @@ impl RunArgs {
                 .as_ref()
                 .map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
             with_iperf3: self.with_iperf3,
+            peer: self.peer.clone(),
+            reverse: self.reverse,
         }
     }
 
@@ -116,6 +133,33 @@ impl RunArgs {
 
 #[derive(Debug, Args)]
 pub struct CleanArgs {}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Pre-shared key file (from `ipsec-lab psk generate`, mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub psk_file: PathBuf,
+    /// Address and port to listen on: ADDR, ADDR:PORT or :PORT [default: 0.0.0.0:5299].
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub listen: Option<String>,
+    /// Accept control connections only from these networks (repeatable), e.g. 192.0.2.0/24;
+    /// default: from anywhere (the key still has to match).
+    #[arg(long, value_name = "CIDR")]
+    pub allow: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PskArgs {
+    #[command(subcommand)]
+    pub command: PskCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PskCommand {
+    /// Print a new random key (32 bytes as 64 hex digits): `ipsec-lab psk generate > FILE`.
+    /// Written to a file, the file is made mode 0600.
+    Generate,
+}
 
 #[cfg(test)]
 mod tests {

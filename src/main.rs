@@ -9,6 +9,7 @@ mod commands;
 mod error;
 mod output;
 mod reference;
+mod remote;
 mod vm;
 
 use std::process::ExitCode;
@@ -27,6 +28,8 @@ fn main() -> ExitCode {
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Clean(args) => commands::clean::run(args),
         cli::Command::Speed(args) => commands::speed::run(args),
+        cli::Command::Serve(args) => commands::serve::run(args),
+        cli::Command::Psk(args) => commands::psk::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,6 +18,15 @@ use netns::Topology;
 
 use crate::error::LabResult;
 
+/// Which end of a run something belongs to: `A` is namespace a of the local lab, or the
+/// client of a two-host run (`run --peer`); `B` is namespace b, or the server (`serve`).
+/// Both kinds of run build each end with the same per-end code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
 /// Where the payload flows once the backend is up: the receiver listens on `target` inside
 /// namespace `b`, the sender connects to it from namespace `a`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,18 +11,18 @@
 //! thread's payload MB per CPU-second beside the same implementation's single-core speed on
 //! 1400-byte packets, measured in this process after the transfers.
 
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use crypto::{AeadAlgorithm, Implementation};
 use futures::future::BoxFuture;
-use model::{CipherSuite, Hmac, RunPlan};
-use netns::Topology;
+use model::{Addressing, CipherSuite, Hmac, RunPlan};
+use netns::{Namespace, Topology};
 use serde_json::{json, Value};
 use tunnel::{inner_mtu, Batching, Tunnel, TunnelConfig, TunnelStats};
 use tunnel_proto::{Direction, DropReason, Endpoint, StaticKey};
 
-use super::{ActiveBackend, DataPath};
+use super::{ActiveBackend, DataPath, Side};
 use crate::error::{LabError, LabResult};
 
 /// UDP port of the tunnel on both outer addresses (OpenVPN's registered port).
@@ -46,7 +46,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     Ok(())
 }
 
-fn implementation(plan: &RunPlan) -> LabResult<Implementation> {
+pub fn implementation(plan: &RunPlan) -> LabResult<Implementation> {
     Implementation::new(plan.crypto).map_err(LabError::capability)
 }
 
@@ -60,6 +60,41 @@ pub struct Userspace {
     stats: Option<(TunnelStats, TunnelStats)>,
 }
 
+/// Starts one end of the tunnel in `ns`: end `A` (key direction 0) at `inner_a`, end `B`
+/// (direction 1) at `inner_b`; `local`/`peer` are the outer addresses the UDP socket uses.
+/// The local lab starts both ends; a two-host run starts one on each host.
+#[allow(clippy::too_many_arguments)]
+pub fn start_end(
+    ns: &Namespace,
+    side: Side,
+    suite: CipherSuite,
+    imp: Implementation,
+    key: &StaticKey,
+    addressing: Addressing,
+    link_mtu: u32,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+) -> LabResult<Tunnel> {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let (name, inner, dir, cpu) = match side {
+        Side::A => ("a", addressing.inner_a, Direction::Normal, 0),
+        Side::B => ("b", addressing.inner_b, Direction::Inverse, 1),
+    };
+    let config = TunnelConfig {
+        tun_name: format!("ipl-tun-{name}"),
+        local: SocketAddrV4::new(local, TUNNEL_PORT),
+        peer: SocketAddrV4::new(peer, TUNNEL_PORT),
+        inner,
+        prefix_len: addressing.prefix_len,
+        inner_mtu: inner_mtu(link_mtu, suite),
+        // Each end on its own core where there are two: one core per tunnel thread.
+        cpu: Some(cpu % cpus),
+        batching: Batching::Gso,
+    };
+    let endpoint = Endpoint::new(suite, imp, key, dir).map_err(LabError::failed)?;
+    Tunnel::start(ns, config, endpoint).map_err(LabError::failed)
+}
+
 impl Userspace {
     pub fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Userspace> {
         let imp = implementation(plan)?;
@@ -68,32 +103,11 @@ impl Userspace {
         let mtu = inner_mtu(topology.mtu, suite);
         // Random per run; both ends are threads of this process, so they share it in memory.
         let key = StaticKey::generate().map_err(LabError::failed)?;
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let config = |end: &str, local, peer, inner, cpu: usize| TunnelConfig {
-            tun_name: format!("ipl-tun-{end}"),
-            local: SocketAddrV4::new(local, TUNNEL_PORT),
-            peer: SocketAddrV4::new(peer, TUNNEL_PORT),
-            inner,
-            prefix_len: ad.prefix_len,
-            inner_mtu: mtu,
-            // Each end on its own core where there are two: one core per tunnel thread.
-            cpu: Some(cpu % cpus),
-            batching: Batching::Gso,
-        };
-        let endpoint = |dir| Endpoint::new(suite, imp, &key, dir).map_err(LabError::failed);
-        let a = Tunnel::start(
-            &topology.a,
-            config("a", ad.outer_a, ad.outer_b, ad.inner_a, 0),
-            endpoint(Direction::Normal)?,
-        )
-        .map_err(LabError::failed)?;
+        let end =
+            |ns, side, local, peer| start_end(ns, side, suite, imp, &key, ad, topology.mtu, local, peer);
+        let a = end(&topology.a, Side::A, ad.outer_a, ad.outer_b)?;
         // On error `a` is dropped here, which stops it and removes its TUN device.
-        let b = Tunnel::start(
-            &topology.b,
-            config("b", ad.outer_b, ad.outer_a, ad.inner_b, 1),
-            endpoint(Direction::Inverse)?,
-        )
-        .map_err(LabError::failed)?;
+        let b = end(&topology.b, Side::B, ad.outer_b, ad.outer_a)?;
         Ok(Userspace {
             path: DataPath {
                 target: (ad.inner_b, plan.port).into(),
@@ -143,7 +157,7 @@ fn speed_suite(suite: CipherSuite) -> Option<speed::SpeedSuite> {
     }
 }
 
-fn end_json(s: &TunnelStats) -> Value {
+pub fn end_json(s: &TunnelStats) -> Value {
     let drops: serde_json::Map<String, Value> = DropReason::ALL
         .iter()
         .map(|r| (r.name().to_string(), json!(s.drops.get(*r))))

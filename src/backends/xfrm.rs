@@ -23,7 +23,7 @@ use xfrm::{
     TrafficSelector, XfrmError, XfrmHandle, LAB_REPLAY_WINDOW,
 };
 
-use super::{ActiveBackend, DataPath};
+use super::{ActiveBackend, DataPath, Side};
 use crate::error::{LabError, LabResult};
 
 /// Whether `--show-keys` was given; set once by `run` before the backend starts.
@@ -73,73 +73,41 @@ pub fn xfrm_error(e: XfrmError) -> LabError {
     }
 }
 
-/// One end's kernel objects.
-struct End {
-    handle: Arc<XfrmHandle>,
-    sas: Vec<SaId>,
-    policies: Vec<PolicyId>,
+/// Everything both ends of one run agree on: addresses, identifiers, keys and the data
+/// flows. Each end installs its half from the same set, whether the two ends are two
+/// namespaces of one process or two machines.
+pub struct SaSet {
+    pub mode: Mode,
+    pub ids: RunIds,
+    pub protection: Protection,
+    /// Outer addresses: ESP travels between them (in transport mode they carry the data).
+    pub addr_a: IpAddr,
+    pub addr_b: IpAddr,
+    /// The data flows, each as seen from its sender (sender → receiver).
+    pub flows: Vec<TrafficSelector>,
+    /// Which side sends the data.
+    pub sender: Side,
 }
 
-pub struct Xfrm {
-    path: DataPath,
-    mode: Mode,
-    ids: RunIds,
-    protection: Protection,
-    ends: Vec<End>,
-    /// The evidence last read by `details`, kept for the human summary in `notes`.
-    evidence: Option<serde_json::Value>,
-}
-
-impl Xfrm {
-    pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Xfrm> {
-        let ad = topology.addressing;
-        let mode = Mode::from(plan.mode);
-        let protection = Protection::generate(plan.suite, AuthTrunc::Bits128)
-            .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
-        let (outer_a, outer_b) = (IpAddr::V4(ad.outer_a), IpAddr::V4(ad.outer_b));
-        let target_ip = match mode {
-            Mode::Tunnel => ad.inner_b,
-            Mode::Transport => ad.outer_b,
-        };
-        let mut xfrm = Xfrm {
-            path: DataPath {
-                target: (target_ip, plan.port).into(),
-            },
-            mode,
-            ids: RunIds::random(),
-            protection,
-            ends: Vec::new(),
-            evidence: None,
-        };
-        for ns in [&topology.a, &topology.b] {
-            let handle = XfrmHandle::open_in(&ns.path()).map_err(xfrm_error)?;
-            xfrm.ends.push(End {
-                handle: Arc::new(handle),
-                sas: Vec::new(),
-                policies: Vec::new(),
-            });
+impl SaSet {
+    /// The run's flows: in tunnel mode everything between the inner addresses; in transport
+    /// mode only TCP to the receiver's data ports (one per stream), so nothing else between
+    /// the two hosts is captured.
+    pub fn flows(plan: &RunPlan, mode: Mode, sender: IpAddr, receiver: IpAddr) -> Vec<TrafficSelector> {
+        match mode {
+            Mode::Tunnel => vec![TrafficSelector::hosts(sender, receiver)],
+            Mode::Transport => (0..plan.parallel)
+                .map(|i| TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.port + i))
+                .collect(),
         }
-        if mode == Mode::Tunnel {
-            // Inner addresses live on the veth ends; the route's source makes the sender
-            // use the inner address, so its packets match the policy.
-            Topology::add_address(&topology.a, &topology.veth_a, ad.inner_a, 32).await?;
-            Topology::add_address(&topology.b, &topology.veth_b, ad.inner_b, 32).await?;
-            Topology::add_route(&topology.a, ad.inner_b, 32, &topology.veth_a, Some(ad.inner_a)).await?;
-            Topology::add_route(&topology.b, ad.inner_a, 32, &topology.veth_b, Some(ad.inner_b)).await?;
-        }
-        // `xfrm` owns what is installed from here on: an error drops it, which removes it.
-        xfrm.install(
-            plan,
-            outer_a,
-            outer_b,
-            IpAddr::V4(ad.inner_a),
-            IpAddr::V4(ad.inner_b),
-        )
-        .await?;
-        Ok(xfrm)
     }
 
-    fn sa(&self, src: IpAddr, dst: IpAddr, spi: xfrm::Spi, selector: Option<TrafficSelector>) -> SaSpec {
+    fn sa(&self, src: IpAddr, dst: IpAddr, spi: xfrm::Spi) -> SaSpec {
+        // In transport mode the SA itself may carry only TCP between the two hosts.
+        let selector = (self.mode == Mode::Transport).then(|| TrafficSelector {
+            proto: Some(IpProto::Tcp),
+            ..TrafficSelector::hosts(src, dst)
+        });
         SaSpec {
             src,
             dst,
@@ -152,120 +120,235 @@ impl Xfrm {
         }
     }
 
-    async fn install(
-        &mut self,
-        plan: &RunPlan,
-        outer_a: IpAddr,
-        outer_b: IpAddr,
-        inner_a: IpAddr,
-        inner_b: IpAddr,
-    ) -> LabResult<()> {
-        let (sel_ab, sel_ba) = match self.mode {
-            Mode::Tunnel => (None, None),
-            Mode::Transport => (
-                Some(TrafficSelector {
-                    proto: Some(IpProto::Tcp),
-                    ..TrafficSelector::hosts(outer_a, outer_b)
-                }),
-                Some(TrafficSelector {
-                    proto: Some(IpProto::Tcp),
-                    ..TrafficSelector::hosts(outer_b, outer_a)
-                }),
-            ),
-        };
-        let sa_ab = self.sa(outer_a, outer_b, self.ids.spi_a_to_b, sel_ab);
-        let sa_ba = self.sa(outer_b, outer_a, self.ids.spi_b_to_a, sel_ba);
-        if SHOW_KEYS.load(Ordering::Relaxed) {
-            for sa in [&sa_ab, &sa_ba] {
-                eprintln!(
-                    "key: ip xfrm state add {}",
-                    sa.iproute2_args_with_keys().join(" ")
-                );
-            }
-        }
-        // Traffic a→b as seen at a: (selector, template src, template dst).
-        let flows: Vec<TrafficSelector> = match self.mode {
-            Mode::Tunnel => vec![TrafficSelector::hosts(inner_a, inner_b)],
-            Mode::Transport => (0..plan.parallel)
-                .map(|i| TrafficSelector::port(outer_a, outer_b, IpProto::Tcp, plan.port + i))
-                .collect(),
-        };
+    /// Both SAs (a→b, b→a): each end sends with one and receives with the other.
+    pub fn sas(&self) -> [SaSpec; 2] {
+        [
+            self.sa(self.addr_a, self.addr_b, self.ids.spi_a_to_b),
+            self.sa(self.addr_b, self.addr_a, self.ids.spi_b_to_a),
+        ]
+    }
+
+    /// The policies of one end: out and in for every flow.
+    pub fn policies(&self, side: Side) -> Vec<PolicySpec> {
         let tmpl = |src, dst| Template {
             src,
             dst,
             reqid: self.ids.reqid,
             mode: self.mode,
         };
-        let mut policies_a = Vec::new();
-        let mut policies_b = Vec::new();
-        for ab in &flows {
-            let ba = ab.reversed();
-            policies_a.push(PolicySpec::new(*ab, Direction::Out, tmpl(outer_a, outer_b)));
-            policies_a.push(PolicySpec::new(ba, Direction::In, tmpl(outer_b, outer_a)));
-            policies_b.push(PolicySpec::new(ba, Direction::Out, tmpl(outer_b, outer_a)));
-            policies_b.push(PolicySpec::new(*ab, Direction::In, tmpl(outer_a, outer_b)));
+        let (here, there) = match side {
+            Side::A => (self.addr_a, self.addr_b),
+            Side::B => (self.addr_b, self.addr_a),
+        };
+        let mut out = Vec::new();
+        for flow in &self.flows {
+            // A flow is written sender → receiver; each end's "out" is what it emits.
+            let (outgoing, incoming) = if side == self.sender {
+                (*flow, flow.reversed())
+            } else {
+                (flow.reversed(), *flow)
+            };
+            out.push(PolicySpec::new(outgoing, Direction::Out, tmpl(here, there)));
+            out.push(PolicySpec::new(incoming, Direction::In, tmpl(there, here)));
         }
-        for (end, policies) in [(0, policies_a), (1, policies_b)] {
-            // Both SAs in both namespaces: each end sends with one and receives with the other.
-            for sa in [&sa_ab, &sa_ba] {
-                self.ends[end].handle.add_sa(sa).await.map_err(xfrm_error)?;
-                self.ends[end].sas.push(sa.id());
-            }
-            for p in policies {
-                self.ends[end].handle.add_policy(&p).await.map_err(xfrm_error)?;
-                self.ends[end].policies.push(p.id());
-            }
+        out
+    }
+}
+
+/// One end's kernel objects. Dropping it removes them.
+pub struct XfrmEnd {
+    side: Side,
+    handle: Arc<XfrmHandle>,
+    sas: Vec<SaId>,
+    policies: Vec<PolicyId>,
+}
+
+impl XfrmEnd {
+    /// Installs this end's half of `set` through `handle`. On error what was installed is
+    /// removed again (the partly filled end is dropped).
+    pub async fn install(handle: XfrmHandle, side: Side, set: &SaSet) -> LabResult<XfrmEnd> {
+        let mut end = XfrmEnd {
+            side,
+            handle: Arc::new(handle),
+            sas: Vec::new(),
+            policies: Vec::new(),
+        };
+        for sa in set.sas() {
+            end.handle.add_sa(&sa).await.map_err(xfrm_error)?;
+            end.sas.push(sa.id());
         }
-        Ok(())
+        for p in set.policies(side) {
+            end.handle.add_policy(&p).await.map_err(xfrm_error)?;
+            end.policies.push(p.id());
+        }
+        Ok(end)
     }
 
-    async fn counters(&self) -> LabResult<serde_json::Value> {
-        let end_a = &self.ends[0];
+    /// The kernel's counters of this end's SAs.
+    pub async fn counters(&self) -> LabResult<Vec<serde_json::Value>> {
+        let me = match self.side {
+            Side::A => "a",
+            Side::B => "b",
+        };
         let mut sas = Vec::new();
-        for (id, direction) in end_a.sas.iter().zip(["a->b (sent by a)", "b->a (received by a)"]) {
-            let c = end_a.handle.sa_counters(id).await.map_err(xfrm_error)?;
+        for (id, direction) in self.sas.iter().zip(["a->b", "b->a"]) {
+            let c = self.handle.sa_counters(id).await.map_err(xfrm_error)?;
+            let role = if direction.starts_with(me) {
+                "sent"
+            } else {
+                "received"
+            };
             sas.push(json!({
                 "spi": id.spi.to_string(),
-                "direction": direction,
+                "direction": format!("{direction} ({role} by {me})"),
                 "packets": c.packets,
                 "bytes": c.bytes,
                 "replay_drops": c.replay_drops,
                 "integrity_failures": c.integrity_failures,
             }));
         }
-        let tunnel_header = if self.mode == Mode::Tunnel {
-            IPV4_HEADER_LEN
-        } else {
-            0
-        };
-        let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
-        let mut names: Vec<&str> = self.protection.algorithms().iter().map(|a| a.name()).collect();
-        names.push("authenc(hmac(sha256),cbc(aes))");
-        let drivers = model::env::preferred_drivers(&model::env::parse_proc_crypto(&crypto), &names);
-        Ok(json!({
-            "mode": self.mode.name(),
-            "suite": self.protection.suite().name(),
-            "reqid": self.ids.reqid.to_string(),
-            "sas": sas,
-            "esp_overhead_bytes_per_packet": self.protection.esp_overhead(OVERHEAD_REFERENCE_LEN) + tunnel_header,
-            "kernel_drivers": drivers,
-        }))
+        Ok(sas)
     }
 
-    /// Removes every SA and policy this run installed, in both namespaces.
-    async fn remove(ends: Vec<End>) {
-        for end in ends {
-            for p in &end.policies {
-                if let Err(e) = end.handle.delete_policy(p).await {
-                    tracing::warn!("cleanup: {e}");
-                }
-            }
-            for sa in &end.sas {
-                if let Err(e) = end.handle.delete_sa(sa).await {
-                    tracing::warn!("cleanup: {e}");
-                }
+    async fn remove(handle: Arc<XfrmHandle>, sas: Vec<SaId>, policies: Vec<PolicyId>) {
+        for p in &policies {
+            if let Err(e) = handle.delete_policy(p).await {
+                tracing::warn!("cleanup: {e}");
             }
         }
+        for sa in &sas {
+            if let Err(e) = handle.delete_sa(sa).await {
+                tracing::warn!("cleanup: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for XfrmEnd {
+    fn drop(&mut self) {
+        let (sas, policies) = (std::mem::take(&mut self.sas), std::mem::take(&mut self.policies));
+        if sas.is_empty() && policies.is_empty() {
+            return;
+        }
+        let handle = self.handle.clone();
+        // Drop cannot await: block this worker on the removal where the runtime allows it.
+        // Where it does not, a fresh thread with its own runtime does it (a server must
+        // never leave SAs behind, namespace removal or not).
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| rt.block_on(XfrmEnd::remove(handle, sas, policies)));
+            }
+            _ => {
+                let _ = std::thread::spawn(move || {
+                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                        rt.block_on(XfrmEnd::remove(handle, sas, policies));
+                    }
+                })
+                .join();
+            }
+        }
+    }
+}
+
+/// The report's evidence for a set: what both local ends share, plus the SA counters.
+pub fn details(
+    set_mode: Mode,
+    protection: &Protection,
+    ids: RunIds,
+    sas: Vec<serde_json::Value>,
+) -> serde_json::Value {
+    let tunnel_header = if set_mode == Mode::Tunnel {
+        IPV4_HEADER_LEN
+    } else {
+        0
+    };
+    let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
+    let mut names: Vec<&str> = protection.algorithms().iter().map(|a| a.name()).collect();
+    names.push("authenc(hmac(sha256),cbc(aes))");
+    let drivers = model::env::preferred_drivers(&model::env::parse_proc_crypto(&crypto), &names);
+    json!({
+        "mode": set_mode.name(),
+        "suite": protection.suite().name(),
+        "reqid": ids.reqid.to_string(),
+        "sas": sas,
+        "esp_overhead_bytes_per_packet": protection.esp_overhead(OVERHEAD_REFERENCE_LEN) + tunnel_header,
+        "kernel_drivers": drivers,
+    })
+}
+
+/// Prints the SAs with keys where `--show-keys` asked for it.
+pub fn show_keys(set: &SaSet) {
+    if SHOW_KEYS.load(Ordering::Relaxed) {
+        for sa in set.sas() {
+            eprintln!(
+                "key: ip xfrm state add {}",
+                sa.iproute2_args_with_keys().join(" ")
+            );
+        }
+    }
+}
+
+pub struct Xfrm {
+    path: DataPath,
+    mode: Mode,
+    ids: RunIds,
+    protection: Protection,
+    /// End a first, then b; dropping removes each end's SAs and policies.
+    ends: Vec<XfrmEnd>,
+}
+
+impl Xfrm {
+    pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Xfrm> {
+        let ad = topology.addressing;
+        let mode = Mode::from(plan.mode);
+        let protection = Protection::generate(plan.suite, AuthTrunc::Bits128)
+            .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
+        let (outer_a, outer_b) = (IpAddr::V4(ad.outer_a), IpAddr::V4(ad.outer_b));
+        let (data_a, data_b) = match mode {
+            Mode::Tunnel => (IpAddr::V4(ad.inner_a), IpAddr::V4(ad.inner_b)),
+            Mode::Transport => (outer_a, outer_b),
+        };
+        let set = SaSet {
+            mode,
+            ids: RunIds::random(),
+            protection,
+            addr_a: outer_a,
+            addr_b: outer_b,
+            flows: SaSet::flows(plan, mode, data_a, data_b),
+            sender: Side::A,
+        };
+        let mut handles = Vec::new();
+        for ns in [&topology.a, &topology.b] {
+            handles.push(XfrmHandle::open_in(&ns.path()).map_err(xfrm_error)?);
+        }
+        if mode == Mode::Tunnel {
+            // Inner addresses live on the veth ends; the route's source makes the sender
+            // use the inner address, so its packets match the policy.
+            Topology::add_address(&topology.a, &topology.veth_a, ad.inner_a, 32).await?;
+            Topology::add_address(&topology.b, &topology.veth_b, ad.inner_b, 32).await?;
+            Topology::add_route(&topology.a, ad.inner_b, 32, &topology.veth_a, Some(ad.inner_a)).await?;
+            Topology::add_route(&topology.b, ad.inner_a, 32, &topology.veth_b, Some(ad.inner_b)).await?;
+        }
+        show_keys(&set);
+        let mut ends = Vec::new();
+        for (handle, side) in handles.into_iter().zip([Side::A, Side::B]) {
+            // An error drops `ends`, which removes what the other end already installed.
+            ends.push(XfrmEnd::install(handle, side, &set).await?);
+        }
+        Ok(Xfrm {
+            path: DataPath {
+                target: (data_b, plan.port).into(),
+            },
+            mode,
+            ids: set.ids,
+            protection: set.protection,
+            ends,
+        })
+    }
+
+    async fn counters(&self) -> LabResult<serde_json::Value> {
+        let sas = self.ends[0].counters().await?;
+        Ok(details(self.mode, &self.protection, self.ids, sas))
     }
 }
 
@@ -275,63 +358,7 @@ impl ActiveBackend for Xfrm {
     }
 
     fn details(&mut self) -> BoxFuture<'_, LabResult<serde_json::Value>> {
-        Box::pin(async {
-            let evidence = self.counters().await?;
-            self.evidence = Some(evidence.clone());
-            Ok(evidence)
-        })
-    }
-
-    fn notes(&self) -> Vec<String> {
-        let Some(e) = &self.evidence else {
-            return Vec::new();
-        };
-        let mut lines: Vec<String> = e["sas"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|sa| {
-                format!(
-                    "ESP SA spi {} {}: {} packets, {} bytes, {} replay drops, {} integrity failures",
-                    sa["spi"].as_str().unwrap_or("?"),
-                    sa["direction"].as_str().unwrap_or("?"),
-                    sa["packets"],
-                    sa["bytes"],
-                    sa["replay_drops"],
-                    sa["integrity_failures"],
-                )
-            })
-            .collect();
-        let drivers: Vec<String> = e["kernel_drivers"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(alg, driver)| format!("{alg}={}", driver.as_str().unwrap_or("?")))
-            .collect();
-        lines.push(format!(
-            "{} mode, ESP overhead {} bytes per 1400-byte packet, kernel drivers: {}",
-            e["mode"].as_str().unwrap_or("?"),
-            e["esp_overhead_bytes_per_packet"],
-            if drivers.is_empty() {
-                "none seen in /proc/crypto".to_string()
-            } else {
-                drivers.join(", ")
-            }
-        ));
-        lines
-    }
-}
-
-impl Drop for Xfrm {
-    fn drop(&mut self) {
-        let ends = std::mem::take(&mut self.ends);
-        // Drop cannot await: block this worker on the removal where the runtime allows it.
-        // Where it does not, the namespaces' removal right after flushes their SAs anyway.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-                tokio::task::block_in_place(|| rt.block_on(Xfrm::remove(ends)));
-            }
-        }
+        Box::pin(self.counters())
     }
 }
 

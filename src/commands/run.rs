@@ -24,6 +24,9 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     }
     require_net_admin()?;
     backends::xfrm::set_show_keys(args.show_keys);
+    if plan.peer.is_some() {
+        return crate::remote::run(&args, plan);
+    }
     if plan.vm.is_some() {
         return crate::vm::run_in_vm(&args, &plan);
     }

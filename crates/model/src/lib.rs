@@ -13,7 +13,9 @@ pub mod stats;
 pub mod suite;
 
 pub use env::Environment;
-pub use plan::{Addressing, Backend, CryptoChoice, IpsecMode, PlanError, RunPlan, RunRequest};
+pub use plan::{
+    Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan, RunRequest, DEFAULT_PEER_PORT,
+};
 pub use report::{CpuUsage, RunReport, Transfer, SCHEMA_VERSION};
 pub use size::ByteSize;
 pub use stats::Summary;

@@ -178,6 +178,11 @@ pub struct RunRequest {
     pub vm: Option<Option<String>>,
     /// Also measure iperf3 over the same data path, one run after each of the lab's.
     pub with_iperf3: bool,
+    /// `HOST[:PORT]` of an `ipsec-lab serve` on another machine: the run is between this
+    /// host and that one instead of two local namespaces.
+    pub peer: Option<String>,
+    /// With a peer: the peer sends and this host receives.
+    pub reverse: bool,
 }
 
 impl Default for RunRequest {
@@ -197,6 +202,8 @@ impl Default for RunRequest {
             port: 5201,
             vm: None,
             with_iperf3: false,
+            peer: None,
+            reverse: false,
         }
     }
 }
@@ -221,6 +228,65 @@ pub struct RunPlan {
     pub with_iperf3: bool,
     /// Options that were given but do not apply to this backend, for the user to see.
     pub ignored: Vec<String>,
+    /// The other host of a two-machine run (`--peer`); None for the local namespace pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<Peer>,
+    /// Data flows from the peer to this host (`--reverse`).
+    #[serde(default)]
+    pub reverse: bool,
+}
+
+/// TCP port `ipsec-lab serve` listens on by default.
+pub const DEFAULT_PEER_PORT: u16 = 5299;
+
+/// Where `ipsec-lab serve` runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl FromStr for Peer {
+    type Err = PlanError;
+    /// `HOST`, `HOST:PORT`, `[IPV6]` or `[IPV6]:PORT`.
+    fn from_str(s: &str) -> Result<Peer, PlanError> {
+        let bad = || PlanError::Peer(s.to_string());
+        let t = s.trim();
+        let (host, port) = if let Some(rest) = t.strip_prefix('[') {
+            let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+            match after {
+                "" => (host, None),
+                p => (host, Some(p.strip_prefix(':').ok_or_else(bad)?)),
+            }
+        } else {
+            match t.split_once(':') {
+                Some((h, p)) if !p.contains(':') => (h, Some(p)),
+                Some(_) => (t, None),
+                None => (t, None),
+            }
+        };
+        let port = match port {
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad)?,
+            None => DEFAULT_PEER_PORT,
+        };
+        if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == '/') {
+            return Err(bad());
+        }
+        Ok(Peer {
+            host: host.to_string(),
+            port,
+        })
+    }
 }
 
 impl RunRequest {
@@ -269,6 +335,24 @@ impl RunRequest {
         if self.backend != Backend::Xfrm && self.mode.is_some() {
             ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
         }
+        let peer = self.peer.as_deref().map(str::parse::<Peer>).transpose()?;
+        let mut mode = self.mode.unwrap_or_default();
+        if peer.is_some() {
+            if self.vm.is_some() {
+                return Err(PlanError::PeerWithVm);
+            }
+            if self.backend == Backend::Openvpn {
+                return Err(PlanError::PeerBackend(self.backend));
+            }
+            // Between real machines only transport mode: its policies select the lab's
+            // data port and nothing else, so no other traffic between the hosts is captured.
+            if self.mode == Some(IpsecMode::Tunnel) {
+                return Err(PlanError::PeerTunnelMode);
+            }
+            mode = IpsecMode::Transport;
+        } else if self.reverse {
+            ignored.push("--reverse (only a run with --peer has a direction)".into());
+        }
         Ok(RunPlan {
             backend: self.backend,
             suite,
@@ -277,13 +361,15 @@ impl RunRequest {
             repeat: self.repeat,
             parallel: self.parallel,
             mtu: self.mtu,
-            mode: self.mode.unwrap_or_default(),
+            mode,
             seed: self.seed.unwrap_or_else(seed_from_clock),
             port: self.port,
             addressing: Addressing::default(),
             vm: self.vm,
             with_iperf3: self.with_iperf3,
             ignored,
+            reverse: self.reverse && peer.is_some(),
+            peer,
         })
     }
 }
@@ -316,6 +402,14 @@ pub enum PlanError {
     CipherConflict,
     #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
     SuiteNotSupported { backend: Backend, suite: CipherSuite },
+    #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
+    Peer(String),
+    #[error("--peer and --vm do not go together: run `ipsec-lab serve` and `run --peer` on the machines themselves")]
+    PeerWithVm,
+    #[error("the {0} backend does not run between two hosts yet: use --backend xfrm, userspace or plain with --peer")]
+    PeerBackend(Backend),
+    #[error("--mode tunnel is not offered between two hosts: the lab uses transport mode there, whose policies select only its data port")]
+    PeerTunnelMode,
 }
 
 #[cfg(test)]
@@ -391,6 +485,52 @@ mod tests {
         for req in bad {
             assert!(req.clone().validate().is_err(), "{req:?} accepted");
         }
+    }
+
+    #[test]
+    fn peers_parse_with_the_default_port() {
+        for (text, host, port) in [
+            ("192.0.2.7", "192.0.2.7", DEFAULT_PEER_PORT),
+            ("hostb:6000", "hostb", 6000),
+            ("[2001:db8::1]:7", "2001:db8::1", 7),
+            ("[2001:db8::1]", "2001:db8::1", DEFAULT_PEER_PORT),
+        ] {
+            let p: Peer = text.parse().unwrap();
+            assert_eq!((p.host.as_str(), p.port), (host, port), "{text}");
+        }
+        for bad in ["", "h:0", "h:x", "h:70000", "[::1", "[::1]x", "a b"] {
+            assert!(bad.parse::<Peer>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_peer_means_transport_mode_and_refuses_what_cannot_cross_hosts() {
+        let req = |backend, mode, vm| RunRequest {
+            backend,
+            mode,
+            vm,
+            peer: Some("198.18.0.2".into()),
+            reverse: true,
+            ..Default::default()
+        };
+        let plan = req(Backend::Xfrm, None, None).validate().unwrap();
+        assert_eq!(plan.mode, IpsecMode::Transport);
+        assert!(plan.reverse);
+        assert_eq!(plan.peer.unwrap().to_string(), "198.18.0.2:5299");
+        for bad in [
+            req(Backend::Xfrm, Some(IpsecMode::Tunnel), None),
+            req(Backend::Openvpn, None, None),
+            req(Backend::Plain, None, Some(None)),
+        ] {
+            assert!(bad.validate().is_err());
+        }
+        let local = RunRequest {
+            reverse: true,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert!(!local.reverse && local.ignored.iter().any(|i| i.contains("--reverse")));
     }
 
     #[test]

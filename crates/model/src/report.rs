@@ -106,6 +106,10 @@ pub struct RunReport {
     pub references: std::collections::BTreeMap<String, Summary>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The other host's conditions in a two-machine run (`--peer`); `environment` is this
+    /// host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_environment: Option<Environment>,
 }
 
 impl RunReport {
@@ -121,6 +125,7 @@ impl RunReport {
             backend_details: serde_json::Map::new(),
             references: Default::default(),
             notes: Vec::new(),
+            peer_environment: None,
         })
     }
 }

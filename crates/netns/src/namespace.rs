@@ -13,6 +13,9 @@ use nix::sched::{setns, unshare, CloneFlags};
 use crate::{NetnsError, LAB_PREFIX};
 
 const NETNS_DIR: &str = "/run/netns";
+/// Name and path of [`Namespace::current`]; the parentheses keep it apart from lab names.
+const CURRENT: &str = "(current)";
+const CURRENT_PATH: &str = "/proc/self/ns/net";
 
 /// A named network namespace. Holds an open handle, so code can enter it at any time; the
 /// namespace itself lives until [`Namespace::delete`] (or [`clean`]) removes its name and the
@@ -92,6 +95,21 @@ impl Namespace {
         })
     }
 
+    /// The namespace this process is in now (a real host's, for a two-machine run), for code
+    /// that takes a `Namespace`. It has no name under /run/netns, and [`Namespace::delete`]
+    /// leaves it alone.
+    pub fn current() -> Result<Namespace, NetnsError> {
+        let handle = File::open(CURRENT_PATH).map_err(|e| NetnsError::Sys {
+            action: "open",
+            name: CURRENT.to_string(),
+            source: e,
+        })?;
+        Ok(Namespace {
+            name: CURRENT.to_string(),
+            handle,
+        })
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -103,6 +121,9 @@ impl Namespace {
     }
 
     pub fn path(&self) -> PathBuf {
+        if self.name == CURRENT {
+            return PathBuf::from(CURRENT_PATH);
+        }
         path_of(&self.name)
     }
 
@@ -213,6 +234,9 @@ impl Namespace {
     pub fn delete(self) -> Result<(), NetnsError> {
         let Namespace { name, handle } = self;
         drop(handle);
+        if name == CURRENT {
+            return Ok(());
+        }
         delete_by_name(&name)
     }
 }
