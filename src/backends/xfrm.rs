@@ -374,3 +374,55 @@ pub fn clean_current_namespace() -> LabResult<xfrm::CleanCounts> {
         handle.clean_lab().await.map_err(xfrm_error)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(plan: &RunPlan, sender: Side) -> SaSet {
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let (from, to) = if sender == Side::A { (a, b) } else { (b, a) };
+        SaSet {
+            mode: Mode::Transport,
+            ids: RunIds::for_slot(1),
+            protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
+            addr_a: a,
+            addr_b: b,
+            flows: SaSet::flows(plan, Mode::Transport, from, to),
+            sender,
+        }
+    }
+
+    /// Between real hosts nothing but the lab's data may be captured: every policy and SA
+    /// selects TCP, and every policy one data port, in the direction the data flows.
+    #[test]
+    fn transport_sets_select_only_tcp_on_the_data_ports_either_way() {
+        let plan = model::RunRequest {
+            backend: model::Backend::Xfrm,
+            parallel: 2,
+            port: 6000,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        for sender in [Side::A, Side::B] {
+            let set = set(&plan, sender);
+            for sa in set.sas() {
+                assert_eq!(sa.selector.unwrap().proto, Some(IpProto::Tcp));
+            }
+            for side in [Side::A, Side::B] {
+                let policies = set.policies(side);
+                assert_eq!(policies.len(), 4);
+                for p in &policies {
+                    let sel = p.selector;
+                    assert_eq!(sel.proto, Some(IpProto::Tcp));
+                    let port = sel.dst_port.or(sel.src_port).unwrap();
+                    assert!((6000..6002).contains(&port), "{sel}");
+                    // The receiver's port is the destination of what the sender emits.
+                    let to_receiver = (p.direction == Direction::Out) == (side == sender);
+                    assert_eq!(sel.dst_port.is_some(), to_receiver, "{side:?} {sel}");
+                }
+            }
+        }
+    }
+}
