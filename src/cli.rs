@@ -31,6 +31,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Pre-shared keys for `serve` and `run --peer`.
     Psk(PskArgs),
+    /// Every backend × every cipher configuration: the per-backend MB/s table, as JSON and Markdown.
+    Matrix(crate::commands::matrix::MatrixArgs),
+    /// Render a matrix result as markdown, csv, svg or html.
+    Report(crate::commands::report::ReportArgs),
+    /// What got faster or slower between two matrix results, beyond the noise.
+    Compare(crate::commands::compare::CompareArgs),
 }
 
 #[derive(Debug, Args)]

@@ -30,6 +30,9 @@ fn main() -> ExitCode {
         cli::Command::Speed(args) => commands::speed::run(args),
         cli::Command::Serve(args) => commands::serve::run(args),
         cli::Command::Psk(args) => commands::psk::run(args),
+        cli::Command::Matrix(args) => commands::matrix::run(args),
+        cli::Command::Report(args) => commands::report::run(args),
+        cli::Command::Compare(args) => commands::compare::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
