@@ -1,0 +1,149 @@
+//! `ipsec-lab compare` on two fabricated matrix results: exactly the regression beyond the
+//! spread and the threshold is flagged, noise within the spread is not; exit code 1 only
+//! with `--fail-on-regression`; a file that is not a matrix result is a usage error (2).
+
+mod common;
+
+use common::*;
+use model::matrix::*;
+use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Environment, Hmac, KeyBits, Summary};
+
+fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
+    Cell {
+        suite,
+        outcome: CellOutcome::Measured(Measurement {
+            mb_per_s: Summary::of(samples).unwrap(),
+            samples: samples.to_vec(),
+            cpu: SideCpu {
+                sender_percent: Summary::of(&[50.0]).unwrap(),
+                receiver_percent: Summary::of(&[50.0]).unwrap(),
+            },
+            percent_of_plain: None,
+            served_by: None,
+            notes: vec![],
+        }),
+    }
+}
+
+/// plain, userspace [auto] and openvpn over AES-128-CBC and AES-256-CBC+HMAC.
+fn report(auto_128: &[f64], ovpn_256: &[f64]) -> MatrixReport {
+    let s128 = CipherSuite::cbc(KeyBits::Aes128, Hmac::None);
+    let s256 = CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256);
+    let mut r = MatrixReport::new(vec![s128, s256], ByteSize(10_000_000), 5, 0);
+    r.environments.insert(HOST.into(), Environment::detect());
+    r.rows.push(Row {
+        key: RowKey::new(Backend::Plain, RowVariant::Default, HOST),
+        cells: vec![cell(CipherSuite::None, &[1000.0, 1050.0, 1100.0, 1020.0, 1080.0])],
+        notes: vec![],
+    });
+    r.rows.push(Row {
+        key: RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST),
+        cells: vec![
+            cell(s128, auto_128),
+            cell(s256, &[200.0, 205.0, 210.0, 202.0, 208.0]),
+        ],
+        notes: vec![],
+    });
+    r.rows.push(Row {
+        key: RowKey::new(Backend::Openvpn, RowVariant::Default, HOST),
+        cells: vec![cell(s128, &[40.0, 42.0, 44.0, 41.0, 43.0]), cell(s256, ovpn_256)],
+        notes: vec![],
+    });
+    r.compute_percent_of_plain();
+    r
+}
+
+fn write(name: &str, r: &MatrixReport) -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("ipl-compare-{}-{name}.json", std::process::id()));
+    std::fs::write(&p, serde_json::to_string_pretty(r).unwrap()).unwrap();
+    p
+}
+
+#[test]
+fn flags_exactly_the_regression_and_not_the_noise() {
+    let before = write(
+        "before",
+        &report(
+            &[300.0, 310.0, 320.0, 305.0, 315.0],
+            &[30.0, 33.0, 36.0, 31.0, 35.0],
+        ),
+    );
+    // userspace [auto] 128 halves (a release 2× slower); openvpn 256+HMAC moves 9 % down
+    // but stays inside its wide spread: noise.
+    let after = write(
+        "after",
+        &report(
+            &[150.0, 155.0, 160.0, 152.0, 158.0],
+            &[29.0, 30.0, 34.0, 30.5, 31.0],
+        ),
+    );
+    let out = run_lab(&["compare", before.to_str().unwrap(), after.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "without --fail-on-regression: exit 0\n{}",
+        text(&out)
+    );
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    let flagged: Vec<&str> = s.lines().filter(|l| l.contains("REGRESSION")).collect();
+    assert_eq!(flagged.len(), 1, "{s}");
+    assert!(
+        flagged[0].starts_with(
+            "| userspace [auto] | 128 | 310.0 (300.0–320.0) | 155.0 (150.0–160.0) | -155.00 | 0.500 |"
+        ),
+        "{s}"
+    );
+    let noise = s
+        .lines()
+        .find(|l| l.starts_with("| openvpn | 256+HMAC |"))
+        .unwrap();
+    assert!(noise.ends_with("| within spread |"), "{noise}");
+    assert!(s.contains("1 regression(s), 0 improvement(s)"), "{s}");
+
+    let out = run_lab(&[
+        "compare",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--fail-on-regression",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 regression(s) beyond the spread and 5 %: userspace [auto] 128"),
+        "{}",
+        text(&out)
+    );
+
+    // The same report twice: nothing flagged, exit 0 even with the flag.
+    let out = run_lab(&[
+        "compare",
+        before.to_str().unwrap(),
+        before.to_str().unwrap(),
+        "--fail-on-regression",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    // A higher threshold than the 50 % drop: not flagged.
+    let out = run_lab(&[
+        "compare",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--threshold",
+        "60",
+        "--fail-on-regression",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let _ = std::fs::remove_file(before);
+    let _ = std::fs::remove_file(after);
+}
+
+#[test]
+fn files_that_are_not_matrix_results_are_usage_errors() {
+    let bogus = std::env::temp_dir().join(format!("ipl-compare-{}-bogus.json", std::process::id()));
+    std::fs::write(&bogus, r#"{"schema_version": 1, "transfers": []}"#).unwrap();
+    let out = run_lab(&["compare", bogus.to_str().unwrap(), bogus.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("single-run report"), "{}", text(&out));
+    let out = run_lab(&["report", "/nonexistent/m.json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = run_lab(&["report", bogus.to_str().unwrap(), "--format", "pdf"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let _ = std::fs::remove_file(bogus);
+}

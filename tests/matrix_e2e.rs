@@ -1,0 +1,223 @@
+//! `ipsec-lab matrix` end to end on the host at small size: plain, userspace [auto] and
+//! [soft] (the latter in the masked child), openvpn, and the xfrm row that cannot run on a
+//! kernel without ESP; the Markdown table checked for every row and column, the SVG and the
+//! HTML page parsed, `report` re-rendering the JSON, and Ctrl-C keeping the measured cells.
+//! Needs root (namespaces), TUN and openvpn; skips with the reason otherwise.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const COLUMNS: [&str; 6] = ["128", "192", "256", "128+HMAC", "192+HMAC", "256+HMAC"];
+
+fn capable(test: &str) -> bool {
+    if !root_or_skip(test) {
+        return false;
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        eprintln!("skipped {test}: no /dev/net/tun (modprobe tun)");
+        return false;
+    }
+    if std::process::Command::new("openvpn")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped {test}: openvpn is not installed (apt-get install openvpn)");
+        return false;
+    }
+    true
+}
+
+fn host_has_esp() -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(xfrm::probe()).is_ok_and(|c| c.esp)
+}
+
+/// The first Markdown table: header, rule, then one line per row, split into cells.
+fn first_table(md: &str) -> Vec<Vec<String>> {
+    md.lines()
+        .skip_while(|l| !l.starts_with("| backend"))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn host_matrix_has_every_row_and_column_and_renders_every_format() {
+    let test = "host_matrix_has_every_row_and_column_and_renders_every_format";
+    if !capable(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let dir = std::env::temp_dir().join(format!("ipl-matrix-e2e-{}", std::process::id()));
+    let json = dir.join("m.json");
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let out = run_lab(&[
+        "matrix",
+        "--bytes",
+        "1MB",
+        "--repeat",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+        "--no-progress",
+    ]);
+    eprintln!("host matrix took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(out.status.success(), "{}", text(&out));
+    let md = String::from_utf8_lossy(&out.stdout).to_string();
+    let table = first_table(&md);
+    let mut header = vec!["backend".to_string()];
+    header.extend(COLUMNS.iter().map(|c| c.to_string()));
+    assert_eq!(table[0], header, "{md}");
+    let labels: Vec<&str> = table[2..].iter().map(|r| r[0].as_str()).collect();
+    let esp = host_has_esp();
+    let expected_xfrm = if esp { "xfrm [" } else { "xfrm" };
+    assert_eq!(labels[0], "plain (line rate)", "{md}");
+    assert!(labels[1].starts_with(expected_xfrm), "{md}");
+    for label in ["userspace [auto]", "userspace [soft]", "openvpn"] {
+        assert!(labels.contains(&label), "{label} missing:\n{md}");
+    }
+    for row in &table[2..] {
+        assert_eq!(row.len(), 7, "{row:?}");
+        let measured_expected = !(row[0] == "xfrm" && !esp);
+        for cell in &row[1..] {
+            if measured_expected {
+                let v: f64 = cell
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{} {cell:?} not a number:\n{md}", row[0]));
+                assert!(v > 0.0, "{row:?}");
+            } else {
+                assert!(cell.starts_with("not run ["), "{row:?}");
+            }
+        }
+    }
+    if !esp {
+        assert!(md.contains("no ESP support"), "{md}");
+    }
+    for needle in [
+        "#### Conditions",
+        "kernel ",
+        "crypto flags [",
+        "1.0 MB per transfer",
+        "2 repeat(s)",
+    ] {
+        assert!(md.contains(needle), "{needle} missing:\n{md}");
+    }
+
+    // The JSON: every measured cell verified, soft really soft, % of plain filled in.
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["interrupted"], false);
+    let rows = report["rows"].as_array().unwrap();
+    let soft = rows
+        .iter()
+        .find(|r| r["key"]["variant"]["value"] == "soft")
+        .expect("soft row");
+    let cell = &soft["cells"][0];
+    assert_eq!(cell["status"], "measured", "{cell}");
+    assert!(cell["percent_of_plain"].as_f64().unwrap() > 0.0);
+    assert_eq!(cell["samples"].as_array().unwrap().len(), 2);
+
+    // Every format written, the chart and the page well-formed.
+    for ext in ["json", "md", "csv", "svg", "html"] {
+        assert!(dir.join(format!("matrix.{ext}")).exists(), "matrix.{ext}");
+    }
+    let svg = std::fs::read_to_string(dir.join("matrix.svg")).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("SVG is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    assert!(svg.contains("userspace [soft]") && svg.contains("256+HMAC"));
+    let html = std::fs::read_to_string(dir.join("matrix.html")).unwrap();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&html, opts).expect("HTML is well-formed XHTML");
+    assert_eq!(doc.root_element().tag_name().name(), "html");
+    assert!(doc.descendants().any(|n| n.tag_name().name() == "svg"));
+    let csv = std::fs::read_to_string(dir.join("matrix.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 1 + 6 * (labels.len() - 1), "{csv}");
+
+    // `report` renders the same JSON again.
+    let again = run_lab(&["report", json.to_str().unwrap(), "--format", "markdown"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        std::fs::read_to_string(dir.join("matrix.md")).unwrap()
+    );
+
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(host_lab_links(), Vec::<String>::new());
+}
+
+#[test]
+fn ctrl_c_keeps_the_cells_already_measured() {
+    let test = "ctrl_c_keeps_the_cells_already_measured";
+    if !capable(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let json = std::env::temp_dir().join(format!("ipl-matrix-int-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&json);
+    let child = lab()
+        .args([
+            "matrix",
+            "--backends",
+            "plain,openvpn",
+            "--bytes",
+            "20MB",
+            "--repeat",
+            "3",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--no-progress")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The plain baseline takes well under a second; openvpn cells take several each.
+    std::thread::sleep(Duration::from_secs(4));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(report["interrupted"], true);
+    let cells: Vec<&serde_json::Value> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["cells"].as_array().unwrap())
+        .collect();
+    assert_eq!(
+        cells[0]["status"], "measured",
+        "the baseline was measured before Ctrl-C"
+    );
+    let interrupted = cells.iter().filter(|c| c["reason"] == "interrupted").count();
+    assert!(interrupted >= 1, "{report}");
+    assert_eq!(cells.len(), 1 + 6, "every cell is in the JSON, measured or not");
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(host_lab_links(), Vec::<String>::new());
+}
