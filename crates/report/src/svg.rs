@@ -10,10 +10,12 @@ use model::matrix::{CellOutcome, MatrixReport, Row};
 
 use crate::{cell_for, method, RenderError};
 
-const WIDTH: u32 = 1100;
+const WIDTH: u32 = 1200;
 const HEIGHT: u32 = 620;
 /// Share of a group's width the bars take; the rest separates groups.
 const GROUP_FILL: f64 = 0.8;
+/// Width of the legend column right of the plot.
+const LEGEND_WIDTH: u32 = 230;
 
 /// One bar: where, how tall, and its repeats' range.
 struct Bar {
@@ -77,6 +79,8 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(chart_error)?;
         let (plot, footer) = root.split_vertically(HEIGHT - 40);
+        // The legend gets its own column so it never hides a bar.
+        let (plot, legend) = plot.split_horizontally(WIDTH - LEGEND_WIDTH);
         let title = format!("ipsec-lab matrix: MB/s, {} (error bars: min–max)", method(report));
         let mut chart = ChartBuilder::on(&plot)
             .caption(title, ("sans-serif", 20))
@@ -132,9 +136,14 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                     bars.iter()
                         .map(|b| Rectangle::new([(b.x0, lo), (b.x1, b.median)], colour.filled())),
                 )
-                .map_err(chart_error)?
-                .label(row.label())
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+                .map_err(chart_error)?;
+            let y = 60 + 22 * i as i32;
+            legend
+                .draw(&Rectangle::new([(8, y - 6), (22, y + 6)], colour.filled()))
+                .map_err(chart_error)?;
+            legend
+                .draw(&Text::new(row.label(), (28, y - 7), ("sans-serif", 13)))
+                .map_err(chart_error)?;
             chart
                 .draw_series(bars.iter().map(|b| {
                     ErrorBar::new_vertical(
@@ -148,15 +157,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                 }))
                 .map_err(chart_error)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(chart_error)?;
-        let mut footnote = report
+        let environments = report
             .environments
             .iter()
             .map(|(name, e)| {
@@ -167,12 +168,18 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
             })
             .collect::<Vec<_>>()
             .join("; ");
-        if !not_run.is_empty() {
-            footnote = format!("not run here: {}. {footnote}", not_run.join(", "));
-        }
         footer
-            .draw(&Text::new(footnote, (12, 12), ("sans-serif", 13)))
+            .draw(&Text::new(environments, (12, 2), ("sans-serif", 12)))
             .map_err(chart_error)?;
+        if !not_run.is_empty() {
+            footer
+                .draw(&Text::new(
+                    format!("not run here (see the table for why): {}", not_run.join(", ")),
+                    (12, 20),
+                    ("sans-serif", 12),
+                ))
+                .map_err(chart_error)?;
+        }
         root.present().map_err(chart_error)?;
     }
     Ok(svg)
@@ -204,7 +211,10 @@ mod tests {
         ] {
             assert!(text.contains(label), "{label} missing:\n{text}");
         }
-        assert!(text.contains("not run here: xfrm"), "{text}");
+        assert!(
+            text.contains("not run here (see the table for why): xfrm"),
+            "{text}"
+        );
         // Bars: every measured cell (the plain baseline once per column and environment)
         // plus one legend swatch per charted row, plus the background.
         let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
