@@ -1,0 +1,222 @@
+//! The harness of the two-host tests: a namespace pair playing two hosts, `serve` in
+//! namespace b, `run --peer` from namespace a, and checks of what either side installed.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use netns::{Topology, TopologySpec};
+
+use crate::common;
+
+pub const SERVER: &str = "198.18.0.2";
+
+pub struct Lab {
+    pub topo: Option<Topology>,
+    pub rt: tokio::runtime::Runtime,
+    pub psk: PathBuf,
+    _lock: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Lab {
+    pub fn new(test: &str) -> Option<Lab> {
+        if !common::root_or_skip(test) {
+            return None;
+        }
+        let lock = common::lab_lock();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let spec = TopologySpec {
+            run_id: netns::new_run_id(),
+            mtu: 1500,
+            addressing: model::Addressing::default(),
+        };
+        let topo = rt.block_on(Topology::create(&spec)).expect("topology");
+        let psk = key_file(&format!("{test}-{}", spec.run_id), 0o600);
+        Some(Lab {
+            topo: Some(topo),
+            rt,
+            psk,
+            _lock: lock,
+        })
+    }
+
+    pub fn topo(&self) -> &Topology {
+        self.topo.as_ref().unwrap()
+    }
+
+    pub fn serve(&self) -> Server {
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut child = self
+            .topo()
+            .b
+            .command(env!("CARGO_BIN_EXE_ipsec-lab"))
+            .args(["serve", "--listen", SERVER, "--psk-file"])
+            .arg(&self.psk)
+            .env("IPSEC_LAB_LOG", "warn")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let server = Server { child, log };
+        server.wait_for("listening on", Duration::from_secs(20));
+        server
+    }
+
+    /// `ipsec-lab run --peer` from namespace a.
+    pub fn client(&self, psk: &PathBuf, args: &[&str]) -> Command {
+        let mut c = self.topo().a.command(env!("CARGO_BIN_EXE_ipsec-lab"));
+        c.args(["run", "--peer", SERVER, "--no-progress", "--psk-file"])
+            .arg(psk)
+            .args(args);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.client(&self.psk, args).output().unwrap()
+    }
+
+    /// `ip -n NS ARGS` output.
+    pub fn ip(&self, side: char, args: &[&str]) -> String {
+        let ns = if side == 'a' {
+            &self.topo().a
+        } else {
+            &self.topo().b
+        };
+        let out = Command::new("ip")
+            .arg("-n")
+            .arg(ns.name())
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// True when neither namespace holds an SA, a policy or a tunnel device of the lab.
+    pub fn nothing_installed(&self) -> Result<(), String> {
+        for side in ['a', 'b'] {
+            let state = self.ip(side, &["xfrm", "state"]);
+            let policy = self.ip(side, &["xfrm", "policy"]);
+            let links = self.ip(side, &["-o", "link"]);
+            if !state.trim().is_empty() || !policy.trim().is_empty() || links.contains("ipl-tun") {
+                return Err(format!(
+                    "namespace {side}: state {state:?} policy {policy:?} links {links:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.psk);
+        if let Some(t) = self.topo.take() {
+            let _ = self.rt.block_on(async move { t.destroy() });
+        }
+    }
+}
+
+pub struct Server {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn wait_for(&self, text: &str, limit: Duration) {
+        let start = Instant::now();
+        while !self.log().contains(text) {
+            assert!(
+                start.elapsed() < limit,
+                "server never said {text:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+pub fn key_file(name: &str, mode: u32) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("ipl-psk-{name}"));
+    let out = common::run_lab(&["psk", "generate"]);
+    assert!(out.status.success());
+    std::fs::write(&path, &out.stdout).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+pub fn report(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "run failed: {}", common::text(out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(out)))
+}
+
+/// A TCP connection on another port between the two hosts, checked by echoing through it.
+pub struct SideConnection {
+    pub stream: TcpStream,
+}
+
+impl SideConnection {
+    pub fn open(lab: &Lab) -> SideConnection {
+        let listener = lab
+            .topo()
+            .b
+            .run(|| TcpListener::bind(format!("{SERVER}:2222")).unwrap())
+            .unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        });
+        let stream = lab
+            .topo()
+            .a
+            .run(|| TcpStream::connect(format!("{SERVER}:2222")).unwrap())
+            .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        SideConnection { stream }
+    }
+
+    pub fn works(&mut self) -> bool {
+        let mut buf = [0u8; 5];
+        self.stream.write_all(b"hello").is_ok()
+            && self.stream.read_exact(&mut buf).is_ok()
+            && &buf == b"hello"
+    }
+}

@@ -1,0 +1,194 @@
+//! The xfrm backend between two "hosts" (namespaces, each with its own ipsec-lab process)
+//! on a stock kernel with ESP, in ONE virtme-ng boot: `xfrm_between_hosts_in_a_vm` boots
+//! the VM and runs this test binary inside with only `guest_remote_xfrm` selected.
+//!
+//! In the guest: verified 2 MB transfers both ways through ESP with the SA counters of
+//! both ends showing the packets; while a run is on, the policies select only TCP on the
+//! data port and a TCP connection on another port keeps working; kill -9 of the client
+//! makes the server remove its SAs and policies; kill -9 of the server leaves them, and
+//! its next start removes them. Needs root, vng and a kernel in /boot; skips otherwise.
+
+mod common;
+mod remote_common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use remote_common::{report, Lab, SideConnection};
+
+/// TCG boots in about 30 s; the guest's checks take well under a minute.
+const VM_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[test]
+fn xfrm_between_hosts_in_a_vm() {
+    if std::env::var_os("IPSEC_LAB_IN_VM").is_some() {
+        return; // this is the guest: only guest_remote_xfrm runs here
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (namespaces and XFRM inside the VM, vng on the host)");
+        return;
+    }
+    if Command::new("vng").arg("--version").output().is_err() {
+        eprintln!("skipped: vng (virtme-ng) is not installed; run lab/setup.sh");
+        return;
+    }
+    if !std::fs::read_dir("/boot")
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .unwrap_or(false)
+    {
+        eprintln!("skipped: no kernel image in /boot (apt-get install linux-image-amd64)");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("ipl-remote-vm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let started = Instant::now();
+    let status = Command::new("timeout")
+        .arg(VM_TIMEOUT.as_secs().to_string())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "env", "IPSEC_LAB_IN_VM=1"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "guest_remote_xfrm",
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    eprintln!(
+        "VM group took {:.1} s (boot included)",
+        started.elapsed().as_secs_f64()
+    );
+    let rc = std::fs::read_to_string(out.join("rc")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(
+        status.success(),
+        "the VM group failed (guest exit code {rc:?}); see the guest output above"
+    );
+    assert_eq!(rc.trim(), "0");
+}
+
+fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn sa_packets(side: &serde_json::Value) -> Vec<u64> {
+    side["sas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["packets"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+#[ignore = "runs inside the VM booted by xfrm_between_hosts_in_a_vm"]
+fn guest_remote_xfrm() {
+    let Some(lab) = Lab::new("remote-xfrm-vm") else {
+        return;
+    };
+    let mut server = lab.serve();
+    let mut side = SideConnection::open(&lab);
+    assert!(side.works());
+
+    for reverse in [false, true] {
+        let mut args = vec!["--backend", "xfrm", "--bytes", "2MB", "--json", "-"];
+        if reverse {
+            args.push("--reverse");
+        }
+        let r = report(&lab.run(&args));
+        assert_eq!(r["transfers"][0]["verified"], true);
+        assert_eq!(r["plan"]["mode"], "transport");
+        assert!(r["peer_environment"]["kernel_release"].is_string());
+        let d = &r["backend_details"]["xfrm"];
+        for end in ["client", "server"] {
+            let packets = sa_packets(&d[end]);
+            // Both SAs carried packets at both ends: data one way, ACKs the other.
+            assert!(packets.iter().all(|p| *p > 100), "{end} {reverse}: {d}");
+        }
+        lab.nothing_installed().unwrap();
+    }
+
+    // A long run, killed -9 at the client while its SAs and policies are in place.
+    let mut client = lab
+        .client(&lab.psk, &["--backend", "xfrm", "--bytes", "1GB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the client's SAs", || {
+        lab.ip('a', &["xfrm", "state"]).contains("proto esp")
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let policies = lab.ip('b', &["xfrm", "policy"]);
+    assert!(
+        policies.contains("proto tcp") && policies.contains("dport 5201"),
+        "{policies}"
+    );
+    assert!(
+        side.works(),
+        "a TCP connection on another port stopped during the run"
+    );
+    client.kill().unwrap();
+    client.wait().unwrap();
+    server.wait_for("run failed", Duration::from_secs(40));
+    wait_until(Duration::from_secs(10), "the server's end to go", || {
+        lab.ip('b', &["xfrm", "state"]).trim().is_empty()
+            && lab.ip('b', &["xfrm", "policy"]).trim().is_empty()
+    });
+    // The killed client could not clean up its own side; a TCP connection on another port
+    // still works with its policies in place, then they are flushed.
+    assert!(
+        side.works(),
+        "a TCP connection on another port stopped after the failed run"
+    );
+    for what in ["state", "policy"] {
+        Command::new("ip")
+            .args(["-n", lab.topo().a.name(), "xfrm", what, "flush"])
+            .status()
+            .unwrap();
+    }
+
+    // kill -9 of the server mid-run leaves its SAs; its next start removes them.
+    let mut client = lab
+        .client(&lab.psk, &["--backend", "xfrm", "--bytes", "1GB"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the server's SAs", || {
+        lab.ip('b', &["xfrm", "state"]).contains("proto esp")
+            && lab.ip('a', &["xfrm", "state"]).contains("proto esp")
+    });
+    server.kill9();
+    let status = client.wait().unwrap();
+    assert!(!status.success());
+    // The client removed its own end when the run failed.
+    lab.ip('a', &["xfrm", "state"])
+        .trim()
+        .is_empty()
+        .then_some(())
+        .expect("client left SAs");
+    assert!(lab.ip('b', &["xfrm", "state"]).contains("proto esp"));
+    let server = lab.serve();
+    assert!(
+        server.log().contains("removed 2 SAs and 2 policies"),
+        "{}",
+        server.log()
+    );
+    lab.nothing_installed().unwrap();
+    report(&lab.run(&["--backend", "xfrm", "--bytes", "1MB", "--json", "-"]));
+    assert!(side.works());
+}
