@@ -410,6 +410,7 @@ async fn execute(plan: &RunPlan, psk: &Psk) -> LabResult<RunReport> {
     drop(end);
     let mut report = RunReport::new(plan.clone(), Environment::detect(), transfers)
         .expect("repeat >= 1, so there is at least one transfer");
+    let peer_line = describe_peer(&peer_environment);
     report.peer_environment = Some(peer_environment);
     if !client_details.is_null() || !server_details.is_null() {
         report.backend_details.insert(
@@ -435,7 +436,31 @@ async fn execute(plan: &RunPlan, psk: &Psk) -> LabResult<RunReport> {
     report.notes.push(format!(
         "two hosts: {from} (sender) -> {to} (receiver), served by {peer}"
     ));
+    report.notes.push(peer_line);
     Ok(report)
+}
+
+/// The peer's conditions, for the table (this host's have their own line there).
+fn describe_peer(env: &Environment) -> String {
+    let drivers: Vec<String> = env
+        .kernel_drivers
+        .iter()
+        .map(|(alg, driver)| format!("{alg}={driver}"))
+        .collect();
+    format!(
+        "peer measured on {} ({}), kernel {}, {} CPUs, {} [{}]{}",
+        env.hostname,
+        env.virtualization,
+        env.kernel_release,
+        env.cpus,
+        env.cpu_model,
+        env.crypto_flags.join(" "),
+        if drivers.is_empty() {
+            String::new()
+        } else {
+            format!(", kernel drivers {}", drivers.join(" "))
+        }
+    )
 }
 
 /// One verified transfer between the hosts; the receiver's clock times it, as locally.

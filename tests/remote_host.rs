@@ -119,8 +119,11 @@ fn wrong_or_exposed_keys_are_refused_and_nothing_is_installed() {
     assert_eq!(out.status.code(), Some(2));
     assert!(common::text(&out).contains("chmod 600"), "{}", common::text(&out));
 
-    // The server is still there for a proper client.
-    report(&lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]));
+    // The server is still there for a proper client; the table names both hosts' conditions.
+    let out = lab.run(&["--backend", "plain", "--bytes", "1MB"]);
+    assert!(out.status.success(), "{}", common::text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("\nmeasured on ") && table.contains("peer measured on "), "{table}");
 }
 
 #[test]
