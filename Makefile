@@ -2,9 +2,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 BIN := target/release/ipsec-lab
-RUN_ARGS ?= --key-bits 256 --hmac sha256
+# The main use; --vm auto boots a stock kernel only where this one has no ESP.
+RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup build run test lint bench-plain clean
+.PHONY: setup build run test lint bench-plain bench-userspace clean
 
 setup:
 	@bash lab/setup.sh
@@ -27,6 +28,10 @@ test: setup lint
 # The lab's sender/receiver against iperf3 on the same fresh veth pair.
 bench-plain: setup build
 	$(BIN) run --backend plain --bytes 1GB --repeat 5 --with-iperf3
+
+# Plain, the lab's userspace tunnel and real OpenVPN on identical fresh veth pairs, with ratios.
+bench-userspace: setup build
+	bash lab/bench-userspace.sh
 
 clean:
 	-$(BIN) clean

@@ -43,7 +43,7 @@ pub enum Command {
 pub struct RunArgs {
     /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
     /// single-threaded tunnel) or openvpn (real OpenVPN).
-    #[arg(long, default_value = "plain")]
+    #[arg(long, default_value = "xfrm")]
     pub backend: Backend,
     /// AES key size: 128, 192 or 256 [default: 256].
     #[arg(long)]
@@ -80,7 +80,8 @@ pub struct RunArgs {
     /// TCP port of the receiver (streams use PORT..PORT+P).
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
-    /// Run inside a VM booting a stock kernel (optionally the given kernel image).
+    /// Run inside a VM booting a stock kernel (optionally the given kernel image); `--vm auto`
+    /// uses the VM only when this kernel has no ESP.
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
     pub vm: Option<String>,
     /// Also run iperf3 over the same data path after each transfer and report the ratio.

@@ -128,6 +128,7 @@ mod tests {
     #[test]
     fn table_has_the_documented_columns_and_a_median_row() {
         let plan = RunRequest {
+            backend: model::Backend::Plain,
             repeat: 2,
             ..Default::default()
         }

@@ -198,6 +198,9 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
     c
 }
 
+/// `--vm auto`: the VM only where this kernel has no ESP.
+pub const AUTO: &str = "auto";
+
 pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
     if !vng_available() {
         return Err(LabError::capability(anyhow::anyhow!(
@@ -205,7 +208,7 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
         )));
     }
     let kernel_arg = plan.vm.clone().flatten();
-    let kernel = match &kernel_arg {
+    let kernel = match kernel_arg.as_deref().filter(|k| *k != AUTO) {
         Some(k) => PathBuf::from(k),
         None => default_kernel().ok_or_else(|| {
             LabError::capability(anyhow::anyhow!(
@@ -236,7 +239,8 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
         accel.label()
     );
     let started = Instant::now();
-    let status = vng_command(&kernel, accel, &outdir, &script).status();
+    // The guest's console output is terminal noise here; its report comes back as a file.
+    let status = vng_command(&kernel, accel, &outdir, &script).stdout(Stdio::null()).status();
     let elapsed = started.elapsed();
     let result = collect(
         &outdir,

@@ -38,7 +38,7 @@ fn bad_values_exit_2_and_create_nothing() {
 fn without_net_admin_nothing_is_created_and_exit_is_3() {
     if !nix::unistd::geteuid().is_root() {
         // Already unprivileged: the real situation under test.
-        let out = run_lab(&["run", "--bytes", "1MB"]);
+        let out = run_lab(&["run", "--backend", "plain", "--bytes", "1MB"]);
         assert_eq!(out.status.code(), Some(3), "{}", text(&out));
         return;
     }
@@ -62,7 +62,7 @@ fn without_net_admin_nothing_is_created_and_exit_is_3() {
             "--clear-groups",
         ])
         .arg(env!("CARGO_BIN_EXE_ipsec-lab"))
-        .args(["run", "--bytes", "1MB"])
+        .args(["run", "--backend", "plain", "--bytes", "1MB"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));

@@ -52,7 +52,17 @@ fn parallel_streams_and_table_output() {
         return;
     }
     let _lock = lab_lock();
-    let out = run_lab(&["run", "--bytes", "10MB", "-P", "3", "--mtu", "9000"]);
+    let out = run_lab(&[
+        "run",
+        "--backend",
+        "plain",
+        "--bytes",
+        "10MB",
+        "-P",
+        "3",
+        "--mtu",
+        "9000",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("backend  cipher"), "{stdout}");
@@ -67,7 +77,15 @@ fn json_to_file_keeps_the_table_on_stdout() {
     }
     let _lock = lab_lock();
     let path = std::env::temp_dir().join(format!("ipsec-lab-test-{}.json", std::process::id()));
-    let out = run_lab(&["run", "--bytes", "5MB", "--json", path.to_str().unwrap()]);
+    let out = run_lab(&[
+        "run",
+        "--backend",
+        "plain",
+        "--bytes",
+        "5MB",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("MB/s"));
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -96,7 +114,7 @@ fn sigint_mid_transfer_leaves_nothing() {
     let before = lab_namespaces();
     // Big enough that the transfer is still running when the signal arrives.
     let child = lab()
-        .args(["run", "--bytes", "50GB", "--no-progress"])
+        .args(["run", "--backend", "plain", "--bytes", "50GB", "--no-progress"])
         .spawn()
         .unwrap();
     assert_eq!(
@@ -125,7 +143,7 @@ fn sigkill_leftovers_are_removed_by_clean_and_foreign_namespaces_survive() {
         .success());
     let before = lab_namespaces();
     let mut child = lab()
-        .args(["run", "--bytes", "50GB", "--no-progress"])
+        .args(["run", "--backend", "plain", "--bytes", "50GB", "--no-progress"])
         .spawn()
         .unwrap();
     let left = wait_for_namespaces(&before);

@@ -27,7 +27,8 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     if plan.peer.is_some() {
         return crate::remote::run(&args, plan);
     }
-    if plan.vm.is_some() {
+    let vm_not_needed = plan.vm_is_auto() && (plan.backend != model::Backend::Xfrm || host_has_esp());
+    if plan.vm.is_some() && !vm_not_needed {
         return crate::vm::run_in_vm(&args, &plan);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -51,6 +52,12 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         result
     })?;
     output::emit(&report, args.json.as_deref())
+}
+
+/// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
+fn host_has_esp() -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    runtime.is_ok_and(|rt| rt.block_on(xfrm::probe()).is_ok_and(|caps| caps.esp))
 }
 
 /// Turns SIGINT and SIGTERM into a cancellation: the run then unwinds through its guards

@@ -188,7 +188,8 @@ pub struct RunRequest {
 impl Default for RunRequest {
     fn default() -> Self {
         RunRequest {
-            backend: Backend::Plain,
+            // The lab's subject: kernel IPsec, AES-256-CBC + HMAC-SHA256.
+            backend: Backend::Xfrm,
             key_bits: None,
             hmac: None,
             cipher: None,
@@ -286,6 +287,13 @@ impl FromStr for Peer {
             host: host.to_string(),
             port,
         })
+    }
+}
+
+impl RunPlan {
+    /// `--vm auto`: run in a VM only where the host kernel lacks what the backend needs.
+    pub fn vm_is_auto(&self) -> bool {
+        matches!(&self.vm, Some(Some(k)) if k == "auto")
     }
 }
 
