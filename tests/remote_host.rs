@@ -123,7 +123,10 @@ fn wrong_or_exposed_keys_are_refused_and_nothing_is_installed() {
     let out = lab.run(&["--backend", "plain", "--bytes", "1MB"]);
     assert!(out.status.success(), "{}", common::text(&out));
     let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("\nmeasured on ") && table.contains("peer measured on "), "{table}");
+    assert!(
+        table.contains("\nmeasured on ") && table.contains("peer measured on "),
+        "{table}"
+    );
 }
 
 #[test]
@@ -211,6 +214,25 @@ fn a_killed_client_is_cleaned_up_and_a_second_client_hears_busy() {
     assert!(side.works(), "the side connection stopped after the failed run");
     lab.nothing_installed().unwrap();
     report(&lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]));
+    let mut server = server;
+    assert!(server.stop().success(), "{}", server.log());
+    assert!(server.log().contains("stopping"), "{}", server.log());
+}
+
+#[test]
+fn clients_outside_allow_are_turned_away() {
+    let Some(lab) = Lab::new("remote-allow") else {
+        return;
+    };
+    let server = lab.serve_with(&["--allow", "192.0.2.0/24", "--allow", "198.18.1.0/24"]);
+    let out = lab.run(&["--backend", "plain", "--bytes", "1MB"]);
+    assert!(!out.status.success());
+    server.wait_for("not in --allow", Duration::from_secs(5));
+    assert!(!server.log().contains("authenticated"), "{}", server.log());
+    drop(server);
+    let server = lab.serve_with(&["--allow", "198.18.0.1/32"]);
+    report(&lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]));
+    assert!(server.log().contains("authenticated"), "{}", server.log());
 }
 
 #[test]

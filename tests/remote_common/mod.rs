@@ -54,6 +54,11 @@ impl Lab {
     }
 
     pub fn serve(&self) -> Server {
+        self.serve_with(&[])
+    }
+
+    /// `ipsec-lab serve` in namespace b with extra arguments.
+    pub fn serve_with(&self, extra: &[&str]) -> Server {
         let log = Arc::new(Mutex::new(String::new()));
         let mut child = self
             .topo()
@@ -61,6 +66,7 @@ impl Lab {
             .command(env!("CARGO_BIN_EXE_ipsec-lab"))
             .args(["serve", "--listen", SERVER, "--psk-file"])
             .arg(&self.psk)
+            .args(extra)
             .env("IPSEC_LAB_LOG", "warn")
             .stderr(Stdio::piped())
             .spawn()
@@ -151,6 +157,16 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// SIGTERM, as a service manager stops it; returns its exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        self.child.wait().unwrap()
     }
 
     pub fn kill9(&mut self) {
