@@ -2,15 +2,19 @@
 //! device and a UDP socket, moving every packet through [`tunnel_proto::Endpoint`].
 //!
 //! The thread enters its network namespace first, so the TUN device and the socket are
-//! created there. I/O is batched so that crypto, not system calls, is the limit: several TUN
-//! reads per wake-up, then one `sendmsg` with UDP GSO (or one `sendmmsg`) for the whole batch;
-//! `recvmmsg` with UDP GRO on the way in. TUN writes stay one packet per call (a TUN device
-//! takes one packet per write without virtio-net offload headers).
+//! created there. I/O is batched so that crypto, not system calls, is the limit. With
+//! [`Batching::Offload`] (the default of the lab) the TUN device speaks virtio-net headers:
+//! the kernel hands over TCP super-packets of up to 64 KiB, which the thread cuts into
+//! wire-sized segments and encrypts one by one (`offload`), then sends with one `sendmsg`
+//! using UDP GSO; on the way in `recvmmsg` with UDP GRO, per-datagram decryption, and
+//! consecutive segments of a flow joined again so one TUN write delivers up to 64 KiB. The
+//! datagrams on the wire are the same as without offload: one encrypted inner packet each.
 //!
 //! Leaves out: the packet format and crypto (`tunnel-proto`, `crypto`), the namespaces and
 //! veth (`netns`), and the traffic that flows through (`traffic`).
 
 mod cpu;
+pub mod offload;
 mod tun;
 mod udp;
 
@@ -25,6 +29,7 @@ use std::time::Instant;
 
 use model::CipherSuite;
 use netns::{Namespace, NetnsError};
+use offload::{Coalescer, Group, PacketRef, Segmenter, VnetHdr, VNET_HDR_LEN};
 use serde::{Deserialize, Serialize};
 use tunnel_proto::{DropCounters, Endpoint, HEADROOM, TAILROOM};
 
@@ -40,12 +45,20 @@ pub enum Batching {
     /// UDP GSO/GRO: one system call and one trip through the stack per batch of equal-sized
     /// datagrams. Falls back to [`Batching::Mmsg`] where the kernel refuses it.
     Gso,
+    /// [`Batching::Gso`] plus TUN offload: TCP super-packets from the TUN device, segmented
+    /// (and each segment encrypted) by the tunnel; decrypted segments joined before the TUN
+    /// write. Falls back to [`Batching::Gso`] where the kernel refuses it.
+    Offload,
 }
 
 /// Packets read from the TUN device per wake-up, at most.
 pub const BATCH: usize = 64;
 /// Datagrams (or GRO bundles) per `recvmmsg`.
 const RX_MESSAGES: usize = 32;
+/// TUN reads per wake-up with offload (each up to 64 KiB), before the socket gets a turn.
+const OFFLOAD_READS: usize = 4;
+/// A virtio-net header and the largest IP packet.
+const TUN_RX_OFFLOAD: usize = VNET_HDR_LEN + 65_535;
 const RX_BUFFER_GRO: usize = 65_536;
 const RX_BUFFER_PLAIN: usize = 2048;
 const SOCKET_BUFFER: usize = 8 << 20;
@@ -122,6 +135,8 @@ pub struct IoErrors {
     pub send: u64,
     /// Decrypted packets the TUN device refused.
     pub tun_write: u64,
+    /// Packets from TUN (offload) that could not be segmented or checksummed.
+    pub offload: u64,
 }
 
 /// What one end did, from its own thread.
@@ -142,6 +157,9 @@ pub struct TunnelStats {
     pub errors: IoErrors,
     pub send_calls: u64,
     pub recv_calls: u64,
+    /// TUN `read`s and `write`s (with offload, one carries up to 64 KiB of segments).
+    pub tun_reads: u64,
+    pub tun_writes: u64,
     /// The thread's CPU time from the end of set-up to stop.
     pub cpu: ThreadCpu,
     pub wall_s: f64,
@@ -276,11 +294,18 @@ struct Loop {
     tun: Tun,
     udp: udp::Udp,
     endpoint: Endpoint,
-    batching: Batching,
+    /// The TUN device speaks virtio-net headers with TSO (see `offload`).
+    tun_offload: bool,
+    /// Sends use UDP GSO (else `sendmmsg`); may turn false at run time if the kernel refuses.
+    udp_gso: bool,
     tx_bufs: Vec<Vec<u8>>,
     tx_ranges: Vec<Range<usize>>,
     rx_bufs: Vec<Vec<u8>>,
     rx_meta: Vec<udp::Received>,
+    /// Offload only: one super-packet read from TUN, and the decrypted packets of a receive
+    /// batch waiting to be joined.
+    tun_rx: Vec<u8>,
+    decrypted: Vec<PacketRef>,
     stats: TunnelStats,
 }
 
@@ -294,19 +319,39 @@ impl Loop {
         if let Some(cpu) = config.cpu {
             pin_current_thread(cpu).map_err(|e| setup(format!("pin thread to CPU {cpu}"), e))?;
         }
-        let tun = Tun::create(&config.tun_name).map_err(|e| setup("create TUN device".into(), e))?;
-        tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
-            .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
         let udp = udp::Udp::bind(config.local, config.peer, SOCKET_BUFFER)
             .map_err(|e| setup(format!("UDP socket {}", config.local), e))?;
-        let batching = match config.batching {
-            Batching::Gso if udp.enable_gro() => Batching::Gso,
+        let mut batching = match config.batching {
+            Batching::Gso | Batching::Offload if udp.enable_gro() => config.batching,
             _ => Batching::Mmsg,
         };
-        let rx_size = if batching == Batching::Gso {
-            RX_BUFFER_GRO
+        let create =
+            |vnet| Tun::create(&config.tun_name, vnet).map_err(|e| setup("create TUN device".into(), e));
+        let tun = if batching == Batching::Offload {
+            let tun = create(true)?;
+            match tun.enable_tso() {
+                Ok(()) => tun,
+                Err(_) => {
+                    // The kernel refuses TUN offload: the same device without headers.
+                    drop(tun);
+                    batching = Batching::Gso;
+                    create(false)?
+                }
+            }
         } else {
+            create(false)?
+        };
+        tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
+            .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
+        let rx_size = if batching == Batching::Mmsg {
             RX_BUFFER_PLAIN
+        } else {
+            RX_BUFFER_GRO
+        };
+        let tun_rx = if batching == Batching::Offload {
+            vec![0u8; TUN_RX_OFFLOAD]
+        } else {
+            Vec::new()
         };
         let tx_size = HEADROOM + config.inner_mtu as usize + TAILROOM;
         let stats = TunnelStats {
@@ -321,6 +366,8 @@ impl Loop {
             errors: IoErrors::default(),
             send_calls: 0,
             recv_calls: 0,
+            tun_reads: 0,
+            tun_writes: 0,
             cpu: ThreadCpu::default(),
             wall_s: 0.0,
         };
@@ -328,11 +375,14 @@ impl Loop {
             tun,
             udp,
             endpoint,
-            batching,
+            tun_offload: batching == Batching::Offload,
+            udp_gso: batching != Batching::Mmsg,
             tx_bufs: vec![vec![0u8; tx_size]; BATCH],
             tx_ranges: vec![0..0; BATCH],
             rx_bufs: vec![vec![0u8; rx_size]; RX_MESSAGES],
             rx_meta: vec![udp::Received::default(); RX_MESSAGES],
+            tun_rx,
+            decrypted: Vec::with_capacity(RX_MESSAGES * udp::GSO_MAX_SEGMENTS),
             stats,
             config,
         })
@@ -368,8 +418,11 @@ impl Loop {
         ];
         while !stop.requested() {
             // Work until both sides are empty, only then sleep: under load `poll` is skipped.
-            let from_tun = self.pump_tun()?;
-            let from_net = self.pump_net()?;
+            let (from_tun, from_net) = if self.tun_offload {
+                (self.pump_tun_offload()?, self.pump_net_offload()?)
+            } else {
+                (self.pump_tun()?, self.pump_net()?)
+            };
             if from_tun == 0 && from_net == 0 {
                 // SAFETY: fds is a valid array of 3 pollfd for the duration of the call.
                 let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
@@ -399,6 +452,7 @@ impl Loop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(self.io_error("read TUN", e)),
             };
+            self.stats.tun_reads += 1;
             match self.endpoint.encap(buf, len) {
                 Ok(range) => {
                     bytes += range.len();
@@ -416,10 +470,181 @@ impl Loop {
         Ok(n)
     }
 
+    /// Encrypts the packet at `tx_bufs[n][HEADROOM..HEADROOM + len]` into slot `n`; true
+    /// when it is ready to send.
+    fn encap_slot(&mut self, n: usize, len: usize) -> bool {
+        match self.endpoint.encap(&mut self.tx_bufs[n], len) {
+            Ok(range) => {
+                self.tx_ranges[n] = range;
+                self.stats.sent.packets += 1;
+                self.stats.sent.bytes += len as u64;
+                true
+            }
+            Err(_) => {
+                self.stats.errors.encap += 1;
+                false
+            }
+        }
+    }
+
+    /// Offload: reads a few (super-)packets from TUN, cuts each into wire-sized segments,
+    /// encrypts every segment on its own and sends them in GSO batches. Returns TUN reads.
+    fn pump_tun_offload(&mut self) -> Result<usize, TunnelError> {
+        let mtu = self.config.inner_mtu as usize;
+        let max_datagram = mtu + Endpoint::max_overhead(self.endpoint.suite());
+        // Moved out for the loop so segments can be written into the send slots beside it.
+        let mut rx = std::mem::take(&mut self.tun_rx);
+        let mut n = 0;
+        let mut bytes = 0;
+        let mut reads = 0;
+        let mut result = Ok(());
+        while reads < OFFLOAD_READS {
+            let len = match self.tun.read(&mut rx) {
+                Ok(len) => len,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    result = Err(self.io_error("read TUN", e));
+                    break;
+                }
+            };
+            reads += 1;
+            self.stats.tun_reads += 1;
+            let Some(hdr) = VnetHdr::parse(&rx[..len]) else {
+                self.stats.errors.offload += 1;
+                continue;
+            };
+            let pkt = &mut rx[VNET_HDR_LEN..len];
+            if !hdr.is_gso() {
+                if hdr.needs_csum() && offload::complete_checksum(pkt, &hdr).is_err() {
+                    self.stats.errors.offload += 1;
+                    continue;
+                }
+                if pkt.len() > mtu {
+                    self.stats.errors.offload += 1;
+                    continue;
+                }
+                if n == BATCH || bytes + max_datagram > udp::GSO_MAX_BYTES {
+                    self.send_batch(n);
+                    (n, bytes) = (0, 0);
+                }
+                self.tx_bufs[n][HEADROOM..HEADROOM + pkt.len()].copy_from_slice(pkt);
+                if self.encap_slot(n, pkt.len()) {
+                    bytes += self.tx_ranges[n].len();
+                    n += 1;
+                }
+                continue;
+            }
+            let mut segments = match Segmenter::new(pkt, &hdr) {
+                Ok(s) if s.max_segment_len() <= mtu => s,
+                _ => {
+                    self.stats.errors.offload += 1;
+                    continue;
+                }
+            };
+            loop {
+                if n == BATCH || bytes + max_datagram > udp::GSO_MAX_BYTES {
+                    self.send_batch(n);
+                    (n, bytes) = (0, 0);
+                }
+                let Some(seg_len) = segments.next_into(&mut self.tx_bufs[n][HEADROOM..HEADROOM + mtu]) else {
+                    break;
+                };
+                if self.encap_slot(n, seg_len) {
+                    bytes += self.tx_ranges[n].len();
+                    n += 1;
+                }
+            }
+        }
+        self.tun_rx = rx;
+        if n > 0 {
+            self.send_batch(n);
+        }
+        result.map(|()| reads)
+    }
+
+    /// Offload: receives a batch of datagrams, decrypts each, joins consecutive segments of a
+    /// flow and writes each joined packet to TUN in one call. Returns datagrams received.
+    fn pump_net_offload(&mut self) -> Result<usize, TunnelError> {
+        let got = match self.udp.recv_mmsg(&mut self.rx_bufs, &mut self.rx_meta) {
+            Ok(got) => got,
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => return Ok(1),
+            Err(e) => return Err(self.io_error("receive UDP", e)),
+        };
+        if got == 0 {
+            return Ok(0);
+        }
+        self.stats.recv_calls += 1;
+        self.decrypted.clear();
+        for i in 0..got {
+            let meta = self.rx_meta[i];
+            let segment = if meta.segment > 0 { meta.segment } else { meta.len };
+            let mut off = 0;
+            while off < meta.len {
+                let end = (off + segment).min(meta.len);
+                self.stats.datagrams_in += 1;
+                match self.endpoint.decap(&mut self.rx_bufs[i][off..end]) {
+                    Ok(p) => self.decrypted.push(PacketRef {
+                        buf: i,
+                        start: off + p.start,
+                        end: off + p.end,
+                    }),
+                    Err(reason) => self.stats.drops.count(reason),
+                }
+                off = end;
+            }
+        }
+        let decrypted = std::mem::take(&mut self.decrypted);
+        let mut group = Group::default();
+        for &at in &decrypted {
+            let joined = {
+                let pkt = &self.rx_bufs[at.buf][at.start..at.end];
+                let first = group.first.map_or(pkt, |f| &self.rx_bufs[f.buf][f.start..f.end]);
+                Coalescer::push(&mut group, pkt, at, first)
+            };
+            if joined {
+                continue;
+            }
+            self.deliver(&group);
+            group.clear();
+            if !Coalescer::push(&mut group, &self.rx_bufs[at.buf][at.start..at.end], at, &[]) {
+                // Not a TCP data segment (an ACK, say): on its own, as it came.
+                group.first = Some(at);
+                self.deliver(&group);
+                group.clear();
+            }
+        }
+        if group.first.is_some() {
+            self.deliver(&group);
+        }
+        self.decrypted = decrypted;
+        Ok(got)
+    }
+
+    /// Writes one joined packet (or a single one) to TUN.
+    fn deliver(&mut self, group: &Group) {
+        let Some(first) = group.first else { return };
+        let hdr = Coalescer::finish(group, &mut self.rx_bufs[first.buf][first.start..first.end]);
+        let hdr = hdr.bytes();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 + group.more.len());
+        parts.push(&hdr);
+        parts.push(&self.rx_bufs[first.buf][first.start..first.end]);
+        for m in &group.more {
+            parts.push(&self.rx_bufs[m.buf][m.start..m.end]);
+        }
+        match self.tun.write_parts(&parts) {
+            Ok(_) => {
+                self.stats.tun_writes += 1;
+                self.stats.delivered.packets += group.segments() as u64;
+                self.stats.delivered.bytes += group.packet_bytes() as u64;
+            }
+            Err(_) => self.stats.errors.tun_write += group.segments() as u64,
+        }
+    }
+
     fn send_batch(&mut self, n: usize) {
         let Loop {
             udp,
-            batching,
+            udp_gso,
             tx_bufs,
             tx_ranges,
             stats,
@@ -430,7 +655,7 @@ impl Loop {
             .zip(&tx_ranges[..n])
             .map(|(b, r)| &b[r.clone()])
             .collect();
-        if *batching == Batching::Gso {
+        if *udp_gso {
             let mut start = 0;
             while start < n {
                 let segment = datagrams[start].len();
@@ -452,8 +677,9 @@ impl Loop {
                         e.raw_os_error(),
                         Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP)
                     ) {
-                        // The kernel refuses GSO here: fall back for good and resend as mmsg.
-                        *batching = Batching::Mmsg;
+                        // The kernel refuses GSO here: fall back for good and resend as mmsg
+                        // (TUN offload, if on, stays: it does not depend on UDP GSO).
+                        *udp_gso = false;
                         stats.batching = Batching::Mmsg;
                         send_mmsg(udp, &datagrams[start..], stats);
                         return;
@@ -492,6 +718,7 @@ impl Loop {
                 match self.endpoint.decap(buf) {
                     Ok(payload) => match self.tun.write(&buf[payload.clone()]) {
                         Ok(_) => {
+                            self.stats.tun_writes += 1;
                             self.stats.delivered.packets += 1;
                             self.stats.delivered.bytes += payload.len() as u64;
                         }

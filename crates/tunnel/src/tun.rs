@@ -9,6 +9,14 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+/// `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// Each packet on the fd is preceded by a `virtio_net_hdr` (see `offload`).
+const IFF_VNET_HDR: libc::c_int = 0x4000;
+/// The device may hand over packets whose checksum it must complete, and TCP/IPv4 packets
+/// of up to 64 KiB to be cut into segments (`TUN_F_CSUM | TUN_F_TSO4`).
+const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
 
 pub struct Tun {
     fd: OwnedFd,
@@ -58,8 +66,9 @@ fn ioctl(fd: RawFd, request: libc::c_ulong, req: &mut libc::ifreq, what: &str) -
 }
 
 impl Tun {
-    /// Creates TUN device `name` in the calling thread's namespace, non-blocking.
-    pub fn create(name: &str) -> io::Result<Tun> {
+    /// Creates TUN device `name` in the calling thread's namespace, non-blocking; with
+    /// `vnet_hdr`, every packet read or written carries a `virtio_net_hdr` in front.
+    pub fn create(name: &str, vnet_hdr: bool) -> io::Result<Tun> {
         // SAFETY: plain open(2) of a device node; the fd is owned right after.
         let raw = unsafe {
             libc::open(
@@ -74,12 +83,25 @@ impl Tun {
         // SAFETY: `raw` is a fresh fd nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut req = ifreq_named(name)?;
-        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        let vnet = if vnet_hdr { IFF_VNET_HDR } else { 0 };
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet) as libc::c_short;
         ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req, "TUNSETIFF")?;
         Ok(Tun {
             fd,
             name: name.to_string(),
         })
+    }
+
+    /// Lets the kernel hand over TCP/IPv4 super-packets and partial checksums (needs a
+    /// device created with `vnet_hdr`).
+    pub fn enable_tso(&self) -> io::Result<()> {
+        // SAFETY: TUNSETOFFLOAD takes its flags by value.
+        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), TUNSETOFFLOAD as _, TUN_F_CSUM | TUN_F_TSO4) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("TUNSETOFFLOAD: {e}")));
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -135,6 +157,26 @@ impl Tun {
     pub fn write(&self, packet: &[u8]) -> io::Result<usize> {
         // SAFETY: packet is valid for reads of packet.len() bytes.
         let n = unsafe { libc::write(self.fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+impl Tun {
+    /// Hands one packet, gathered from `parts`, to the kernel's stack.
+    pub fn write_parts(&self, parts: &[&[u8]]) -> io::Result<usize> {
+        let iovs: Vec<libc::iovec> = parts
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr().cast_mut().cast(),
+                iov_len: p.len(),
+            })
+            .collect();
+        // SAFETY: every iovec points at a slice that outlives the call; the kernel only reads.
+        let n = unsafe { libc::writev(self.fd.as_raw_fd(), iovs.as_ptr(), iovs.len() as libc::c_int) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {

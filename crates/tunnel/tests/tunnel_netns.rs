@@ -136,7 +136,7 @@ fn all_suites() -> Vec<CipherSuite> {
 fn check_clean_stats(suite: CipherSuite, s: &TunnelStats) {
     assert_eq!(s.drops.total(), 0, "{suite} {}: {:?}", s.tun_name, s.drops);
     assert_eq!(
-        s.errors.encap + s.errors.tun_write,
+        s.errors.encap + s.errors.tun_write + s.errors.offload,
         0,
         "{suite} {}: {:?}",
         s.tun_name,
@@ -153,7 +153,7 @@ fn verified_tcp_through_every_suite_and_nothing_left() {
     }
     let topo = topology();
     for suite in all_suites() {
-        for batching in [Batching::Gso, Batching::Mmsg] {
+        for batching in [Batching::Offload, Batching::Gso, Batching::Mmsg] {
             let key = StaticKey::generate().unwrap();
             let pair = start_pair(&topo, "ipl-tun", suite, &key, batching);
             assert!(link_exists(&topo.a, "ipl-tun-a") && thread_named("ipl-tun-a"));
@@ -174,6 +174,18 @@ fn verified_tcp_through_every_suite_and_nothing_left() {
                 a.sent.packets,
                 a.send_calls
             );
+            assert_eq!(a.batching, batching, "{suite}: fell back");
+            if batching == Batching::Offload {
+                // Super-packets came out of TUN a and joined packets went into TUN b.
+                assert!(
+                    a.tun_reads < a.sent.packets && b.tun_writes < b.delivered.packets,
+                    "{suite}: no offload (a: {} reads for {} packets; b: {} writes for {})",
+                    a.tun_reads,
+                    a.sent.packets,
+                    b.tun_writes,
+                    b.delivered.packets
+                );
+            }
             // The TUN devices went with their threads.
             assert!(!link_exists(&topo.a, "ipl-tun-a"), "{suite}: TUN left in a");
             assert!(!link_exists(&topo.b, "ipl-tun-b"), "{suite}: TUN left in b");
@@ -240,7 +252,7 @@ fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
         CipherSuite::AesGcm { key: KeyBits::Aes256 },
     ] {
         let key = StaticKey::generate().unwrap();
-        let pair = start_pair(&topo, "ipl-inj", suite, &key, Batching::Gso);
+        let pair = start_pair(&topo, "ipl-inj", suite, &key, Batching::Offload);
         let imp = Implementation::new(CryptoChoice::Auto).unwrap();
         // The forger holds a's key and jumps past any id a's own tunnel may have used.
         let mut forger = Endpoint::new(suite, imp, &key, Direction::Normal).unwrap();
