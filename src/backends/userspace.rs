@@ -3,13 +3,14 @@
 //! implementation. The payload flows between the inner addresses (198.19.0.x) through it.
 //!
 //! Details in the report (`backend_details.userspace`): `suite`, `implementation` (`choice`,
-//! `library`, `hardware_aes`, `label`), `inner_mtu`, `batching` (gso or mmsg, as used), per
-//! end (`a` encrypts the payload, `b` decrypts it) `cpu` (`user_s`, `system_s`,
+//! `library`, `hardware_aes`, `label`), `inner_mtu`, `batching` (offload, gso or mmsg, as
+//! used), per end (`a` encrypts the payload, `b` decrypts it) `cpu` (`user_s`, `system_s`,
 //! `percent_of_core` over the thread's life), `wall_s`, `packets_per_s` (both directions,
 //! over the thread's life), `sent`/`delivered` (`packets`, `bytes` of payload), `datagrams_in`,
-//! `drops` by reason, `errors`, `send_calls`, `recv_calls`; and `efficiency`: the encrypting
-//! thread's payload MB per CPU-second beside the same implementation's single-core speed on
-//! 1400-byte packets, measured in this process after the transfers.
+//! `drops` by reason, `errors`, `send_calls`, `recv_calls`, `tun_reads`, `tun_writes`; and
+//! `efficiency`: the encrypting thread's payload MB per CPU-second beside the same
+//! implementation's single-core speed on 1400-byte packets, measured in this process after
+//! the transfers.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -89,7 +90,8 @@ pub fn start_end(
         inner_mtu: inner_mtu(link_mtu, suite),
         // Each end on its own core where there are two: one core per tunnel thread.
         cpu: Some(cpu % cpus),
-        batching: Batching::Gso,
+        // TUN offload (super-packets segmented and joined by the tunnel), UDP GSO/GRO.
+        batching: Batching::Offload,
     };
     let endpoint = Endpoint::new(suite, imp, key, dir).map_err(LabError::failed)?;
     Tunnel::start(ns, config, endpoint).map_err(LabError::failed)
@@ -174,6 +176,8 @@ pub fn end_json(s: &TunnelStats) -> Value {
         "errors": s.errors,
         "send_calls": s.send_calls,
         "recv_calls": s.recv_calls,
+        "tun_reads": s.tun_reads,
+        "tun_writes": s.tun_writes,
     })
 }
 
