@@ -240,7 +240,9 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
     );
     let started = Instant::now();
     // The guest's console output is terminal noise here; its report comes back as a file.
-    let status = vng_command(&kernel, accel, &outdir, &script).stdout(Stdio::null()).status();
+    let status = vng_command(&kernel, accel, &outdir, &script)
+        .stdout(Stdio::null())
+        .status();
     let elapsed = started.elapsed();
     let result = collect(
         &outdir,
