@@ -159,6 +159,9 @@ impl HostEnd {
                 if side == Side::A {
                     xfrm_backend::show_keys(&set);
                 }
+                if side == receiver_side(plan) {
+                    ports_are_free(plan, hosts.of(side))?;
+                }
                 let handle = XfrmHandle::open().map_err(xfrm_backend::xfrm_error)?;
                 let end = XfrmEnd::install(handle, side, &set).await?;
                 Ok(HostEnd::Xfrm {
@@ -230,6 +233,20 @@ impl HostEnd {
             },
         }
     }
+}
+
+/// Refuses a run whose data ports something on the receiving host already listens on:
+/// the policies would select that service's traffic too.
+fn ports_are_free(plan: &RunPlan, addr: IpAddr) -> LabResult<()> {
+    for port in plan.port..plan.port + plan.parallel {
+        if let Err(e) = std::net::TcpListener::bind((addr, port)) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "data port {addr}:{port} is in use on the receiving host ({e}); choose a free --port: \
+                 the run's policies would capture that service's traffic"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Keys the client makes for a run: fresh from the OS RNG, only what the backend needs.

@@ -119,6 +119,10 @@ fn wrong_or_exposed_keys_are_refused_and_nothing_is_installed() {
     assert_eq!(out.status.code(), Some(2));
     assert!(common::text(&out).contains("chmod 600"), "{}", common::text(&out));
 
+    // Data ports below 1024 (system services such as SSH) are refused with --peer.
+    let out = lab.run(&["--backend", "plain", "--port", "22"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::text(&out));
+
     // The server is still there for a proper client; the table names both hosts' conditions.
     let out = lab.run(&["--backend", "plain", "--bytes", "1MB"]);
     assert!(out.status.success(), "{}", common::text(&out));

@@ -121,6 +121,23 @@ fn guest_remote_xfrm() {
         lab.nothing_installed().unwrap();
     }
 
+    // A data port some service of the receiving host listens on is refused before any SA
+    // or policy exists: the policies would capture that service's traffic.
+    let busy_port = lab
+        .topo()
+        .b
+        .run(|| std::net::TcpListener::bind("198.18.0.2:6000").unwrap())
+        .unwrap();
+    let out = lab.run(&["--backend", "xfrm", "--bytes", "1MB", "--port", "6000"]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::text(&out));
+    assert!(
+        common::text(&out).contains("in use on the receiving host"),
+        "{}",
+        common::text(&out)
+    );
+    lab.nothing_installed().unwrap();
+    drop(busy_port);
+
     // A long run, killed -9 at the client while its SAs and policies are in place.
     let mut client = lab
         .client(&lab.psk, &["--backend", "xfrm", "--bytes", "1GB"])

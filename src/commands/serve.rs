@@ -239,6 +239,12 @@ fn refuse(plan: &RunPlan) -> Option<(RefusalKind, String)> {
             format!("the {} backend does not run between two hosts", plan.backend),
         ));
     }
+    if plan.port < 1024 {
+        return Some((
+            RefusalKind::Usage,
+            format!("data port {} is below 1024", plan.port),
+        ));
+    }
     if plan.backend == Backend::Xfrm && plan.mode != IpsecMode::Transport {
         return Some((
             RefusalKind::Usage,

@@ -357,6 +357,10 @@ impl RunRequest {
             if self.mode == Some(IpsecMode::Tunnel) {
                 return Err(PlanError::PeerTunnelMode);
             }
+            // The xfrm policies select the data ports: never a system service's (SSH is 22).
+            if self.port < 1024 {
+                return Err(PlanError::PeerPort(self.port));
+            }
             mode = IpsecMode::Transport;
         } else if self.reverse {
             ignored.push("--reverse (only a run with --peer has a direction)".into());
@@ -416,6 +420,8 @@ pub enum PlanError {
     PeerWithVm,
     #[error("the {0} backend does not run between two hosts yet: use --backend xfrm, userspace or plain with --peer")]
     PeerBackend(Backend),
+    #[error("--port {0} with --peer: the data ports must be 1024 or above, clear of system services such as SSH, which the run's policies must never select")]
+    PeerPort(u16),
     #[error("--mode tunnel is not offered between two hosts: the lab uses transport mode there, whose policies select only its data port")]
     PeerTunnelMode,
 }
@@ -525,7 +531,12 @@ mod tests {
         assert_eq!(plan.mode, IpsecMode::Transport);
         assert!(plan.reverse);
         assert_eq!(plan.peer.unwrap().to_string(), "198.18.0.2:5299");
+        let low_port = RunRequest {
+            port: 22,
+            ..req(Backend::Xfrm, None, None)
+        };
         for bad in [
+            low_port,
             req(Backend::Xfrm, Some(IpsecMode::Tunnel), None),
             req(Backend::Openvpn, None, None),
             req(Backend::Plain, None, Some(None)),
