@@ -18,6 +18,7 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
                 sender_percent: Summary::of(&[50.0]).unwrap(),
                 receiver_percent: Summary::of(&[50.0]).unwrap(),
             },
+            tunnel_cpu: None,
             percent_of_plain: None,
             served_by: None,
             notes: vec![],

@@ -26,7 +26,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use model::env::{parse_proc_crypto, CryptoEntry};
 use model::matrix::{
-    Cell, CellOutcome, MatrixReport, Measurement, Row, RowKey, RowVariant, SideCpu, HOST, VM,
+    Cell, CellOutcome, MatrixReport, Measurement, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST, VM,
 };
 use model::{
     Backend, ByteSize, CipherSuite, CryptoChoice, Environment, Hmac, RunPlan, RunReport, RunRequest, Summary,
@@ -55,6 +55,9 @@ pub struct MatrixArgs {
     /// Payload of each transfer, e.g. 100MB, 4MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
+    /// Payload of each transfer in the VM rows [default: --bytes]: TCG moves a few MB/s.
+    #[arg(long, value_name = "SIZE")]
+    pub vm_bytes: Option<ByteSize>,
     /// Transfers per cell (median, min–max).
     #[arg(long, default_value_t = 3)]
     pub repeat: u32,
@@ -663,6 +666,7 @@ fn measurement(report: &RunReport) -> Measurement {
             sender_percent: cpu(&|t| t.sender_cpu.percent_of_core),
             receiver_percent: cpu(&|t| t.receiver_cpu.percent_of_core),
         },
+        tunnel_cpu: tunnel_cpu(report),
         percent_of_plain: None,
         served_by: None,
         notes: report
@@ -672,6 +676,18 @@ fn measurement(report: &RunReport) -> Measurement {
             .cloned()
             .collect(),
     }
+}
+
+/// The tunnel's own CPU at each end, where the backend reports it: the userspace backend's
+/// tunnel threads (`a`/`b`), the openvpn processes (`ends.a`/`ends.b`).
+fn tunnel_cpu(report: &RunReport) -> Option<TunnelCpu> {
+    let details = report.backend_details.get(report.plan.backend.name())?;
+    let ends = details.get("ends").unwrap_or(details);
+    let percent = |end: &str| ends.get(end)?.get("cpu")?.get("percent_of_core")?.as_f64();
+    Some(TunnelCpu {
+        a_percent: percent("a")?,
+        b_percent: percent("b")?,
+    })
 }
 
 fn overall_bar(total: u64) -> ProgressBar {
@@ -685,14 +701,14 @@ fn overall_bar(total: u64) -> ProgressBar {
 }
 
 /// The sweep arguments a child sweep shares with this one.
-fn child_args(args: &MatrixArgs, suites: &[CipherSuite]) -> Vec<String> {
+fn child_args(args: &MatrixArgs, suites: &[CipherSuite], bytes: ByteSize) -> Vec<String> {
     let ciphers: Vec<String> = suites.iter().map(|s| s.name()).collect();
     vec![
         "matrix".into(),
         "--ciphers".into(),
         ciphers.join(","),
         "--bytes".into(),
-        args.bytes.0.to_string(),
+        bytes.0.to_string(),
         "--repeat".into(),
         args.repeat.to_string(),
         "--mtu".into(),
@@ -746,7 +762,7 @@ async fn child_sweep(args: &MatrixArgs, rows: &[PlannedRow], cancel: &Cancellati
         Ok(c) => c,
         Err(e) => return fail(e.to_string()),
     };
-    cmd.args(child_args(args, &suites))
+    cmd.args(child_args(args, &suites, args.bytes))
         .args([
             "--backends",
             "userspace",
@@ -801,7 +817,8 @@ async fn vm_sweep(
     let exe = std::env::current_exe().map_err(LabError::failed)?;
     let json = outdir.join("matrix.json");
     let mut guest: Vec<String> = vec![exe.display().to_string()];
-    guest.extend(child_args(args, suites));
+    let bytes = args.vm_bytes.unwrap_or(args.bytes);
+    guest.extend(child_args(args, suites, bytes));
     guest.extend([
         "--backends".into(),
         "xfrm".into(),
@@ -826,7 +843,7 @@ async fn vm_sweep(
     );
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
     let cells = (suites.len() as u64 * 2 + 1) * u64::from(args.repeat);
-    let timeout = VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + args.bytes.0 / 500_000));
+    let timeout = VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000));
     let mut cmd = vm::vng_command(&kernel, accel, &outdir, &script);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let started = Instant::now();
@@ -928,7 +945,7 @@ mod tests {
     #[test]
     fn child_sweeps_get_the_same_sizes() {
         let a = parse(&["--bytes", "4MB", "--repeat", "2"]).unwrap();
-        let c = child_args(&a, &a.suites().unwrap());
+        let c = child_args(&a, &a.suites().unwrap(), a.bytes);
         let joined = c.join(" ");
         assert!(joined.contains("--bytes 4000000 --repeat 2"), "{joined}");
         assert!(joined.contains("aes-128-cbc,aes-192-cbc"), "{joined}");

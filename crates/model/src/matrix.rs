@@ -83,6 +83,18 @@ pub struct SideCpu {
     pub receiver_percent: Summary,
 }
 
+/// CPU of what carries the tunnel itself at each end (the userspace backend's tunnel
+/// threads, the openvpn processes), in % of one core over their life: start to stop,
+/// all repeats included. Where a backend encrypts in the kernel (xfrm) the transfer's own
+/// CPU already holds it, and this is absent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TunnelCpu {
+    /// The end that encrypts the payload (a, the sender's side).
+    pub a_percent: f64,
+    /// The end that decrypts it (b, the receiver's side).
+    pub b_percent: f64,
+}
+
 /// A cell that ran: every repeat verified.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
@@ -91,6 +103,8 @@ pub struct Measurement {
     /// Each repeat's MB/s, in the order measured.
     pub samples: Vec<f64>,
     pub cpu: SideCpu,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_cpu: Option<TunnelCpu>,
     /// Median over the plain baseline's median in the same environment, in percent; absent
     /// when the baseline was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,7 +181,12 @@ pub struct MatrixReport {
     pub schema_version: u32,
     /// Column order: the cipher suites of the sweep.
     pub suites: Vec<CipherSuite>,
+    /// Bytes per transfer of the host's rows (and of every row unless
+    /// [`MatrixReport::payload_by_environment`] says otherwise).
     pub payload: ByteSize,
+    /// Environments whose rows used another payload (a VM under TCG gets a smaller one).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub payload_by_environment: BTreeMap<String, ByteSize>,
     pub repeat: u32,
     pub rows: Vec<Row>,
     /// Where rows ran, keyed by [`RowKey::environment`] ([`HOST`], [`VM`]).
@@ -193,6 +212,7 @@ impl MatrixReport {
             schema_version: MATRIX_SCHEMA_VERSION,
             suites,
             payload,
+            payload_by_environment: BTreeMap::new(),
             repeat,
             rows: Vec::new(),
             environments: BTreeMap::new(),
@@ -204,6 +224,14 @@ impl MatrixReport {
 
     pub fn row(&self, key: &RowKey) -> Option<&Row> {
         self.rows.iter().find(|r| &r.key == key)
+    }
+
+    /// Bytes per transfer of the rows measured in `environment`.
+    pub fn payload_of(&self, environment: &str) -> ByteSize {
+        self.payload_by_environment
+            .get(environment)
+            .copied()
+            .unwrap_or(self.payload)
     }
 
     /// The plain baseline's median MB/s in `environment`, if it was measured.
@@ -235,6 +263,12 @@ impl MatrixReport {
 
     /// Adds the rows and environments of `other` (a sweep run elsewhere, e.g. in a VM).
     pub fn merge(&mut self, other: MatrixReport) {
+        if other.payload != self.payload {
+            for env in other.environments.keys() {
+                self.payload_by_environment.insert(env.clone(), other.payload);
+            }
+        }
+        self.payload_by_environment.extend(other.payload_by_environment);
         self.environments.extend(other.environments);
         self.rows.extend(other.rows);
         self.notes.extend(other.notes);
@@ -277,6 +311,7 @@ mod tests {
                 sender_percent: Summary::of(&[50.0]).unwrap(),
                 receiver_percent: Summary::of(&[40.0]).unwrap(),
             },
+            tunnel_cpu: None,
             percent_of_plain: None,
             served_by: None,
             notes: vec![],
@@ -368,8 +403,11 @@ mod tests {
         vm.environments.clear();
         vm.environments.insert(VM.into(), Environment::detect());
         vm.rows.drain(..2);
+        vm.payload = ByteSize(500_000);
         host.merge(vm);
         assert_eq!(host.rows.len(), 3);
+        assert_eq!(host.payload_of(VM), ByteSize(500_000));
+        assert_eq!(host.payload_of(HOST), ByteSize(1_000_000));
         assert!(host.environments.contains_key(VM) && host.environments.contains_key(HOST));
     }
 }

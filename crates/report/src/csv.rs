@@ -3,7 +3,7 @@
 
 use model::matrix::{CellOutcome, MatrixReport, RowVariant};
 
-pub const HEADER: [&str; 18] = [
+pub const HEADER: [&str; 20] = [
     "environment",
     "virtualization",
     "backend",
@@ -19,6 +19,8 @@ pub const HEADER: [&str; 18] = [
     "percent_of_plain",
     "sender_cpu_percent",
     "receiver_cpu_percent",
+    "tunnel_a_cpu_percent",
+    "tunnel_b_cpu_percent",
     "served_by",
     "payload_bytes",
     "reason",
@@ -45,6 +47,7 @@ pub fn render(report: &MatrixReport) -> String {
             RowVariant::Crypto(c) => c.to_string(),
             RowVariant::KernelDriver(d) => d.clone(),
         };
+        let payload = report.payload_of(&row.key.environment);
         for cell in &row.cells {
             let mut f: Vec<String> = vec![
                 row.key.environment.clone(),
@@ -65,14 +68,20 @@ pub fn render(report: &MatrixReport) -> String {
                     m.percent_of_plain.map(|p| format!("{p:.2}")).unwrap_or_default(),
                     format!("{:.1}", m.cpu.sender_percent.median),
                     format!("{:.1}", m.cpu.receiver_percent.median),
+                    m.tunnel_cpu
+                        .map(|t| format!("{:.1}", t.a_percent))
+                        .unwrap_or_default(),
+                    m.tunnel_cpu
+                        .map(|t| format!("{:.1}", t.b_percent))
+                        .unwrap_or_default(),
                     m.served_by.clone().unwrap_or_default(),
-                    report.payload.0.to_string(),
+                    payload.0.to_string(),
                     String::new(),
                 ]),
                 CellOutcome::NotRun { reason } => {
                     f.push("not_run".into());
-                    f.extend(std::iter::repeat_n(String::new(), 8));
-                    f.push(report.payload.0.to_string());
+                    f.extend(std::iter::repeat_n(String::new(), 10));
+                    f.push(payload.0.to_string());
                     f.push(reason.clone());
                 }
             }
@@ -128,14 +137,21 @@ mod tests {
             .map(|l| split(l))
             .find(|f| f[3] == "aes-generic")
             .unwrap();
-        assert_eq!(generic[15], "authenc(hmac(sha256-generic),cbc(aes-generic))");
+        assert_eq!(generic[17], "authenc(hmac(sha256-generic),cbc(aes-generic))");
+        assert_eq!(generic[18], "1000000", "the VM rows' own payload");
+        let ovpn = lines
+            .iter()
+            .map(|l| split(l))
+            .find(|f| f[4] == "openvpn")
+            .unwrap();
+        assert_eq!(&ovpn[15..17], ["97.0", "88.0"]);
         assert_eq!(generic[1], "vm (tcg: emulated, speeds not representative)");
         let not_run = lines
             .iter()
             .map(|l| split(l))
             .find(|f| f[7] == "not_run")
             .unwrap();
-        assert_eq!(not_run[17], "no ESP in this kernel (CONFIG_INET_ESP); use --vm");
+        assert_eq!(not_run[19], "no ESP in this kernel (CONFIG_INET_ESP); use --vm");
         assert_eq!(not_run[8], "");
     }
 

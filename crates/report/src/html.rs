@@ -71,15 +71,20 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                         .percent_of_plain
                         .map(|p| format!("{p:.1} % of plain"))
                         .unwrap_or_else(|| "no baseline".into());
+                    let tunnel = m
+                        .tunnel_cpu
+                        .map(|t| format!(" · tunnel {:.0}/{:.0} %", t.a_percent, t.b_percent))
+                        .unwrap_or_default();
                     let _ = write!(
                         out,
-                        "<td class=\"num\">{}<br/><small>{}–{} · {} · cpu {:.0}/{:.0} %</small></td>",
+                        "<td class=\"num\">{}<br/><small>{}–{} · {} · cpu {:.0}/{:.0} %{}</small></td>",
                         fmt_rate(m.mb_per_s.median),
                         fmt_rate(m.mb_per_s.min),
                         fmt_rate(m.mb_per_s.max),
                         escape(&pct),
                         m.cpu.sender_percent.median,
                         m.cpu.receiver_percent.median,
+                        tunnel,
                     );
                 }
                 Some(CellOutcome::NotRun { reason }) => {

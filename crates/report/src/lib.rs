@@ -113,6 +113,9 @@ pub fn conditions(report: &MatrixReport) -> Vec<String> {
         "payload {} per transfer, {} repeat(s) per cell, every transfer verified; MB/s = 10^6 bytes/s",
         report.payload, report.repeat
     )];
+    for (env, size) in &report.payload_by_environment {
+        out.push(format!("rows of {env}: payload {size} per transfer"));
+    }
     for (name, env) in &report.environments {
         let drivers: Vec<String> = env
             .kernel_drivers
@@ -143,9 +146,14 @@ pub fn conditions(report: &MatrixReport) -> Vec<String> {
     out
 }
 
-/// Short description for titles: `median of 3 × 100.0 MB`.
+/// Short description for titles: `median of 3 × 100.0 MB` (`, vm: 10.0 MB` where a
+/// VM's rows used another payload).
 pub fn method(report: &MatrixReport) -> String {
-    format!("median of {} × {}", report.repeat, report.payload)
+    let mut s = format!("median of {} × {}", report.repeat, report.payload);
+    for (env, size) in &report.payload_by_environment {
+        s.push_str(&format!(", {env}: {size}"));
+    }
+    s
 }
 
 #[cfg(test)]
@@ -162,6 +170,7 @@ pub(crate) mod fixture {
                 sender_percent: Summary::of(&[80.0, 90.0]).unwrap(),
                 receiver_percent: Summary::of(&[60.0, 70.0]).unwrap(),
             },
+            tunnel_cpu: None,
             percent_of_plain: None,
             served_by: None,
             notes: vec![],
@@ -255,6 +264,13 @@ pub(crate) mod fixture {
                 c
             },
         ));
+        if let Some(CellOutcome::Measured(m)) = r.rows[4].cells.first_mut().map(|c| &mut c.outcome) {
+            m.tunnel_cpu = Some(TunnelCpu {
+                a_percent: 97.0,
+                b_percent: 88.0,
+            });
+        }
+        r.payload_by_environment.insert(VM.into(), ByteSize(1_000_000));
         r.compute_percent_of_plain();
         r
     }
@@ -285,6 +301,7 @@ mod tests {
             "cbc(aes)=cbc-aes-aesni",
             "tcg",
             "4.0 MB",
+            "rows of vm: payload 1.0 MB",
             "3 repeat",
         ] {
             assert!(text.contains(needle), "{needle} missing in {text}");

@@ -77,13 +77,18 @@ pub fn render(report: &MatrixReport) -> String {
 
     let _ = writeln!(
         out,
-        "\n#### CPU per side (median % of one core: sender / receiver)\n"
+        "\n#### CPU per side (median % of one core: sender / receiver application; tunnel a / b where the \
+         tunnel runs in its own threads or processes, over their life)\n"
     );
     table(&mut out, report, &mut reasons, &|_, m| {
-        format!(
+        let app = format!(
             "{:.0} / {:.0}",
             m.cpu.sender_percent.median, m.cpu.receiver_percent.median
-        )
+        );
+        match m.tunnel_cpu {
+            Some(t) => format!("{app}; tunnel {:.0} / {:.0}", t.a_percent, t.b_percent),
+            None => app,
+        }
     });
 
     let served: Vec<(String, Vec<String>)> = report
@@ -179,12 +184,15 @@ mod tests {
         assert!(text.contains("| userspace [auto] | 28.2 % |"), "{text}");
         assert!(text.contains("| xfrm [aes-generic] (vm) | 2.0 % |"), "{text}");
         assert!(text.contains("| userspace [auto] | 300.0–320.0 |"), "{text}");
-        assert!(text.contains("| openvpn | 85 / 65 |"), "{text}");
+        assert!(
+            text.contains("| openvpn | 85 / 65; tunnel 97 / 88 | 85 / 65 |"),
+            "{text}"
+        );
         assert!(text.contains("* xfrm [aes-generic] (vm): authenc(hmac(sha256-generic),cbc(aes-generic))"));
         assert!(
             text.contains("1. no ESP in this kernel (CONFIG_INET_ESP); use --vm\n2. openvpn failed: exit 1")
         );
         assert!(text.contains("kernel 6.1.0-test"), "{text}");
-        assert!(text.contains("median of 3 × 4.0 MB"));
+        assert!(text.contains("median of 3 × 4.0 MB, vm: 1.0 MB"));
     }
 }
