@@ -92,7 +92,7 @@ pub struct TunnelConfig {
     pub inner: Ipv4Addr,
     pub prefix_len: u8,
     pub inner_mtu: u32,
-    /// Core to pin the thread to; None leaves it to the scheduler.
+    /// Core to pin the thread to; None leaves it to the scheduler (it is still one thread).
     pub cpu: Option<usize>,
     pub batching: Batching,
 }
@@ -147,6 +147,8 @@ pub struct TunnelStats {
     /// What was actually used (GSO falls back to mmsg where refused).
     pub batching: Batching,
     pub inner_mtu: u32,
+    /// The core the thread was pinned to, if it was.
+    pub pinned_cpu: Option<usize>,
     /// Read from TUN, encrypted and sent.
     pub sent: Flow,
     /// Received, decrypted and written to TUN.
@@ -359,6 +361,7 @@ impl Loop {
             implementation: endpoint.implementation().info(),
             batching,
             inner_mtu: config.inner_mtu,
+            pinned_cpu: config.cpu,
             sent: Flow::default(),
             delivered: Flow::default(),
             datagrams_in: 0,
