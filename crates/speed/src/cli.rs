@@ -9,7 +9,7 @@ use clap::Args;
 use crypto::{CryptoChoice, Implementation};
 use model::Environment;
 
-use crate::measure::{measure_cell, Method};
+use crate::measure::{measure_cell, measure_cell_with, Method};
 use crate::report::{Record, RecordHead, Skipped, SpeedReport, Units, SPEED_SCHEMA_VERSION};
 use crate::suite::{SpeedSuite, UnknownSuite};
 use crate::{kernel, openssl, SpeedError, BLOCK_SIZES, SUBCOMMAND};
@@ -45,7 +45,13 @@ pub struct SpeedArgs {
     /// Write one JSON record per cell (plus the environment) to FILE, or `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<String>,
-    /// Internal: this process is the software-AES child; print only JSON on stdout.
+    /// Time the kernel rows inside a VM booting a stock kernel (default: the newest
+    /// /boot/vmlinuz-*) under virtme-ng, for kernels without AF_ALG; the other rows run here.
+    /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed.
+    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    pub vm: Option<String>,
+    /// Internal: this process is a child run (soft rows, or kernel rows in the VM); print
+    /// only JSON.
     #[arg(long, hide = true)]
     pub child: bool,
 }
@@ -93,6 +99,8 @@ pub enum UsageError {
     ZeroRepeats,
     #[error("--sizes {0}: block sizes are 1 to 1048576 bytes")]
     BadSize(usize),
+    #[error("--vm runs the kernel rows in a VM, but --crypto does not include kernel")]
+    VmWithoutKernel,
 }
 
 /// Everything a run will do, validated.
@@ -108,7 +116,37 @@ pub struct SpeedPlan {
     pub units: Units,
     pub against_openssl: bool,
     pub json: Option<String>,
+    /// `--vm`: None = kernel rows here; Some(None) = in a VM with the default kernel;
+    /// Some(Some(path)) = in a VM booting that kernel image.
+    pub vm: Option<Option<String>>,
     pub child: bool,
+}
+
+impl SpeedPlan {
+    /// The arguments (after the program name) that time this plan's kernel rows in another
+    /// process, the VM's guest: the caller adds `--json FILE`.
+    pub fn kernel_child_args(&self) -> Vec<String> {
+        let sizes: Vec<String> = self.sizes.iter().map(|s| s.to_string()).collect();
+        let mut v = vec![SUBCOMMAND.to_string()];
+        v.extend(self.suites.iter().map(|s| s.name()));
+        v.extend(
+            [
+                "--crypto",
+                "kernel",
+                "--child",
+                "--seconds",
+                &self.seconds.to_string(),
+                "--multi",
+                &self.threads.to_string(),
+                "--repeats",
+                &self.repeats.to_string(),
+                "--sizes",
+                &sizes.join(","),
+            ]
+            .map(String::from),
+        );
+        v
+    }
 }
 
 impl SpeedArgs {
@@ -163,6 +201,13 @@ impl SpeedArgs {
             v.dedup();
             v
         };
+        let vm = self
+            .vm
+            .as_ref()
+            .map(|k| Some(k.clone()).filter(|k| !k.is_empty()));
+        if vm.is_some() && !implementations.contains(&SpeedImpl::Kernel) {
+            return Err(UsageError::VmWithoutKernel);
+        }
         Ok(SpeedPlan {
             suites,
             implementations,
@@ -177,6 +222,7 @@ impl SpeedArgs {
             },
             against_openssl: self.against_openssl,
             json: self.json.clone(),
+            vm,
             child: self.child,
         })
     }
@@ -210,6 +256,9 @@ fn measure_here(choice: CryptoChoice, plan: &SpeedPlan, method: &Method) -> Resu
                     direction,
                     block_bytes: size,
                     threads: plan.threads,
+                    driver: None,
+                    virtualization: None,
+                    emulated: false,
                 };
                 records.extend(Record::from_repeats(
                     head,
@@ -267,6 +316,9 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport) {
                             direction,
                             block_bytes: c.block_bytes,
                             threads: plan.threads,
+                            driver: None,
+                            virtualization: None,
+                            emulated: false,
                         };
                         let mb = c.bytes_per_s / 1e6;
                         report.records.extend(Record::from_repeats(
@@ -286,8 +338,78 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport) {
     }
 }
 
+/// Times the kernel rows through AF_ALG in this process: each suite passes its
+/// known-answer tests first; a suite the kernel lacks or fails is skipped with its reason.
+fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport) {
+    let skip = |suite: Option<String>, reason: String| Skipped {
+        implementation: "kernel".into(),
+        suite,
+        reason,
+    };
+    let probe = kernel::probe();
+    if probe.af_alg.is_err() {
+        report.skipped.push(skip(None, probe.skip_reason()));
+        return;
+    }
+    let env = &report.environment;
+    let virtualization = Some(env.virtualization.clone()).filter(|v| v != "host");
+    for &suite in &plan.suites {
+        let verified = match kernel::self_test(suite) {
+            Ok(v) => v,
+            Err(e) => {
+                report
+                    .skipped
+                    .push(skip(Some(suite.name()), format!("not timed: {e}")));
+                continue;
+            }
+        };
+        for &direction in suite.directions() {
+            progress(&format!(
+                "timing kernel {suite} {direction} ({})",
+                verified.driver
+            ));
+            for &size in &plan.sizes {
+                let build = || kernel::build(suite, direction, size);
+                let repeats = match measure_cell_with(&build, method) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        report.skipped.push(skip(
+                            Some(format!("{suite} {direction} {size} B")),
+                            format!("failed while timed: {e}"),
+                        ));
+                        continue;
+                    }
+                };
+                let head = RecordHead {
+                    implementation: "kernel".into(),
+                    library: format!("linux {} via AF_ALG", env.kernel_release),
+                    hardware_aes: None,
+                    suite: suite.name(),
+                    direction,
+                    block_bytes: size,
+                    threads: plan.threads,
+                    driver: Some(verified.driver.clone()),
+                    virtualization: virtualization.clone(),
+                    emulated: env.is_emulated(),
+                };
+                report.records.extend(Record::from_repeats(
+                    head,
+                    repeats,
+                    method.repeat_duration.as_secs_f64(),
+                ));
+            }
+        }
+    }
+}
+
 /// Measures what `plan` asks for, without printing.
 pub fn measure(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
+    measure_with(plan, None)
+}
+
+/// Measures what `plan` asks for; with `guest`, the kernel rows are that report's (a run of
+/// [`SpeedPlan::kernel_child_args`] elsewhere, e.g. the VM) instead of this kernel's.
+pub fn measure_with(plan: &SpeedPlan, guest: Option<SpeedReport>) -> Result<SpeedReport, SpeedError> {
     let method = Method::new(plan.seconds, plan.repeats, plan.threads);
     let mut report = SpeedReport {
         schema_version: SPEED_SCHEMA_VERSION,
@@ -295,14 +417,19 @@ pub fn measure(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
         block_sizes: plan.sizes.clone(),
         records: Vec::new(),
         skipped: Vec::new(),
+        guest_environment: None,
     };
+    let mut guest = guest;
     for &imp in &plan.implementations {
         match imp {
-            SpeedImpl::Kernel => report.skipped.push(Skipped {
-                implementation: "kernel".into(),
-                suite: None,
-                reason: kernel::probe().skip_reason(),
-            }),
+            SpeedImpl::Kernel => match guest.take() {
+                Some(g) => {
+                    report.records.extend(g.records);
+                    report.skipped.extend(g.skipped);
+                    report.guest_environment = Some(g.environment);
+                }
+                None => measure_kernel(plan, &method, &mut report),
+            },
             // Masked already (this is the child, or the user set the variable): time here.
             SpeedImpl::Crypto(CryptoChoice::Soft) if !crypto::soft::active() => {
                 let child = measure_in_soft_child(plan)?;
@@ -322,8 +449,13 @@ pub fn measure(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
 
 /// The subcommand: validate, measure, print the table, write JSON.
 pub fn run(args: &SpeedArgs) -> Result<SpeedReport, SpeedError> {
-    let plan = args.validate()?;
-    let report = measure(&plan)?;
+    run_plan(&args.validate()?, None)
+}
+
+/// [`run`] for a validated plan, with the kernel rows from `guest` when given (`--vm`).
+pub fn run_plan(plan: &SpeedPlan, guest: Option<SpeedReport>) -> Result<SpeedReport, SpeedError> {
+    let plan = plan.clone();
+    let report = measure_with(&plan, guest)?;
     let json_to_stdout = plan.json.as_deref() == Some("-");
     if !plan.child {
         let table = crate::report::render(&report, plan.units);
@@ -402,19 +534,53 @@ mod tests {
     }
 
     #[test]
-    fn measures_in_process_implementations_and_skips_kernel_with_reason() {
+    fn measures_every_implementation_or_says_why_not() {
         let mut a = args(&["aes-128-cbc"]);
         a.crypto = vec!["auto".into(), "rustcrypto".into(), "kernel".into()];
         a.seconds = Some(0.03);
         a.sizes = vec![64, 1400];
         let report = measure(&a.validate().unwrap()).unwrap();
-        // 2 implementations x 2 directions x 2 sizes.
-        assert_eq!(report.records.len(), 8);
         assert!(report
             .records
             .iter()
             .all(|r| r.mb_per_s > 0.0 && r.repeats_mb_per_s.len() == 3));
-        assert_eq!(report.skipped.len(), 1);
-        assert_eq!(report.skipped[0].implementation, "kernel");
+        // Each implementation: 2 directions x 2 sizes.
+        let count = |imp: &str| report.records.iter().filter(|r| r.implementation == imp).count();
+        assert_eq!((count("auto"), count("rustcrypto")), (4, 4));
+        match crate::af_alg::available() {
+            Err(e) => {
+                eprintln!("no kernel rows here: {e}");
+                assert_eq!(count("kernel"), 0);
+                assert_eq!(report.skipped.len(), 1);
+                assert_eq!(report.skipped[0].implementation, "kernel");
+                assert!(report.skipped[0].reason.contains("AF_ALG"));
+            }
+            Ok(()) => {
+                assert_eq!(count("kernel"), 4, "{:?}", report.skipped);
+                assert!(report
+                    .records
+                    .iter()
+                    .filter(|r| r.implementation == "kernel")
+                    .all(|r| r.driver.is_some()));
+            }
+        }
+    }
+
+    #[test]
+    fn vm_needs_the_kernel_rows_and_passes_the_plan_to_the_guest() {
+        let mut a = args(&["aes-128-cbc", "hmac-sha256"]);
+        a.vm = Some(String::new());
+        a.seconds = Some(0.05);
+        a.sizes = vec![64, 1400];
+        let p = a.validate().unwrap();
+        assert_eq!(p.vm, Some(None));
+        assert_eq!(
+            p.kernel_child_args().join(" "),
+            "speed aes-128-cbc hmac-sha256 --crypto kernel --child --seconds 0.05 --multi 1 --repeats 3 --sizes 64,1400"
+        );
+        a.vm = Some("/boot/vmlinuz-x".into());
+        assert_eq!(a.validate().unwrap().vm, Some(Some("/boot/vmlinuz-x".into())));
+        a.crypto = vec!["auto".into()];
+        assert_eq!(a.validate(), Err(UsageError::VmWithoutKernel));
     }
 }

@@ -7,6 +7,7 @@
 //! ([`kernel`]) and the subcommand's arguments ([`cli`]). Leaves the ciphers themselves to
 //! `crypto` and the process entry point to the `ipsec-lab` binary.
 
+pub mod af_alg;
 pub mod cli;
 pub mod kernel;
 pub mod measure;
@@ -15,7 +16,7 @@ pub mod ops;
 pub mod report;
 pub mod suite;
 
-pub use cli::{run, SpeedArgs, SpeedPlan, UsageError};
+pub use cli::{run, run_plan, SpeedArgs, SpeedPlan, UsageError};
 pub use measure::single_core_mb_per_s;
 pub use report::{Record, SpeedReport, Units};
 pub use suite::{Direction, SpeedSuite};
@@ -43,7 +44,7 @@ pub enum SpeedError {
         implementation: String,
         suite: String,
         #[source]
-        source: crypto::CryptoError,
+        source: ops::OpError,
     },
     #[error("cannot start the software-AES child process: {0}")]
     Soft(#[from] crypto::soft::SoftError),

@@ -4,9 +4,9 @@
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use crypto::{CryptoError, Implementation};
+use crypto::Implementation;
 
-use crate::ops::{self, Op};
+use crate::ops::{self, Op, OpError};
 use crate::suite::{Direction, SpeedSuite};
 use crate::SpeedError;
 
@@ -55,7 +55,7 @@ impl Sample {
 
 /// Runs `op` for at least `duration`. Reads the clock once per batch, and sizes batches to
 /// about 50 µs, so that reading the clock costs nothing measurable even at 16 bytes.
-pub fn timed_loop(op: &mut Op, duration: Duration) -> Result<Sample, CryptoError> {
+pub fn timed_loop(op: &mut Op, duration: Duration) -> Result<Sample, OpError> {
     let start = Instant::now();
     let mut calls = 0u64;
     let mut batch = 1u64;
@@ -108,11 +108,25 @@ pub fn measure_cell(
     block_bytes: usize,
     method: &Method,
 ) -> Result<Vec<f64>, SpeedError> {
+    let build = || ops::build(imp, suite, direction, block_bytes).map_err(OpError::from);
+    measure_cell_with(&build, method).map_err(|source| SpeedError::Crypto {
+        implementation: imp.to_string(),
+        suite: suite.name(),
+        source,
+    })
+}
+
+/// [`measure_cell`] for any operation: `build` makes each thread's own operation (its own
+/// cipher state, buffers and, for the kernel, sockets).
+pub fn measure_cell_with(
+    build: &(dyn Fn() -> Result<Op, OpError> + Sync),
+    method: &Method,
+) -> Result<Vec<f64>, OpError> {
     let cpus = allowed_cpus();
     let mut repeats = Vec::with_capacity(method.repeats);
     for _ in 0..method.repeats {
         let barrier = Barrier::new(method.threads);
-        let results: Vec<Result<Sample, CryptoError>> = std::thread::scope(|scope| {
+        let results: Vec<Result<Sample, OpError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..method.threads)
                 .map(|i| {
                     let barrier = &barrier;
@@ -121,10 +135,10 @@ pub fn measure_cell(
                         if let Some(cpu) = cpu {
                             pin_current_thread(cpu);
                         }
-                        let mut built = ops::build(imp, suite, direction, block_bytes);
+                        let mut built = build();
                         let warm = match built.as_mut() {
                             Ok(op) => timed_loop(op, method.warmup).map(|_| ()),
-                            Err(e) => Err(*e),
+                            Err(e) => Err(e.clone()),
                         };
                         // Timed windows start together; every thread gets here, even on error.
                         barrier.wait();
@@ -140,12 +154,7 @@ pub fn measure_cell(
         });
         let mut total = 0.0;
         for r in results {
-            let sample = r.map_err(|source| SpeedError::Crypto {
-                implementation: imp.to_string(),
-                suite: suite.name(),
-                source,
-            })?;
-            total += sample.mb_per_s();
+            total += r?.mb_per_s();
         }
         repeats.push(total);
     }
@@ -163,12 +172,12 @@ pub fn single_core_mb_per_s(
 ) -> Result<f64, SpeedError> {
     crypto::self_test(imp)?;
     let direction = suite.directions()[0];
-    let crypto_err = |source| SpeedError::Crypto {
+    let crypto_err = |source: OpError| SpeedError::Crypto {
         implementation: imp.to_string(),
         suite: suite.name(),
         source,
     };
-    let mut op = ops::build(imp, suite, direction, packet_bytes).map_err(crypto_err)?;
+    let mut op = ops::build(imp, suite, direction, packet_bytes).map_err(|e| crypto_err(e.into()))?;
     timed_loop(&mut op, (duration / 10).min(Duration::from_millis(100))).map_err(crypto_err)?;
     Ok(timed_loop(&mut op, duration).map_err(crypto_err)?.mb_per_s())
 }

@@ -9,37 +9,51 @@ use std::hint::black_box;
 
 use crypto::{CryptoError, Implementation, AES_BLOCK_LEN, NONCE_LEN};
 
+use crate::af_alg::AfAlgError;
 use crate::suite::{Direction, SpeedSuite};
 
 /// Associated data per AEAD packet: as much as ESP's SPI + sequence number.
 pub const AEAD_AAD_LEN: usize = 8;
 
+/// Why a timed operation could not be built or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    #[error(transparent)]
+    Kernel(#[from] AfAlgError),
+}
+
 /// A prepared operation on one packet-sized buffer, owned by one thread.
 pub struct Op {
-    run: Box<dyn FnMut() -> Result<(), CryptoError> + Send>,
+    run: Box<dyn FnMut() -> Result<(), OpError> + Send>,
     /// Payload bytes one call processes (the block size asked for).
     pub payload_bytes: usize,
 }
 
 impl Op {
+    pub fn new(run: Box<dyn FnMut() -> Result<(), OpError> + Send>, payload_bytes: usize) -> Op {
+        Op { run, payload_bytes }
+    }
+
     #[inline]
-    pub fn run(&mut self) -> Result<(), CryptoError> {
+    pub fn run(&mut self) -> Result<(), OpError> {
         (self.run)()
     }
 }
 
-fn round_up_to_block(len: usize) -> usize {
+pub(crate) fn round_up_to_block(len: usize) -> usize {
     len.div_ceil(AES_BLOCK_LEN) * AES_BLOCK_LEN
 }
 
 /// Fixed, non-secret key bytes: a benchmark key.
-fn key(len: usize) -> Vec<u8> {
+pub(crate) fn bench_key(len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(0x5a))
         .collect()
 }
 
-fn counter_iv(counter: u64) -> [u8; AES_BLOCK_LEN] {
+pub(crate) fn counter_iv(counter: u64) -> [u8; AES_BLOCK_LEN] {
     let mut iv = [0x42u8; AES_BLOCK_LEN];
     iv[..8].copy_from_slice(&counter.to_be_bytes());
     iv
@@ -55,9 +69,9 @@ pub fn build(
     block_bytes: usize,
 ) -> Result<Op, CryptoError> {
     let mut counter = 0u64;
-    let run: Box<dyn FnMut() -> Result<(), CryptoError> + Send> = match (suite, direction) {
+    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, direction) {
         (SpeedSuite::AesCbc(bits), Direction::Encrypt) => {
-            let cbc = imp.aes_cbc(&key(bits.bytes()))?;
+            let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
             let mut buf = vec![0u8; round_up_to_block(block_bytes)];
             Box::new(move || {
                 counter += 1;
@@ -67,7 +81,7 @@ pub fn build(
             })
         }
         (SpeedSuite::AesCbc(bits), Direction::Decrypt | Direction::Mac) => {
-            let cbc = imp.aes_cbc(&key(bits.bytes()))?;
+            let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
             let mut buf = vec![0u8; round_up_to_block(block_bytes)];
             Box::new(move || {
                 counter += 1;
@@ -77,7 +91,7 @@ pub fn build(
             })
         }
         (SpeedSuite::HmacSha256, _) => {
-            let mac = imp.hmac_sha256(&key(32))?;
+            let mac = imp.hmac_sha256(&bench_key(32))?;
             let buf = vec![0x33u8; block_bytes];
             Box::new(move || {
                 black_box(mac.mac(&[black_box(&buf)]));
@@ -85,8 +99,8 @@ pub fn build(
             })
         }
         (SpeedSuite::AesCbcHmacSha256(bits), _) => {
-            let cbc = imp.aes_cbc(&key(bits.bytes()))?;
-            let mac = imp.hmac_sha256(&key(32))?;
+            let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
+            let mac = imp.hmac_sha256(&bench_key(32))?;
             let mut buf = vec![0u8; round_up_to_block(block_bytes)];
             Box::new(move || {
                 counter += 1;
@@ -97,7 +111,7 @@ pub fn build(
             })
         }
         (SpeedSuite::Aead(alg), _) => {
-            let aead = imp.aead(alg, &key(alg.key_len()))?;
+            let aead = imp.aead(alg, &bench_key(alg.key_len()))?;
             let mut buf = vec![0u8; block_bytes];
             let aad = [0x17u8; AEAD_AAD_LEN];
             Box::new(move || {

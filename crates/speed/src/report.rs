@@ -35,6 +35,18 @@ pub struct Record {
     pub spread: f64,
     /// Timed seconds of one repeat.
     pub seconds_per_repeat: f64,
+    /// The kernel driver that served a `kernel` row (from /proc/crypto), e.g.
+    /// `cbc-aes-aesni`; absent for userspace rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// Where the row was measured when not on this host's CPU directly, e.g.
+    /// `vm (tcg: emulated, speeds not representative)`; absent on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtualization: Option<String>,
+    /// True when the CPU was emulated (TCG): the row proves the code works, its speed
+    /// means nothing and it is left out of ratios.
+    #[serde(default)]
+    pub emulated: bool,
 }
 
 impl Record {
@@ -56,7 +68,22 @@ impl Record {
             spread: s.relative_spread(),
             repeats_mb_per_s,
             seconds_per_repeat,
+            driver: head.driver,
+            virtualization: head.virtualization,
+            emulated: head.emulated,
         })
+    }
+}
+
+impl Record {
+    /// The row's name in the table: the implementation, marked when it ran in a VM and
+    /// again when that VM's CPU was emulated.
+    pub fn row_label(&self) -> String {
+        match (&self.virtualization, self.emulated) {
+            (Some(_), true) => format!("{} [vm, tcg]", self.implementation),
+            (Some(_), false) => format!("{} [vm]", self.implementation),
+            (None, _) => self.implementation.clone(),
+        }
     }
 }
 
@@ -70,6 +97,9 @@ pub struct RecordHead {
     pub direction: Direction,
     pub block_bytes: usize,
     pub threads: usize,
+    pub driver: Option<String>,
+    pub virtualization: Option<String>,
+    pub emulated: bool,
 }
 
 /// An implementation (or one of its suites) that produced no number, and why.
@@ -87,6 +117,10 @@ pub struct SpeedReport {
     pub block_sizes: Vec<usize>,
     pub records: Vec<Record>,
     pub skipped: Vec<Skipped>,
+    /// The environment of rows measured elsewhere (`--vm`: the guest's kernel, CPU and
+    /// virtualization); absent when everything ran here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_environment: Option<Environment>,
 }
 
 /// How table cells are written.
@@ -127,13 +161,13 @@ struct RowKey {
 /// Renders the table, the ratio lines, the spread notes and the skipped implementations.
 pub fn render(report: &SpeedReport, units: Units) -> String {
     let mut suite_order: Vec<&str> = Vec::new();
-    let mut impl_order: Vec<&str> = Vec::new();
+    let mut impl_order: Vec<String> = Vec::new();
     for r in &report.records {
         if !suite_order.contains(&r.suite.as_str()) {
             suite_order.push(&r.suite);
         }
-        if !impl_order.contains(&r.implementation.as_str()) {
-            impl_order.push(&r.implementation);
+        if !impl_order.contains(&r.row_label()) {
+            impl_order.push(r.row_label());
         }
     }
     let mut rows: BTreeMap<RowKey, BTreeMap<usize, &Record>> = BTreeMap::new();
@@ -142,11 +176,8 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
             suite_pos: suite_order.iter().position(|s| *s == r.suite).unwrap_or(0),
             suite: r.suite.clone(),
             direction: r.direction,
-            impl_pos: impl_order
-                .iter()
-                .position(|s| *s == r.implementation)
-                .unwrap_or(0),
-            implementation: r.implementation.clone(),
+            impl_pos: impl_order.iter().position(|s| *s == r.row_label()).unwrap_or(0),
+            implementation: r.row_label(),
         };
         rows.entry(key).or_default().insert(r.block_bytes, r);
     }
@@ -175,13 +206,31 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     );
     let mut libs: Vec<String> = Vec::new();
     for name in &impl_order {
-        if let Some(r) = report.records.iter().find(|r| r.implementation == *name) {
+        if let Some(r) = report.records.iter().find(|r| r.row_label() == *name) {
             let aes = match r.hardware_aes {
                 Some(true) => ", hardware AES",
                 Some(false) => ", software AES (hardware AES masked)",
                 None => "",
             };
-            libs.push(format!("  {name} = {}{aes}", r.library));
+            let place = match (&r.virtualization, r.emulated) {
+                (Some(v), true) => format!(
+                    ", in a {v}: CORRECTNESS ONLY, speeds are of an emulated CPU and left out of ratios"
+                ),
+                (Some(v), false) => format!(", in a {v}"),
+                (None, _) => String::new(),
+            };
+            libs.push(format!("  {name} = {}{aes}{place}", r.library));
+            let mut drivers: Vec<(&str, &str)> = Vec::new();
+            for d in report.records.iter().filter(|d| d.row_label() == *name) {
+                if let Some(driver) = &d.driver {
+                    if !drivers.iter().any(|(s, _)| *s == d.suite) {
+                        drivers.push((&d.suite, driver));
+                    }
+                }
+            }
+            for (suite, driver) in drivers {
+                libs.push(format!("    {suite:<24} driver {driver}"));
+            }
         }
     }
     for l in libs {
@@ -226,7 +275,18 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         out.push('\n');
     }
 
-    let ratios = ratio_lines(&rows, &impl_order, sizes, width, impl_width);
+    // An emulated CPU's speed compared with a real one's means nothing.
+    let comparable: Vec<&str> = impl_order
+        .iter()
+        .filter(|name| {
+            !report
+                .records
+                .iter()
+                .any(|r| r.row_label() == **name && r.emulated)
+        })
+        .map(String::as_str)
+        .collect();
+    let ratios = ratio_lines(&rows, &comparable, sizes, width, impl_width);
     if !ratios.is_empty() {
         let _ = writeln!(out, "\nratios (same suite, direction and size):");
         out.push_str(&ratios);
@@ -328,6 +388,9 @@ mod tests {
                 direction: Direction::Encrypt,
                 block_bytes: size,
                 threads: 1,
+                driver: None,
+                virtualization: None,
+                emulated: false,
             },
             repeats,
             0.33,
@@ -351,7 +414,51 @@ mod tests {
                 suite: None,
                 reason: "no AF_ALG".into(),
             }],
+            guest_environment: None,
         }
+    }
+
+    /// A kernel row measured in a TCG guest, as `--vm` merges it.
+    fn emulated_kernel_row(size: usize) -> Record {
+        let mut r = record("kernel", None, size, vec![5.0, 5.0, 5.0]);
+        r.library = "linux 6.1.0 via AF_ALG".into();
+        r.driver = Some("cbc-aes-aesni".into());
+        r.virtualization = Some("vm (tcg: emulated, speeds not representative)".into());
+        r.emulated = true;
+        r
+    }
+
+    #[test]
+    fn emulated_kernel_rows_are_labelled_named_by_driver_and_not_compared() {
+        let mut report = sample();
+        report.skipped.clear();
+        report.records.push(emulated_kernel_row(16));
+        report.records.push(emulated_kernel_row(1400));
+        let t = render(&report, Units::MegabytesPerSecond);
+        let row = t
+            .lines()
+            .find(|l| l.contains("kernel [vm, tcg]") && l.contains("5.00"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(!row.contains('~'), "{row}");
+        assert!(
+            t.contains("kernel [vm, tcg] = linux 6.1.0 via AF_ALG, in a vm (tcg"),
+            "{t}"
+        );
+        assert!(t.contains("CORRECTNESS ONLY"), "{t}");
+        assert!(
+            t.contains("aes-128-cbc") && t.contains("driver cbc-aes-aesni"),
+            "{t}"
+        );
+        assert!(t.contains("auto/soft") && !t.contains("/kernel"), "{t}");
+        let v: serde_json::Value = serde_json::to_value(&report).unwrap();
+        let k = &v["records"][4];
+        assert_eq!(k["implementation"], "kernel");
+        assert_eq!(k["driver"], "cbc-aes-aesni");
+        assert_eq!(k["emulated"], true);
+        assert!(k["virtualization"].as_str().unwrap().contains("tcg"));
+        // Host rows carry no driver or VM fields, and still say they are not emulated.
+        assert!(v["records"][0].get("driver").is_none());
+        assert_eq!(v["records"][0]["emulated"], false);
     }
 
     #[test]
