@@ -445,12 +445,16 @@ mod tests {
 
     #[test]
     fn plain_ignores_cipher_options_and_says_so() {
-        let plan = RunRequest::default().validate().unwrap();
+        let plain = || RunRequest {
+            backend: Backend::Plain,
+            ..Default::default()
+        };
+        let plan = plain().validate().unwrap();
         assert_eq!(plan.suite, CipherSuite::None);
         assert!(plan.ignored.is_empty(), "nothing given, nothing ignored");
         let plan = RunRequest {
             key_bits: Some(KeyBits::Aes128),
-            ..Default::default()
+            ..plain()
         }
         .validate()
         .unwrap();

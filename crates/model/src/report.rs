@@ -148,7 +148,12 @@ mod tests {
 
     #[test]
     fn report_round_trips_through_json() {
-        let plan = RunRequest::default().validate().unwrap();
+        let plan = RunRequest {
+            backend: crate::Backend::Plain,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
         let env = Environment::detect();
         let report = RunReport::new(plan, env, vec![transfer(0.125), transfer(0.1), transfer(0.2)]).unwrap();
         assert_eq!(report.mb_per_s.median, 800.0);
