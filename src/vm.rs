@@ -1,8 +1,9 @@
-//! `--vm [KERNEL]`: re-runs the same `ipsec-lab run` inside a virtme-ng guest booting a
-//! stock kernel (default: the newest `/boot/vmlinuz-*`), with the host's root filesystem
-//! shared read-only, so the binary built on the host runs unchanged inside. The guest writes
-//! its JSON report and exit code into a host directory shared read-write (`--rwdir`); the
-//! host prints that report as if the run had happened here.
+//! `--vm [KERNEL]`: re-runs the same `ipsec-lab run` (or, for `ipsec-lab speed`, its kernel
+//! rows) inside a virtme-ng guest booting a stock kernel (default: the newest
+//! `/boot/vmlinuz-*`), with the host's root filesystem shared read-only, so the binary built
+//! on the host runs unchanged inside. The guest writes its JSON report and exit code into a
+//! host directory shared read-write (`--rwdir`); the host reads that report back
+//! ([`exec_in_guest`]) and prints it as if the run had happened here.
 //!
 //! KVM is used when a KVM guest actually boots (checked once with a short boot and cached),
 //! else TCG emulation; the report's environment says which (`IPSEC_LAB_VIRT`), because TCG
@@ -165,19 +166,16 @@ fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) 
     out
 }
 
-/// Builds the guest's shell command: load modules, run the lab, record the exit code.
-fn guest_script(exe: &Path, args: &[String], outdir: &Path, accel: Accel) -> String {
+/// Builds the guest's shell command: load `modules`, run the lab with `args` and
+/// `--json <outdir>/report.json`, record the exit code.
+fn guest_script(exe: &Path, args: &[String], outdir: &Path, accel: Accel, modules: &str) -> String {
     let report = outdir.join("report.json");
     let mut cmd = vec![sh_quote(&exe.display().to_string())];
     cmd.extend(args.iter().map(|a| sh_quote(a)));
-    cmd.extend([
-        "--json".into(),
-        sh_quote(&report.display().to_string()),
-        "--no-progress".into(),
-    ]);
+    cmd.extend(["--json".into(), sh_quote(&report.display().to_string())]);
     format!(
         // The guest's table goes nowhere: the host prints the report it reads back.
-        "modprobe -q -a {GUEST_MODULES} 2>/dev/null; IPSEC_LAB_VIRT={} {} >/dev/null; echo $? > {}",
+        "modprobe -q -a {modules} 2>/dev/null; IPSEC_LAB_VIRT={} {} >/dev/null; echo $? > {}",
         sh_quote(accel.label()),
         cmd.join(" "),
         sh_quote(&outdir.join("rc").display().to_string()),
@@ -201,14 +199,15 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
 /// `--vm auto`: the VM only where this kernel has no ESP.
 pub const AUTO: &str = "auto";
 
-pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
+/// The kernel image `--vm [KERNEL]` names (`auto` or none: the newest in /boot), once
+/// virtme-ng is known to be installed.
+pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
     if !vng_available() {
         return Err(LabError::capability(anyhow::anyhow!(
             "--vm needs virtme-ng (`pip install virtme-ng`, command `vng`) and qemu-system-x86; run lab/setup.sh"
         )));
     }
-    let kernel_arg = plan.vm.clone().flatten();
-    let kernel = match kernel_arg.as_deref().filter(|k| *k != AUTO) {
+    let kernel = match kernel_arg.filter(|k| !k.is_empty() && *k != AUTO) {
         Some(k) => PathBuf::from(k),
         None => default_kernel().ok_or_else(|| {
             LabError::capability(anyhow::anyhow!(
@@ -222,17 +221,27 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
             kernel.display()
         )));
     }
-    let accel = detect_accel(&kernel);
+    Ok(kernel)
+}
+
+/// What a command re-executed in the guest left behind.
+#[derive(Debug)]
+pub struct GuestRun {
+    /// The JSON report the guest wrote with `--json`.
+    pub report_json: String,
+    /// Boot, run and shutdown.
+    pub elapsed: Duration,
+}
+
+/// Re-executes this binary with `args` in a guest booting `kernel`, after loading
+/// `modules`; the guest's run writes its JSON report (`--json`, added here) into a host
+/// directory shared read-write. A non-zero exit code in the guest comes back as the same
+/// kind of error here.
+pub fn exec_in_guest(kernel: &Path, accel: Accel, modules: &str, args: &[String]) -> LabResult<GuestRun> {
     let outdir = std::env::temp_dir().join(format!("ipsec-lab-vm-{}", std::process::id()));
     std::fs::create_dir_all(&outdir).map_err(LabError::failed)?;
     let exe = std::env::current_exe().map_err(LabError::failed)?;
-    let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();
-    let script = guest_script(
-        &exe,
-        &guest_args(host_args, kernel_arg.as_deref()),
-        &outdir,
-        accel,
-    );
+    let script = guest_script(&exe, args, &outdir, accel, modules);
     eprintln!(
         "ipsec-lab: booting {} under virtme-ng ({}); TCG boots take about half a minute",
         kernel.display(),
@@ -240,19 +249,33 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
     );
     let started = Instant::now();
     // The guest's console output is terminal noise here; its report comes back as a file.
-    let status = vng_command(&kernel, accel, &outdir, &script)
+    let status = vng_command(kernel, accel, &outdir, &script)
         .stdout(Stdio::null())
         .status();
     let elapsed = started.elapsed();
-    let result = collect(
-        &outdir,
-        status.map_err(LabError::failed)?.success(),
-        elapsed,
-        &kernel,
-        accel,
-    );
+    let result = collect(&outdir, status.map_err(LabError::failed)?.success(), kernel);
     let _ = std::fs::remove_dir_all(&outdir);
-    let report = result?;
+    Ok(GuestRun {
+        report_json: result?,
+        elapsed,
+    })
+}
+
+pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
+    let kernel_arg = plan.vm.clone().flatten();
+    let kernel = resolve_kernel(kernel_arg.as_deref())?;
+    let accel = detect_accel(&kernel);
+    let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();
+    let mut guest = guest_args(host_args, kernel_arg.as_deref());
+    guest.push("--no-progress".into());
+    let run = exec_in_guest(&kernel, accel, GUEST_MODULES, &guest)?;
+    let mut report: RunReport = serde_json::from_str(&run.report_json).map_err(LabError::failed)?;
+    report.notes.push(format!(
+        "ran in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
+        kernel.display(),
+        accel.label(),
+        run.elapsed.as_secs_f64()
+    ));
     output::emit(&report, args.json.as_deref())
 }
 
@@ -260,13 +283,8 @@ fn os_to_string(s: OsString) -> String {
     s.to_string_lossy().into_owned()
 }
 
-fn collect(
-    outdir: &Path,
-    vng_ok: bool,
-    elapsed: Duration,
-    kernel: &Path,
-    accel: Accel,
-) -> LabResult<RunReport> {
+/// The guest's exit code as this binary's error kind, or the report it wrote.
+fn collect(outdir: &Path, vng_ok: bool, kernel: &Path) -> LabResult<String> {
     let rc = std::fs::read_to_string(outdir.join("rc"))
         .ok()
         .and_then(|s| s.trim().parse::<u8>().ok());
@@ -294,15 +312,7 @@ fn collect(
             )))
         }
     }
-    let text = std::fs::read_to_string(outdir.join("report.json")).map_err(LabError::failed)?;
-    let mut report: RunReport = serde_json::from_str(&text).map_err(LabError::failed)?;
-    report.notes.push(format!(
-        "ran in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
-        kernel.display(),
-        accel.label(),
-        elapsed.as_secs_f64()
-    ));
-    Ok(report)
+    std::fs::read_to_string(outdir.join("report.json")).map_err(LabError::failed)
 }
 
 #[cfg(test)]
@@ -341,6 +351,12 @@ mod tests {
             &strings(&["run", "it's"]),
             Path::new("/tmp/o"),
             Accel::Tcg,
+            "esp4 af_alg",
+        );
+        assert!(s.starts_with("modprobe -q -a esp4 af_alg "), "{s}");
+        assert!(
+            s.contains(" '--json' '/tmp/o/report.json'") || s.contains(" --json '/tmp/o/report.json'"),
+            "{s}"
         );
         assert!(s.contains(r"'it'\''s'"), "{s}");
         assert!(

@@ -1,14 +1,40 @@
 //! `ipsec-lab speed`: the crypto microbenchmark of the `speed` crate, behind the binary's
-//! exit codes (2 for bad input, 1 for a failed run).
+//! exit codes (2 for bad input, 1 for a failed run). With `--vm [KERNEL]` the kernel rows
+//! are timed in a virtme-ng guest booting a stock kernel (one boot, [`crate::vm`]) and
+//! merged into this host's table and JSON, labelled with the guest's condition.
 
 use crate::error::{ExitKind, LabError, LabResult};
+use crate::vm;
+
+fn lab_error(e: speed::SpeedError) -> LabError {
+    let kind = match e {
+        speed::SpeedError::Usage(_) => ExitKind::Usage,
+        _ => ExitKind::Failed,
+    };
+    LabError::new(kind, e)
+}
 
 pub fn run(args: speed::SpeedArgs) -> LabResult<()> {
-    speed::run(&args).map(|_report| ()).map_err(|e| {
-        let kind = match e {
-            speed::SpeedError::Usage(_) => ExitKind::Usage,
-            _ => ExitKind::Failed,
-        };
-        LabError::new(kind, e)
-    })
+    let plan = args.validate().map_err(|e| lab_error(e.into()))?;
+    let guest = match &plan.vm {
+        Some(kernel_arg) if !plan.child => Some(kernel_rows_in_vm(&plan, kernel_arg.as_deref())?),
+        _ => None,
+    };
+    speed::run_plan(&plan, guest).map(|_report| ()).map_err(lab_error)
+}
+
+/// One boot: the guest runs `ipsec-lab speed --crypto kernel` for the plan's suites and
+/// sizes and writes its report, which carries the guest's environment and VM label.
+fn kernel_rows_in_vm(plan: &speed::SpeedPlan, kernel_arg: Option<&str>) -> LabResult<speed::SpeedReport> {
+    let kernel = vm::resolve_kernel(kernel_arg)?;
+    let accel = vm::detect_accel(&kernel);
+    let run = vm::exec_in_guest(&kernel, accel, speed::kernel::MODULES, &plan.kernel_child_args())?;
+    let report: speed::SpeedReport = serde_json::from_str(&run.report_json).map_err(LabError::failed)?;
+    eprintln!(
+        "ipsec-lab: kernel rows timed in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
+        kernel.display(),
+        accel.label(),
+        run.elapsed.as_secs_f64()
+    );
+    Ok(report)
 }
