@@ -233,6 +233,15 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
             }
         }
     }
+    if let Some(g) = &report.guest_environment {
+        libs.push(format!(
+            "  [vm] rows: {} ({} CPUs; {}), kernel {}",
+            g.cpu_model,
+            g.cpus,
+            g.crypto_flags.join(" "),
+            g.kernel_release
+        ));
+    }
     for l in libs {
         let _ = writeln!(out, "{l}");
     }
@@ -434,7 +443,15 @@ mod tests {
         report.skipped.clear();
         report.records.push(emulated_kernel_row(16));
         report.records.push(emulated_kernel_row(1400));
+        let mut guest = env();
+        guest.cpu_model = "QEMU TCG CPU version 2.5+".into();
+        guest.kernel_release = "6.1.0-57-amd64".into();
+        report.guest_environment = Some(guest);
         let t = render(&report, Units::MegabytesPerSecond);
+        assert!(
+            t.contains("[vm] rows: QEMU TCG CPU version 2.5+ (2 CPUs; aes avx2), kernel 6.1.0-57-amd64"),
+            "{t}"
+        );
         let row = t
             .lines()
             .find(|l| l.contains("kernel [vm, tcg]") && l.contains("5.00"))
