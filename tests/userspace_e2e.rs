@@ -70,6 +70,18 @@ fn every_suite_verified_through_the_userspace_tunnel_and_nothing_left() {
         }
         // Every payload byte went through the encrypting end.
         assert!(d["a"]["sent"]["bytes"].as_u64().unwrap() >= 3_000_000, "{cipher}");
+        // TUN offload in use: several segments per read at a, per write at b.
+        assert_eq!(d["batching"], "offload", "{cipher}");
+        let num = |v: &serde_json::Value| v.as_u64().unwrap();
+        assert!(
+            num(&d["a"]["tun_reads"]) < num(&d["a"]["sent"]["packets"])
+                && num(&d["b"]["tun_writes"]) < num(&d["b"]["delivered"]["packets"]),
+            "{cipher}: a {} reads / {} packets, b {} writes / {} packets",
+            d["a"]["tun_reads"],
+            d["a"]["sent"]["packets"],
+            d["b"]["tun_writes"],
+            d["b"]["delivered"]["packets"]
+        );
         if cipher != "none" {
             assert!(d["efficiency"]["crypto_single_core_mb_per_s"].as_f64().unwrap() > 0.0);
         }
