@@ -5,7 +5,7 @@ BIN := target/release/ipsec-lab
 # The main use; --vm auto boots a stock kernel only where this one has no ESP.
 RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup build run test lint bench-plain bench-userspace clean
+.PHONY: setup build run matrix test lint bench-plain bench-userspace clean
 
 setup:
 	@bash lab/setup.sh
@@ -16,6 +16,10 @@ build:
 # The main job: a verified 100 MB transfer between two namespaces, printed as a table.
 run: setup build
 	$(BIN) run $(RUN_ARGS)
+
+# Every backend x the six cipher configurations; kernel rows in a VM where the host lacks ESP.
+matrix: setup build
+	$(BIN) matrix --vm --vm-bytes 10MB --out results
 
 lint:
 	$(CARGO) fmt --all -- --check
