@@ -80,13 +80,8 @@ pub fn table(report: &RunReport) -> String {
     let env = &report.environment;
     let _ = writeln!(
         out,
-        "\nmeasured on {} ({}), kernel {}, {} CPUs, {} [{}], seed {:#x}, mtu {}, {} stream(s)",
-        env.hostname,
-        env.virtualization,
-        env.kernel_release,
-        env.cpus,
-        env.cpu_model,
-        env.crypto_flags.join(" "),
+        "\nmeasured on {}, seed {:#x}, mtu {}, {} stream(s)",
+        describe_host(env),
         plan.seed,
         plan.mtu,
         plan.parallel,
@@ -101,6 +96,19 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     out
+}
+
+/// One host's conditions: name, where it ran, kernel, CPUs and their crypto flags.
+pub fn describe_host(env: &model::Environment) -> String {
+    format!(
+        "{} ({}), kernel {}, {} CPUs, {} [{}]",
+        env.hostname,
+        env.virtualization,
+        env.kernel_release,
+        env.cpus,
+        env.cpu_model,
+        env.crypto_flags.join(" ")
+    )
 }
 
 fn row(report: &RunReport, record: &TransferRecord) -> [String; 7] {

@@ -464,20 +464,12 @@ fn describe_peer(env: &Environment) -> String {
         .iter()
         .map(|(alg, driver)| format!("{alg}={driver}"))
         .collect();
-    format!(
-        "peer measured on {} ({}), kernel {}, {} CPUs, {} [{}]{}",
-        env.hostname,
-        env.virtualization,
-        env.kernel_release,
-        env.cpus,
-        env.cpu_model,
-        env.crypto_flags.join(" "),
-        if drivers.is_empty() {
-            String::new()
-        } else {
-            format!(", kernel drivers {}", drivers.join(" "))
-        }
-    )
+    let drivers = if drivers.is_empty() {
+        String::new()
+    } else {
+        format!(", kernel drivers {}", drivers.join(" "))
+    };
+    format!("peer measured on {}{drivers}", crate::output::describe_host(env))
 }
 
 /// One verified transfer between the hosts; the receiver's clock times it, as locally.
