@@ -11,7 +11,6 @@
 mod common;
 mod remote_common;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,58 +21,7 @@ const VM_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[test]
 fn xfrm_between_hosts_in_a_vm() {
-    if std::env::var_os("IPSEC_LAB_IN_VM").is_some() {
-        return; // this is the guest: only guest_remote_xfrm runs here
-    }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root (namespaces and XFRM inside the VM, vng on the host)");
-        return;
-    }
-    if Command::new("vng").arg("--version").output().is_err() {
-        eprintln!("skipped: vng (virtme-ng) is not installed; run lab/setup.sh");
-        return;
-    }
-    if !std::fs::read_dir("/boot")
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .unwrap_or(false)
-    {
-        eprintln!("skipped: no kernel image in /boot (apt-get install linux-image-amd64)");
-        return;
-    }
-    let out = std::env::temp_dir().join(format!("ipl-remote-vm-test-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
-    let started = Instant::now();
-    let status = Command::new("timeout")
-        .arg(VM_TIMEOUT.as_secs().to_string())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
-        .arg("-o")
-        .arg(&out)
-        .args(["--", "env", "IPSEC_LAB_IN_VM=1"])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "guest_remote_xfrm",
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    eprintln!(
-        "VM group took {:.1} s (boot included)",
-        started.elapsed().as_secs_f64()
-    );
-    let rc = std::fs::read_to_string(out.join("rc")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&out);
-    assert!(
-        status.success(),
-        "the VM group failed (guest exit code {rc:?}); see the guest output above"
-    );
-    assert_eq!(rc.trim(), "0");
+    common::run_guest_test("guest_remote_xfrm", VM_TIMEOUT);
 }
 
 fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {

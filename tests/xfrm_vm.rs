@@ -11,6 +11,8 @@
 //! made with iproute2 survive a run and `ipsec-lab clean`, while a lab-range leftover is
 //! removed. Needs root, vng and a kernel image in /boot; skips with the reason otherwise.
 
+mod common;
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,77 +38,9 @@ const SUITES: [&str; 8] = [
     "aes-256-gcm",
 ];
 
-fn newest_kernel() -> Option<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir("/boot")
-        .ok()?
-        .filter_map(|e| Some(e.ok()?.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vmlinuz-"))
-        })
-        .collect();
-    v.sort_by_key(|p| {
-        p.to_string_lossy()
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|s| s.parse::<u64>().ok())
-            .collect::<Vec<_>>()
-    });
-    v.pop()
-}
-
 #[test]
 fn xfrm_backend_in_a_vm() {
-    if std::env::var_os("IPSEC_LAB_IN_VM").is_some() {
-        return; // this is the guest: only guest_checks runs here
-    }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root (namespaces and XFRM inside the VM, vng on the host)");
-        return;
-    }
-    if Command::new("vng").arg("--version").output().is_err() {
-        eprintln!("skipped: vng (virtme-ng) is not installed; run lab/setup.sh");
-        return;
-    }
-    let Some(kernel) = newest_kernel() else {
-        eprintln!("skipped: no kernel image in /boot (apt-get install linux-image-amd64)");
-        return;
-    };
-    let out = std::env::temp_dir().join(format!("ipl-xfrm-vm-test-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    // lab/vm/run.sh picks KVM or TCG the same way `ipsec-lab run --vm` does (cached).
-    let started = Instant::now();
-    let status = Command::new("timeout")
-        .arg(VM_TIMEOUT.as_secs().to_string())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
-        .arg("-k")
-        .arg(&kernel)
-        .arg("-o")
-        .arg(&out)
-        .args(["--", "env", "IPSEC_LAB_IN_VM=1"])
-        .arg(&exe)
-        .args([
-            "guest_checks",
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .unwrap();
-    eprintln!(
-        "VM group took {:.1} s (boot included)",
-        started.elapsed().as_secs_f64()
-    );
-    let rc = std::fs::read_to_string(out.join("rc")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&out);
-    assert!(
-        status.success(),
-        "the VM group failed (guest exit code {rc:?}); see the guest output above"
-    );
-    assert_eq!(rc.trim(), "0");
+    common::run_guest_test("guest_checks", VM_TIMEOUT);
 }
 
 fn lab() -> &'static str {
@@ -381,7 +315,7 @@ async fn interop() {
 #[test]
 #[ignore = "runs inside the VM booted by xfrm_backend_in_a_vm"]
 fn guest_checks() {
-    if std::env::var_os("IPSEC_LAB_IN_VM").is_none() {
+    if std::env::var_os(common::IN_VM).is_none() {
         eprintln!("skipped: guest_checks only runs inside the VM started by xfrm_backend_in_a_vm");
         return;
     }

@@ -63,3 +63,65 @@ pub fn lab_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Set in the guest, so the host-side test that booted the VM does nothing there.
+pub const IN_VM: &str = "IPSEC_LAB_IN_VM";
+
+/// Boots the stock kernel ONCE (lab/vm/run.sh: KVM where a KVM guest boots, else TCG) and
+/// runs the ignored test `guest_test` of this same test binary inside it, so one boot
+/// serves a whole group of checks; panics if the guest's test fails. Skips, saying why,
+/// when this is already the guest or when root, vng or a kernel image is missing.
+pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
+    if std::env::var_os(IN_VM).is_some() {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (namespaces and XFRM inside the VM, vng on the host)");
+        return;
+    }
+    if Command::new("vng").arg("--version").output().is_err() {
+        eprintln!("skipped: vng (virtme-ng) is not installed; run lab/setup.sh");
+        return;
+    }
+    let has_kernel = std::fs::read_dir("/boot")
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .unwrap_or(false);
+    if !has_kernel {
+        eprintln!("skipped: no kernel image in /boot (apt-get install linux-image-amd64)");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("ipl-vm-test-{guest_test}-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let started = std::time::Instant::now();
+    let status = Command::new("timeout")
+        .arg(timeout.as_secs().to_string())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
+        .arg("-o")
+        .arg(&out)
+        .args(["--", "env", &format!("{IN_VM}=1")])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            guest_test,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    eprintln!(
+        "VM group took {:.1} s (boot included)",
+        started.elapsed().as_secs_f64()
+    );
+    let rc = std::fs::read_to_string(out.join("rc")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(
+        status.success(),
+        "the VM group failed (guest exit code {rc:?}); see the guest output above"
+    );
+    assert_eq!(rc.trim(), "0");
+}
