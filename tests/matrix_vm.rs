@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use common::*;
@@ -15,21 +14,7 @@ use common::*;
 #[test]
 fn xfrm_driver_rows_in_one_vm_boot() {
     let test = "xfrm_driver_rows_in_one_vm_boot";
-    if !root_or_skip(test) {
-        return;
-    }
-    if Command::new("vng").arg("--version").output().is_err() {
-        eprintln!("skipped {test}: vng (virtme-ng) is not installed; run lab/setup.sh");
-        return;
-    }
-    let has_kernel = std::fs::read_dir("/boot")
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .unwrap_or(false);
-    if !has_kernel {
-        eprintln!("skipped {test}: no kernel image in /boot (apt-get install linux-image-amd64)");
+    if !vm_or_skip(test) {
         return;
     }
     let _lock = lab_lock();

@@ -64,6 +64,28 @@ pub fn lab_lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// True when the stock-kernel VM can be booted here (root, vng, a kernel image in /boot);
+/// otherwise prints which is missing and how to get it.
+pub fn vm_or_skip(test: &str) -> bool {
+    if !root_or_skip(test) {
+        return false;
+    }
+    if Command::new("vng").arg("--version").output().is_err() {
+        eprintln!("skipped {test}: vng (virtme-ng) is not installed; run lab/setup.sh");
+        return false;
+    }
+    let has_kernel = std::fs::read_dir("/boot")
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .unwrap_or(false);
+    if !has_kernel {
+        eprintln!("skipped {test}: no kernel image in /boot (apt-get install linux-image-amd64)");
+    }
+    has_kernel
+}
+
 /// Set in the guest, so the host-side test that booted the VM does nothing there.
 pub const IN_VM: &str = "IPSEC_LAB_IN_VM";
 
@@ -75,22 +97,7 @@ pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
     if std::env::var_os(IN_VM).is_some() {
         return;
     }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root (namespaces and XFRM inside the VM, vng on the host)");
-        return;
-    }
-    if Command::new("vng").arg("--version").output().is_err() {
-        eprintln!("skipped: vng (virtme-ng) is not installed; run lab/setup.sh");
-        return;
-    }
-    let has_kernel = std::fs::read_dir("/boot")
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .unwrap_or(false);
-    if !has_kernel {
-        eprintln!("skipped: no kernel image in /boot (apt-get install linux-image-amd64)");
+    if !vm_or_skip(guest_test) {
         return;
     }
     let out = std::env::temp_dir().join(format!("ipl-vm-test-{guest_test}-{}", std::process::id()));
