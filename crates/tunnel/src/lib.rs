@@ -568,15 +568,11 @@ impl Loop {
     /// Offload: receives a batch of datagrams, decrypts each, joins consecutive segments of a
     /// flow and writes each joined packet to TUN in one call. Returns datagrams received.
     fn pump_net_offload(&mut self) -> Result<usize, TunnelError> {
-        let got = match self.udp.recv_mmsg(&mut self.rx_bufs, &mut self.rx_meta) {
-            Ok(got) => got,
-            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => return Ok(1),
-            Err(e) => return Err(self.io_error("receive UDP", e)),
+        let got = match self.recv_batch()? {
+            Received::Datagrams(0) => return Ok(0),
+            Received::Datagrams(got) => got,
+            Received::IcmpError => return Ok(1),
         };
-        if got == 0 {
-            return Ok(0);
-        }
-        self.stats.recv_calls += 1;
         self.decrypted.clear();
         for i in 0..got {
             let meta = self.rx_meta[i];
@@ -696,19 +692,28 @@ impl Loop {
         }
     }
 
+    /// Receives a batch of datagrams into `rx_bufs`/`rx_meta`.
+    fn recv_batch(&mut self) -> Result<Received, TunnelError> {
+        match self.udp.recv_mmsg(&mut self.rx_bufs, &mut self.rx_meta) {
+            Ok(0) => Ok(Received::Datagrams(0)),
+            Ok(got) => {
+                self.stats.recv_calls += 1;
+                Ok(Received::Datagrams(got))
+            }
+            // ICMP errors queued on the socket (e.g. the peer not yet listening) are not fatal.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Ok(Received::IcmpError),
+            Err(e) => Err(self.io_error("receive UDP", e)),
+        }
+    }
+
     /// Receives a batch of datagrams, decrypts them and writes them to TUN. Returns datagrams
     /// received.
     fn pump_net(&mut self) -> Result<usize, TunnelError> {
-        let got = match self.udp.recv_mmsg(&mut self.rx_bufs, &mut self.rx_meta) {
-            Ok(got) => got,
-            // ICMP errors queued on the socket (e.g. the peer not yet listening) are not fatal.
-            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => return Ok(1),
-            Err(e) => return Err(self.io_error("receive UDP", e)),
+        let got = match self.recv_batch()? {
+            Received::Datagrams(0) => return Ok(0),
+            Received::Datagrams(got) => got,
+            Received::IcmpError => return Ok(1),
         };
-        if got == 0 {
-            return Ok(0);
-        }
-        self.stats.recv_calls += 1;
         let mut datagrams = 0;
         for i in 0..got {
             let meta = self.rx_meta[i];
@@ -745,4 +750,11 @@ fn send_mmsg(udp: &udp::Udp, datagrams: &[&[u8]], stats: &mut TunnelStats) {
             stats.errors.send += 1;
         }
     }
+}
+
+/// What one receive call on the UDP socket brought.
+enum Received {
+    Datagrams(usize),
+    /// A queued ICMP error was consumed instead: nothing to decrypt, but try again.
+    IcmpError,
 }
