@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -17,8 +16,7 @@ fn capable(test: &str) -> bool {
     if !root_or_skip(test) {
         return false;
     }
-    if !Path::new("/dev/net/tun").exists() {
-        eprintln!("skipped {test}: no /dev/net/tun (modprobe tun)");
+    if !testcap::tun(test) {
         return false;
     }
     if std::process::Command::new("openvpn")
@@ -26,7 +24,7 @@ fn capable(test: &str) -> bool {
         .output()
         .is_err()
     {
-        eprintln!("skipped {test}: openvpn is not installed (apt-get install openvpn)");
+        testcap::skip(test, "openvpn is not installed (apt-get install openvpn)");
         return false;
     }
     true

@@ -11,7 +11,7 @@ fn openvpn_available(test: &str) -> bool {
         .output()
         .is_ok();
     if !found {
-        eprintln!("skipped {test}: openvpn is not installed (apt-get install openvpn)");
+        testcap::skip(test, "openvpn is not installed (apt-get install openvpn)");
     }
     found
 }

@@ -27,11 +27,14 @@ fn kernel_image() -> Option<String> {
 #[test]
 fn kernel_rows_come_back_from_one_vm_boot_with_drivers_and_the_tcg_label() {
     if !vng_available() {
-        eprintln!("skipped: virtme-ng (`vng`) is not installed");
+        testcap::skip("speed_vm", "virtme-ng (`vng`) is not installed; run lab/setup.sh");
         return;
     }
     let Some(kernel) = kernel_image() else {
-        eprintln!("skipped: no /boot/vmlinuz-* kernel image to boot");
+        testcap::skip(
+            "speed_vm",
+            "no /boot/vmlinuz-* kernel image to boot (apt-get install linux-image-amd64)",
+        );
         return;
     };
     let dir = std::env::temp_dir().join(format!("ipl-speed-vm-test-{}", std::process::id()));

@@ -7,12 +7,7 @@ mod common;
 use common::*;
 
 fn tun_available(test: &str) -> bool {
-    if std::path::Path::new("/dev/net/tun").exists() {
-        true
-    } else {
-        eprintln!("skipped {test}: no /dev/net/tun");
-        false
-    }
+    testcap::tun(test)
 }
 
 fn run_json(args: &[&str]) -> serde_json::Value {

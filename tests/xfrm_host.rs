@@ -14,12 +14,15 @@ fn root_namespace_sas() -> String {
 
 #[test]
 fn xfrm_without_esp_exits_3_with_the_way_out_and_creates_nothing() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: needs root to probe the kernel's XFRM");
+    let test = "xfrm_without_esp_exits_3_with_the_way_out_and_creates_nothing";
+    if !testcap::root(test) {
         return;
     }
     if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: needs strace to watch for namespace creation (apt-get install strace)");
+        testcap::skip(
+            test,
+            "needs strace to watch for namespace creation (apt-get install strace)",
+        );
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread()

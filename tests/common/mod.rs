@@ -14,12 +14,7 @@ pub fn run_lab(args: &[&str]) -> Output {
 
 /// True when the test may create namespaces; otherwise prints why it is skipped.
 pub fn root_or_skip(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped {test}: needs root to create network namespaces");
-        false
-    }
+    testcap::root(test)
 }
 
 /// Lab namespaces present now (name prefix `ipl-`).
@@ -71,7 +66,7 @@ pub fn vm_or_skip(test: &str) -> bool {
         return false;
     }
     if Command::new("vng").arg("--version").output().is_err() {
-        eprintln!("skipped {test}: vng (virtme-ng) is not installed; run lab/setup.sh");
+        testcap::skip(test, "vng (virtme-ng) is not installed; run lab/setup.sh");
         return false;
     }
     let has_kernel = std::fs::read_dir("/boot")
@@ -81,7 +76,10 @@ pub fn vm_or_skip(test: &str) -> bool {
         })
         .unwrap_or(false);
     if !has_kernel {
-        eprintln!("skipped {test}: no kernel image in /boot (apt-get install linux-image-amd64)");
+        testcap::skip(
+            test,
+            "no kernel image in /boot (apt-get install linux-image-amd64)",
+        );
     }
     has_kernel
 }

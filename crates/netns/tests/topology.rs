@@ -5,14 +5,9 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 
 use netns::{lab_namespaces, Namespace, Topology, TopologySpec};
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 #[tokio::test]
 async fn veth_pair_carries_tcp_and_is_removed_on_drop() {
-    if !is_root() {
-        eprintln!("skipped: needs root to create network namespaces");
+    if !testcap::root("veth_pair_carries_tcp_and_is_removed_on_drop") {
         return;
     }
     let spec = TopologySpec {

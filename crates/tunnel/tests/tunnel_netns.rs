@@ -13,15 +13,9 @@ use tunnel_proto::{Direction, Endpoint, Implementation, StaticKey, HEADROOM, TAI
 
 const PORT: u16 = 41_194;
 
-fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (namespaces, TUN)".into());
-    }
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("no /dev/net/tun".into());
-    }
-    None
+/// Root and a TUN device, or the test skips (fails under CI) saying which is missing.
+fn capable(test: &str) -> bool {
+    testcap::root(test) && testcap::tun(test)
 }
 
 fn topology() -> Topology {
@@ -147,8 +141,7 @@ fn check_clean_stats(suite: CipherSuite, s: &TunnelStats) {
 
 #[test]
 fn verified_tcp_through_every_suite_and_nothing_left() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+    if !capable("verified_tcp_through_every_suite_and_nothing_left") {
         return;
     }
     let topo = topology();
@@ -242,8 +235,7 @@ fn seal(ep: &mut Endpoint, payload: &[u8]) -> Vec<u8> {
 /// counted, and neither reaches the application.
 #[test]
 fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
+    if !capable("injected_replayed_and_tampered_datagrams_are_counted_not_delivered") {
         return;
     }
     let topo = topology();

@@ -11,14 +11,9 @@ use xfrm::{
     XfrmError, XfrmHandle, LAB_REPLAY_WINDOW,
 };
 
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 macro_rules! require_root {
     () => {
-        if !is_root() {
-            eprintln!("skipped: needs root (CAP_NET_ADMIN) to create namespaces and XFRM objects");
+        if !testcap::root(module_path!()) {
             return;
         }
     };
