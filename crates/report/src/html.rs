@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// What the CPU figures of a cell mean; "tunnel a/b" is the lab's own term.
-pub const CPU_EXPLAINED: &str = "cpu S/R: the sending and the receiving application, % of one core \
+const CPU_EXPLAINED: &str = "cpu S/R: the sending and the receiving application, % of one core \
      (median over the repeats). tunnel a/b: where the tunnel runs in threads or processes of its own \
      (the userspace backend's tunnel threads, the openvpn processes), the CPU of those at end a (the \
      sender's side, which encrypts) and at end b (the receiver's side, which decrypts), % of one core \

@@ -353,6 +353,19 @@ mod tests {
     }
 
     #[test]
+    fn conditions_do_not_say_host_host() {
+        let text = conditions(&fixture::report());
+        assert!(
+            text.iter().any(|l| l.starts_with("host — kernel 6.1.0-test")),
+            "{text:?}"
+        );
+        assert!(text
+            .iter()
+            .any(|l| l.starts_with("vm (tcg: emulated, speeds not representative) — kernel")));
+        assert!(!text.iter().any(|l| l.contains("host: host")), "{text:?}");
+    }
+
+    #[test]
     fn conditions_name_kernel_cpu_flags_drivers_vm_payload_repeats() {
         let text = conditions(&fixture::report()).join("\n");
         for needle in [

@@ -383,7 +383,7 @@ fn section(
     })
 }
 
-/// Lines of text, one style, as a section.
+/// Lines of text, each in its style, wrapped to the chart's width, as a section.
 fn text_section(id: &str, layout: &Layout, lines: &[(Type, String)]) -> Result<Section, RenderError> {
     let wrapped: Vec<(Type, String)> = lines
         .iter()
