@@ -7,7 +7,19 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport};
 
-use crate::{cell_for, conditions, fmt_rate, method, svg, RenderError};
+use crate::{
+    cell_for, columns_explained, conditions, fmt_rate, method, not_run_reasons, suite_explained, svg,
+    RenderError,
+};
+
+/// What the CPU figures of a cell mean; "tunnel a/b" is the lab's own term.
+const CPU_EXPLAINED: &str = "cpu S/R: the sending and the receiving application, % of one core \
+     (median over the repeats). tunnel a/b: where the tunnel runs in threads or processes of its own \
+     (the userspace backend's tunnel threads, the openvpn processes), the CPU of those at end a (the \
+     sender's side, which encrypts) and at end b (the receiver's side, which decrypts), % of one core \
+     over their life, repeats included — beside the applications' figures, not part of them. A \
+     single-threaded tunnel near 100 % is at the one-core limit. xfrm encrypts in the kernel, inside \
+     the applications' own figures, so it has no tunnel figure.";
 
 /// Escapes text and attribute values.
 pub fn escape(s: &str) -> String {
@@ -25,20 +37,23 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222}\
+// The chart follows the window's width, but not below where its text stays legible: a
+// narrower window scrolls it, as it does the table.
+const STYLE: &str = "body{font-family:sans-serif;margin:1em 2vw;color:#222}\
+h1{font-size:1.5em}\
+figure{margin:1em 0;overflow-x:auto}\
+figure svg{display:block;width:100%;min-width:900px;height:auto}\
+div.table{overflow-x:auto}\
 table{border-collapse:collapse;margin:1em 0}\
-th,td{border:1px solid #bbb;padding:.3em .6em}\
+tr.emulated{background:#fff4e5}\
+th,td{border:1px solid #bbb;padding:.3em .6em;white-space:nowrap}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}\
 td.not-run{color:#a33;text-align:center}\
 small{color:#666}";
 
 pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
-    let chart = svg::render(report)?;
-    // Inline the chart without any XML prolog, which is not allowed inside a document.
-    let chart = match chart.find("<svg") {
-        Some(i) => &chart[i..],
-        None => chart.as_str(),
-    };
+    // The page's heading is the chart's title; the chart is as wide as the page.
+    let chart = svg::chart(report, svg::Placement::Inline)?;
     let title = format!("ipsec-lab matrix: MB/s ({})", method(report));
     let mut out = String::new();
     let _ = write!(
@@ -50,20 +65,35 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
     );
     let _ = writeln!(out, "<figure>\n{}\n</figure>", chart.trim());
 
-    let mut reasons: Vec<String> = Vec::new();
-    let _ = writeln!(out, "<h2>MB/s per backend and cipher configuration</h2>\n<table>");
+    let reasons = not_run_reasons(report);
+    let _ = writeln!(
+        out,
+        "<h2>MB/s per backend and cipher configuration</h2>\n<div class=\"table\">\n<table>"
+    );
     let _ = write!(out, "<thead><tr><th>backend</th>");
     for s in &report.suites {
         let _ = write!(
             out,
             "<th title=\"{}\">{}</th>",
-            escape(&s.name()),
+            escape(&suite_explained(*s)),
             escape(&s.short_label())
         );
     }
     let _ = writeln!(out, "</tr></thead>\n<tbody>");
     for row in &report.rows {
-        let _ = write!(out, "<tr><th>{}</th>", escape(&row.label()));
+        let emulated = report
+            .environments
+            .get(&row.key.environment)
+            .is_some_and(|e| e.is_emulated());
+        if emulated {
+            let _ = write!(
+                out,
+                "<tr class=\"emulated\"><th>{}<br/><small>TCG-emulated: correctness, not speed</small></th>",
+                escape(&row.label())
+            );
+        } else {
+            let _ = write!(out, "<tr><th>{}</th>", escape(&row.label()));
+        }
         for s in &report.suites {
             match cell_for(row, *s).map(|c| &c.outcome) {
                 Some(CellOutcome::Measured(m)) => {
@@ -73,11 +103,11 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                         .unwrap_or_else(|| "no baseline".into());
                     let tunnel = m
                         .tunnel_cpu
-                        .map(|t| format!(" · tunnel {:.0}/{:.0} %", t.a_percent, t.b_percent))
+                        .map(|t| format!("<br/>tunnel a/b {:.0}/{:.0} %", t.a_percent, t.b_percent))
                         .unwrap_or_default();
                     let _ = write!(
                         out,
-                        "<td class=\"num\">{}<br/><small>{}–{} · {} · cpu {:.0}/{:.0} %{}</small></td>",
+                        "<td class=\"num\">{}<br/><small>{}–{}<br/>{}<br/>cpu S/R {:.0}/{:.0} %{}</small></td>",
                         fmt_rate(m.mb_per_s.median),
                         fmt_rate(m.mb_per_s.min),
                         fmt_rate(m.mb_per_s.max),
@@ -88,13 +118,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                     );
                 }
                 Some(CellOutcome::NotRun { reason }) => {
-                    let n = match reasons.iter().position(|r| r == reason) {
-                        Some(i) => i + 1,
-                        None => {
-                            reasons.push(reason.clone());
-                            reasons.len()
-                        }
-                    };
+                    let n = reasons.iter().position(|r| r == reason).map_or(0, |i| i + 1);
                     let _ = write!(
                         out,
                         "<td class=\"not-run\" title=\"{}\">not run [{n}]</td>",
@@ -110,9 +134,11 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
     }
     let _ = writeln!(
         out,
-        "</tbody>\n</table>\n<p><small>Each cell: median MB/s; min–max over the repeats · % of the plain \
-         baseline in the same environment · CPU of sender/receiver in % of one core. The plain row is one \
-         suite-independent baseline per environment.</small></p>"
+        "</tbody>\n</table>\n</div>\n<p>Each cell: median MB/s; min–max over the repeats · % of the plain \
+         baseline in the same environment · CPU. The plain row is one suite-independent baseline per \
+         environment. Columns: {}.</p>\n<p>{}</p>",
+        escape(&columns_explained(report)),
+        escape(CPU_EXPLAINED)
     );
     if !reasons.is_empty() {
         let _ = writeln!(out, "<h2>Not run</h2>\n<ol>");
@@ -202,6 +228,76 @@ mod tests {
         assert!(rows.contains(&"xfrm [aes-generic] (vm)".to_string()));
         assert!(html.contains("6.1.0-test") && html.contains("tcg"));
         assert!(html.contains("not run [1]"));
+    }
+
+    fn parse(html: &str) -> roxmltree::Document<'_> {
+        let options = roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        };
+        roxmltree::Document::parse_with_options(html, options).expect("well-formed XHTML")
+    }
+
+    fn elements<'a, 'i>(doc: &'a roxmltree::Document<'i>, name: &str) -> Vec<roxmltree::Node<'a, 'i>> {
+        doc.descendants()
+            .filter(|n| n.tag_name().name() == name)
+            .collect()
+    }
+
+    #[test]
+    fn page_has_one_title_and_heading_and_a_chart_as_wide_as_the_window() {
+        let html = render(&fixture::report()).unwrap();
+        let doc = parse(&html);
+        let (titles, headings) = (elements(&doc, "title"), elements(&doc, "h1"));
+        assert_eq!((titles.len(), headings.len()), (1, 1));
+        assert_eq!(titles[0].text(), headings[0].text());
+        let svg = elements(&doc, "svg")[0];
+        assert_eq!(svg.attribute("width"), Some("100%"));
+        assert!(svg.attribute("viewBox").is_some());
+        assert!(svg.attribute("height").is_none());
+        let chart_text: Vec<&str> = svg
+            .descendants()
+            .filter_map(|n| n.text())
+            .map(str::trim)
+            .collect();
+        assert!(!chart_text.contains(&svg::TITLE), "a second title in the chart");
+    }
+
+    #[test]
+    fn chart_and_table_number_a_reason_alike() {
+        let html = render(&fixture::report()).unwrap();
+        let doc = parse(&html);
+        let cell = elements(&doc, "td")
+            .into_iter()
+            .find(|td| td.attribute("title") == Some("openvpn failed: exit 1"))
+            .unwrap();
+        assert_eq!(cell.text(), Some("not run [2]"));
+        let chart = elements(&doc, "svg")[0];
+        assert!(chart
+            .descendants()
+            .filter_map(|n| n.text())
+            .any(|t| t.trim() == "not run [2]: openvpn failed: exit 1"));
+    }
+
+    #[test]
+    fn page_explains_tunnel_a_b_and_the_column_names() {
+        let html = render(&fixture::report()).unwrap();
+        let doc = parse(&html);
+        let text: String = doc
+            .descendants()
+            .filter(|n| n.tag_name().name() == "p")
+            .flat_map(|p| p.descendants().filter_map(|n| n.text()))
+            .collect();
+        for needle in [
+            "tunnel a/b: ",
+            "end a (the sender's side, which encrypts)",
+            "end b (the receiver's side, which decrypts)",
+            "256+HMAC = AES-256-CBC with HMAC-SHA256",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in {text}");
+        }
+        // The openvpn row has a tunnel figure, and it is called what the sentence explains.
+        assert!(html.contains("tunnel a/b 97/88 %"), "{html}");
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //!   "% of plain" table, CPU per side, which kernel driver served, why cells did not run,
 //!   and the conditions (kernel, CPU, crypto flags, drivers, VM/TCG, payload, repeats).
 //! * [`csv`]: one line per cell with every number (median, min, max, CPU, % of plain).
-//! * [`svg`]: a grouped bar chart (one group per cipher configuration, one bar per row,
-//!   min–max error bars, log scale) drawn with plotters' SVG backend.
-//! * [`html`]: one self-contained page (the chart inline, the tables, the conditions),
-//!   well-formed XHTML so it parses as XML too.
+//! * [`svg`]: the table's shape as bars (one line per row, one column per cipher
+//!   configuration), linear from zero with every value printed, one panel and axis per
+//!   environment (an emulated VM's marked as such), drawn with plotters' SVG backend.
+//! * [`html`]: one self-contained page (the chart inline as wide as the window, the
+//!   tables, the conditions), well-formed XHTML so it parses as XML too.
 //! * [`compare`]: two reports → per-cell delta and ratio, flagged only beyond the repeats'
 //!   spread and a threshold.
 //!
@@ -21,8 +22,8 @@ pub mod html;
 pub mod markdown;
 pub mod svg;
 
-use model::matrix::{Cell, MatrixReport, Row};
-use model::CipherSuite;
+use model::matrix::{Cell, CellOutcome, MatrixReport, Row};
+use model::{CipherSuite, Environment, Hmac};
 
 pub use compare::{compare, CompareOptions, Comparison, Verdict};
 
@@ -98,6 +99,22 @@ pub fn cell_for(row: &Row, suite: CipherSuite) -> Option<&Cell> {
     }
 }
 
+/// Why cells did not run, each reason once, in the order of the rows and columns: the
+/// numbers the HTML table and the chart both cite (`not run [n]`).
+pub fn not_run_reasons(report: &MatrixReport) -> Vec<&str> {
+    let mut reasons: Vec<&str> = Vec::new();
+    for row in &report.rows {
+        for suite in &report.suites {
+            if let Some(CellOutcome::NotRun { reason }) = cell_for(row, *suite).map(|c| &c.outcome) {
+                if !reasons.contains(&reason.as_str()) {
+                    reasons.push(reason);
+                }
+            }
+        }
+    }
+    reasons
+}
+
 /// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow).
 pub fn fmt_rate(v: f64) -> String {
     if v < 10.0 {
@@ -117,24 +134,10 @@ pub fn conditions(report: &MatrixReport) -> Vec<String> {
         out.push(format!("rows of {env}: payload {size} per transfer"));
     }
     for (name, env) in &report.environments {
-        let drivers: Vec<String> = env
-            .kernel_drivers
-            .iter()
-            .map(|(alg, d)| format!("{alg}={d}"))
-            .collect();
         out.push(format!(
-            "{name}: {} — kernel {}, {} ({} CPUs), crypto flags [{}], kernel drivers [{}], ipsec-lab {}",
-            env.virtualization,
-            env.kernel_release,
-            env.cpu_model,
-            env.cpus,
-            env.crypto_flags.join(" "),
-            if drivers.is_empty() {
-                "none instantiated".to_string()
-            } else {
-                drivers.join(", ")
-            },
-            env.tool_version,
+            "{} — {}",
+            environment_title(name, Some(env)),
+            environment_summary(env)
         ));
     }
     if report.environments.values().any(|e| e.is_emulated()) {
@@ -144,6 +147,64 @@ pub fn conditions(report: &MatrixReport) -> Vec<String> {
         out.push("the sweep was interrupted (Ctrl-C): cells not reached are marked not run".into());
     }
     out
+}
+
+/// An environment's name as a reader wants it: `host`, `vm (tcg: emulated, …)` — the
+/// key and where it ran, said once (the key `host` ran on the "host": not "host: host").
+pub fn environment_title(name: &str, env: Option<&Environment>) -> String {
+    match env {
+        Some(e) if e.virtualization.starts_with(name) => e.virtualization.clone(),
+        Some(e) => format!("{name} ({})", e.virtualization),
+        None => format!("{name} (conditions not recorded)"),
+    }
+}
+
+/// Kernel, CPU, its crypto flags, the kernel's preferred drivers and the tool's version.
+pub fn environment_summary(env: &Environment) -> String {
+    let drivers: Vec<String> = env
+        .kernel_drivers
+        .iter()
+        .map(|(alg, d)| format!("{alg}={d}"))
+        .collect();
+    format!(
+        "kernel {}, {} ({} CPUs), crypto flags [{}], kernel drivers [{}], ipsec-lab {}",
+        env.kernel_release,
+        env.cpu_model,
+        env.cpus,
+        env.crypto_flags.join(" "),
+        if drivers.is_empty() {
+            "none instantiated".to_string()
+        } else {
+            drivers.join(", ")
+        },
+        env.tool_version,
+    )
+}
+
+/// The report's column names and what each stands for, as one sentence's list.
+pub fn columns_explained(report: &MatrixReport) -> String {
+    report
+        .suites
+        .iter()
+        .map(|s| format!("{} = {}", s.short_label(), suite_explained(*s)))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// What a column label stands for: `256+HMAC` → `AES-256-CBC with HMAC-SHA256`.
+pub fn suite_explained(suite: CipherSuite) -> String {
+    match suite {
+        CipherSuite::None => "no encryption".into(),
+        CipherSuite::AesCbc {
+            key,
+            hmac: Hmac::None,
+        } => format!("AES-{key}-CBC (no HMAC)"),
+        CipherSuite::AesCbc {
+            key,
+            hmac: Hmac::Sha256,
+        } => format!("AES-{key}-CBC with HMAC-SHA256"),
+        CipherSuite::AesGcm { key } => format!("AES-{key}-GCM"),
+    }
 }
 
 /// Short description for titles: `median of 3 × 100.0 MB` (`, vm: 10.0 MB` where a
@@ -289,6 +350,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("markdown, csv"));
+    }
+
+    #[test]
+    fn conditions_do_not_say_host_host() {
+        let text = conditions(&fixture::report());
+        assert!(
+            text.iter().any(|l| l.starts_with("host — kernel 6.1.0-test")),
+            "{text:?}"
+        );
+        assert!(text
+            .iter()
+            .any(|l| l.starts_with("vm (tcg: emulated, speeds not representative) — kernel")));
+        assert!(!text.iter().any(|l| l.contains("host: host")), "{text:?}");
     }
 
     #[test]
