@@ -224,16 +224,35 @@ fn transfer_error(side: &str, e: traffic::TrafficError) -> LabError {
     }
 }
 
+/// Decimal units (MB = 10^6 bytes), as the tables count them: never indicatif's binary MiB.
+const PROGRESS_TEMPLATE: &str =
+    "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}";
+
 fn progress_bar(total: u64, label: String) -> ProgressBar {
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template(
-            // Decimal units (MB = 10^6 bytes), as the tables count them.
-            "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template(PROGRESS_TEMPLATE)
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     bar.set_prefix(label);
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_bar_counts_mb_not_mib() {
+        let fields: Vec<&str> = PROGRESS_TEMPLATE
+            .split('{')
+            .filter_map(|f| f.split('}').next())
+            .filter(|f| f.contains("bytes"))
+            .collect();
+        assert_eq!(
+            fields,
+            ["decimal_bytes", "decimal_total_bytes", "decimal_bytes_per_sec"]
+        );
+    }
 }

@@ -278,7 +278,7 @@ impl Progress {
         } else {
             format!("about {seconds} s left")
         };
-        format!("[cell {}/{}, {eta}]", self.done + 1, self.total)
+        format!("[cell {}/{}, {eta}]", (self.done + 1).min(self.total), self.total)
     }
 
     fn line(&self, what: &str) {
@@ -648,6 +648,29 @@ mod tests {
                     .all(|r| r.driver.is_some()));
             }
         }
+    }
+
+    #[test]
+    fn plain_speed_shows_an_overall_eta() {
+        let mut a = args(&["aes-128-cbc"]);
+        a.crypto = vec!["auto".into(), "rustcrypto".into()];
+        a.seconds = Some(0.5);
+        a.sizes = vec![ByteSize(64), ByteSize(1400)];
+        let plan = a.validate().unwrap();
+        // 2 implementations x 2 directions x 2 sizes, half a second each.
+        let mut p = Progress::new(&plan, false);
+        assert_eq!(p.status(), "[cell 1/8, about 4 s left]");
+        p.advance(8);
+        assert_eq!(p.status(), "[cell 8/8, about 0 s left]");
+        let mut a = args(&[]);
+        a.seconds = Some(1.0);
+        let p = Progress::new(&a.validate().unwrap(), false);
+        assert!(p.status().ends_with("min left]"), "{}", p.status());
+        // Kernel rows timed in the VM are not waited for here.
+        let mut a = args(&["aes-128-cbc"]);
+        a.crypto = vec!["auto".into(), "kernel".into()];
+        a.sizes = vec![ByteSize(64)];
+        assert_eq!(Progress::new(&a.validate().unwrap(), true).total, 2);
     }
 
     #[test]
