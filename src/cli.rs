@@ -59,7 +59,7 @@ pub struct RunArgs {
     /// aws-lc [default: auto].
     #[arg(long)]
     pub crypto: Option<CryptoChoice>,
-    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30).
+    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30); at least 1MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
     /// Run the transfer N times and report min/median/max.

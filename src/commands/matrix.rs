@@ -52,7 +52,7 @@ pub struct MatrixArgs {
     /// Crypto implementations of the userspace backend, one row each.
     #[arg(long, value_delimiter = ',', default_value = "auto,soft")]
     pub crypto: Vec<CryptoChoice>,
-    /// Payload of each transfer, e.g. 100MB, 4MB.
+    /// Payload of each transfer, e.g. 100MB, 4MB; at least 1MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
     /// Payload of each transfer in the VM rows [default: --bytes]: TCG moves a few MB/s.
