@@ -59,7 +59,7 @@ pub struct RunArgs {
     /// aws-lc [default: auto].
     #[arg(long)]
     pub crypto: Option<CryptoChoice>,
-    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30).
+    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30); at least 1MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
     /// Run the transfer N times and report min/median/max.
@@ -71,13 +71,15 @@ pub struct RunArgs {
     /// MTU of the veth link.
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
-    /// IPsec mode of the xfrm backend: tunnel or transport [default: tunnel].
+    /// IPsec mode of the xfrm backend: tunnel or transport [default: tunnel; with --peer
+    /// always transport].
     #[arg(long)]
     pub mode: Option<IpsecMode>,
-    /// Seed of the pseudo-random payload (default: from the clock; recorded in the report).
-    #[arg(long)]
+    /// Seed of the pseudo-random payload, as printed (0x18ecd9107f28b6c7) or in decimal
+    /// (default: from the clock; recorded in the report).
+    #[arg(long, value_parser = model::parse_seed)]
     pub seed: Option<u64>,
-    /// TCP port of the receiver (streams use PORT..PORT+P).
+    /// TCP port of the receiver (streams use PORT..PORT+P-1).
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
     /// Run inside a VM booting a stock kernel (optionally the given kernel image); `--vm auto`
@@ -87,7 +89,7 @@ pub struct RunArgs {
     /// Also run iperf3 over the same data path after each transfer and report the ratio.
     #[arg(long)]
     pub with_iperf3: bool,
-    /// Write the JSON report to FILE, or to stdout with `-` (the table is then not printed).
+    /// Write the JSON report to FILE, or to stdout with `-` (the table then goes to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Print the SA keys (they are never printed otherwise).
@@ -131,10 +133,6 @@ impl RunArgs {
             peer: self.peer.clone(),
             reverse: self.reverse,
         }
-    }
-
-    pub fn json_to_stdout(&self) -> bool {
-        self.json.as_deref() == Some(std::path::Path::new("-"))
     }
 }
 
@@ -199,6 +197,21 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{args:?}");
             assert!(err.to_string().contains(hint), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn seed_as_printed_0x_hex_is_accepted() {
+        let Command::Run(a) = parse(&["run", "--seed", "0x18ecd9107f28b6c7"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.seed, Some(0x18ec_d910_7f28_b6c7));
+        let Command::Run(a) = parse(&["run", "--seed", "42"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.seed, Some(42));
+        let e = parse(&["run", "--seed", "0xnope"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("as printed"), "{e}");
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn require_net_admin() -> LabResult<()> {
         Ok(())
     } else {
         Err(LabError::capability(anyhow::anyhow!(
-            "ipsec-lab needs CAP_NET_ADMIN to create namespaces; run it as root"
+            "this command needs CAP_NET_ADMIN to create network namespaces: run it as root"
         )))
     }
 }

@@ -1,7 +1,9 @@
-//! Printing a run report: the human table on stdout, and/or the JSON schema to a file or
-//! stdout.
+//! Where results go, one rule for every command: `-` is stdout (stdin for an input), the
+//! human table goes to stderr when stdout carries JSON, and every output path is checked
+//! before any work starts. Also prints a run report: the table and/or the JSON schema.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 use model::report::TransferRecord;
@@ -9,17 +11,63 @@ use model::RunReport;
 
 use crate::error::{LabError, LabResult};
 
-pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
-    match json {
-        Some(p) if p == Path::new("-") => {
-            println!("{}", to_json(report)?);
-            return Ok(());
-        }
-        Some(p) => std::fs::write(p, to_json(report)? + "\n")
-            .map_err(|e| LabError::failed(anyhow::anyhow!("write JSON report to {}: {e}", p.display())))?,
-        None => {}
+/// Whether `path` is the `-` that means stdout (or stdin for an input).
+pub fn is_std_stream(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+/// Refuses, with exit code 2, an output file that could not be written, before the work
+/// that fills it: a transfer, a sweep or a VM boot is not lost to a typo. The file is opened
+/// for writing without truncating it (an existing file keeps its contents until the result
+/// replaces it), and removed again when this check created it.
+pub fn check_writable(path: &Path, flag: &str) -> LabResult<()> {
+    if is_std_stream(path) {
+        return Ok(());
     }
-    print!("{}", table(report));
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| {
+            LabError::usage(anyhow::anyhow!(
+                "{flag} {}: cannot write there: {e}",
+                path.display()
+            ))
+        })?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` (`-`: stdout).
+pub fn write_text(path: &Path, text: &str) -> LabResult<()> {
+    if is_std_stream(path) {
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")));
+    }
+    std::fs::write(path, text).map_err(|e| LabError::failed(anyhow::anyhow!("write {}: {e}", path.display())))
+}
+
+/// The human table on stdout, or on stderr when stdout carries the JSON (`--json -`).
+pub fn print_human(text: &str, json: Option<&Path>) {
+    if json.is_some_and(is_std_stream) {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}
+
+pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
+    print_human(&table(report), json);
+    if let Some(path) = json {
+        write_text(path, &(to_json(report)? + "\n"))?;
+    }
     Ok(())
 }
 
@@ -56,6 +104,7 @@ pub fn table(report: &RunReport) -> String {
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     let s = &report.mb_per_s;
+    // The report refuses untimed transfers, so every rate here is finite.
     if s.n > 1 {
         let _ = writeln!(
             out,
@@ -68,13 +117,16 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     for (tool, reference) in &report.references {
+        let ratio = s.median / reference.median;
+        let ratio = if ratio.is_finite() {
+            format!("{ratio:.2}")
+        } else {
+            "not computed (no rate)".into()
+        };
         let _ = writeln!(
             out,
-            "{tool} over the same path: median {:.1} MB/s (min {:.1}, max {:.1}); ipsec-lab/{tool} = {:.2}",
-            reference.median,
-            reference.min,
-            reference.max,
-            s.median / reference.median
+            "{tool} over the same path: median {:.1} MB/s (min {:.1}, max {:.1}); ipsec-lab/{tool} = {ratio}",
+            reference.median, reference.min, reference.max,
         );
     }
     let env = &report.environment;

@@ -23,9 +23,18 @@ pub fn require_iperf3() -> LabResult<()> {
     }
 }
 
-/// One iperf3 transfer of `bytes` over `path` (server in namespace b, client in a); returns
-/// the receiver-side MB/s (10^6 bytes per second).
-pub async fn iperf3(topology: &Topology, path: DataPath, bytes: u64, streams: u16) -> LabResult<f64> {
+/// What iperf3 measured on the receiving side.
+#[derive(Debug, Clone, Copy)]
+pub struct Iperf3Run {
+    /// 10^6 bytes per second.
+    pub mb_per_s: f64,
+    pub seconds: f64,
+}
+
+/// One iperf3 transfer of `bytes` over `path` (server in namespace b, client in a), as the
+/// receiver measured it; a result without a finite, positive rate is refused, never passed
+/// on as inf or NaN.
+pub async fn iperf3(topology: &Topology, path: DataPath, bytes: u64, streams: u16) -> LabResult<Iperf3Run> {
     let failed = |what: String| LabError::failed(anyhow::anyhow!("iperf3: {what}"));
     let host = path.target.ip().to_string();
     let port = path.target.port().to_string();
@@ -49,9 +58,19 @@ pub async fn iperf3(topology: &Topology, path: DataPath, bytes: u64, streams: u1
             .output()
             .map_err(|e| failed(format!("start client: {e}")))?;
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if let Some(bps) = json["end"]["sum_received"]["bits_per_second"].as_f64() {
+        let received = &json["end"]["sum_received"];
+        if let Some(bps) = received["bits_per_second"].as_f64() {
             let _ = server.0.wait();
-            return Ok(bps / 8.0 / 1e6);
+            let seconds = received["seconds"].as_f64().unwrap_or(0.0);
+            if !(bps.is_finite() && bps > 0.0 && seconds > 0.0) {
+                return Err(failed(format!(
+                    "no timeable transfer ({bps} bit/s over {seconds} s); give a larger --bytes"
+                )));
+            }
+            return Ok(Iperf3Run {
+                mb_per_s: bps / 8.0 / 1e6,
+                seconds,
+            });
         }
         last_error = json["error"].as_str().unwrap_or("no result").to_string();
         tokio::time::sleep(Duration::from_millis(100)).await;

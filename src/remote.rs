@@ -425,8 +425,8 @@ async fn execute(plan: &RunPlan, psk: &Psk) -> LabResult<RunReport> {
     };
     let client_details = end.details().await?;
     drop(end);
-    let mut report = RunReport::new(plan.clone(), Environment::detect(), transfers)
-        .expect("repeat >= 1, so there is at least one transfer");
+    let mut report =
+        RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
     let peer_line = describe_peer(&peer_environment);
     report.peer_environment = Some(peer_environment);
     if !client_details.is_null() || !server_details.is_null() {

@@ -67,5 +67,123 @@ fn without_net_admin_nothing_is_created_and_exit_is_3() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("needs CAP_NET_ADMIN"), "{}", text(&out));
+    assert!(
+        !text(&out).contains("ipsec-lab: ipsec-lab"),
+        "name doubled: {}",
+        text(&out)
+    );
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+/// Runs `args` in a fresh empty directory; returns the output and what the directory holds
+/// afterwards (nothing may be created there by a refused command).
+fn run_in_empty_dir(name: &str, args: &[&str]) -> (std::process::Output, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("ipl-bad-input-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = lab().args(args).current_dir(&dir).output().unwrap();
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    (out, left)
+}
+
+#[test]
+fn json_to_nonexistent_dir_is_refused_before_any_work() {
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let missing = "No such file or directory";
+    for (name, args, why) in [
+        (
+            "run",
+            &["run", "--backend", "plain", "--json", "/nonexistent/x.json"][..],
+            missing,
+        ),
+        (
+            "speed",
+            &["speed", "aes-128-cbc", "--json", "/nonexistent/x.json"][..],
+            missing,
+        ),
+        (
+            "matrix-json",
+            &["matrix", "--json", "/nonexistent/x.json"][..],
+            missing,
+        ),
+        (
+            "matrix-out",
+            &["matrix", "--out", "/dev/null/results"][..],
+            "Not a directory",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (out, left) = run_in_empty_dir(name, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let path = args.last().unwrap();
+        assert!(
+            text(&out).contains(path),
+            "{args:?} does not name the path: {}",
+            text(&out)
+        );
+        assert!(
+            text(&out).contains(why),
+            "{args:?} does not say why: {}",
+            text(&out)
+        );
+        // Refused up front: no transfer, no timing, no sweep, and no file.
+        assert!(started.elapsed().as_secs() < 5, "{args:?} worked first");
+        assert_eq!(left, Vec::<String>::new(), "{args:?}");
+    }
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+#[test]
+fn bytes_20kb_and_0_are_refused_with_the_minimum() {
+    for (args, hint) in [
+        (&["run", "--bytes", "20kB"][..], "at least 1.0 MB"),
+        (&["run", "--bytes", "1"][..], "at least 1.0 MB"),
+        (&["matrix", "--bytes", "20kB"][..], "at least 1.0 MB"),
+        (
+            &["matrix", "--vm", "--vm-bytes", "1kB"][..],
+            "--vm-bytes 1.0 kB is too small",
+        ),
+        (&["run", "--bytes", "0"][..], "must be above zero"),
+    ] {
+        let out = run_lab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(hint), "{args:?}: {}", text(&out));
+    }
+}
+
+#[test]
+fn vm_bytes_without_vm_is_refused() {
+    let out = run_lab(&["matrix", "--vm-bytes", "10MB"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--vm"), "{}", text(&out));
+}
+
+#[test]
+fn speed_repeats_is_an_alias_of_repeat_and_sizes_take_units() {
+    let out = lab()
+        .args(["speed", "aes-128-cbc", "--crypto", "auto", "--seconds", "0.01"])
+        .args(["--repeats", "1", "--sizes", "1400,8KiB,16k", "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["block_sizes"], serde_json::json!([1400, 8192, 16000]));
+    let help = run_lab(&["speed", "--help"]);
+    let help = text(&help);
+    assert!(help.contains("--repeat <REPEAT>"), "{help}");
+    assert!(!help.contains("--repeats"), "the old name stays hidden: {help}");
+}
+
+#[test]
+fn run_help_says_port_range_and_peer_mode() {
+    let help = text(&run_lab(&["run", "--help"]));
+    assert!(help.contains("PORT..PORT+P-1"), "{help}");
+    assert!(
+        help.contains("with --peer") && help.contains("transport"),
+        "{help}"
+    );
 }

@@ -1,6 +1,7 @@
 //! `ipsec-lab compare` on two fabricated matrix results: exactly the regression beyond the
 //! spread and the threshold is flagged, noise within the spread is not; exit code 1 only
-//! with `--fail-on-regression`; a file that is not a matrix result is a usage error (2).
+//! with `--fail-on-regression`; a file that is not a matrix result is a usage error (2);
+//! results measured under different conditions are refused, or marked not comparable.
 
 mod common;
 
@@ -141,10 +142,112 @@ fn files_that_are_not_matrix_results_are_usage_errors() {
     std::fs::write(&bogus, r#"{"schema_version": 1, "transfers": []}"#).unwrap();
     let out = run_lab(&["compare", bogus.to_str().unwrap(), bogus.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("single-run report"), "{}", text(&out));
+    assert!(text(&out).contains("(a single run)"), "{}", text(&out));
     let out = run_lab(&["report", "/nonexistent/m.json"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let out = run_lab(&["report", bogus.to_str().unwrap(), "--format", "pdf"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let _ = std::fs::remove_file(bogus);
+}
+
+#[test]
+fn compare_10mb_sweep_against_1mb_sweep_is_refused_not_a_regression() {
+    let auto = [300.0, 310.0, 320.0, 305.0, 315.0];
+    let ovpn = [30.0, 33.0, 36.0, 31.0, 35.0];
+    let before = write("cond-before", &report(&auto, &ovpn));
+    // A 1 MB sweep of the same build reads slower: the payload, not the software.
+    let mut small = report(&[150.0, 155.0, 160.0, 152.0, 158.0], &ovpn);
+    small.payload = ByteSize(1_000_000);
+    let after = write("cond-after", &small);
+    let (b, a) = (before.to_str().unwrap(), after.to_str().unwrap());
+    let out = run_lab(&["compare", b, a, "--fail-on-regression"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("different conditions (host payload 10.0 MB before, 1.0 MB after)"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("--allow-different-conditions"),
+        "{}",
+        text(&out)
+    );
+    let out = run_lab(&[
+        "compare",
+        b,
+        a,
+        "--fail-on-regression",
+        "--allow-different-conditions",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!s.contains("REGRESSION"), "{s}");
+    let cells: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| row"))
+        .collect();
+    assert_eq!(cells.len(), 5, "{s}");
+    assert!(
+        cells
+            .iter()
+            .all(|l| l.ends_with("| not comparable: payload differ |")),
+        "{s}"
+    );
+    let _ = std::fs::remove_file(before);
+    let _ = std::fs::remove_file(after);
+}
+
+#[test]
+fn report_of_a_speed_json_says_it_is_a_speed_result() {
+    let speed = std::env::temp_dir().join(format!("ipl-compare-{}-speed.json", std::process::id()));
+    std::fs::write(
+        &speed,
+        r#"{"schema_version": 1, "environment": {}, "block_sizes": [16], "records": [], "skipped": []}"#,
+    )
+    .unwrap();
+    let out = run_lab(&["report", speed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("is an `ipsec-lab speed --json` result"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("found Some"), "{}", text(&out));
+    let _ = std::fs::remove_file(speed);
+}
+
+#[test]
+fn report_dash_reads_stdin_and_dash_o_writes_stdout_not_a_file_named_dash() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("ipl-report-dash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = serde_json::to_string(&report(&[300.0], &[30.0])).unwrap();
+    let mut child = lab()
+        .args(["report", "-", "-o", "-", "--format", "csv"])
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("userspace"),
+        "{}",
+        text(&out)
+    );
+    assert!(!dir.join("-").exists(), "a file named - was created");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn report_o_nonexistent_dir_is_refused_up_front() {
+    let m = write("o-bad", &report(&[300.0], &[30.0]));
+    let out = run_lab(&["report", m.to_str().unwrap(), "-o", "/nonexistent/x.md"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("/nonexistent/x.md"), "{}", text(&out));
+    assert!(text(&out).contains("No such file or directory"), "{}", text(&out));
+    let _ = std::fs::remove_file(m);
 }

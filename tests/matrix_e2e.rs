@@ -219,3 +219,117 @@ fn ctrl_c_keeps_the_cells_already_measured() {
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
     assert_eq!(host_lab_links(), Vec::<String>::new());
 }
+
+/// A fresh empty working directory for a sweep: what it holds afterwards is what the sweep
+/// wrote outside its --out/--json paths.
+fn empty_cwd(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ipl-matrix-cwd-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn matrix_out_dir_gets_everything_and_json_dash_is_stdout() {
+    if !root_or_skip("matrix_out_dir_gets_everything_and_json_dash_is_stdout") {
+        return;
+    }
+    let _lock = lab_lock();
+    let sweep = [
+        "matrix",
+        "--backends",
+        "plain",
+        "--bytes",
+        "2MB",
+        "--repeat",
+        "1",
+        "--no-progress",
+    ];
+
+    // --out DIR: everything under DIR, nothing in the working directory.
+    let cwd = empty_cwd("out");
+    let out = lab()
+        .args(sweep)
+        .args(["--out", "results"])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(entries(&cwd), ["results"], "{}", text(&out));
+    assert_eq!(
+        entries(&cwd.join("results")),
+        [
+            "matrix.csv",
+            "matrix.html",
+            "matrix.json",
+            "matrix.md",
+            "matrix.svg"
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&cwd);
+
+    // --json -: the JSON on stdout, the table on stderr, no file named "-".
+    let cwd = empty_cwd("dash");
+    let out = lab()
+        .args(sweep)
+        .args(["--json", "-"])
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["schema_version"], 1);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("| plain (line rate)"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(entries(&cwd), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&cwd);
+}
+
+#[test]
+fn soft_child_sweep_reports_each_cell_so_the_bar_keeps_counting() {
+    let test = "soft_child_sweep_reports_each_cell_so_the_bar_keeps_counting";
+    if !capable(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let json = std::env::temp_dir().join(format!("ipl-matrix-cells-{}.json", std::process::id()));
+    // What the parent runs as its child for the soft rows.
+    let out = run_lab(&[
+        "matrix",
+        "--backends",
+        "userspace",
+        "--crypto",
+        "auto",
+        "--ciphers",
+        "aes-128-cbc,aes-256-gcm",
+        "--bytes",
+        "1MB",
+        "--repeat",
+        "1",
+        "--no-baseline",
+        "--no-progress",
+        "--report-cells",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&json);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().filter(|l| *l == "ipsec-lab-cell-done").count(),
+        2,
+        "{stdout}"
+    );
+}

@@ -93,6 +93,54 @@ fn json_to_file_keeps_the_table_on_stdout() {
     let _ = std::fs::remove_file(path);
 }
 
+#[test]
+fn run_json_dash_moves_the_table_to_stderr_and_warns_of_a_short_transfer() {
+    if !root_or_skip("run_json_dash_moves_the_table_to_stderr_and_warns_of_a_short_transfer") {
+        return;
+    }
+    let _lock = lab_lock();
+    // 2 MB moves in milliseconds: a figure, but not a stable one.
+    let seed = "0x18ecd9107f28b6c7";
+    let out = run_lab(&[
+        "run",
+        "--backend",
+        "plain",
+        "--bytes",
+        "2MB",
+        "--repeat",
+        "3",
+        "--seed",
+        seed,
+        "--json",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    // The printed seed form replays: the same seed is in the plan.
+    assert_eq!(report["plan"]["seed"], 0x18ec_d910_7f28_b6c7_u64);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("backend  cipher"),
+        "the table goes to stderr: {stderr}"
+    );
+    assert!(stderr.contains(&format!("seed {seed}")), "{stderr}");
+    assert!(
+        stderr.contains("too short to be a stable figure; use --bytes"),
+        "{stderr}"
+    );
+    let all = text(&out).to_lowercase();
+    let words: Vec<&str> = all.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    assert!(!words.contains(&"inf") && !words.contains(&"nan"), "{all}");
+    for t in report["transfers"].as_array().unwrap() {
+        assert!(t["rates"]["mb_per_s"].as_f64().is_some_and(f64::is_finite), "{t}");
+    }
+    assert!(report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("too short")));
+}
+
 /// Waits until a run has built its namespaces (so a signal lands mid-run).
 fn wait_for_namespaces(before: &[String]) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(20);

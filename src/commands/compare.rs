@@ -1,6 +1,7 @@
 //! `ipsec-lab compare BEFORE AFTER`: what got faster or slower between two matrix results,
 //! beyond the spread of the repeats and a threshold. `--fail-on-regression` turns a flagged
-//! regression into exit code 1, for CI pipelines.
+//! regression into exit code 1, for CI pipelines. Results measured under different
+//! conditions are refused (exit 2) unless `--allow-different-conditions`.
 
 use std::path::PathBuf;
 
@@ -11,7 +12,7 @@ use crate::error::{LabError, LabResult};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The earlier `ipsec-lab matrix` JSON result.
+    /// The earlier `ipsec-lab matrix` JSON result (`-`: stdin).
     pub before: PathBuf,
     /// The later one.
     pub after: PathBuf,
@@ -22,6 +23,10 @@ pub struct CompareArgs {
     /// Exit with code 1 when a regression is flagged.
     #[arg(long)]
     pub fail_on_regression: bool,
+    /// Compare results measured under different conditions (payload, repeats, kernel, CPU,
+    /// VM or host) anyway: the affected cells are marked not comparable and never flagged.
+    #[arg(long)]
+    pub allow_different_conditions: bool,
 }
 
 pub fn run(args: CompareArgs) -> LabResult<()> {
@@ -31,6 +36,11 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
             args.threshold
         )));
     }
+    if crate::output::is_std_stream(&args.before) && crate::output::is_std_stream(&args.after) {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "only one of BEFORE and AFTER can be `-` (stdin)"
+        )));
+    }
     let before = super::report::load(&args.before)?;
     let after = super::report::load(&args.after)?;
     let comparison = report::compare(
@@ -38,8 +48,10 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
         &after,
         CompareOptions {
             threshold: args.threshold / 100.0,
+            allow_different_conditions: args.allow_different_conditions,
         },
-    );
+    )
+    .map_err(LabError::usage)?;
     print!("{}", comparison.render());
     let regressions: Vec<String> = comparison
         .regressions()

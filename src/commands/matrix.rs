@@ -52,11 +52,11 @@ pub struct MatrixArgs {
     /// Crypto implementations of the userspace backend, one row each.
     #[arg(long, value_delimiter = ',', default_value = "auto,soft")]
     pub crypto: Vec<CryptoChoice>,
-    /// Payload of each transfer, e.g. 100MB, 4MB.
+    /// Payload of each transfer, e.g. 100MB, 4MB; at least 1MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
     /// Payload of each transfer in the VM rows [default: --bytes]: TCG moves a few MB/s.
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", requires = "vm")]
     pub vm_bytes: Option<ByteSize>,
     /// Transfers per cell (median, min–max).
     #[arg(long, default_value_t = 3)]
@@ -71,10 +71,11 @@ pub struct MatrixArgs {
     /// one boot for all of them.
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
     pub vm: Option<String>,
-    /// Where to write the JSON result [default: ipsec-lab-matrix-<unix time>.json].
+    /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
+    /// [default: DIR/matrix.json with --out, else ipsec-lab-matrix-<unix time>.json].
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Also write matrix.{json,md,csv,svg,html} into DIR.
+    /// Write everything into DIR (created if missing): matrix.{json,md,csv,svg,html}.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// No progress bar even on a terminal.
@@ -83,7 +84,14 @@ pub struct MatrixArgs {
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
+    /// Print a line on stdout per finished cell (for the child sweeps: the parent's progress
+    /// bar counts them).
+    #[arg(long, hide = true)]
+    pub report_cells: bool,
 }
+
+/// The line a child sweep prints per finished cell with `--report-cells`.
+const CELL_DONE: &str = "ipsec-lab-cell-done";
 
 /// Longest a VM sweep may take: boot plus the cells at TCG speed.
 const VM_TIMEOUT_BASE: Duration = Duration::from_secs(180);
@@ -165,15 +173,32 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
             args.plan(*b, *s, CryptoChoice::Auto, seed)?;
         }
     }
-    require_net_admin()?;
+    if let Some(vm_bytes) = args.vm_bytes {
+        model::check_payload("--vm-bytes", vm_bytes)?;
+    }
     let started_unix_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let json_path = args
-        .json
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("ipsec-lab-matrix-{started_unix_s}.json")));
+    // Where the results go, checked before a sweep that can take an hour.
+    let json_path = match (&args.json, &args.out) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(PathBuf::from(format!("ipsec-lab-matrix-{started_unix_s}.json"))),
+    };
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            LabError::usage(anyhow::anyhow!(
+                "--out {}: cannot create the directory: {e}",
+                dir.display()
+            ))
+        })?;
+        crate::output::check_writable(&dir.join("matrix.json"), "--out")?;
+    }
+    if let Some(path) = &json_path {
+        crate::output::check_writable(path, "--json")?;
+    }
+    require_net_admin()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -198,13 +223,21 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
     });
     report.compute_percent_of_plain();
     // The JSON is written whatever happened: cells measured before an error or Ctrl-C count.
-    write_file(&json_path, &to_json(&report)?)?;
+    if !args.no_baseline {
+        crate::output::print_human(&report::markdown::render(&report), json_path.as_deref());
+    }
+    if let Some(path) = &json_path {
+        crate::output::write_text(path, &to_json(&report)?)?;
+        if !crate::output::is_std_stream(path) && !args.no_baseline {
+            eprintln!("ipsec-lab: matrix written to {}", path.display());
+        }
+    }
     if let Some(dir) = &args.out {
         write_all_formats(&report, dir)?;
-    }
-    if !args.no_baseline || args.json.is_none() {
-        print!("{}", report::markdown::render(&report));
-        eprintln!("ipsec-lab: matrix written to {}", json_path.display());
+        eprintln!(
+            "ipsec-lab: matrix.{{json,md,csv,svg,html}} written to {}",
+            dir.display()
+        );
     }
     outcome?;
     if report.interrupted {
@@ -219,18 +252,12 @@ fn to_json(report: &MatrixReport) -> LabResult<String> {
         .map_err(LabError::failed)
 }
 
-fn write_file(path: &Path, text: &str) -> LabResult<()> {
-    std::fs::write(path, text).map_err(|e| LabError::failed(anyhow::anyhow!("write {}: {e}", path.display())))
-}
-
 /// matrix.json, .md, .csv, .svg and .html in `dir`.
 pub fn write_all_formats(report: &MatrixReport, dir: &Path) -> LabResult<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| LabError::failed(anyhow::anyhow!("create {}: {e}", dir.display())))?;
-    write_file(&dir.join("matrix.json"), &to_json(report)?)?;
+    crate::output::write_text(&dir.join("matrix.json"), &to_json(report)?)?;
     for format in report::Format::ALL {
         let text = report::render(report, format).map_err(LabError::failed)?;
-        write_file(&dir.join(format!("matrix.{}", format.extension())), &text)?;
+        crate::output::write_text(&dir.join(format!("matrix.{}", format.extension())), &text)?;
     }
     Ok(())
 }
@@ -258,6 +285,7 @@ async fn sweep(
     let suites = report.suites.clone();
     let cells_total: usize = local
         .iter()
+        .chain(&soft_child)
         .map(|r| match (&r.kind, r.backend) {
             (RowKind::Refused(_), _) => 0,
             (_, Backend::Plain) => 1,
@@ -307,12 +335,12 @@ async fn sweep(
             )
         });
     }
+    if !soft_child.is_empty() {
+        let rows = child_sweep(args, &soft_child, cancel, bar.as_ref()).await;
+        report.rows.extend(rows);
+    }
     if let Some(bar) = &bar {
         bar.finish_and_clear();
-    }
-    if !soft_child.is_empty() {
-        let rows = child_sweep(args, &soft_child, cancel).await;
-        report.rows.extend(rows);
     }
     if args.vm.is_some() && args.has(Backend::Xfrm) {
         if cancel.is_cancelled() {
@@ -600,6 +628,9 @@ async fn run_row(
         if let Some(bar) = bar {
             bar.inc(1);
         }
+        if args.report_cells {
+            println!("{CELL_DONE}");
+        }
         cells.push(cell);
     }
     if let Some(guard) = guard {
@@ -744,8 +775,14 @@ async fn wait_child(
     }
 }
 
-/// The `--crypto soft` rows, in a child `ipsec-lab matrix` started with hardware AES masked.
-async fn child_sweep(args: &MatrixArgs, rows: &[PlannedRow], cancel: &CancellationToken) -> Vec<Row> {
+/// The `--crypto soft` rows, in a child `ipsec-lab matrix` started with hardware AES masked;
+/// `bar` counts the cells the child reports as finished.
+async fn child_sweep(
+    args: &MatrixArgs,
+    rows: &[PlannedRow],
+    cancel: &CancellationToken,
+    bar: Option<&ProgressBar>,
+) -> Vec<Row> {
     let suites = args.suites().unwrap_or_default();
     let fail = |reason: String| -> Vec<Row> {
         rows.iter()
@@ -769,14 +806,26 @@ async fn child_sweep(args: &MatrixArgs, rows: &[PlannedRow], cancel: &Cancellati
             "--crypto",
             "soft",
             "--no-baseline",
+            "--report-cells",
             "--json",
         ])
         .arg(&json)
         .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    eprintln!("ipsec-lab: userspace [soft] rows in a child process with hardware AES masked");
+        .stdout(Stdio::piped());
+    let note = "userspace [soft] rows in a child process with hardware AES masked";
+    match bar {
+        Some(bar) => bar.println(format!("ipsec-lab: {note}")),
+        None => eprintln!("ipsec-lab: {note}"),
+    }
     let status = match cmd.spawn() {
-        Ok(child) => wait_child(child, cancel, None).await,
+        Ok(mut child) => {
+            let counter = child.stdout.take().map(|out| count_cells(out, bar.cloned()));
+            let status = wait_child(child, cancel, None).await;
+            if let Some(counter) = counter {
+                let _ = counter.join();
+            }
+            status
+        }
         Err(e) => Err(e),
     };
     let parsed = std::fs::read_to_string(&json)
@@ -788,6 +837,18 @@ async fn child_sweep(args: &MatrixArgs, rows: &[PlannedRow], cancel: &Cancellati
         (Ok(s), Err(e)) => fail(format!("the soft-AES child sweep failed ({s}): {e}")),
         (Err(e), _) => fail(format!("the soft-AES child sweep did not start: {e}")),
     }
+}
+
+/// Advances `bar` by one per [`CELL_DONE`] line a child sweep prints, until it closes stdout.
+fn count_cells(out: std::process::ChildStdout, bar: Option<ProgressBar>) -> std::thread::JoinHandle<()> {
+    use std::io::BufRead;
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if let (Some(bar), true) = (&bar, line.trim() == CELL_DONE) {
+                bar.inc(1);
+            }
+        }
+    })
 }
 
 /// The xfrm rows in ONE VM boot: the guest runs `ipsec-lab matrix --backends xfrm` (its

@@ -1,5 +1,6 @@
 //! `ipsec-lab report FILE --format markdown|csv|svg|html`: renders a matrix JSON result.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -9,54 +10,75 @@ use crate::error::{LabError, LabResult};
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A JSON result of `ipsec-lab matrix`.
+    /// A JSON result of `ipsec-lab matrix`, or `-` to read it from stdin.
     pub file: PathBuf,
     /// Output format: markdown, csv, svg or html.
     #[arg(long, short = 'f', default_value = "markdown")]
     pub format: report::Format,
-    /// Write to FILE instead of stdout.
+    /// Write to FILE instead of stdout (`-`: stdout).
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
 
-/// Reads a matrix result, refusing other files with a message that says what they are.
+/// Reads a matrix result (`-`: from stdin), refusing other files with a message that says
+/// what they are.
 pub fn load(path: &Path) -> LabResult<MatrixReport> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LabError::usage(anyhow::anyhow!("read {}: {e}", path.display())))?;
+    let text = if crate::output::is_std_stream(path) {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| LabError::usage(anyhow::anyhow!("read stdin: {e}")))?;
+        text
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(|e| LabError::usage(anyhow::anyhow!("read {}: {e}", path.display())))?
+    };
+    let name = if crate::output::is_std_stream(path) {
+        "stdin".to_string()
+    } else {
+        path.display().to_string()
+    };
     let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| LabError::usage(anyhow::anyhow!("{} is not JSON: {e}", path.display())))?;
-    match value.get("schema_version").and_then(|v| v.as_u64()) {
-        Some(v) if v == u64::from(MATRIX_SCHEMA_VERSION) && value.get("rows").is_some() => {}
-        Some(_) if value.get("transfers").is_some() => {
-            return Err(LabError::usage(anyhow::anyhow!(
-                "{} is a single-run report (`ipsec-lab run --json`); report and compare read `ipsec-lab matrix` results",
-                path.display()
-            )))
-        }
-        other => {
-            return Err(LabError::usage(anyhow::anyhow!(
-                "{} is not an ipsec-lab matrix result of schema version {MATRIX_SCHEMA_VERSION} (found {other:?})",
-                path.display()
-            )))
-        }
+        .map_err(|e| LabError::usage(anyhow::anyhow!("{name} is not JSON: {e}")))?;
+    if let Some(what) = not_a_matrix(&value) {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "{name} is {what}; `report` and `compare` read `ipsec-lab matrix` results"
+        )));
     }
-    serde_json::from_value(value).map_err(|e| {
-        LabError::usage(anyhow::anyhow!(
-            "{}: not a valid matrix result: {e}",
-            path.display()
-        ))
-    })
+    serde_json::from_value(value)
+        .map_err(|e| LabError::usage(anyhow::anyhow!("{}: not a valid matrix result: {e}", name)))
+}
+
+/// What a JSON document is when it is not a matrix result this version reads; None for one.
+fn not_a_matrix(value: &serde_json::Value) -> Option<String> {
+    let has = |field: &str| value.get(field).is_some();
+    let version = value.get("schema_version").and_then(|v| v.as_u64());
+    let Some(version) = version else {
+        return Some("JSON but not an ipsec-lab result (it has no schema_version)".into());
+    };
+    if has("rows") {
+        return (version != u64::from(MATRIX_SCHEMA_VERSION)).then(|| {
+            format!(
+                "an `ipsec-lab matrix` result of schema version {version}, which this ipsec-lab (schema version {MATRIX_SCHEMA_VERSION}) does not read"
+            )
+        });
+    }
+    Some(
+        if has("transfers") {
+            "an `ipsec-lab run --json` result (a single run)"
+        } else if has("records") && has("block_sizes") {
+            "an `ipsec-lab speed --json` result (cipher timings)"
+        } else {
+            "not an ipsec-lab result this version knows"
+        }
+        .into(),
+    )
 }
 
 pub fn run(args: ReportArgs) -> LabResult<()> {
+    let output = args.output.unwrap_or_else(|| PathBuf::from("-"));
+    crate::output::check_writable(&output, "-o")?;
     let matrix = load(&args.file)?;
     let text = report::render(&matrix, args.format).map_err(LabError::failed)?;
-    match &args.output {
-        Some(p) => std::fs::write(p, text)
-            .map_err(|e| LabError::failed(anyhow::anyhow!("write {}: {e}", p.display()))),
-        None => {
-            print!("{text}");
-            Ok(())
-        }
-    }
+    crate::output::write_text(&output, &text)
 }

@@ -22,6 +22,9 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     for ignored in &plan.ignored {
         eprintln!("note: ignored {ignored}");
     }
+    if let Some(json) = &args.json {
+        output::check_writable(json, "--json")?;
+    }
     require_net_admin()?;
     backends::xfrm::set_show_keys(args.show_keys);
     if plan.peer.is_some() {
@@ -36,7 +39,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         .enable_all()
         .build()
         .map_err(LabError::failed)?;
-    let show_progress = !args.no_progress && !args.json_to_stdout() && std::io::stderr().is_terminal();
+    let show_progress = !args.no_progress && std::io::stderr().is_terminal();
     let report = runtime.block_on(async {
         backends::preflight(&plan).await?;
         if plan.with_iperf3 {
@@ -98,10 +101,20 @@ pub async fn run_on(
     cancel: &CancellationToken,
     show_progress: bool,
 ) -> LabResult<RunReport> {
+    // OpenVPN takes seconds to come up: on a terminal, say what the wait is.
+    let starting = show_progress.then(|| {
+        let spinner = ProgressBar::new_spinner().with_message(format!("starting {}…", plan.backend));
+        spinner.enable_steady_tick(Duration::from_millis(120));
+        spinner
+    });
     // The backend guard tears down what the backend made when dropped, also on `?`.
-    let mut backend = backends::start(plan, topology).await?;
+    let backend = backends::start(plan, topology).await;
+    if let Some(spinner) = starting {
+        spinner.finish_and_clear();
+    }
+    let mut backend = backend?;
     let mut transfers = Vec::new();
-    let mut iperf3_rates = Vec::new();
+    let mut iperf3_runs = Vec::new();
     for attempt in 1..=plan.repeat {
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
@@ -112,22 +125,30 @@ pub async fn run_on(
         if plan.with_iperf3 {
             // Right after the lab's own transfer, over the same path: the two see the same
             // machine state as nearly as a noisy machine allows.
-            iperf3_rates.push(reference::iperf3(topology, path, plan.bytes.0, plan.parallel).await?);
+            iperf3_runs.push(reference::iperf3(topology, path, plan.bytes.0, plan.parallel).await?);
         }
     }
     let details = backend.details().await?;
     let notes = backend.notes();
     drop(backend);
-    let mut report = RunReport::new(plan.clone(), Environment::detect(), transfers)
-        .expect("repeat >= 1, so there is at least one transfer");
+    let mut report =
+        RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
     if !details.is_null() {
         report
             .backend_details
             .insert(plan.backend.name().to_string(), details);
     }
-    report.notes = notes;
+    report.notes.extend(notes);
+    let iperf3_rates: Vec<f64> = iperf3_runs.iter().map(|r| r.mb_per_s).collect();
     if let Some(summary) = model::Summary::of(&iperf3_rates) {
         report.references.insert("iperf3".into(), summary);
+    }
+    if let Some(shortest) = iperf3_runs.iter().map(|r| r.seconds).reduce(f64::min) {
+        if shortest < model::MIN_STABLE_SECONDS {
+            report.notes.push(format!(
+                "an iperf3 transfer lasted {shortest:.3} s: too short for a stable ratio; use a larger --bytes"
+            ));
+        }
     }
     Ok(report)
 }
@@ -203,15 +224,35 @@ fn transfer_error(side: &str, e: traffic::TrafficError) -> LabError {
     }
 }
 
+/// Decimal units (MB = 10^6 bytes), as the tables count them: never indicatif's binary MiB.
+const PROGRESS_TEMPLATE: &str =
+    "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}";
+
 fn progress_bar(total: u64, label: String) -> ProgressBar {
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template(PROGRESS_TEMPLATE)
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     bar.set_prefix(label);
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_bar_counts_mb_not_mib() {
+        let fields: Vec<&str> = PROGRESS_TEMPLATE
+            .split('{')
+            .filter_map(|f| f.split('}').next())
+            .filter(|f| f.contains("bytes"))
+            .collect();
+        assert_eq!(
+            fields,
+            ["decimal_bytes", "decimal_total_bytes", "decimal_bytes_per_sec"]
+        );
+    }
 }

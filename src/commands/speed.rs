@@ -16,6 +16,9 @@ fn lab_error(e: speed::SpeedError) -> LabError {
 
 pub fn run(args: speed::SpeedArgs) -> LabResult<()> {
     let plan = args.validate().map_err(|e| lab_error(e.into()))?;
+    if let Some(json) = &plan.json {
+        crate::output::check_writable(std::path::Path::new(json), "--json")?;
+    }
     let guest = match &plan.vm {
         Some(kernel_arg) if !plan.child => Some(kernel_rows_in_vm(&plan, kernel_arg.as_deref())?),
         _ => None,

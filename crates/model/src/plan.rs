@@ -297,9 +297,15 @@ impl RunPlan {
     }
 }
 
+/// Smallest payload a run times. Below it the whole payload fits in the two sockets'
+/// buffers, so the clock measures memory copies and scheduling rather than the data path:
+/// the figure would be noise (or, for a payload read in one go, a division by zero).
+pub const MIN_PAYLOAD: ByteSize = ByteSize(1_000_000);
+
 impl RunRequest {
     pub fn validate(self) -> Result<RunPlan, PlanError> {
         let mut ignored = Vec::new();
+        check_payload("--bytes", self.bytes)?;
         if self.repeat == 0 || self.repeat > 1000 {
             return Err(PlanError::Repeat(self.repeat));
         }
@@ -386,6 +392,25 @@ impl RunRequest {
     }
 }
 
+/// Refuses a payload below [`MIN_PAYLOAD`]; `flag` names the option in the message.
+pub fn check_payload(flag: &'static str, bytes: ByteSize) -> Result<(), PlanError> {
+    if bytes < MIN_PAYLOAD {
+        return Err(PlanError::PayloadTooSmall { flag, bytes });
+    }
+    Ok(())
+}
+
+/// A payload seed as the lab prints it (`0x18ecd9107f28b6c7`) or in decimal, so the seed of a
+/// report can be given back to `--seed` to replay its payload.
+pub fn parse_seed(s: &str) -> Result<u64, PlanError> {
+    let t = s.trim();
+    let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => t.parse(),
+    };
+    parsed.map_err(|_| PlanError::Seed(s.to_string()))
+}
+
 fn seed_from_clock() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -402,6 +427,13 @@ pub enum PlanError {
     UnknownCrypto(String),
     #[error("unknown IPsec mode {0:?}: use tunnel or transport")]
     UnknownMode(String),
+    #[error(
+        "{flag} {bytes} is too small to time: give at least {min} (below it the payload fits in the sockets' buffers and the clock measures copies, not the data path)",
+        min = MIN_PAYLOAD
+    )]
+    PayloadTooSmall { flag: &'static str, bytes: ByteSize },
+    #[error("{0:?} is not a seed: give it as printed (0x18ecd9107f28b6c7) or in decimal")]
+    Seed(String),
     #[error("--repeat {0} is out of range: use 1 to 1000")]
     Repeat(u32),
     #[error("--parallel {0} is out of range: use 1 to 128 streams")]
@@ -429,6 +461,34 @@ pub enum PlanError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_20kb_is_refused_as_too_small_to_time() {
+        for bytes in [1, 20_000, 999_999] {
+            let e = RunRequest {
+                bytes: ByteSize(bytes),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap_err();
+            assert!(matches!(e, PlanError::PayloadTooSmall { .. }), "{e}");
+            assert!(e.to_string().contains("at least 1.0 MB"), "{e}");
+        }
+        let one_mb = RunRequest {
+            bytes: MIN_PAYLOAD,
+            ..Default::default()
+        };
+        assert!(one_mb.validate().is_ok());
+    }
+
+    #[test]
+    fn seed_accepts_the_printed_hex_form() {
+        assert_eq!(parse_seed("0x18ecd9107f28b6c7"), Ok(0x18ec_d910_7f28_b6c7));
+        assert_eq!(parse_seed(&format!("{:#x}", u64::MAX)), Ok(u64::MAX));
+        assert_eq!(parse_seed("42"), Ok(42));
+        assert!(parse_seed("0xZZ").unwrap_err().to_string().contains("as printed"));
+        assert!(parse_seed("-1").is_err());
+    }
 
     #[test]
     fn defaults_validate_to_the_main_use() {

@@ -112,21 +112,82 @@ pub struct RunReport {
     pub peer_environment: Option<Environment>,
 }
 
+/// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
+/// first congestion-window rounds and a single scheduling hiccup weigh on the result.
+pub const MIN_STABLE_SECONDS: f64 = 0.5;
+
+/// Why no report can be made of a run's transfers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReportError {
+    #[error("no transfer was made")]
+    NoTransfers,
+    #[error(
+        "a transfer of {bytes} bytes took {seconds} s by the receiver's clock: too short to time; give a larger --bytes"
+    )]
+    Untimed { bytes: u64, seconds: f64 },
+}
+
 impl RunReport {
-    /// None when there is no transfer: a report always carries at least one measurement.
-    pub fn new(plan: RunPlan, environment: Environment, transfers: Vec<Transfer>) -> Option<RunReport> {
+    /// A report always carries at least one measurement, and only timed ones: a transfer
+    /// that took no measurable time would make every rate infinite.
+    pub fn new(
+        plan: RunPlan,
+        environment: Environment,
+        transfers: Vec<Transfer>,
+    ) -> Result<RunReport, ReportError> {
+        if let Some(t) = transfers
+            .iter()
+            .find(|t| !(t.seconds > 0.0 && t.mb_per_s().is_finite()))
+        {
+            return Err(ReportError::Untimed {
+                bytes: t.bytes,
+                seconds: t.seconds,
+            });
+        }
         let rates: Vec<f64> = transfers.iter().map(Transfer::mb_per_s).collect();
-        Some(RunReport {
+        let mb_per_s = Summary::of(&rates).ok_or(ReportError::NoTransfers)?;
+        let notes = short_transfer_note(&transfers).into_iter().collect();
+        Ok(RunReport {
             schema_version: SCHEMA_VERSION,
             plan,
             environment,
-            mb_per_s: Summary::of(&rates)?,
+            mb_per_s,
             transfers: transfers.into_iter().map(TransferRecord::from).collect(),
             backend_details: serde_json::Map::new(),
             references: Default::default(),
-            notes: Vec::new(),
+            notes,
             peer_environment: None,
         })
+    }
+}
+
+/// A warning when the shortest transfer lasted under [`MIN_STABLE_SECONDS`], with a payload
+/// that would take about two seconds at the measured rate.
+pub fn short_transfer_note(transfers: &[Transfer]) -> Option<String> {
+    let shortest = transfers.iter().min_by(|a, b| a.seconds.total_cmp(&b.seconds))?;
+    if shortest.seconds >= MIN_STABLE_SECONDS {
+        return None;
+    }
+    Some(format!(
+        "a transfer lasted {:.3} s: too short to be a stable figure; use --bytes {} or more",
+        shortest.seconds,
+        suggested_payload(shortest.mb_per_s())
+    ))
+}
+
+/// Decimal megabytes for about two seconds at `mb_per_s`, rounded up to 1, 2 or 5 × 10^n.
+fn suggested_payload(mb_per_s: f64) -> String {
+    let want = (mb_per_s * 2.0).max(1.0);
+    let decade = 10f64.powf(want.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * decade)
+        .find(|v| *v >= want)
+        .unwrap_or(10.0 * decade);
+    if step >= 1000.0 {
+        format!("{}GB", step / 1000.0)
+    } else {
+        format!("{step}MB")
     }
 }
 
@@ -156,6 +217,7 @@ mod tests {
         .unwrap();
         let env = Environment::detect();
         let report = RunReport::new(plan, env, vec![transfer(0.125), transfer(0.1), transfer(0.2)]).unwrap();
+        assert!(report.notes[0].contains("too short"), "{:?}", report.notes);
         assert_eq!(report.mb_per_s.median, 800.0);
         let json = serde_json::to_string_pretty(&report).unwrap();
         let back: RunReport = serde_json::from_str(&json).unwrap();
@@ -169,6 +231,32 @@ mod tests {
     #[test]
     fn no_transfers_no_report() {
         let plan = RunRequest::default().validate().unwrap();
-        assert!(RunReport::new(plan, Environment::detect(), vec![]).is_none());
+        assert_eq!(
+            RunReport::new(plan, Environment::detect(), vec![]),
+            Err(ReportError::NoTransfers)
+        );
+    }
+
+    #[test]
+    fn bytes_1_untimed_transfer_is_refused_not_inf() {
+        let plan = RunRequest::default().validate().unwrap();
+        let e = RunReport::new(plan, Environment::detect(), vec![transfer(0.5), transfer(0.0)]).unwrap_err();
+        assert!(matches!(e, ReportError::Untimed { .. }), "{e}");
+        assert!(e.to_string().contains("give a larger --bytes"), "{e}");
+    }
+
+    #[test]
+    fn short_transfer_warns_with_a_payload_to_use() {
+        let plan = RunRequest::default().validate().unwrap();
+        let report =
+            RunReport::new(plan, Environment::detect(), vec![transfer(0.125), transfer(1.0)]).unwrap();
+        // 100 MB in 0.125 s = 800 MB/s: two seconds is 1600 MB, rounded up to 2 GB.
+        assert_eq!(
+            report.notes,
+            ["a transfer lasted 0.125 s: too short to be a stable figure; use --bytes 2GB or more"]
+        );
+        assert_eq!(short_transfer_note(&[transfer(0.5)]), None);
+        assert_eq!(suggested_payload(3.0), "10MB");
+        assert_eq!(suggested_payload(0.1), "1MB");
     }
 }

@@ -10,13 +10,17 @@ use serde::{Deserialize, Serialize};
 pub struct ByteSize(pub u64);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid size {0:?}: use a number with an optional unit, e.g. 100MB, 1GiB, 512KiB or 4096")]
-pub struct ByteSizeError(pub String);
+pub enum ByteSizeError {
+    #[error("invalid size {0:?}: use a number with an optional unit, e.g. 100MB, 1GiB, 512KiB or 4096")]
+    Invalid(String),
+    #[error("size {0:?} must be above zero, e.g. 100MB")]
+    Zero(String),
+}
 
 impl FromStr for ByteSize {
     type Err = ByteSizeError;
     fn from_str(s: &str) -> Result<Self, ByteSizeError> {
-        let bad = || ByteSizeError(s.to_string());
+        let bad = || ByteSizeError::Invalid(s.to_string());
         let t = s.trim();
         let split = t
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -39,6 +43,9 @@ impl FromStr for ByteSize {
         }
         let value: f64 = num.parse().map_err(|_| bad())?;
         let bytes = value * multiplier as f64;
+        if bytes == 0.0 {
+            return Err(ByteSizeError::Zero(s.to_string()));
+        }
         if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
             return Err(bad());
         }
@@ -87,6 +94,15 @@ mod tests {
     fn garbage_is_refused() {
         for bad in ["abc", "", "MB", "10XB", "-5MB", "0", "0.5", "1.2.3MB", "1e9"] {
             assert!(bad.parse::<ByteSize>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn zero_bytes_says_it_must_be_above_zero() {
+        for zero in ["0", "0MB", "0.0GiB"] {
+            let e = zero.parse::<ByteSize>().unwrap_err();
+            assert_eq!(e, ByteSizeError::Zero(zero.into()));
+            assert!(e.to_string().contains("must be above zero"), "{e}");
         }
     }
 

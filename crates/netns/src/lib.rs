@@ -19,7 +19,7 @@ pub const LAB_PREFIX: &str = "ipl-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("ipsec-lab needs CAP_NET_ADMIN to create namespaces; run it as root")]
+    #[error("this command needs CAP_NET_ADMIN to create network namespaces: run it as root")]
     NotPermitted,
     #[error(
         "network namespace {name} already exists: another run or a leftover owns it (run `ipsec-lab clean`)"

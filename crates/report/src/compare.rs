@@ -7,6 +7,11 @@
 //!
 //! With one repeat a range is a point, so only the threshold guards against noise; the
 //! report says so. Cells are matched by row key (backend, variant, environment) and suite.
+//!
+//! Two reports measured under different conditions (payload, repeats, kernel, CPU, VM or
+//! host) do not say whether the software got faster: [`compare`] refuses them unless asked
+//! to [`CompareOptions::allow_different_conditions`], and then marks the affected cells not
+//! comparable, so no difference of conditions is ever flagged as a regression.
 
 use std::fmt::Write as _;
 
@@ -21,15 +26,48 @@ pub const DEFAULT_THRESHOLD: f64 = 0.05;
 pub struct CompareOptions {
     /// Smallest relative change of the median that is flagged (0.05 = 5 %).
     pub threshold: f64,
+    /// Compare reports measured under different conditions anyway: cells whose conditions
+    /// differ are shown, marked not comparable, and never flagged.
+    pub allow_different_conditions: bool,
 }
 
 impl Default for CompareOptions {
     fn default() -> Self {
         CompareOptions {
             threshold: DEFAULT_THRESHOLD,
+            allow_different_conditions: false,
         }
     }
 }
+
+/// One condition that differs between the two reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConditionChange {
+    /// The environment whose rows it affects ([`model::matrix::HOST`], `vm`); None: every row.
+    pub environment: Option<String>,
+    /// "payload", "repeats", "kernel", "CPU", "virtualization".
+    pub what: &'static str,
+    pub before: String,
+    pub after: String,
+}
+
+impl std::fmt::Display for ConditionChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(env) = &self.environment {
+            write!(f, "{env} ")?;
+        }
+        write!(f, "{} {} before, {} after", self.what, self.before, self.after)
+    }
+}
+
+/// The reports were measured under different conditions and the caller did not allow it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the two reports were measured under different conditions ({}): their differences are not the software's; \
+     measure both the same way, or pass --allow-different-conditions to see them side by side, marked not comparable",
+    .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+)]
+pub struct DifferentConditions(pub Vec<ConditionChange>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -147,7 +185,15 @@ pub fn judge(before: &Summary, after: &Summary, options: CompareOptions) -> Verd
     }
 }
 
-pub fn compare(before: &MatrixReport, after: &MatrixReport, options: CompareOptions) -> Comparison {
+pub fn compare(
+    before: &MatrixReport,
+    after: &MatrixReport,
+    options: CompareOptions,
+) -> Result<Comparison, DifferentConditions> {
+    let changes = condition_changes(before, after);
+    if !changes.is_empty() && !options.allow_different_conditions {
+        return Err(DifferentConditions(changes));
+    }
     let mut cells = Vec::new();
     let mut keys: Vec<(RowKey, CipherSuite)> = Vec::new();
     for report in [before, after] {
@@ -170,11 +216,19 @@ pub fn compare(before: &MatrixReport, after: &MatrixReport, options: CompareOpti
             (_, None, _, _) => Verdict::NotComparable("absent after".into()),
             (_, _, None, _) => Verdict::NotComparable("not run before".into()),
             (_, _, _, None) => Verdict::NotComparable("not run after".into()),
-            (_, _, Some(bs), Some(_)) if bs.median <= 0.0 => Verdict::NotComparable("zero before".into()),
+            (_, _, Some(bs), Some(as_)) if !(is_rate(bs.median) && is_rate(as_.median)) => {
+                Verdict::NotComparable("no rate on one side".into())
+            }
+            _ if !row_changes(&changes, &key.environment).is_empty() => Verdict::NotComparable(format!(
+                "{} differ",
+                row_changes(&changes, &key.environment).join(", ")
+            )),
             (_, _, Some(bs), Some(as_)) => judge(&bs, &as_, options),
         };
         let (delta_mb_s, ratio) = match (bm, am) {
-            (Some(b), Some(a)) if b.median > 0.0 => (Some(a.median - b.median), Some(a.median / b.median)),
+            (Some(b), Some(a)) if is_rate(b.median) && is_rate(a.median) => {
+                (Some(a.median - b.median), Some(a.median / b.median))
+            }
             _ => (None, None),
         };
         cells.push(CellDelta {
@@ -187,27 +241,78 @@ pub fn compare(before: &MatrixReport, after: &MatrixReport, options: CompareOpti
             verdict,
         });
     }
-    Comparison {
+    let mut notes: Vec<String> = changes.iter().map(|c| format!("not comparable: {c}")).collect();
+    notes.extend(condition_notes(before, after));
+    Ok(Comparison {
         options,
         cells,
-        notes: condition_notes(before, after),
-    }
+        notes,
+    })
 }
 
+/// A median that can be compared: finite and above zero.
+fn is_rate(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+/// The names of the changes that affect rows of `environment`.
+fn row_changes(changes: &[ConditionChange], environment: &str) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = changes
+        .iter()
+        .filter(|c| c.environment.as_deref().is_none_or(|e| e == environment))
+        .map(|c| c.what)
+        .collect();
+    names.dedup();
+    names
+}
+
+/// The conditions under which the two reports' numbers were measured, where they differ.
+pub fn condition_changes(before: &MatrixReport, after: &MatrixReport) -> Vec<ConditionChange> {
+    let mut changes = Vec::new();
+    if before.repeat != after.repeat {
+        changes.push(ConditionChange {
+            environment: None,
+            what: "repeats",
+            before: before.repeat.to_string(),
+            after: after.repeat.to_string(),
+        });
+    }
+    let mut environments: Vec<&String> = before.rows.iter().map(|r| &r.key.environment).collect();
+    environments.sort();
+    environments.dedup();
+    for name in environments {
+        let mut change = |what, b: String, a: String| {
+            if b != a {
+                changes.push(ConditionChange {
+                    environment: Some(name.clone()),
+                    what,
+                    before: b,
+                    after: a,
+                });
+            }
+        };
+        change(
+            "payload",
+            before.payload_of(name).to_string(),
+            after.payload_of(name).to_string(),
+        );
+        let (Some(b), Some(a)) = (before.environments.get(name), after.environments.get(name)) else {
+            continue;
+        };
+        change("kernel", b.kernel_release.clone(), a.kernel_release.clone());
+        change("CPU", b.cpu_model.clone(), a.cpu_model.clone());
+        change(
+            "virtualization",
+            b.virtualization.clone(),
+            a.virtualization.clone(),
+        );
+    }
+    changes
+}
+
+/// What the reader should know that does not stop the comparison.
 fn condition_notes(before: &MatrixReport, after: &MatrixReport) -> Vec<String> {
     let mut notes = Vec::new();
-    if before.payload != after.payload {
-        notes.push(format!(
-            "payload differs: {} before, {} after",
-            before.payload, after.payload
-        ));
-    }
-    if before.repeat != after.repeat {
-        notes.push(format!(
-            "repeats differ: {} before, {} after",
-            before.repeat, after.repeat
-        ));
-    }
     if before.repeat < 2 || after.repeat < 2 {
         notes.push(
             "with a single repeat there is no spread: only the threshold separates change from noise".into(),
@@ -217,15 +322,6 @@ fn condition_notes(before: &MatrixReport, after: &MatrixReport) -> Vec<String> {
         let Some(a) = after.environments.get(name) else {
             continue;
         };
-        for (what, x, y) in [
-            ("kernel", &b.kernel_release, &a.kernel_release),
-            ("CPU", &b.cpu_model, &a.cpu_model),
-            ("virtualization", &b.virtualization, &a.virtualization),
-        ] {
-            if x != y {
-                notes.push(format!("{name}: {what} differs: {x} before, {y} after"));
-            }
-        }
         if b.kernel_drivers != a.kernel_drivers {
             notes.push(format!(
                 "{name}: kernel crypto drivers differ: {:?} before, {:?} after",
@@ -240,7 +336,7 @@ fn condition_notes(before: &MatrixReport, after: &MatrixReport) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::fixture;
-    use model::matrix::{RowVariant, HOST};
+    use model::matrix::{RowVariant, HOST, VM};
     use model::{Backend, CryptoChoice, KeyBits};
 
     fn set(report: &mut MatrixReport, key: &RowKey, suite: CipherSuite, samples: &[f64]) {
@@ -271,7 +367,7 @@ mod tests {
             .unwrap();
         assert_eq!(before_auto_256.mb_per_s.min, 302.0);
         set(&mut after, &auto, s256, &[298.0, 299.0, 300.0]);
-        let c = compare(&before, &after, CompareOptions::default());
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
         let flagged: Vec<_> = c.regressions().map(|d| (d.row.label(), d.suite)).collect();
         assert_eq!(flagged, [("userspace [auto]".to_string(), s128)]);
         assert_eq!(c.improvements().count(), 0);
@@ -303,7 +399,7 @@ mod tests {
         after
             .rows
             .retain(|r| r.key.backend != Backend::Xfrm || r.key.environment != HOST);
-        let c = compare(&before, &after, CompareOptions::default());
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
         assert_eq!(c.improvements().count(), 1);
         let gcm_cell = c.cells.iter().find(|d| d.row == ovpn && d.suite == gcm).unwrap();
         assert_eq!(gcm_cell.verdict, Verdict::NotComparable("not run before".into()));
@@ -318,7 +414,10 @@ mod tests {
     #[test]
     fn judge_needs_both_spread_and_threshold() {
         let s = |v: &[f64]| Summary::of(v).unwrap();
-        let o = CompareOptions { threshold: 0.10 };
+        let o = CompareOptions {
+            threshold: 0.10,
+            ..Default::default()
+        };
         assert_eq!(judge(&s(&[100.0]), &s(&[85.0]), o), Verdict::Regression);
         assert_eq!(judge(&s(&[100.0]), &s(&[95.0]), o), Verdict::BelowThreshold);
         assert_eq!(
@@ -332,16 +431,72 @@ mod tests {
     }
 
     #[test]
-    fn differing_conditions_are_noted() {
+    fn payload_10mb_vs_1mb_is_refused_naming_the_conditions() {
         let before = fixture::report();
         let mut after = before.clone();
         after.environments.get_mut(HOST).unwrap().kernel_release = "6.12.0".into();
-        after.payload = model::ByteSize(8_000_000);
-        let c = compare(&before, &after, CompareOptions::default());
-        assert!(c
-            .notes
+        after.payload = model::ByteSize(1_000_000);
+        after.repeat = 1;
+        let e = compare(&before, &after, CompareOptions::default()).unwrap_err();
+        let text = e.to_string();
+        for part in [
+            "repeats 3 before, 1 after",
+            "host payload 4.0 MB before, 1.0 MB after",
+            "host kernel 6.1.0-test before, 6.12.0 after",
+            "--allow-different-conditions",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+    }
+
+    #[test]
+    fn allowed_different_conditions_mark_every_cell_and_flag_nothing() {
+        let before = fixture::report();
+        let mut after = before.clone();
+        after.payload = model::ByteSize(1_000_000);
+        let auto = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
+        // Half the speed: a regression under equal conditions.
+        set(
+            &mut after,
+            &auto,
+            CipherSuite::classic_six()[0],
+            &[150.0, 155.0, 160.0],
+        );
+        let options = CompareOptions {
+            allow_different_conditions: true,
+            ..Default::default()
+        };
+        let c = compare(&before, &after, options).unwrap();
+        assert_eq!(c.regressions().count(), 0);
+        // The VM rows kept their own 1 MB payload: only the host rows changed conditions.
+        for d in c.cells.iter().filter(|d| d.before.is_some() && d.after.is_some()) {
+            let marked = matches!(&d.verdict, Verdict::NotComparable(w) if w == "payload differ");
+            assert_eq!(marked, d.row.environment == HOST, "{d:?}");
+        }
+        let halved = c
+            .cells
             .iter()
-            .any(|n| n.contains("kernel differs: 6.1.0-test before, 6.12.0 after")));
-        assert!(c.notes.iter().any(|n| n.contains("payload differs")));
+            .find(|d| d.row == auto && d.suite == CipherSuite::classic_six()[0])
+            .unwrap();
+        assert_eq!(halved.verdict, Verdict::NotComparable("payload differ".into()));
+        assert!(c
+            .render()
+            .contains("not comparable: host payload 4.0 MB before, 1.0 MB after"));
+    }
+
+    #[test]
+    fn a_change_in_the_vm_marks_only_the_vm_rows() {
+        let before = fixture::report();
+        let mut after = before.clone();
+        after.environments.get_mut(VM).unwrap().kernel_release = "6.12.0".into();
+        let options = CompareOptions {
+            allow_different_conditions: true,
+            ..Default::default()
+        };
+        let c = compare(&before, &after, options).unwrap();
+        for d in c.cells.iter().filter(|d| d.before.is_some() && d.after.is_some()) {
+            let marked = matches!(&d.verdict, Verdict::NotComparable(w) if w == "kernel differ");
+            assert_eq!(marked, d.row.environment == VM, "{d:?}");
+        }
     }
 }

@@ -3,6 +3,8 @@
 
 use model::matrix::{CellOutcome, MatrixReport, RowVariant};
 
+use crate::fmt_field;
+
 pub const HEADER: [&str; 20] = [
     "environment",
     "virtualization",
@@ -61,18 +63,18 @@ pub fn render(report: &MatrixReport) -> String {
             match &cell.outcome {
                 CellOutcome::Measured(m) => f.extend([
                     "measured".to_string(),
-                    format!("{:.3}", m.mb_per_s.median),
-                    format!("{:.3}", m.mb_per_s.min),
-                    format!("{:.3}", m.mb_per_s.max),
+                    fmt_field(m.mb_per_s.median, 3),
+                    fmt_field(m.mb_per_s.min, 3),
+                    fmt_field(m.mb_per_s.max, 3),
                     m.mb_per_s.n.to_string(),
-                    m.percent_of_plain.map(|p| format!("{p:.2}")).unwrap_or_default(),
-                    format!("{:.1}", m.cpu.sender_percent.median),
-                    format!("{:.1}", m.cpu.receiver_percent.median),
+                    m.percent_of_plain.map(|p| fmt_field(p, 2)).unwrap_or_default(),
+                    fmt_field(m.cpu.sender_percent.median, 1),
+                    fmt_field(m.cpu.receiver_percent.median, 1),
                     m.tunnel_cpu
-                        .map(|t| format!("{:.1}", t.a_percent))
+                        .map(|t| fmt_field(t.a_percent, 1))
                         .unwrap_or_default(),
                     m.tunnel_cpu
-                        .map(|t| format!("{:.1}", t.b_percent))
+                        .map(|t| fmt_field(t.b_percent, 1))
                         .unwrap_or_default(),
                     m.served_by.clone().unwrap_or_default(),
                     payload.0.to_string(),

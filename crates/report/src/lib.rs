@@ -115,12 +115,25 @@ pub fn not_run_reasons(report: &MatrixReport) -> Vec<&str> {
     reasons
 }
 
-/// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow).
+/// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow). A
+/// rate that is not a number (a report made by hand, or by a future bug) prints as "—",
+/// never as inf or NaN.
 pub fn fmt_rate(v: f64) -> String {
-    if v < 10.0 {
+    if !v.is_finite() {
+        "—".into()
+    } else if v < 10.0 {
         format!("{v:.2}")
     } else {
         format!("{v:.1}")
+    }
+}
+
+/// `v` with `decimals` decimals for a machine-read field; empty when not finite.
+pub fn fmt_field(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        String::new()
     }
 }
 
@@ -340,6 +353,26 @@ pub(crate) mod fixture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use model::matrix::CellOutcome;
+
+    #[test]
+    fn inf_and_nan_rates_never_reach_markdown_or_csv() {
+        let mut r = fixture::report();
+        for row in &mut r.rows {
+            for cell in &mut row.cells {
+                if let CellOutcome::Measured(m) = &mut cell.outcome {
+                    m.mb_per_s.median = f64::INFINITY;
+                    m.mb_per_s.max = f64::NAN;
+                }
+            }
+        }
+        r.compute_percent_of_plain();
+        for text in [markdown::render(&r), csv::render(&r)] {
+            let lower = text.to_lowercase();
+            let words: Vec<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+            assert!(!words.contains(&"inf") && !words.contains(&"nan"), "{text}");
+        }
+    }
 
     #[test]
     fn formats_parse_by_name() {

@@ -71,7 +71,8 @@ pub fn render(report: &MatrixReport) -> String {
 
     let _ = writeln!(out, "\n#### % of plain (line rate in the same environment)\n");
     table(&mut out, report, &mut reasons, &|_, m| match m.percent_of_plain {
-        Some(p) => format!("{p:.1} %"),
+        Some(p) if p.is_finite() => format!("{p:.1} %"),
+        Some(_) => "—".to_string(),
         None => "no baseline".to_string(),
     });
 

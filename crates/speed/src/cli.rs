@@ -4,10 +4,11 @@
 use std::io::{IsTerminal, Write};
 use std::process::Stdio;
 use std::str::FromStr;
+use std::time::Instant;
 
 use clap::Args;
 use crypto::{CryptoChoice, Implementation};
-use model::Environment;
+use model::{ByteSize, Environment};
 
 use crate::measure::{measure_cell, measure_cell_with, Method};
 use crate::report::{Record, RecordHead, Skipped, SpeedReport, Units, SPEED_SCHEMA_VERSION};
@@ -31,11 +32,12 @@ pub struct SpeedArgs {
     #[arg(long, default_value_t = 1)]
     pub multi: usize,
     /// Repeats per cell; the table shows the median and flags spreads above 5 %.
-    #[arg(long, default_value_t = 3)]
-    pub repeats: usize,
-    /// Block sizes in bytes, comma-separated (default 16,64,256,1024,1400,8192,16384).
+    #[arg(long, alias = "repeats", default_value_t = 3)]
+    pub repeat: usize,
+    /// Block sizes, comma-separated, with units as --bytes takes them: 1400,8KiB,16k
+    /// (default 16,64,256,1024,1400,8192,16384).
     #[arg(long, value_delimiter = ',')]
-    pub sizes: Vec<usize>,
+    pub sizes: Vec<ByteSize>,
     /// Print openssl's units (1000s of bytes per second) instead of MB/s.
     #[arg(long)]
     pub openssl_units: bool,
@@ -95,10 +97,10 @@ pub enum UsageError {
     ZeroThreads,
     #[error("--seconds {0}: give a positive number of seconds per cell, e.g. --seconds 0.5")]
     BadSeconds(f64),
-    #[error("--repeats 0: give at least 1 repeat per cell")]
+    #[error("--repeat 0: give at least 1 repeat per cell")]
     ZeroRepeats,
-    #[error("--sizes {0}: block sizes are 1 to 1048576 bytes")]
-    BadSize(usize),
+    #[error("--sizes {0}: block sizes are 1 B to 1 MiB (1048576 bytes)")]
+    BadSize(u64),
     #[error("--vm runs the kernel rows in a VM, but --crypto does not include kernel")]
     VmWithoutKernel,
 }
@@ -138,7 +140,7 @@ impl SpeedPlan {
                 &self.seconds.to_string(),
                 "--multi",
                 &self.threads.to_string(),
-                "--repeats",
+                "--repeat",
                 &self.repeats.to_string(),
                 "--sizes",
                 &sizes.join(","),
@@ -183,7 +185,7 @@ impl SpeedArgs {
         if self.multi == 0 {
             return Err(UsageError::ZeroThreads);
         }
-        if self.repeats == 0 {
+        if self.repeat == 0 {
             return Err(UsageError::ZeroRepeats);
         }
         let seconds = self.seconds.unwrap_or(if suites.len() == 1 { 3.0 } else { 1.0 });
@@ -193,10 +195,10 @@ impl SpeedArgs {
         let sizes = if self.sizes.is_empty() {
             BLOCK_SIZES.to_vec()
         } else {
-            if let Some(&bad) = self.sizes.iter().find(|&&s| s == 0 || s > 1 << 20) {
-                return Err(UsageError::BadSize(bad));
+            if let Some(bad) = self.sizes.iter().find(|s| s.0 == 0 || s.0 > 1 << 20) {
+                return Err(UsageError::BadSize(bad.0));
             }
-            let mut v = self.sizes.clone();
+            let mut v: Vec<usize> = self.sizes.iter().map(|s| s.0 as usize).collect();
             v.sort_unstable();
             v.dedup();
             v
@@ -214,7 +216,7 @@ impl SpeedArgs {
             sizes,
             seconds,
             threads: self.multi,
-            repeats: self.repeats,
+            repeats: self.repeat,
             units: if self.openssl_units {
                 Units::OpensslKilobytes
             } else {
@@ -228,14 +230,80 @@ impl SpeedArgs {
     }
 }
 
-fn progress(line: &str) {
-    if std::io::stderr().is_terminal() {
-        eprintln!("{line}");
+/// The progress of a whole run on a terminal: "timing …" lines with the cells done out of
+/// all and an estimate of the time left (from the pace so far, or from --seconds per cell
+/// before the first cell is done). A child run has no overall view: its lines carry none.
+struct Progress {
+    total: usize,
+    done: usize,
+    seconds_per_cell: f64,
+    started: Instant,
+    overall: bool,
+    terminal: bool,
+}
+
+impl Progress {
+    /// Cells of one implementation's row: every suite's directions at every size.
+    fn cells_per_row(plan: &SpeedPlan) -> usize {
+        plan.suites.iter().map(|s| s.directions().len()).sum::<usize>() * plan.sizes.len()
+    }
+
+    fn new(plan: &SpeedPlan, guest_rows: bool) -> Progress {
+        let rows = plan
+            .implementations
+            .iter()
+            .filter(|i| !(guest_rows && **i == SpeedImpl::Kernel))
+            .count()
+            + usize::from(plan.against_openssl && !plan.child);
+        Progress {
+            total: rows * Progress::cells_per_row(plan),
+            done: 0,
+            seconds_per_cell: plan.seconds,
+            started: Instant::now(),
+            overall: !plan.child,
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn status(&self) -> String {
+        let left = self.total.saturating_sub(self.done) as f64;
+        let per_cell = if self.done > 0 {
+            self.started.elapsed().as_secs_f64() / self.done as f64
+        } else {
+            self.seconds_per_cell
+        };
+        let seconds = (left * per_cell).round() as u64;
+        let eta = if seconds >= 90 {
+            format!("about {} min left", (seconds + 30) / 60)
+        } else {
+            format!("about {seconds} s left")
+        };
+        format!("[cell {}/{}, {eta}]", (self.done + 1).min(self.total), self.total)
+    }
+
+    fn line(&self, what: &str) {
+        if !self.terminal {
+            return;
+        }
+        if self.overall && self.total > 0 {
+            eprintln!("{what} {}", self.status());
+        } else {
+            eprintln!("{what}");
+        }
+    }
+
+    fn advance(&mut self, cells: usize) {
+        self.done = (self.done + cells).min(self.total);
     }
 }
 
 /// Times one crypto implementation in this process: self-test first, then every cell.
-fn measure_here(choice: CryptoChoice, plan: &SpeedPlan, method: &Method) -> Result<Vec<Record>, SpeedError> {
+fn measure_here(
+    choice: CryptoChoice,
+    plan: &SpeedPlan,
+    method: &Method,
+    progress: &mut Progress,
+) -> Result<Vec<Record>, SpeedError> {
     let imp = Implementation::new(choice).map_err(|source| SpeedError::Implementation {
         implementation: choice.to_string(),
         source,
@@ -245,9 +313,10 @@ fn measure_here(choice: CryptoChoice, plan: &SpeedPlan, method: &Method) -> Resu
     let mut records = Vec::new();
     for &suite in &plan.suites {
         for &direction in suite.directions() {
-            progress(&format!("timing {} {suite} {direction}", info.label));
+            progress.line(&format!("timing {} {suite} {direction}", info.label));
             for &size in &plan.sizes {
                 let repeats = measure_cell(&imp, suite, direction, size, method)?;
+                progress.advance(1);
                 let head = RecordHead {
                     implementation: choice.to_string(),
                     library: info.library.to_string(),
@@ -280,7 +349,7 @@ fn measure_in_soft_child(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
     cmd.args(["--crypto", "soft", "--child", "--json", "-"])
         .args(["--seconds", &plan.seconds.to_string()])
         .args(["--multi", &plan.threads.to_string()])
-        .args(["--repeats", &plan.repeats.to_string()])
+        .args(["--repeat", &plan.repeats.to_string()])
         .args(["--sizes", &sizes.join(",")]);
     let out = cmd
         .stdout(Stdio::piped())
@@ -293,7 +362,7 @@ fn measure_in_soft_child(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
     serde_json::from_slice(&out.stdout).map_err(SpeedError::ChildOutput)
 }
 
-fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport) {
+fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Progress) {
     let Some(version) = openssl::version() else {
         report.skipped.push(Skipped {
             implementation: "openssl".into(),
@@ -304,8 +373,10 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport) {
     };
     for &suite in &plan.suites {
         for &direction in suite.directions() {
-            progress(&format!("timing openssl {suite} {direction}"));
-            match openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads) {
+            progress.line(&format!("timing openssl {suite} {direction}"));
+            let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
+            progress.advance(plan.sizes.len());
+            match result {
                 Ok(cells) => {
                     for c in cells {
                         let head = RecordHead {
@@ -340,7 +411,7 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport) {
 
 /// Times the kernel rows through AF_ALG in this process: each suite passes its
 /// known-answer tests first; a suite the kernel lacks or fails is skipped with its reason.
-fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport) {
+fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, progress: &mut Progress) {
     let skip = |suite: Option<String>, reason: String| Skipped {
         implementation: "kernel".into(),
         suite,
@@ -364,13 +435,15 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport) {
             }
         };
         for &direction in suite.directions() {
-            progress(&format!(
+            progress.line(&format!(
                 "timing kernel {suite} {direction} ({})",
                 verified.driver
             ));
             for &size in &plan.sizes {
                 let build = || kernel::build(suite, direction, size);
-                let repeats = match measure_cell_with(&build, method) {
+                let measured = measure_cell_with(&build, method);
+                progress.advance(1);
+                let repeats = match measured {
                     Ok(r) => r,
                     Err(e) => {
                         report.skipped.push(skip(
@@ -419,8 +492,12 @@ pub fn measure_with(plan: &SpeedPlan, guest: Option<SpeedReport>) -> Result<Spee
         skipped: Vec::new(),
         guest_environment: None,
     };
+    let mut progress = Progress::new(plan, guest.is_some());
+    let cells_per_row = Progress::cells_per_row(plan);
     let mut guest = guest;
     for &imp in &plan.implementations {
+        let row_start = progress.done;
+        let from_guest = imp == SpeedImpl::Kernel && guest.is_some();
         match imp {
             SpeedImpl::Kernel => match guest.take() {
                 Some(g) => {
@@ -428,21 +505,28 @@ pub fn measure_with(plan: &SpeedPlan, guest: Option<SpeedReport>) -> Result<Spee
                     report.skipped.extend(g.skipped);
                     report.guest_environment = Some(g.environment);
                 }
-                None => measure_kernel(plan, &method, &mut report),
+                None => measure_kernel(plan, &method, &mut report, &mut progress),
             },
             // Masked already (this is the child, or the user set the variable): time here.
             SpeedImpl::Crypto(CryptoChoice::Soft) if !crypto::soft::active() => {
+                progress.line("timing soft in a child process with hardware AES masked");
                 let child = measure_in_soft_child(plan)?;
                 report.records.extend(child.records);
                 report.skipped.extend(child.skipped);
             }
             SpeedImpl::Crypto(choice) => {
-                report.records.extend(measure_here(choice, plan, &method)?);
+                report
+                    .records
+                    .extend(measure_here(choice, plan, &method, &mut progress)?);
             }
+        }
+        // Cells skipped (a kernel without a suite) or timed in the soft child count as done.
+        if !from_guest {
+            progress.advance((row_start + cells_per_row).saturating_sub(progress.done));
         }
     }
     if plan.against_openssl && !plan.child {
-        openssl_records(plan, &mut report);
+        openssl_records(plan, &mut report, &mut progress);
     }
     Ok(report)
 }
@@ -490,7 +574,7 @@ mod tests {
         SpeedArgs {
             suites: suites.iter().map(|s| s.to_string()).collect(),
             multi: 1,
-            repeats: 3,
+            repeat: 3,
             ..Default::default()
         }
     }
@@ -527,7 +611,7 @@ mod tests {
             Err(UsageError::UnknownImplementation("nonsense".into()))
         );
         let mut a = args(&[]);
-        a.sizes = vec![0];
+        a.sizes = vec![ByteSize(0)];
         assert_eq!(a.validate(), Err(UsageError::BadSize(0)));
         let err = SpeedError::from(UsageError::ZeroThreads);
         assert_eq!(err.exit_code(), 2);
@@ -538,7 +622,7 @@ mod tests {
         let mut a = args(&["aes-128-cbc"]);
         a.crypto = vec!["auto".into(), "rustcrypto".into(), "kernel".into()];
         a.seconds = Some(0.03);
-        a.sizes = vec![64, 1400];
+        a.sizes = vec![ByteSize(64), ByteSize(1400)];
         let report = measure(&a.validate().unwrap()).unwrap();
         assert!(report
             .records
@@ -567,16 +651,39 @@ mod tests {
     }
 
     #[test]
+    fn plain_speed_shows_an_overall_eta() {
+        let mut a = args(&["aes-128-cbc"]);
+        a.crypto = vec!["auto".into(), "rustcrypto".into()];
+        a.seconds = Some(0.5);
+        a.sizes = vec![ByteSize(64), ByteSize(1400)];
+        let plan = a.validate().unwrap();
+        // 2 implementations x 2 directions x 2 sizes, half a second each.
+        let mut p = Progress::new(&plan, false);
+        assert_eq!(p.status(), "[cell 1/8, about 4 s left]");
+        p.advance(8);
+        assert_eq!(p.status(), "[cell 8/8, about 0 s left]");
+        let mut a = args(&[]);
+        a.seconds = Some(1.0);
+        let p = Progress::new(&a.validate().unwrap(), false);
+        assert!(p.status().ends_with("min left]"), "{}", p.status());
+        // Kernel rows timed in the VM are not waited for here.
+        let mut a = args(&["aes-128-cbc"]);
+        a.crypto = vec!["auto".into(), "kernel".into()];
+        a.sizes = vec![ByteSize(64)];
+        assert_eq!(Progress::new(&a.validate().unwrap(), true).total, 2);
+    }
+
+    #[test]
     fn vm_needs_the_kernel_rows_and_passes_the_plan_to_the_guest() {
         let mut a = args(&["aes-128-cbc", "hmac-sha256"]);
         a.vm = Some(String::new());
         a.seconds = Some(0.05);
-        a.sizes = vec![64, 1400];
+        a.sizes = vec![ByteSize(64), ByteSize(1400)];
         let p = a.validate().unwrap();
         assert_eq!(p.vm, Some(None));
         assert_eq!(
             p.kernel_child_args().join(" "),
-            "speed aes-128-cbc hmac-sha256 --crypto kernel --child --seconds 0.05 --multi 1 --repeats 3 --sizes 64,1400"
+            "speed aes-128-cbc hmac-sha256 --crypto kernel --child --seconds 0.05 --multi 1 --repeat 3 --sizes 64,1400"
         );
         a.vm = Some("/boot/vmlinuz-x".into());
         assert_eq!(a.validate().unwrap().vm, Some(Some("/boot/vmlinuz-x".into())));
