@@ -239,13 +239,7 @@ fn try_lock_existing(lock_path: &Path) -> Result<Option<Flock<File>>, OwnerError
         source,
     };
     // A state file without a lock file lost its owner mid-exit: recreate the lock to hold.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .open(lock_path)
-        .map_err(lock_error)?;
+    let file = open_lock_file(lock_path).map_err(lock_error)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) if same_file(&lock, lock_path) => Ok(Some(lock)),
         // The owner replaced its files meanwhile: it is alive.
@@ -262,19 +256,24 @@ fn lock_own(lock_path: &Path) -> Result<Flock<File>, OwnerError> {
         source,
     };
     loop {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o600)
-            .open(lock_path)
-            .map_err(lock_error)?;
+        let file = open_lock_file(lock_path).map_err(lock_error)?;
         let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| lock_error(e.into()))?;
         // A scanner may have deleted the file while we waited: lock the one on disk.
         if same_file(&lock, lock_path) {
             return Ok(lock);
         }
     }
+}
+
+/// Opens (creating if needed) a lock file; its content is never used.
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
 }
 
 fn same_file(file: &File, path: &Path) -> bool {
