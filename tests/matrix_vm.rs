@@ -137,27 +137,27 @@ fn cbc_aes_priorities() -> Vec<(String, i64)> {
     out
 }
 
+/// `matrix` over the driver rows only (one suite, no baseline), writing `json`.
+fn driver_matrix(bytes: &str, json: &Path) -> std::process::Command {
+    let mut cmd = lab();
+    cmd.args([
+        "matrix",
+        "--backends",
+        "xfrm",
+        "--ciphers",
+        "aes-128-cbc",
+        "--bytes",
+        bytes,
+    ])
+    .args(["--repeat", "1", "--no-baseline", "--no-progress", "--json"])
+    .arg(json);
+    cmd
+}
+
 /// Starts a driver-row matrix, waits until it has raised a priority (its state file says
 /// so and /proc/crypto shows it), then SIGKILLs it.
 fn kill_matrix_mid_driver_row(dir: &Path, before: &[(String, i64)]) {
-    let mut child = lab()
-        .args([
-            "matrix",
-            "--backends",
-            "xfrm",
-            "--ciphers",
-            "aes-128-cbc",
-            "--bytes",
-            "200MB",
-            "--repeat",
-            "1",
-            "--no-baseline",
-            "--no-progress",
-            "--json",
-        ])
-        .arg(dir.join("killed.json"))
-        .spawn()
-        .unwrap();
+    let mut child = driver_matrix("200MB", &dir.join("killed.json")).spawn().unwrap();
     let raised = wait_for_records(child.id(), std::time::Duration::from_secs(300), |r| {
         !records_of(r, "driver_priority").is_empty()
     });
@@ -187,21 +187,9 @@ fn killed_matrix_priorities_restored_in_guest() {
     let dir = private_dir("ipl-killed-matrix-");
     let ns_before = lab_namespaces();
     // The generic driver exists only once something asked for it; the first matrix does.
-    let warmup = run_lab(&[
-        "matrix",
-        "--backends",
-        "xfrm",
-        "--ciphers",
-        "aes-128-cbc",
-        "--bytes",
-        "1MB",
-        "--repeat",
-        "1",
-        "--no-baseline",
-        "--no-progress",
-        "--json",
-        dir.path().join("warmup.json").to_str().unwrap(),
-    ]);
+    let warmup = driver_matrix("1MB", &dir.path().join("warmup.json"))
+        .output()
+        .unwrap();
     assert!(warmup.status.success(), "{}", text(&warmup));
     let before = cbc_aes_priorities();
     assert!(
@@ -224,21 +212,7 @@ fn killed_matrix_priorities_restored_in_guest() {
     // 2. SIGKILL mid-row, then the next matrix (no clean in between).
     kill_matrix_mid_driver_row(dir.path(), &before);
     let json = dir.path().join("next.json");
-    let out = run_lab(&[
-        "matrix",
-        "--backends",
-        "xfrm",
-        "--ciphers",
-        "aes-128-cbc",
-        "--bytes",
-        "1MB",
-        "--repeat",
-        "1",
-        "--no-baseline",
-        "--no-progress",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let out = driver_matrix("1MB", &json).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let notes = report["notes"].to_string();
