@@ -125,3 +125,22 @@ fn vm_run_keeps_a_redirected_log_and_takes_no_progress() {
     assert!(shown.contains("MB/s"), "the report is in the log:\n{shown}");
     assert!(!shown.contains("cannot be used multiple times"), "{shown}");
 }
+
+#[test]
+fn lab_vm_script_refuses_an_outdir_vng_would_split() {
+    let test = "lab_vm_script_refuses_an_outdir_vng_would_split";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let dir = private_dir("ipl-vm-cli-");
+    for name in ["a b", "x' --rw 'y"] {
+        let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
+            .arg("-o")
+            .arg(dir.path().join(name))
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", text(&out));
+        assert!(text(&out).contains("cannot pass on"), "{}", text(&out));
+    }
+}
