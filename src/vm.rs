@@ -18,7 +18,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use model::{RunPlan, RunReport};
@@ -233,38 +233,29 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
     c
 }
 
-/// Starts vng and copies the guest's console (its stdout and stderr pipes) to this
-/// process's stderr line by line, so the user sees it and qemu never holds a user's file.
-pub fn spawn_forwarding(mut cmd: Command) -> std::io::Result<Child> {
-    let mut child = cmd.spawn()?;
-    let pipes: Vec<Box<dyn std::io::Read + Send>> = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    for pipe in pipes {
+/// Runs vng to the end, copying the guest's console (vng's stdout and stderr pipes) to
+/// this process's stderr line by line: the user sees it, and qemu never holds a file of
+/// the user's (it would truncate a redirected log).
+fn wait_forwarding(mut cmd: Command) -> std::io::Result<ExitStatus> {
+    fn forward(pipe: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<()> {
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
                 let mut err = std::io::stderr().lock();
                 let _ = err.write_all(&line);
                 let _ = err.write_all(b"\n");
             }
-        });
+        })
     }
-    Ok(child)
-}
-
-/// Runs vng to the end with its console forwarded (see [`spawn_forwarding`]).
-fn wait_forwarding(cmd: Command) -> std::io::Result<ExitStatus> {
-    spawn_forwarding(cmd)?.wait()
+    let mut child = cmd.spawn()?;
+    let copies = [child.stdout.take().map(forward), child.stderr.take().map(forward)];
+    let status = child.wait();
+    // The console's last lines before ours; bounded, in case a helper vng started (e.g.
+    // virtiofsd) still holds a pipe.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while copies.iter().flatten().any(|c| !c.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    status
 }
 
 /// `--vm auto`: the VM only where this kernel has no ESP.
