@@ -487,6 +487,10 @@ impl PinnedDriver {
     /// Restores now and says whether every priority went back; what did not stays
     /// recorded for `clean`.
     fn restore(mut self) -> Result<(), Vec<String>> {
+        self.restore_now()
+    }
+
+    fn restore_now(&mut self) -> Result<(), Vec<String>> {
         let restored = self.guard.take().map_or(Ok(()), PriorityGuard::restore);
         if restored.is_ok() {
             for r in self.records.drain(..) {
@@ -499,13 +503,7 @@ impl PinnedDriver {
 
 impl Drop for PinnedDriver {
     fn drop(&mut self) {
-        if self.guard.is_some() {
-            let _ = PinnedDriver {
-                guard: self.guard.take(),
-                records: std::mem::take(&mut self.records),
-            }
-            .restore();
-        }
+        let _ = self.restore_now();
     }
 }
 
