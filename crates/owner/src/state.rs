@@ -346,15 +346,13 @@ fn write_atomically(path: &Path, doc: &Document) -> Result<(), OwnerError> {
 }
 
 fn command_line() -> String {
-    let mut line: String = std::env::args()
-        .map(|a| {
-            let name = Path::new(&a)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned());
-            name.filter(|_| a.starts_with('/')).unwrap_or(a)
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
+    // The program by its name (`ipsec-lab`), not the path it was started by.
+    let mut args = std::env::args();
+    let program = args.next().unwrap_or_default();
+    let program = Path::new(&program)
+        .file_name()
+        .map_or(program.clone(), |n| n.to_string_lossy().into_owned());
+    let mut line = std::iter::once(program).chain(args).collect::<Vec<_>>().join(" ");
     if line.len() > 200 {
         let mut end = 200;
         while !line.is_char_boundary(end) {
