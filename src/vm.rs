@@ -2,16 +2,23 @@
 //! rows) inside a virtme-ng guest booting a stock kernel (default: the newest
 //! `/boot/vmlinuz-*`), with the host's root filesystem shared read-only, so the binary built
 //! on the host runs unchanged inside. The guest writes its JSON report and exit code into a
-//! host directory shared read-write (`--rwdir`); the host reads that report back
+//! private host directory shared read-write (`--rwdir`); the host reads that report back
 //! ([`exec_in_guest`]) and prints it as if the run had happened here.
+//!
+//! vng hands `--rwdir` and `-r` on to virtme-run inside a command string it splits on
+//! spaces, so those paths are checked ([`vng_safe_path`]): a `TMPDIR` or kernel path with a
+//! space, quote or other shell character is refused (exit 2) rather than split into extra
+//! vng arguments. The guest's console comes back through a pipe and goes to stderr: qemu
+//! never gets the user's stdout or stderr (it would truncate a redirected log).
 //!
 //! KVM is used when a KVM guest actually boots (checked once with a short boot and cached),
 //! else TCG emulation; the report's environment says which (`IPSEC_LAB_VIRT`), because TCG
 //! numbers show correctness, not speed.
 
 use std::ffi::OsString;
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use model::{RunPlan, RunReport};
@@ -146,8 +153,9 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The host's arguments minus `--vm [KERNEL]` and `--json FILE` (the guest writes its
-/// report where the host reads it).
+/// The host's arguments for the guest: without `--vm [KERNEL]` and `--json FILE` (the
+/// guest writes its report where the host reads it) and without `--no-progress` (the guest
+/// always gets it once; twice is a usage error).
 fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     let mut it = args.into_iter().peekable();
@@ -156,33 +164,59 @@ fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) 
             if kernel_arg.is_some() && it.peek().map(String::as_str) == kernel_arg {
                 it.next();
             }
-        } else if a.starts_with("--vm=") || a.starts_with("--json=") {
+        } else if a.starts_with("--vm=") || a.starts_with("--json=") || a == "--no-progress" {
         } else if a == "--json" {
             it.next();
         } else {
             out.push(a);
         }
     }
+    out.push("--no-progress".into());
     out
 }
 
-/// Builds the guest's shell command: load `modules`, run the lab with `args` and
-/// `--json <outdir>/report.json`, record the exit code.
-fn guest_script(exe: &Path, args: &[String], outdir: &Path, accel: Accel, modules: &str) -> String {
-    let report = outdir.join("report.json");
+/// Builds the guest's shell command: load `modules`, run `exe` with `args` (the caller
+/// puts the output file among them), record the exit code in `rc`. Every path and
+/// argument is single-quoted for the guest's shell.
+pub fn guest_script(exe: &Path, args: &[String], rc: &Path, accel: Accel, modules: &str) -> String {
     let mut cmd = vec![sh_quote(&exe.display().to_string())];
     cmd.extend(args.iter().map(|a| sh_quote(a)));
-    cmd.extend(["--json".into(), sh_quote(&report.display().to_string())]);
     format!(
         // The guest's table goes nowhere: the host prints the report it reads back.
         "modprobe -q -a {modules} 2>/dev/null; IPSEC_LAB_VIRT={} {} >/dev/null; echo $? > {}",
         sh_quote(accel.label()),
         cmd.join(" "),
-        sh_quote(&outdir.join("rc").display().to_string()),
+        sh_quote(&rc.display().to_string()),
     )
 }
 
+/// True when `path` passes through vng's command string as one argument: only letters,
+/// digits and `/._+-` (vng splits on spaces and `shlex` would act on quotes).
+pub fn vng_safe_path(path: &Path) -> bool {
+    path.to_str().is_some_and(|p| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/._+-".contains(&b))
+    })
+}
+
+fn unsafe_path(what: &str, path: &Path, fix: &str) -> LabError {
+    LabError::usage(anyhow::anyhow!(
+        "{what} {:?} has characters virtme-ng cannot pass to the VM (only letters, digits and /._+- work): {fix}",
+        path.display().to_string()
+    ))
+}
+
+/// A private directory shared read-write with the guest: fresh, 0700, recorded for
+/// `clean`, removed on drop. Refused (exit 2) where `TMPDIR` would not survive vng.
+pub fn guest_dir(prefix: &str) -> LabResult<owner::PrivateDir> {
+    check_vm_paths(None)?;
+    owner::PrivateDir::new(prefix).map_err(crate::backends::record_error)
+}
+
 /// The vng command line booting `kernel` and running `script`, with `outdir` shared rw.
+/// Run from `/` (vng passes its working directory on too); stdin closed, stdout and stderr
+/// piped (see [`wait_forwarding`]).
 pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> Command {
     let mut c = Command::new("vng");
     if accel == Accel::Tcg {
@@ -192,8 +226,36 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
     c.args(["--memory", "2G", "--cpus", "2"]);
     c.arg("--rwdir").arg(outdir);
     c.args(["--exec", script]);
-    c.stdin(Stdio::null());
+    c.current_dir("/");
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
+}
+
+/// Runs vng to the end, copying the guest's console (vng's stdout and stderr pipes) to
+/// this process's stderr line by line: the user sees it, and qemu never holds a file of
+/// the user's (it would truncate a redirected log).
+fn wait_forwarding(mut cmd: Command) -> std::io::Result<ExitStatus> {
+    fn forward(pipe: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(&line);
+                let _ = err.write_all(b"\n");
+            }
+        })
+    }
+    let mut child = cmd.spawn()?;
+    let copies = [child.stdout.take().map(forward), child.stderr.take().map(forward)];
+    let status = child.wait();
+    // The console's last lines before ours; bounded, in case a helper vng started (e.g.
+    // virtiofsd) still holds a pipe.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while copies.iter().flatten().any(|c| !c.is_finished()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    status
 }
 
 /// `--vm auto`: the VM only where this kernel has no ESP.
@@ -202,26 +264,53 @@ pub const AUTO: &str = "auto";
 /// The kernel image `--vm [KERNEL]` names (`auto` or none: the newest in /boot), once
 /// virtme-ng is known to be installed.
 pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
+    check_vm_paths(kernel_arg)?;
+    let named = kernel_arg
+        .filter(|k| !k.is_empty() && *k != AUTO)
+        .map(PathBuf::from);
     if !vng_available() {
         return Err(LabError::capability(anyhow::anyhow!(
             "--vm needs virtme-ng (`pip install virtme-ng`, command `vng`) and qemu-system-x86; run lab/setup.sh"
         )));
     }
-    let kernel = match kernel_arg.filter(|k| !k.is_empty() && *k != AUTO) {
-        Some(k) => PathBuf::from(k),
+    match named {
+        Some(kernel) => Ok(kernel),
         None => default_kernel().ok_or_else(|| {
             LabError::capability(anyhow::anyhow!(
                 "--vm found no kernel image in /boot; install linux-image-amd64 or pass --vm /path/to/vmlinuz"
             ))
-        })?,
-    };
-    if !kernel.exists() {
-        return Err(LabError::usage(anyhow::anyhow!(
-            "--vm {}: no such kernel image",
-            kernel.display()
-        )));
+        }),
     }
-    Ok(kernel)
+}
+
+/// Refuses (exit 2) a `--vm KERNEL` that is not a file, and a kernel path or `TMPDIR` that
+/// vng would split into extra arguments. Bad input whatever is installed, so checked before
+/// anything else.
+pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
+    if let Some(kernel) = kernel_arg.filter(|k| !k.is_empty() && *k != AUTO).map(Path::new) {
+        if !kernel.is_file() {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--vm {}: no such kernel image (pass a vmlinuz file, e.g. /boot/vmlinuz-VERSION)",
+                kernel.display()
+            )));
+        }
+        if !vng_safe_path(kernel) {
+            return Err(unsafe_path(
+                "--vm",
+                kernel,
+                "copy or link the image to such a path",
+            ));
+        }
+    }
+    let tmp = std::env::temp_dir();
+    if !vng_safe_path(&tmp) {
+        return Err(unsafe_path(
+            "the temporary directory",
+            &tmp,
+            "set TMPDIR to such a path (e.g. TMPDIR=/tmp)",
+        ));
+    }
+    Ok(())
 }
 
 /// What a command re-executed in the guest left behind.
@@ -238,23 +327,20 @@ pub struct GuestRun {
 /// directory shared read-write. A non-zero exit code in the guest comes back as the same
 /// kind of error here.
 pub fn exec_in_guest(kernel: &Path, accel: Accel, modules: &str, args: &[String]) -> LabResult<GuestRun> {
-    let outdir = std::env::temp_dir().join(format!("ipsec-lab-vm-{}", std::process::id()));
-    std::fs::create_dir_all(&outdir).map_err(LabError::failed)?;
+    let outdir = guest_dir("ipsec-lab-vm-")?;
     let exe = std::env::current_exe().map_err(LabError::failed)?;
-    let script = guest_script(&exe, args, &outdir, accel, modules);
+    let mut args = args.to_vec();
+    args.extend(["--json".into(), outdir.join("report.json").display().to_string()]);
+    let script = guest_script(&exe, &args, &outdir.join("rc"), accel, modules);
     eprintln!(
         "ipsec-lab: booting {} under virtme-ng ({}); TCG boots take about half a minute",
         kernel.display(),
         accel.label()
     );
     let started = Instant::now();
-    // The guest's console output is terminal noise here; its report comes back as a file.
-    let status = vng_command(kernel, accel, &outdir, &script)
-        .stdout(Stdio::null())
-        .status();
+    let status = wait_forwarding(vng_command(kernel, accel, outdir.path(), &script));
     let elapsed = started.elapsed();
-    let result = collect(&outdir, status.map_err(LabError::failed)?.success(), kernel);
-    let _ = std::fs::remove_dir_all(&outdir);
+    let result = collect(outdir.path(), status.map_err(LabError::failed)?.success(), kernel);
     Ok(GuestRun {
         report_json: result?,
         elapsed,
@@ -266,8 +352,7 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
     let kernel = resolve_kernel(kernel_arg.as_deref())?;
     let accel = detect_accel(&kernel);
     let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();
-    let mut guest = guest_args(host_args, kernel_arg.as_deref());
-    guest.push("--no-progress".into());
+    let guest = guest_args(host_args, kernel_arg.as_deref());
     let run = exec_in_guest(&kernel, accel, GUEST_MODULES, &guest)?;
     let mut report: RunReport = serde_json::from_str(&run.report_json).map_err(LabError::failed)?;
     report.notes.push(format!(
@@ -338,26 +423,58 @@ mod tests {
         ]);
         assert_eq!(
             guest_args(host, Some("/boot/k")),
-            strings(&["run", "--backend", "xfrm", "--bytes", "4MB"])
+            strings(&["run", "--backend", "xfrm", "--bytes", "4MB", "--no-progress"])
         );
         let bare = strings(&["run", "--vm", "--backend", "xfrm", "--json=x"]);
-        assert_eq!(guest_args(bare, None), strings(&["run", "--backend", "xfrm"]));
+        assert_eq!(
+            guest_args(bare, None),
+            strings(&["run", "--backend", "xfrm", "--no-progress"])
+        );
+    }
+
+    #[test]
+    fn no_progress_reaches_the_guest_once_even_when_given() {
+        use clap::Parser;
+        let host = strings(&["run", "--no-progress", "--vm", "--bytes", "2MB"]);
+        let guest = guest_args(host, None);
+        assert_eq!(
+            guest.iter().filter(|a| *a == "--no-progress").count(),
+            1,
+            "{guest:?}"
+        );
+        // And the guest's command line parses (twice was a clap usage error).
+        let mut argv = vec!["ipsec-lab".to_string()];
+        argv.extend(guest);
+        crate::cli::Cli::try_parse_from(argv).expect("the guest's arguments parse");
+    }
+
+    #[test]
+    fn only_plain_paths_go_through_vng() {
+        assert!(vng_safe_path(Path::new("/tmp/ipsec-lab-vm-Ab3xYz")));
+        assert!(vng_safe_path(Path::new("/boot/vmlinuz-6.1.0-57-amd64")));
+        for bad in [
+            "/tmp/a b",
+            "/tmp/x' --rw '",
+            "/tmp/a,b",
+            "/tmp/$(id)",
+            "/tmp/a=b",
+            "",
+        ] {
+            assert!(!vng_safe_path(Path::new(bad)), "{bad}");
+        }
     }
 
     #[test]
     fn guest_script_quotes_arguments_and_records_the_exit_code() {
         let s = guest_script(
             Path::new("/w/ipsec-lab"),
-            &strings(&["run", "it's"]),
-            Path::new("/tmp/o"),
+            &strings(&["run", "it's", "--json", "/tmp/o/report.json"]),
+            Path::new("/tmp/o/rc"),
             Accel::Tcg,
             "esp4 af_alg",
         );
         assert!(s.starts_with("modprobe -q -a esp4 af_alg "), "{s}");
-        assert!(
-            s.contains(" '--json' '/tmp/o/report.json'") || s.contains(" --json '/tmp/o/report.json'"),
-            "{s}"
-        );
+        assert!(s.contains(" '--json' '/tmp/o/report.json'"), "{s}");
         assert!(s.contains(r"'it'\''s'"), "{s}");
         assert!(
             s.contains("IPSEC_LAB_VIRT='vm (tcg: emulated, speeds not representative)'"),

@@ -177,50 +177,233 @@ fn sigint_mid_transfer_leaves_nothing() {
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
-#[test]
-fn sigkill_leftovers_are_removed_by_clean_and_foreign_namespaces_survive() {
-    if !root_or_skip("sigkill_leftovers_are_removed_by_clean_and_foreign_namespaces_survive") {
-        return;
-    }
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip").args(args).output().unwrap();
+    assert!(out.status.success(), "ip {args:?}: {}", text(&out));
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn namespace_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
+fn names(records: &[serde_json::Value], kind: &str, field: &str) -> Vec<String> {
+    records_of(records, kind)
+        .iter()
+        .map(|r| r[field].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn pids(records: &[serde_json::Value]) -> Vec<u32> {
+    records_of(records, "process")
+        .iter()
+        .map(|r| r["pid"].as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// `clean` while a run is in flight: the run finishes verified, clean says it left it alone,
+/// and every object the run recorded is still there after clean returned.
+fn clean_leaves_a_live_run_alone(backend: &str, bytes: &str, processes: usize) {
     let _lock = lab_lock();
-    let foreign = format!("notlab-{}", std::process::id());
-    assert!(std::process::Command::new("ip")
-        .args(["netns", "add", &foreign])
-        .status()
-        .unwrap()
-        .success());
-    let before = lab_namespaces();
     let mut child = lab()
-        .args(["run", "--backend", "plain", "--bytes", "50GB", "--no-progress"])
+        .args([
+            "run",
+            "--backend",
+            backend,
+            "--bytes",
+            bytes,
+            "--no-progress",
+            "--json",
+            "-",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let left = wait_for_namespaces(&before);
-    assert_eq!(left.len(), 2, "run never built its topology");
+    let pid = child.id();
+    let records = wait_for_records(pid, Duration::from_secs(30), |r| {
+        records_of(r, "namespace").len() == 2 && records_of(r, "process").len() >= processes
+    });
+    let Some(records) = records else {
+        let _ = child.kill();
+        panic!(
+            "the run never recorded its objects: {}",
+            text(&child.wait_with_output().unwrap())
+        );
+    };
+    let out = run_lab(&["clean"]);
+    let still_running = child.try_wait().unwrap().is_none();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("left alone: live run pid {pid} (ipsec-lab run")),
+        "{}",
+        text(&out)
+    );
+    let namespaces = names(&records, "namespace", "name");
+    for ns in &namespaces {
+        assert!(
+            !text(&out).contains(&format!("removed namespace {ns}")),
+            "{}",
+            text(&out)
+        );
+        if still_running {
+            assert!(namespace_exists(ns), "clean removed {ns} of the live run");
+        }
+    }
+    for p in pids(&records) {
+        if still_running {
+            assert!(alive(p), "clean stopped process {p} of the live run");
+        }
+    }
+    assert!(still_running, "the run ended before clean did: make it longer");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the run failed after clean: {}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["transfers"][0]["verified"], true);
+    assert!(namespaces.iter().all(|ns| !namespace_exists(ns)));
+    assert_eq!(state_records(pid), None, "a finished run leaves no state file");
+}
+
+#[test]
+fn clean_during_a_live_plain_run_leaves_it_alone() {
+    if !root_or_skip("clean_during_a_live_plain_run_leaves_it_alone") {
+        return;
+    }
+    clean_leaves_a_live_run_alone("plain", "6GB", 0);
+}
+
+#[test]
+fn clean_during_a_live_openvpn_run_leaves_it_alone() {
+    let test = "clean_during_a_live_openvpn_run_leaves_it_alone";
+    if !root_or_skip(test) || !openvpn_or_skip(test) {
+        return;
+    }
+    clean_leaves_a_live_run_alone("openvpn", "300MB", 2);
+}
+
+/// SIGKILL a run, then `clean`: everything the run recorded goes (namespaces, its openvpn
+/// processes, the key directory), and nothing it did not record is touched: a namespace
+/// made by hand with the lab's prefix, a process started by hand inside the dead run's
+/// namespace, and one whose (host) namespace was named `ipl-*` with `ip netns attach`.
+fn sigkill_then_clean(backend: &str, processes: usize) {
+    let _lock = lab_lock();
+    let me = std::process::id();
+    let foreign = format!("ipl-foreign-{me}");
+    let attached = format!("ipl-attached-{me}");
+    ip(&["netns", "add", &foreign]);
+    let mut in_foreign = std::process::Command::new("ip")
+        .args(["netns", "exec", &foreign, "sleep", "120"])
+        .spawn()
+        .unwrap();
+    let mut host_sleeper = std::process::Command::new("sleep").arg("120").spawn().unwrap();
+    ip(&["netns", "attach", &attached, &host_sleeper.id().to_string()]);
+
+    let mut child = lab()
+        .args(["run", "--backend", backend, "--bytes", "50GB", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let records = wait_for_records(child.id(), Duration::from_secs(30), |r| {
+        records_of(r, "namespace").len() == 2 && records_of(r, "process").len() >= processes
+    })
+    .expect("the run recorded its objects");
+    let namespaces = names(&records, "namespace", "name");
+    // A process the user started in the run's namespace: not the lab's to kill.
+    let mut in_run_ns = std::process::Command::new("ip")
+        .args(["netns", "exec", &namespaces[0], "sleep", "120"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(
-        new_lab_namespaces(&before),
-        left,
-        "SIGKILL cannot clean up; the namespaces stay"
+    assert!(
+        namespaces.iter().all(|ns| namespace_exists(ns)),
+        "SIGKILL cannot clean up"
     );
 
     let out = run_lab(&["clean"]);
-    assert!(out.status.success(), "{}", text(&out));
-    for ns in &left {
-        assert!(
-            text(&out).contains(ns),
-            "clean did not report {ns}: {}",
-            text(&out)
-        );
+    let survivors = [
+        (alive(in_foreign.id()), "a process in a namespace made by hand"),
+        (
+            alive(in_run_ns.id()),
+            "a process started by hand in the run's namespace",
+        ),
+        (
+            alive(host_sleeper.id()),
+            "a process whose namespace was attached as ipl-*",
+        ),
+        (namespace_exists(&foreign), "a namespace made by hand"),
+        (namespace_exists(&attached), "a namespace name attached by hand"),
+    ];
+    for p in [&mut in_foreign, &mut in_run_ns, &mut host_sleeper] {
+        let _ = p.kill();
+        let _ = p.wait();
     }
-    let remaining = lab_namespaces();
-    assert!(
-        left.iter().all(|ns| !remaining.contains(ns)),
-        "clean left {remaining:?}"
-    );
-    let survived = std::path::Path::new("/run/netns").join(&foreign).exists();
     let _ = std::process::Command::new("ip")
         .args(["netns", "del", &foreign])
         .status();
-    assert!(survived, "clean removed a namespace the lab did not create");
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &attached])
+        .status();
+
+    assert!(out.status.success(), "{}", text(&out));
+    for (survived, what) in survivors {
+        assert!(survived, "clean removed {what}: {}", text(&out));
+    }
+    for ns in &namespaces {
+        assert!(
+            text(&out).contains(&format!("removed namespace {ns}")),
+            "{}",
+            text(&out)
+        );
+        assert!(!namespace_exists(ns), "clean left {ns}");
+    }
+    assert!(
+        text(&out).contains(&foreign),
+        "clean should name the namespace it left alone: {}",
+        text(&out)
+    );
+    for r in records_of(&records, "process") {
+        let pid = r["pid"].as_u64().unwrap() as u32;
+        let started = r["start_time"].as_u64().unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            !stat.contains(&format!(" {started} ")),
+            "recorded process {pid} still runs after clean"
+        );
+    }
+    if processes > 0 {
+        assert!(
+            !records_of(&records, "path").is_empty(),
+            "the key directory was recorded"
+        );
+    }
+    for path in names(&records, "path", "path") {
+        assert!(!std::path::Path::new(&path).exists(), "clean left {path}");
+    }
+    assert_eq!(
+        state_records(child.id()),
+        None,
+        "clean removes the dead run's state file"
+    );
+}
+
+#[test]
+fn sigkill_leftovers_are_removed_by_clean_and_what_nobody_recorded_survives() {
+    if !root_or_skip("sigkill_leftovers_are_removed_by_clean_and_what_nobody_recorded_survives") {
+        return;
+    }
+    sigkill_then_clean("plain", 0);
+}
+
+#[test]
+fn sigkill_openvpn_run_then_clean_removes_its_processes_and_key_dir() {
+    let test = "sigkill_openvpn_run_then_clean_removes_its_processes_and_key_dir";
+    if !root_or_skip(test) || !openvpn_or_skip(test) {
+        return;
+    }
+    sigkill_then_clean("openvpn", 2);
 }

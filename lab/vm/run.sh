@@ -10,7 +10,23 @@
 # ${XDG_CACHE_HOME:-~/.cache}/ipsec-lab/vm-accel, the same cache `ipsec-lab run --vm` uses);
 # IPSEC_LAB_VM_ACCEL=kvm|tcg overrides. The guest's exit code is written to OUTDIR/rc and
 # returned. Needs: vng (pip install virtme-ng), qemu-system-x86, a kernel image in /boot.
+# vng passes the kernel and OUTDIR on inside a command string it splits on spaces, so both
+# must be plain paths (letters, digits, /._+-); anything else is refused with exit 2.
 set -eu
+
+# Single-quotes $1 for the guest's shell.
+q() {
+    printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"
+}
+
+# Refuses a path vng would split into extra arguments.
+plain_path() {
+    case "$2" in
+        ''|*[!A-Za-z0-9/._+-]*)
+            echo "lab/vm: $1 '$2' has characters virtme-ng cannot pass on (only letters, digits and /._+- work)" >&2
+            exit 2 ;;
+    esac
+}
 
 kernel=""
 outdir=""
@@ -28,9 +44,12 @@ if [ -z "$kernel" ]; then
     kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
 fi
 [ -n "$kernel" ] && [ -e "$kernel" ] || { echo "no kernel image in /boot: apt-get install linux-image-amd64" >&2; exit 3; }
+plain_path kernel "$kernel"
 if [ -z "$outdir" ]; then
+    # Fresh and private (mktemp: random name, mode 0700), never an existing directory.
     outdir=$(mktemp -d /tmp/ipl-vm-XXXXXX)
 fi
+plain_path OUTDIR "$outdir"
 mkdir -p "$outdir"
 
 accel=${IPSEC_LAB_VM_ACCEL:-}
@@ -60,15 +79,17 @@ esac
 
 quoted=""
 for a in "$@"; do
-    quoted="$quoted '$(printf '%s' "$a" | sed "s/'/'\\\\''/g")'"
+    quoted="$quoted $(q "$a")"
 done
 script="modprobe -q -a esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm 2>/dev/null; \
-cd '$(pwd)'; IPSEC_LAB_VIRT='$virt' IPSEC_LAB_VM_OUT='$outdir' $quoted; echo \$? > '$outdir/rc'"
+cd $(q "$(pwd)"); IPSEC_LAB_VIRT=$(q "$virt") IPSEC_LAB_VM_OUT=$(q "$outdir") $quoted; echo \$? > $(q "$outdir/rc")"
 
 echo "lab/vm: booting $kernel ($virt), results in $outdir" >&2
 start=$(date +%s)
+# From / (the script changes directory itself); the console through a pipe, so qemu never
+# opens (and truncates) a file the caller redirected our output to.
 # shellcheck disable=SC2086
-vng $kvm_flag -r "$kernel" --memory 2G --cpus 2 --rwdir "$outdir" --exec "$script" </dev/null
+(cd / && vng $kvm_flag -r "$kernel" --memory 2G --cpus 2 --rwdir "$outdir" --exec "$script" </dev/null 2>&1 | cat)
 echo "lab/vm: VM done in $(( $(date +%s) - start )) s" >&2
 [ -s "$outdir/rc" ] || { echo "lab/vm: the guest did not run the command" >&2; exit 1; }
 exit "$(cat "$outdir/rc")"

@@ -3,7 +3,9 @@
 //! Each backend has a preflight check (run before anything is created, so a missing
 //! capability is refused with nothing to undo) and a `start` that brings it up on a built
 //! topology. What `start` returns owns everything the backend made and removes it on drop,
-//! so an error or Ctrl-C at any later point cleans up the same way success does.
+//! so an error or Ctrl-C at any later point cleans up the same way success does. What a
+//! backend makes outside a recorded namespace (processes, key files, SAs in the current
+//! namespace) is recorded in this process's state file (crate `owner`) for `clean`.
 
 mod openvpn;
 mod plain;
@@ -64,5 +66,14 @@ pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Box<dyn Act
         Backend::Xfrm => Ok(Box::new(xfrm::Xfrm::start(plan, topology).await?)),
         Backend::Userspace => Ok(Box::new(userspace::Userspace::start(plan, topology)?)),
         Backend::Openvpn => Ok(Box::new(openvpn::Openvpn::start(plan, topology)?)),
+    }
+}
+
+/// A failure to record an object in the state file: missing privilege, or a failed run.
+pub fn record_error(e: owner::OwnerError) -> crate::error::LabError {
+    if e.is_permission() {
+        crate::error::LabError::capability(anyhow::Error::new(e))
+    } else {
+        crate::error::LabError::failed(anyhow::Error::new(e))
     }
 }

@@ -89,6 +89,8 @@ struct Process {
     child: Child,
     log: PathBuf,
     end: &'static str,
+    /// Its record in the state file, forgotten once it has exited.
+    record: owner::Record,
 }
 
 impl Process {
@@ -134,6 +136,13 @@ impl Process {
     }
 }
 
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
+        owner::forget(&self.record);
+    }
+}
+
 pub struct Openvpn {
     path: DataPath,
     mode: Mode,
@@ -143,7 +152,8 @@ pub struct Openvpn {
     version: String,
     started: Instant,
     processes: Vec<Process>,
-    dir: PathBuf,
+    /// Keys, certificates and logs: private, recorded, removed after the processes stop.
+    dir: owner::PrivateDir,
 }
 
 fn failed(what: impl std::fmt::Display) -> LabError {
@@ -223,8 +233,7 @@ impl Openvpn {
         let (mode, cipher, auth) = openvpn_suite(plan.suite);
         let ad = topology.addressing;
         let tun_mtu = tunnel::inner_mtu(topology.mtu, plan.suite);
-        let dir = std::env::temp_dir().join(format!("ipl-openvpn-{}", topology.a.name()));
-        std::fs::create_dir(&dir).map_err(|e| failed(format!("create {}: {e}", dir.display())))?;
+        let dir = owner::PrivateDir::new("ipl-openvpn-").map_err(super::record_error)?;
         let mut me = Openvpn {
             path: DataPath {
                 target: (ad.inner_b, plan.port).into(),
@@ -258,8 +267,8 @@ impl Openvpn {
                 }
             }
             Mode::TlsP2p => {
-                let (cert_a, key_a, fp_a) = make_certificate(&me.dir, "ipl-a")?;
-                let (cert_b, key_b, fp_b) = make_certificate(&me.dir, "ipl-b")?;
+                let (cert_a, key_a, fp_a) = make_certificate(me.dir.path(), "ipl-a")?;
+                let (cert_b, key_b, fp_b) = make_certificate(me.dir.path(), "ipl-b")?;
                 let ends = [
                     (&cert_a, &key_a, &fp_b, "--tls-server"),
                     (&cert_b, &key_b, &fp_a, "--tls-client"),
@@ -304,14 +313,23 @@ impl Openvpn {
             ),
         ];
         for (ns, end, inner, inner_peer, outer, outer_peer, args) in ends {
-            let log = me.dir.join(format!("openvpn-{end}.log"));
+            let log = me.dir.join(&format!("openvpn-{end}.log"));
             let child = openvpn_command(ns, &format!("ipl-ovpn-{end}"), tun_mtu, &log)
                 .args(["--ifconfig", &inner.to_string(), &inner_peer.to_string()])
                 .args(["--local", &outer.to_string(), "--remote", &outer_peer.to_string()])
                 .args(args)
                 .spawn()
                 .map_err(|e| failed(format!("start openvpn in {}: {e}", ns.name())))?;
-            me.processes.push(Process { child, log, end });
+            let record = owner::Record::process(child.id(), "openvpn");
+            let recorded = owner::record(record.clone());
+            // Pushed either way, so a failure below still stops it.
+            me.processes.push(Process {
+                child,
+                log,
+                end,
+                record,
+            });
+            recorded.map_err(super::record_error)?;
         }
         me.wait_ready()?;
         me.started = Instant::now();
@@ -371,10 +389,8 @@ fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Comma
 
 impl Drop for Openvpn {
     fn drop(&mut self) {
-        for p in &mut self.processes {
-            p.stop();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Processes first (each drop stops one), then the directory they used.
+        self.processes.clear();
     }
 }
 

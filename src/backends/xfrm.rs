@@ -161,24 +161,52 @@ pub struct XfrmEnd {
     handle: Arc<XfrmHandle>,
     sas: Vec<SaId>,
     policies: Vec<PolicyId>,
+    /// Whether each object is in this process's state file (objects in the current
+    /// namespace are; those in a lab namespace go with the namespace's record).
+    recorded: bool,
 }
 
 impl XfrmEnd {
-    /// Installs this end's half of `set` through `handle`. On error what was installed is
-    /// removed again (the partly filled end is dropped).
+    /// Installs this end's half of `set` through `handle`, a handle in the current namespace
+    /// (a real host's: `serve`, `run --peer`). Each SA and policy is recorded in the state
+    /// file before it is added, so `clean` removes it if this process is killed. On error
+    /// what was installed is removed again (the partly filled end is dropped).
     pub async fn install(handle: XfrmHandle, side: Side, set: &SaSet) -> LabResult<XfrmEnd> {
+        XfrmEnd::install_with(handle, side, set, true).await
+    }
+
+    /// [`XfrmEnd::install`] through a handle inside a lab namespace, whose record covers it.
+    async fn install_in_lab_namespace(handle: XfrmHandle, side: Side, set: &SaSet) -> LabResult<XfrmEnd> {
+        XfrmEnd::install_with(handle, side, set, false).await
+    }
+
+    async fn install_with(handle: XfrmHandle, side: Side, set: &SaSet, recorded: bool) -> LabResult<XfrmEnd> {
         let mut end = XfrmEnd {
             side,
             handle: Arc::new(handle),
             sas: Vec::new(),
             policies: Vec::new(),
+            recorded,
         };
+        // Each object is recorded before it is added (a kill in between leaves a record
+        // `clean` finds already gone, never an unrecorded object); one the kernel refused
+        // is forgotten again and never deleted (it may be someone else's).
         for sa in set.sas() {
-            end.handle.add_sa(&sa).await.map_err(xfrm_error)?;
+            let record = recorded.then(|| sa_record(&sa.id()));
+            record_now(&record)?;
+            if let Err(e) = end.handle.add_sa(&sa).await {
+                forget_now(&record);
+                return Err(xfrm_error(e));
+            }
             end.sas.push(sa.id());
         }
         for p in set.policies(side) {
-            end.handle.add_policy(&p).await.map_err(xfrm_error)?;
+            let record = policy_record(&p.id()).filter(|_| recorded);
+            record_now(&record)?;
+            if let Err(e) = end.handle.add_policy(&p).await {
+                forget_now(&record);
+                return Err(xfrm_error(e));
+            }
             end.policies.push(p.id());
         }
         Ok(end)
@@ -210,18 +238,96 @@ impl XfrmEnd {
         Ok(sas)
     }
 
-    async fn remove(handle: Arc<XfrmHandle>, sas: Vec<SaId>, policies: Vec<PolicyId>) {
+    /// Deletes the objects; those that are gone are forgotten from the state file, those
+    /// that could not be deleted stay recorded for `clean`.
+    async fn remove(handle: Arc<XfrmHandle>, sas: Vec<SaId>, policies: Vec<PolicyId>, recorded: bool) {
         for p in &policies {
-            if let Err(e) = handle.delete_policy(p).await {
-                tracing::warn!("cleanup: {e}");
+            match handle.delete_policy(p).await {
+                Ok(()) | Err(XfrmError::NotFound { .. }) => {
+                    forget_now(&policy_record(p).filter(|_| recorded))
+                }
+                Err(e) => tracing::warn!("cleanup: {e}"),
             }
         }
         for sa in &sas {
-            if let Err(e) = handle.delete_sa(sa).await {
-                tracing::warn!("cleanup: {e}");
+            match handle.delete_sa(sa).await {
+                Ok(()) | Err(XfrmError::NotFound { .. }) => forget_now(&recorded.then(|| sa_record(sa))),
+                Err(e) => tracing::warn!("cleanup: {e}"),
             }
         }
     }
+}
+
+fn record_now(record: &Option<owner::Record>) -> LabResult<()> {
+    match record {
+        Some(r) => owner::record(r.clone()).map_err(super::record_error),
+        None => Ok(()),
+    }
+}
+
+fn forget_now(record: &Option<owner::Record>) {
+    if let Some(r) = record {
+        owner::forget(r);
+    }
+}
+
+/// The state-file record of an SA in the current namespace.
+pub fn sa_record(id: &SaId) -> owner::Record {
+    owner::Record::XfrmSa {
+        namespace: owner::CURRENT_NAMESPACE.into(),
+        src: id.src,
+        dst: id.dst,
+        spi: id.spi.0,
+    }
+}
+
+/// The state-file record of a policy in the current namespace (policies named by kernel
+/// index are never installed by the lab, so they have none).
+pub fn policy_record(id: &PolicyId) -> Option<owner::Record> {
+    let PolicyId::Selector { selector, direction } = id else {
+        return None;
+    };
+    Some(owner::Record::XfrmPolicy(owner::PolicyRecord {
+        namespace: owner::CURRENT_NAMESPACE.into(),
+        src: selector.src.addr,
+        src_len: selector.src.len,
+        dst: selector.dst.addr,
+        dst_len: selector.dst.len,
+        proto: selector.proto.map(|p| match p {
+            IpProto::Tcp => libc::IPPROTO_TCP as u8,
+            IpProto::Udp => libc::IPPROTO_UDP as u8,
+        }),
+        src_port: selector.src_port,
+        dst_port: selector.dst_port,
+        direction: direction.name().into(),
+    }))
+}
+
+/// The policy a record names, for `clean`.
+pub fn policy_id(r: &owner::PolicyRecord) -> Option<PolicyId> {
+    let proto = match r.proto.map(i32::from) {
+        None => None,
+        Some(libc::IPPROTO_TCP) => Some(IpProto::Tcp),
+        Some(libc::IPPROTO_UDP) => Some(IpProto::Udp),
+        Some(_) => return None,
+    };
+    let direction = [Direction::In, Direction::Out, Direction::Fwd]
+        .into_iter()
+        .find(|d| d.name() == r.direction)?;
+    let selector = TrafficSelector {
+        src: xfrm::Prefix {
+            addr: r.src,
+            len: r.src_len,
+        },
+        dst: xfrm::Prefix {
+            addr: r.dst,
+            len: r.dst_len,
+        },
+        proto,
+        src_port: r.src_port,
+        dst_port: r.dst_port,
+    };
+    Some(PolicyId::Selector { selector, direction })
 }
 
 impl Drop for XfrmEnd {
@@ -230,18 +336,18 @@ impl Drop for XfrmEnd {
         if sas.is_empty() && policies.is_empty() {
             return;
         }
-        let handle = self.handle.clone();
+        let (handle, recorded) = (self.handle.clone(), self.recorded);
         // Drop cannot await: block this worker on the removal where the runtime allows it.
         // Where it does not, a fresh thread with its own runtime does it (a server must
         // never leave SAs behind, namespace removal or not).
         match tokio::runtime::Handle::try_current() {
             Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| rt.block_on(XfrmEnd::remove(handle, sas, policies)));
+                tokio::task::block_in_place(|| rt.block_on(XfrmEnd::remove(handle, sas, policies, recorded)));
             }
             _ => {
                 let _ = std::thread::spawn(move || {
                     if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                        rt.block_on(XfrmEnd::remove(handle, sas, policies));
+                        rt.block_on(XfrmEnd::remove(handle, sas, policies, recorded));
                     }
                 })
                 .join();
@@ -344,7 +450,7 @@ impl Xfrm {
         let mut ends = Vec::new();
         for (handle, side) in handles.into_iter().zip([Side::A, Side::B]) {
             // An error drops `ends`, which removes what the other end already installed.
-            ends.push(XfrmEnd::install(handle, side, &set).await?);
+            ends.push(XfrmEnd::install_in_lab_namespace(handle, side, &set).await?);
         }
         Ok(Xfrm {
             path: DataPath {
@@ -418,19 +524,6 @@ pub fn evidence_lines(e: &serde_json::Value) -> Vec<String> {
         e["esp_overhead_bytes_per_packet"],
     ));
     lines
-}
-
-/// `ipsec-lab clean`: removes the lab's SAs and policies from the current namespace
-/// (the lab's own namespaces are deleted whole by netns::clean).
-pub fn clean_current_namespace() -> LabResult<xfrm::CleanCounts> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(LabError::failed)?;
-    runtime.block_on(async {
-        let handle = XfrmHandle::open().map_err(xfrm_error)?;
-        handle.clean_lab().await.map_err(xfrm_error)
-    })
 }
 
 #[cfg(test)]

@@ -176,6 +176,10 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
     if let Some(vm_bytes) = args.vm_bytes {
         model::check_payload("--vm-bytes", vm_bytes)?;
     }
+    if args.vm.is_some() {
+        vm::check_vm_paths(args.vm.as_deref())?;
+    }
+    require_net_admin()?;
     let started_unix_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -271,6 +275,13 @@ async fn sweep(
     show_progress: bool,
 ) -> LabResult<()> {
     report.environments.insert(HOST.into(), Environment::detect());
+    if args.has(Backend::Xfrm) {
+        // Before any priority is read: a killed matrix may have left one raised, and it
+        // must not be taken for the original.
+        report
+            .notes
+            .extend(crate::commands::clean::restore_dead_priorities());
+    }
     let rows = plan_rows(args).await;
     let soft_here = crypto::soft::active();
     let (local, soft_child): (Vec<PlannedRow>, Vec<PlannedRow>) = rows.into_iter().partition(|r| {
@@ -494,25 +505,67 @@ fn cbc_aes_drivers() -> Result<Vec<String>, String> {
     }
 }
 
+/// Driver priorities changed for one row: restored by the guard, and recorded with their
+/// originals in the state file until then, so `clean` restores them after a SIGKILL.
+struct PinnedDriver {
+    guard: Option<PriorityGuard<CryptoUser>>,
+    records: Vec<owner::Record>,
+}
+
+impl PinnedDriver {
+    /// Restores now and says whether every priority went back; what did not stays
+    /// recorded for `clean`.
+    fn restore(mut self) -> Result<(), Vec<String>> {
+        self.restore_now()
+    }
+
+    fn restore_now(&mut self) -> Result<(), Vec<String>> {
+        let restored = self.guard.take().map_or(Ok(()), PriorityGuard::restore);
+        if restored.is_ok() {
+            for r in self.records.drain(..) {
+                owner::forget(&r);
+            }
+        }
+        restored
+    }
+}
+
+impl Drop for PinnedDriver {
+    fn drop(&mut self) {
+        let _ = self.restore_now();
+    }
+}
+
 /// Raises `driver` above every other `cbc(aes)` driver and flushes the algorithm instances
 /// built on any of them (an UPDATEALG removes them), so the next SA is built from `driver`.
 /// Everything goes back when the guard drops.
-fn pin_driver(driver: &str) -> Result<PriorityGuard<CryptoUser>, String> {
+fn pin_driver(driver: &str) -> Result<PinnedDriver, String> {
     let entries: Vec<CryptoEntry> = proc_crypto()
         .into_iter()
         .filter(|e| e.name == "cbc(aes)" && e.kind == "skcipher")
         .collect();
     let top = entries.iter().map(|e| e.priority).max().unwrap_or(0).max(0) as u32 + 100;
-    let mut guard = PriorityGuard::new(CryptoUser::open().map_err(|e| e.to_string())?);
+    let mut pinned = PinnedDriver {
+        guard: Some(PriorityGuard::new(CryptoUser::open().map_err(|e| e.to_string())?)),
+        records: Vec::new(),
+    };
     for e in &entries {
         let original = e.priority.max(0) as u32;
         let new = if e.driver == driver { top } else { original };
+        // Recorded before the change, so a kill right after it still leaves the original.
+        let record = owner::Record::DriverPriority {
+            driver: e.driver.clone(),
+            original,
+        };
+        owner::record(record.clone()).map_err(|e| e.to_string())?;
+        pinned.records.push(record);
+        let guard = pinned.guard.as_mut().expect("set above");
         guard.set(&e.driver, original, new).map_err(|e| e.to_string())?;
     }
     if !entries.iter().any(|e| e.driver == driver) {
         return Err(format!("{driver} is no longer in /proc/crypto"));
     }
-    Ok(guard)
+    Ok(pinned)
 }
 
 /// The kernel algorithm instance an ESP SA of `suite` uses (without the IV generator).
@@ -750,6 +803,23 @@ fn child_args(args: &MatrixArgs, suites: &[CipherSuite], bytes: ByteSize) -> Vec
     ]
 }
 
+/// [`wait_child`], with the child recorded in the state file meanwhile, so `clean` stops
+/// it if this process is killed.
+async fn wait_recorded(
+    child: std::process::Child,
+    program: &str,
+    cancel: &CancellationToken,
+    timeout: Option<Duration>,
+) -> std::io::Result<std::process::ExitStatus> {
+    let record = owner::Record::process(child.id(), program);
+    if let Err(e) = owner::record(record.clone()) {
+        tracing::warn!("{program} not recorded: {e}");
+    }
+    let status = wait_child(child, cancel, timeout).await;
+    owner::forget(&record);
+    status
+}
+
 /// Waits for `child`, passing a Ctrl-C on to it (it then writes what it measured).
 async fn wait_child(
     mut child: std::process::Child,
@@ -792,8 +862,10 @@ async fn child_sweep(
     if cancel.is_cancelled() {
         return fail("interrupted".into());
     }
-    let dir = std::env::temp_dir().join(format!("ipsec-lab-soft-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
+    let dir = match owner::PrivateDir::new("ipsec-lab-soft-") {
+        Ok(d) => d,
+        Err(e) => return fail(e.to_string()),
+    };
     let json = dir.join("matrix.json");
     let mut cmd = match crypto::soft::command() {
         Ok(c) => c,
@@ -820,7 +892,7 @@ async fn child_sweep(
     let status = match cmd.spawn() {
         Ok(mut child) => {
             let counter = child.stdout.take().map(|out| count_cells(out, bar.cloned()));
-            let status = wait_child(child, cancel, None).await;
+            let status = wait_recorded(child, "ipsec-lab matrix (soft AES)", cancel, None).await;
             if let Some(counter) = counter {
                 let _ = counter.join();
             }
@@ -831,7 +903,7 @@ async fn child_sweep(
     let parsed = std::fs::read_to_string(&json)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str::<MatrixReport>(&t).map_err(|e| e.to_string()));
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     match (status, parsed) {
         (_, Ok(child)) => child.rows,
         (Ok(s), Err(e)) => fail(format!("the soft-AES child sweep failed ({s}): {e}")),
@@ -859,44 +931,21 @@ async fn vm_sweep(
     suites: &[CipherSuite],
     cancel: &CancellationToken,
 ) -> LabResult<MatrixReport> {
-    if !vm::vng_available() {
-        return Err(LabError::capability(anyhow::anyhow!(
-            "--vm needs virtme-ng (`pip install virtme-ng`, command `vng`) and qemu-system-x86; run lab/setup.sh"
-        )));
-    }
-    let kernel = match args.vm.as_deref().filter(|k| !k.is_empty() && *k != "auto") {
-        Some(k) => PathBuf::from(k),
-        None => vm::default_kernel().ok_or_else(|| {
-            LabError::capability(anyhow::anyhow!(
-                "--vm found no kernel image in /boot; install linux-image-amd64 or pass --vm /path/to/vmlinuz"
-            ))
-        })?,
-    };
+    let kernel = vm::resolve_kernel(args.vm.as_deref())?;
     let accel = vm::detect_accel(&kernel);
-    let outdir = std::env::temp_dir().join(format!("ipsec-lab-matrix-vm-{}", std::process::id()));
-    std::fs::create_dir_all(&outdir).map_err(LabError::failed)?;
+    let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let exe = std::env::current_exe().map_err(LabError::failed)?;
     let json = outdir.join("matrix.json");
-    let mut guest: Vec<String> = vec![exe.display().to_string()];
     let bytes = args.vm_bytes.unwrap_or(args.bytes);
-    guest.extend(child_args(args, suites, bytes));
+    let mut guest = child_args(args, suites, bytes);
     guest.extend([
         "--backends".into(),
         "xfrm".into(),
         "--json".into(),
         json.display().to_string(),
     ]);
-    let quoted: Vec<String> = guest
-        .iter()
-        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
-        .collect();
-    let script = format!(
-        "modprobe -q -a {} crypto_user 2>/dev/null; IPSEC_LAB_VIRT='{}' {} >/dev/null; echo $? > '{}'",
-        vm::GUEST_MODULES,
-        accel.label(),
-        quoted.join(" "),
-        outdir.join("rc").display()
-    );
+    let modules = format!("{} crypto_user", vm::GUEST_MODULES);
+    let script = vm::guest_script(&exe, &guest, &outdir.join("rc"), accel, &modules);
     eprintln!(
         "ipsec-lab: xfrm rows in a VM booting {} ({}); TCG boots take about half a minute",
         kernel.display(),
@@ -905,16 +954,18 @@ async fn vm_sweep(
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
     let cells = (suites.len() as u64 * 2 + 1) * u64::from(args.repeat);
     let timeout = VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000));
-    let mut cmd = vm::vng_command(&kernel, accel, &outdir, &script);
+    // The guest's console stays quiet here (the sweep's own progress goes on meanwhile);
+    // qemu gets /dev/null, never the user's stdout or stderr.
+    let mut cmd = vm::vng_command(&kernel, accel, outdir.path(), &script);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let started = Instant::now();
     let status = match cmd.spawn() {
-        Ok(child) => wait_child(child, cancel, Some(timeout)).await,
+        Ok(child) => wait_recorded(child, "vng (matrix --vm)", cancel, Some(timeout)).await,
         Err(e) => Err(e),
     };
     let rc = std::fs::read_to_string(outdir.join("rc")).unwrap_or_default();
     let parsed = std::fs::read_to_string(&json);
-    let _ = std::fs::remove_dir_all(&outdir);
+    drop(outdir);
     let text = parsed.map_err(|e| {
         LabError::failed(anyhow::anyhow!(
             "the VM wrote no matrix (vng: {}, guest exit code {:?}): {e}",

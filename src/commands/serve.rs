@@ -117,19 +117,17 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
 
 /// Removes the lab's SAs and policies in this namespace: leftovers of a killed server.
 async fn clean_leftovers(when: &str) {
-    let cleaned = async {
-        let handle = xfrm::XfrmHandle::open()?;
-        handle.clean_lab().await
-    };
-    match cleaned.await {
-        Ok(c) if c.sas + c.policies > 0 => {
-            eprintln!(
-                "ipsec-lab serve: {when}: removed {} SAs and {} policies of the lab left behind",
-                c.sas, c.policies
-            )
+    // Only what dead runs recorded: another live server's or run's SAs stay.
+    match crate::commands::clean::clean_dead_owners().await {
+        Ok(summary) => {
+            for line in summary.lines.iter().filter(|l| !l.starts_with("left alone")) {
+                eprintln!("ipsec-lab serve: {when}: {line}");
+            }
+            for failure in &summary.failures {
+                eprintln!("ipsec-lab serve: {when}: could not remove {failure}");
+            }
         }
-        Ok(_) => {}
-        Err(e) => eprintln!("ipsec-lab serve: {when}: could not check for the lab's SAs: {e}"),
+        Err(e) => eprintln!("ipsec-lab serve: {when}: could not check for what killed runs left: {e}"),
     }
 }
 

@@ -44,6 +44,64 @@ pub fn host_lab_links() -> Vec<String> {
         .collect()
 }
 
+/// The records in the state file of process `pid` (/run/ipsec-lab/PID-START.json), if it
+/// has one now.
+pub fn state_records(pid: u32) -> Option<Vec<serde_json::Value>> {
+    let dir = std::fs::read_dir("/run/ipsec-lab").ok()?;
+    let prefix = format!("{pid}-");
+    let path = dir.flatten().map(|e| e.path()).find(|p| {
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
+        name.starts_with(&prefix) && name.ends_with(".json")
+    })?;
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    doc["records"].as_array().cloned()
+}
+
+/// Waits (up to `timeout`) until the state file of `pid` holds records that satisfy `ready`;
+/// returns them.
+pub fn wait_for_records(
+    pid: u32,
+    timeout: std::time::Duration,
+    ready: impl Fn(&[serde_json::Value]) -> bool,
+) -> Option<Vec<serde_json::Value>> {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if let Some(r) = state_records(pid).filter(|r| ready(r)) {
+            return Some(r);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    None
+}
+
+/// Records of one kind ("namespace", "process", "path", ...).
+pub fn records_of<'a>(records: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+/// True when a test may use openvpn; otherwise prints why it is skipped (under CI=true a
+/// missing openvpn fails instead).
+pub fn openvpn_or_skip(test: &str) -> bool {
+    let found = Command::new("openvpn").arg("--version").output().is_ok();
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: openvpn is not installed (apt-get install openvpn)"
+        );
+        eprintln!("skipped {test}: openvpn is not installed (apt-get install openvpn)");
+    }
+    found
+}
+
+/// A fresh private directory for a test's files (random name, mode 0700, never reused),
+/// removed when dropped.
+pub fn private_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("a private temporary directory")
+}
+
 pub fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -98,14 +156,14 @@ pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
     if !vm_or_skip(guest_test) {
         return;
     }
-    let out = std::env::temp_dir().join(format!("ipl-vm-test-{guest_test}-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
+    let out_dir = private_dir("ipl-vm-test-");
+    let out = out_dir.path();
     let started = std::time::Instant::now();
     let status = Command::new("timeout")
         .arg(timeout.as_secs().to_string())
         .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
         .arg("-o")
-        .arg(&out)
+        .arg(out)
         .args(["--", "env", &format!("{IN_VM}=1")])
         .arg(std::env::current_exe().unwrap())
         .args([
@@ -123,7 +181,7 @@ pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
         started.elapsed().as_secs_f64()
     );
     let rc = std::fs::read_to_string(out.join("rc")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&out);
+    drop(out_dir);
     assert!(
         status.success(),
         "the VM group failed (guest exit code {rc:?}); see the guest output above"

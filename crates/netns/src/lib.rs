@@ -2,8 +2,9 @@
 //! rtnetlink (never by shelling out to `ip`), and removed again by guards on drop.
 //!
 //! Namespaces are made the way iproute2 makes them (a bind mount under `/run/netns`), so
-//! `ip netns exec`, `ip -n` and `ipsec-lab clean` all see them. Everything the lab creates
-//! carries the [`LAB_PREFIX`]; [`clean`] removes only such objects.
+//! `ip netns exec`, `ip -n` and `ipsec-lab clean` all see them. Every namespace made here
+//! is recorded in this process's state file (crate `owner`) until it is deleted, so
+//! `clean` removes only what a dead run recorded, never a namespace by its name alone.
 //!
 //! Leaves out: what runs over the topology (`traffic`, the backends) and IPsec state
 //! (`xfrm`).
@@ -11,10 +12,10 @@
 mod namespace;
 mod topology;
 
-pub use namespace::{clean, lab_namespaces, CleanReport, Namespace};
+pub use namespace::{delete_by_name, lab_namespaces, Namespace};
 pub use topology::{Topology, TopologySpec};
 
-/// Prefix of every namespace the lab creates. Nothing without it is ever deleted.
+/// Prefix of every namespace the lab creates.
 pub const LAB_PREFIX: &str = "ipl-";
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,8 @@ pub enum NetnsError {
     NotFound { what: String, namespace: String },
     #[error("a thread running in namespace {name} panicked")]
     ThreadPanicked { name: String },
+    #[error("recording a namespace in the state file: {0}")]
+    Record(#[source] owner::OwnerError),
 }
 
 impl NetnsError {
@@ -52,6 +55,7 @@ impl NetnsError {
     pub fn is_capability(&self) -> bool {
         match self {
             NetnsError::NotPermitted => true,
+            NetnsError::Record(e) => e.is_permission(),
             NetnsError::Sys { source, .. } => {
                 matches!(
                     source.raw_os_error(),

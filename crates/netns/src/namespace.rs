@@ -74,6 +74,14 @@ impl Namespace {
                 _ => sys("unshare and bind-mount", e),
             });
         }
+        // Recorded before anything else can fail, so `clean` finds it after a SIGKILL.
+        let recorded = owner::record(owner::Record::Namespace {
+            name: name.to_string(),
+        });
+        if let Err(e) = recorded {
+            let _ = delete_by_name(name);
+            return Err(NetnsError::Record(e));
+        }
         Namespace::open(name)
     }
 
@@ -229,8 +237,7 @@ impl Namespace {
         Ok(handle)
     }
 
-    /// Removes the namespace's name (`ip netns del NAME`). Processes the lab started inside it
-    /// are killed first, so the namespace and its links really go away.
+    /// Removes the namespace's name (`ip netns del NAME`).
     pub fn delete(self) -> Result<(), NetnsError> {
         let Namespace { name, handle } = self;
         drop(handle);
@@ -274,9 +281,11 @@ fn prepare_netns_dir() -> io::Result<()> {
     }
 }
 
-pub(crate) fn delete_by_name(name: &str) -> Result<(), NetnsError> {
+/// Removes the name of a namespace (`ip netns del NAME`). Processes inside are not
+/// touched: those the lab started are stopped by their owners (or by `clean`, by recorded
+/// pid), and the namespace itself goes once the last of them exits.
+pub fn delete_by_name(name: &str) -> Result<(), NetnsError> {
     let path = path_of(name);
-    kill_processes_in(&path);
     let sys = |action, source| NetnsError::Sys {
         action,
         name: name.to_string(),
@@ -287,41 +296,17 @@ pub(crate) fn delete_by_name(name: &str) -> Result<(), NetnsError> {
         Err(e) => return Err(sys("unmount", e.into())),
     }
     match std::fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(sys("remove", e)),
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(sys("remove", e)),
     }
+    owner::forget(&owner::Record::Namespace {
+        name: name.to_string(),
+    });
+    Ok(())
 }
 
-/// Kills every process whose network namespace is the one mounted at `path` (a helper such
-/// as openvpn left by a killed run would otherwise keep the namespace alive).
-fn kill_processes_in(path: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(target) = std::fs::metadata(path) else {
-        return;
-    };
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let me = std::process::id();
-    for entry in procs.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid as u32 == me {
-            continue;
-        }
-        let Ok(ns) = std::fs::metadata(format!("/proc/{pid}/ns/net")) else {
-            continue;
-        };
-        if ns.ino() == target.ino() && ns.dev() == target.dev() {
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-/// Names of the lab's namespaces on this machine (those with the lab prefix).
+/// Names of the namespaces on this machine that carry the lab prefix, whoever made them.
 pub fn lab_namespaces() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(NETNS_DIR) else {
         return Vec::new();
@@ -333,21 +318,4 @@ pub fn lab_namespaces() -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// What [`clean`] removed.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct CleanReport {
-    pub namespaces: Vec<String>,
-}
-
-/// Removes the leftovers of killed runs: every namespace with the lab prefix (and with it its
-/// links, addresses, routes, SAs, policies and TUN devices). Nothing else is touched.
-pub fn clean() -> Result<CleanReport, NetnsError> {
-    let mut report = CleanReport::default();
-    for name in lab_namespaces() {
-        delete_by_name(&name)?;
-        report.namespaces.push(name);
-    }
-    Ok(report)
 }

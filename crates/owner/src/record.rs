@@ -1,0 +1,123 @@
+//! The typed records of a state file.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The name a record gives the namespace a process was in when it created the object
+/// (objects in the lab's own namespaces go with their namespace and need no record).
+pub const CURRENT_NAMESPACE: &str = "(current)";
+
+/// One object a process created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// A named network namespace under /run/netns.
+    Namespace {
+        name: String,
+    },
+    /// A process it started, with its start time (clock ticks since boot, /proc/PID/stat
+    /// field 22): a pid reused by another process never matches.
+    Process {
+        pid: u32,
+        start_time: u64,
+        program: String,
+    },
+    /// An ESP SA in `namespace` (a /run/netns name, or [`CURRENT_NAMESPACE`]).
+    XfrmSa {
+        namespace: String,
+        src: IpAddr,
+        dst: IpAddr,
+        spi: u32,
+    },
+    XfrmPolicy(PolicyRecord),
+    /// A crypto driver whose priority was changed, with the value it had before.
+    DriverPriority {
+        driver: String,
+        original: u32,
+    },
+    /// A temporary directory (or key file), removed whole.
+    Path {
+        path: PathBuf,
+    },
+}
+
+/// An XFRM policy by selector and direction, as `ip xfrm policy delete` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRecord {
+    pub namespace: String,
+    pub src: IpAddr,
+    pub src_len: u8,
+    pub dst: IpAddr,
+    pub dst_len: u8,
+    /// IP protocol number, if the selector has one.
+    pub proto: Option<u8>,
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+    /// "in", "out" or "fwd".
+    pub direction: String,
+}
+
+impl Record {
+    /// A process record for `pid`, with its start time read now.
+    pub fn process(pid: u32, program: &str) -> Record {
+        Record::Process {
+            pid,
+            start_time: process_start_time(pid).unwrap_or(0),
+            program: program.to_string(),
+        }
+    }
+}
+
+/// When `pid` started, in clock ticks since boot (/proc/PID/stat field 22); None when no
+/// such process exists.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&stat)
+}
+
+/// Field 22 of a /proc/PID/stat line. The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted after its last ')'.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_is_field_22_even_with_parentheses_in_the_name() {
+        let stat = "4242 (a) b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 50";
+        assert_eq!(parse_start_time(stat), Some(987654));
+    }
+
+    #[test]
+    fn this_process_has_a_start_time() {
+        assert!(process_start_time(std::process::id()).is_some_and(|t| t > 0));
+        assert_eq!(process_start_time(u32::MAX), None);
+    }
+
+    #[test]
+    fn records_are_tagged_json() {
+        let r = Record::Namespace {
+            name: "ipl-1-a".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"kind":"namespace","name":"ipl-1-a"}"#
+        );
+        let p = Record::DriverPriority {
+            driver: "cbc-aes-aesni".into(),
+            original: 400,
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert_eq!(
+            text,
+            r#"{"kind":"driver_priority","driver":"cbc-aes-aesni","original":400}"#
+        );
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), p);
+    }
+}
