@@ -309,44 +309,43 @@ struct LogWindow {
 }
 
 impl LogWindow {
-    /// Whether a line at `now` is printed, and how many were suppressed before it.
-    fn admit(window: Option<&mut LogWindow>, now: Instant) -> (Option<u64>, Option<LogWindow>) {
-        let Some(w) = window else {
-            return (
-                Some(0),
-                Some(LogWindow {
-                    start: now,
-                    printed: 1,
-                    suppressed: 0,
-                }),
-            );
-        };
-        if now.duration_since(w.start) >= Duration::from_secs(1) {
-            let suppressed = w.suppressed;
-            *w = LogWindow {
-                start: now,
+    fn new(now: Instant) -> LogWindow {
+        LogWindow {
+            start: now,
+            printed: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether a line at `now` is printed: `Some(lines suppressed before it)`, or `None`.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if now.duration_since(self.start) >= Duration::from_secs(1) {
+            let suppressed = self.suppressed;
+            *self = LogWindow {
                 printed: 1,
-                suppressed: 0,
+                ..LogWindow::new(now)
             };
-            return (Some(suppressed), None);
+            return Some(suppressed);
         }
-        if w.printed < LOG_BURST {
-            w.printed += 1;
-            return (Some(0), None);
+        if self.printed < LOG_BURST {
+            self.printed += 1;
+            return Some(0);
         }
-        w.suppressed += 1;
-        (None, None)
+        self.suppressed += 1;
+        None
     }
 }
 
 impl LogLimiter {
     fn line(&self, kind: &'static str, text: impl FnOnce() -> String) {
-        let mut kinds = self.kinds.lock().expect("log lock");
-        let (print, new) = LogWindow::admit(kinds.get_mut(kind), Instant::now());
-        if let Some(w) = new {
-            kinds.insert(kind, w);
-        }
-        drop(kinds);
+        let now = Instant::now();
+        let print = self
+            .kinds
+            .lock()
+            .expect("log lock")
+            .entry(kind)
+            .or_insert_with(|| LogWindow::new(now))
+            .admit(now);
         match print {
             Some(0) => eprintln!("ipsec-lab serve: {}", text()),
             Some(n) => eprintln!("ipsec-lab serve: {} ({n} similar lines suppressed)", text()),
@@ -663,21 +662,16 @@ mod tests {
     #[test]
     fn repeated_log_lines_are_limited_and_counted() {
         let t0 = Instant::now();
-        let mut window = None;
-        let mut printed = Vec::new();
-        for i in 0..100u64 {
-            let now = t0 + Duration::from_millis(i * 5);
-            let (print, new) = LogWindow::admit(window.as_mut(), now);
-            if let Some(w) = new {
-                window = Some(w);
-            }
-            if let Some(n) = print {
-                printed.push(n);
-            }
-        }
+        let mut window = LogWindow::new(t0);
+        let printed: Vec<u64> = (0..100u64)
+            .filter_map(|i| window.admit(t0 + Duration::from_millis(i * 5)))
+            .collect();
         assert_eq!(printed, vec![0; LOG_BURST as usize]);
-        let (print, _) = LogWindow::admit(window.as_mut(), t0 + Duration::from_secs(2));
-        assert_eq!(print, Some(100 - u64::from(LOG_BURST)));
+        assert_eq!(
+            window.admit(t0 + Duration::from_secs(2)),
+            Some(100 - u64::from(LOG_BURST))
+        );
+        assert_eq!(window.admit(t0 + Duration::from_secs(2)), Some(0));
     }
 
     #[test]

@@ -423,6 +423,19 @@ mod tests {
         assert!(matches!(rx.join().unwrap(), Err(TrafficError::Header { .. })));
     }
 
+    /// Stream 0 of seed 99 written by hand: a header announcing `len` bytes, then `sent`.
+    fn send_by_hand(mut s: std::net::TcpStream, len: u64, sent: usize) {
+        let mut header = Vec::new();
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&VERSION.to_be_bytes());
+        header.extend_from_slice(&0u16.to_be_bytes());
+        header.extend_from_slice(&99u64.to_be_bytes());
+        header.extend_from_slice(&len.to_be_bytes());
+        let mut body = vec![0u8; sent];
+        PayloadGenerator::new(99, 0).fill(&mut body);
+        std::io::Write::write_all(&mut s, &[header, body].concat()).unwrap();
+    }
+
     #[test]
     fn a_stream_cut_short_fails_verification() {
         let cfg = config(100_000, 1);
@@ -430,17 +443,8 @@ mod tests {
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         // Announce 100 000 bytes, deliver 10: the receiver must call it truncated.
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        let mut header = Vec::new();
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&VERSION.to_be_bytes());
-        header.extend_from_slice(&0u16.to_be_bytes());
-        header.extend_from_slice(&99u64.to_be_bytes());
-        header.extend_from_slice(&100_000u64.to_be_bytes());
-        let mut body = vec![0u8; 10];
-        PayloadGenerator::new(99, 0).fill(&mut body);
-        std::io::Write::write_all(&mut s, &[header, body].concat()).unwrap();
-        drop(s);
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s, 100_000, 10);
         let err = rx.join().unwrap().unwrap_err();
         assert!(
             matches!(err, TrafficError::Verify(VerifyError::Short { got: 10, .. })),
@@ -473,17 +477,7 @@ mod tests {
                 s.connect(addr).await.unwrap().into_std().unwrap()
             });
         socket.set_nonblocking(false).unwrap();
-        let mut s = socket;
-        let mut header = Vec::new();
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&VERSION.to_be_bytes());
-        header.extend_from_slice(&0u16.to_be_bytes());
-        header.extend_from_slice(&99u64.to_be_bytes());
-        header.extend_from_slice(&200_000u64.to_be_bytes());
-        let mut body = vec![0u8; 200_000];
-        PayloadGenerator::new(99, 0).fill(&mut body);
-        std::io::Write::write_all(&mut s, &[header, body].concat()).unwrap();
-        drop(s);
+        send_by_hand(socket, 200_000, 200_000);
         assert_eq!(rx.join().unwrap().unwrap().bytes, 200_000);
     }
 
