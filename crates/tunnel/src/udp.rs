@@ -33,6 +33,29 @@ fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
     }
 }
 
+/// `bind` or `connect` of `fd` to `addr`; the error names the step and the address.
+fn with_address(
+    fd: RawFd,
+    addr: SocketAddrV4,
+    call: unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int,
+    step: &str,
+) -> io::Result<()> {
+    let sa = sockaddr_in(addr);
+    // SAFETY: sa is a sockaddr_in, passed with its size; the call only reads it.
+    let rc = unsafe {
+        call(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{step} {addr}: {e}")));
+    }
+    Ok(())
+}
+
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: value is a c_int on the stack, its size passed alongside.
     let rc = unsafe {
@@ -81,32 +104,8 @@ impl Udp {
         if setsockopt_int(s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes).is_err() {
             setsockopt_int(s, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)?;
         }
-        let addr = sockaddr_in(local);
-        // SAFETY: addr is a sockaddr_in with its size.
-        let rc = unsafe {
-            libc::bind(
-                s,
-                (&addr as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("bind {local}: {e}")));
-        }
-        let peer_addr = sockaddr_in(peer);
-        // SAFETY: as for bind.
-        let rc = unsafe {
-            libc::connect(
-                s,
-                (&peer_addr as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("connect to {peer}: {e}")));
-        }
+        with_address(s, local, libc::bind, "bind")?;
+        with_address(s, peer, libc::connect, "connect to")?;
         Ok(Udp { fd })
     }
 
