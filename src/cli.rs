@@ -151,6 +151,23 @@ pub struct ServeArgs {
     /// default: from anywhere (the key still has to match).
     #[arg(long, value_name = "CIDR")]
     pub allow: Vec<String>,
+    /// Largest payload per transfer a client may ask for, e.g. 10GB, 1GiB.
+    #[arg(long, value_name = "BYTES", default_value = "10GB")]
+    pub max_bytes: ByteSize,
+    /// Most parallel streams a client may ask for (at most 128).
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_streams: u16,
+    /// Most transfers per run a client may ask for.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub max_repeat: u32,
+    /// TCP ports data may use on this host, LOW-HIGH (LOW at least 1024); a run's
+    /// PORT..PORT+P-1 must lie inside.
+    #[arg(long, value_name = "LOW-HIGH", default_value = "5201-5298")]
+    pub data_ports: control::PortRange,
+    /// Also run suites that do not authenticate the data (none, AES-CBC without HMAC): anyone
+    /// who can reach the tunnel's port from the client's address could then inject packets.
+    #[arg(long)]
+    pub allow_unauthenticated_suites: bool,
 }
 
 #[derive(Debug, Args)]

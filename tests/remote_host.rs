@@ -14,7 +14,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use remote_common::{key_file, report, Lab, SideConnection, SERVER};
+use control::{Message, RefusalKind};
+use remote_common::{
+    good_request, hello, hostile, key_file, report, server_state, Lab, SideConnection, SERVER,
+};
 
 #[test]
 fn psk_generate_writes_a_private_key_file() {
@@ -64,7 +67,18 @@ fn plain_and_userspace_carry_verified_data_both_ways_with_both_environments() {
             );
             assert_eq!(r["backend_details"]["remote"]["receiver"], receiver);
             assert_eq!(r["plan"]["reverse"], reverse);
+            // The report shows the addresses really used, not the local lab's plan.
+            let ad = &r["plan"]["addressing"];
+            assert_eq!(
+                (ad["outer_a"].as_str(), ad["outer_b"].as_str()),
+                (Some("198.18.0.1"), Some("198.18.0.2"))
+            );
+            assert_eq!(r["plan"]["mtu"], 1500, "the veth's MTU");
             if backend == "userspace" {
+                // The server chose the tunnel's /30 away from its routes (198.18.0.0/24).
+                assert_eq!(ad["inner_a"], "198.19.255.253", "{ad}");
+                assert_eq!(ad["inner_b"], "198.19.255.254");
+                assert_eq!(ad["prefix_len"], 30);
                 // The payload really went through both tunnel ends.
                 let d = &r["backend_details"]["userspace"];
                 let (tx, rx) = if reverse {
@@ -186,7 +200,7 @@ fn a_killed_client_is_cleaned_up_and_a_second_client_hears_busy() {
     let mut side = SideConnection::open(&lab);
     assert!(side.works());
     let mut long = lab
-        .client(&lab.psk, &["--backend", "userspace", "--bytes", "20GB"])
+        .client(&lab.psk, &["--backend", "userspace", "--bytes", "10GB"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -317,4 +331,356 @@ fn xfrm_between_hosts_without_esp_exits_3_and_installs_nothing() {
     lab.nothing_installed().unwrap();
     // Refused before the server was contacted.
     assert!(!server.log().contains("authenticated"), "{}", server.log());
+}
+
+/// Issue 10: a pre-shared key holder gone rogue sends hand-made hellos over the real Noise
+/// channel. Each is refused as usage, naming what is wrong, and nothing appears on the
+/// server: no TUN device, route, SA, policy, listener or outbound connection.
+#[test]
+fn a_rogue_key_holder_cannot_steer_the_server() {
+    let Some(lab) = Lab::new("remote-rogue") else {
+        return;
+    };
+    let server = lab.serve();
+    let before = server_state(&lab);
+    let with = |field: &str, value: serde_json::Value| {
+        let mut r = good_request();
+        r[field] = value;
+        r
+    };
+    let v1_plan = serde_json::to_value(model::RunRequest::default().validate().unwrap()).unwrap();
+    let attacks: Vec<(&str, serde_json::Value, &str)> = vec![
+        (
+            "foreign inner addresses and prefix",
+            with(
+                "addressing",
+                serde_json::json!({"inner_b": "200.0.0.1", "inner_a": "200.0.0.2", "prefix_len": 1}),
+            ),
+            "unknown field `addressing`",
+        ),
+        (
+            "prefix_len 0",
+            with("prefix_len", 0.into()),
+            "unknown field `prefix_len`",
+        ),
+        (
+            "prefix_len 1",
+            with("prefix_len", 1.into()),
+            "unknown field `prefix_len`",
+        ),
+        (
+            "reverse with data aimed at 127.0.0.1:7777",
+            {
+                let mut r = with("reverse", true.into());
+                r["inner_a"] = "127.0.0.1".into();
+                r["port"] = 7777.into();
+                r
+            },
+            "unknown field",
+        ),
+        (
+            "the whole plan of protocol 1",
+            with("plan", v1_plan),
+            "unknown field `plan`",
+        ),
+        (
+            "port 65000 with 1000 streams",
+            {
+                let mut r = with("data_port", 65000.into());
+                r["streams"] = 1000.into();
+                r
+            },
+            "--max-streams",
+        ),
+        (
+            "port 65000 with 16 streams",
+            with("data_port", 65000.into()),
+            "--data-ports",
+        ),
+        ("data port 22", with("data_port", 22.into()), "--data-ports"),
+        (
+            "bytes above the limit",
+            with("bytes", 20_000_000_000u64.into()),
+            "--max-bytes",
+        ),
+        (
+            "suite none without the server's flag",
+            with("suite", "none".into()),
+            "--allow-unauthenticated-suites",
+        ),
+        (
+            "AES-CBC without HMAC without the server's flag",
+            with("suite", "aes-128-cbc".into()),
+            "--allow-unauthenticated-suites",
+        ),
+        ("mtu 0", with("link_mtu", 0.into()), "link MTU 0"),
+        (
+            "openvpn",
+            with("backend", "openvpn".into()),
+            "does not run between two hosts",
+        ),
+        ("repeat 1000", with("repeat", 1000.into()), "--max-repeat"),
+    ];
+    for (attack, request, says) in attacks {
+        let answer = hostile(&lab, &hello(request)).unwrap_or_else(|e| panic!("{attack}: {e}"));
+        match answer {
+            Message::Refused {
+                kind: RefusalKind::Usage,
+                reason,
+            } => assert!(reason.contains(says), "{attack}: {reason}"),
+            other => panic!("{attack}: {other:?}"),
+        }
+        assert_eq!(server_state(&lab), before, "{attack}");
+    }
+    // The same client, asking properly, is served.
+    let out = lab.run(&["--backend", "userspace", "--bytes", "2MB", "--json", "-"]);
+    assert_eq!(report(&out)["transfers"][0]["verified"], true);
+    lab.nothing_installed().unwrap();
+    assert_eq!(server_state(&lab), before);
+    assert!(!server.log().contains("run failed"), "{}", server.log());
+}
+
+/// Issue 10: a replayed first handshake message used to log "authenticated" and hold the
+/// single run slot for 30 s. Now it gets no further than the handshake: the server answers
+/// it, waits for a hello that never decrypts, and a real client is served meanwhile.
+#[test]
+fn a_replayed_handshake_holds_no_slot() {
+    let Some(lab) = Lab::new("remote-replay") else {
+        return;
+    };
+    let server = lab.serve();
+    let psk = control::Psk::load(&lab.psk).unwrap();
+    // A key holder's first message, recorded off the wire (its sender is long gone).
+    let (_gone, first) = control::Initiator::start(&psk).unwrap();
+    let framed = [&(first.len() as u32).to_be_bytes()[..], &first].concat();
+    let replay = |then: Option<&[u8]>| {
+        let mut s = lab
+            .topo()
+            .a
+            .run(|| {
+                TcpStream::connect_timeout(&remote_common::control_addr(), Duration::from_secs(5)).unwrap()
+            })
+            .unwrap();
+        s.write_all(&framed).unwrap();
+        let mut answer = [0u8; 52];
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.read_exact(&mut answer).unwrap();
+        if let Some(bytes) = then {
+            s.write_all(bytes).unwrap();
+        }
+        s
+    };
+    // One stays silent; one sends a frame it could not encrypt.
+    let silent = replay(None);
+    let garbage = replay(Some(&[
+        0, 0, 0, 40, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+        25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+    ]));
+    let out = lab.run(&["--backend", "plain", "--bytes", "2MB", "--json", "-"]);
+    assert!(!common::text(&out).contains("busy"), "{}", common::text(&out));
+    assert_eq!(report(&out)["transfers"][0]["verified"], true);
+    assert_eq!(
+        server.log().matches("authenticated").count(),
+        1,
+        "only the real client authenticated:\n{}",
+        server.log()
+    );
+    drop((silent, garbage));
+}
+
+/// Issue 10: 100 idle connections from four addresses to a server limited to 64 descriptors
+/// made `accept` fail and the loop spin (3 s of CPU and 767,159 log lines in 4 s). Now
+/// unauthenticated connections are bounded and accept errors back off.
+#[test]
+fn an_idle_connection_flood_costs_the_server_almost_nothing() {
+    let Some(lab) = Lab::new("remote-flood") else {
+        return;
+    };
+    let sources = ["198.18.0.11", "198.18.0.12", "198.18.0.13", "198.18.0.14"];
+    for s in sources {
+        let ok = Command::new("ip")
+            .args([
+                "-n",
+                lab.topo().a.name(),
+                "addr",
+                "add",
+                &format!("{s}/24"),
+                "dev",
+                &lab.topo().veth_a,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    for nofile in ["64", "20"] {
+        let server = lab.serve_wrapped(&["prlimit", &format!("--nofile={nofile}"), "--"], &[]);
+        let flood: Vec<TcpStream> = lab
+            .topo()
+            .a
+            .run(move || {
+                (0..100)
+                    .filter_map(|i| connect_from(sources[i % sources.len()]))
+                    .collect()
+            })
+            .unwrap();
+        assert!(flood.len() >= 50, "only {} connections opened", flood.len());
+        let cpu0 = server.cpu_seconds();
+        std::thread::sleep(Duration::from_secs(4));
+        let cpu = server.cpu_seconds() - cpu0;
+        assert!(
+            cpu < 0.2,
+            "nofile {nofile}: {cpu} s of CPU in 4 s; log:\n{}",
+            server.log()
+        );
+        let lines = server.log().lines().count();
+        assert!(
+            lines < 100,
+            "nofile {nofile}: {lines} log lines:\n{}",
+            server.log()
+        );
+        drop(flood);
+        // Its handshake timeouts end the admitted ones; then a real run succeeds.
+        std::thread::sleep(Duration::from_secs(2));
+        let out = lab.run(&["--backend", "plain", "--bytes", "2MB", "--json", "-"]);
+        assert_eq!(report(&out)["transfers"][0]["verified"], true, "nofile {nofile}");
+        if nofile == "20" {
+            // Four connections per source exhaust 20 descriptors: accept fails and backs off.
+            assert!(
+                server.log().contains("trying again in 1000 ms"),
+                "{}",
+                server.log()
+            );
+        }
+        eprintln!("nofile {nofile}: {cpu:.3} s CPU over 4 s, {lines} log lines");
+    }
+}
+
+/// A TCP connection to the control port from `source` (an address of namespace a).
+fn connect_from(source: &str) -> Option<TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
+    let from: std::net::SocketAddrV4 = format!("{source}:0").parse().unwrap();
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(from)).ok()?;
+    let to = match remote_common::control_addr() {
+        SocketAddr::V4(v4) => v4,
+        SocketAddr::V6(_) => unreachable!(),
+    };
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(to)).ok()?;
+    Some(TcpStream::from(fd))
+}
+
+/// Unauthenticated suites run between hosts only where the server allows them; then they
+/// carry verified data (their joined segments' checksums verified by the tunnel).
+#[test]
+fn unauthenticated_suites_need_the_servers_consent() {
+    let Some(lab) = Lab::new("remote-unauth") else {
+        return;
+    };
+    let server = lab.serve();
+    for suite in ["none", "aes-128-cbc"] {
+        let out = lab.run(&["--backend", "userspace", "--cipher", suite, "--bytes", "1MB"]);
+        assert_eq!(out.status.code(), Some(2), "{}", common::text(&out));
+        assert!(
+            common::text(&out).contains("--allow-unauthenticated-suites"),
+            "{}",
+            common::text(&out)
+        );
+    }
+    lab.nothing_installed().unwrap();
+    drop(server);
+    let _server = lab.serve_with(&["--allow-unauthenticated-suites"]);
+    for suite in ["none", "aes-128-cbc"] {
+        for reverse in [false, true] {
+            let mut args = vec![
+                "--backend",
+                "userspace",
+                "--cipher",
+                suite,
+                "--bytes",
+                "8MB",
+                "--json",
+                "-",
+            ];
+            if reverse {
+                args.push("--reverse");
+            }
+            let r = report(&lab.run(&args));
+            assert_eq!(r["transfers"][0]["verified"], true, "{suite}");
+            assert_eq!(r["transfers"][0]["bytes"], 8_000_000);
+        }
+    }
+    lab.nothing_installed().unwrap();
+}
+
+/// Issue 11: what `run --peer` refuses before connecting (exit 2), what it says of a port
+/// where something else listens, and a missing key file named once.
+#[test]
+fn peer_runs_refuse_locally_what_cannot_work() {
+    let Some(lab) = Lab::new("remote-local-refusals") else {
+        return;
+    };
+    let server = lab.serve();
+    for (args, says) in [
+        (
+            &["--backend", "userspace", "--crypto", "soft"][..],
+            "--crypto soft",
+        ),
+        (&["--backend", "userspace", "--mtu", "9000"][..], "--mtu"),
+    ] {
+        let out = lab.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", common::text(&out));
+        assert!(
+            common::text(&out).contains(says),
+            "{args:?}: {}",
+            common::text(&out)
+        );
+    }
+    assert!(!server.log().contains("authenticated"), "{}", server.log());
+
+    let missing = std::path::PathBuf::from(format!("/tmp/ipl-no-such-psk-{}", std::process::id()));
+    let out = lab.client(&missing, &["--backend", "plain"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = common::text(&out);
+    assert!(
+        text.contains("psk generate") && text.matches("os error").count() <= 1,
+        "{text}"
+    );
+
+    // Something that is not an ipsec-lab server: an SSH-like banner on another port.
+    let listener = lab
+        .topo()
+        .b
+        .run(|| std::net::TcpListener::bind(format!("{SERVER}:2022")).unwrap())
+        .unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    });
+    let mut c = lab.topo().a.command(env!("CARGO_BIN_EXE_ipsec-lab"));
+    c.args([
+        "run",
+        "--peer",
+        &format!("{SERVER}:2022"),
+        "--no-progress",
+        "--backend",
+        "plain",
+        "--psk-file",
+    ])
+    .arg(&lab.psk);
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        common::text(&out).contains("198.18.0.2:2022 is not an ipsec-lab server (or runs another version)"),
+        "{}",
+        common::text(&out)
+    );
 }

@@ -6,7 +6,9 @@
 //! both ends showing the packets; while a run is on, the policies select only TCP on the
 //! data port and a TCP connection on another port keeps working; kill -9 of the client
 //! makes the server remove its SAs and policies; kill -9 of the server leaves them, and
-//! its next start removes them. Needs root, vng and a kernel in /boot; skips otherwise.
+//! its next start removes them; a rogue key holder's hello with port 65000 and 1000 streams
+//! (which wrapped to ports 0..463 in release) is refused and installs no policy at all.
+//! Needs root, vng and a kernel in /boot; skips otherwise.
 
 mod common;
 mod remote_common;
@@ -14,7 +16,7 @@ mod remote_common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use remote_common::{report, Lab, SideConnection};
+use remote_common::{good_request, hello, hostile, report, Lab, SideConnection};
 
 /// TCG boots in about 30 s; the guest's checks take well under a minute.
 const VM_TIMEOUT: Duration = Duration::from_secs(300);
@@ -69,14 +71,39 @@ fn guest_remote_xfrm() {
         lab.nothing_installed().unwrap();
     }
 
+    // Issue 10: a port-wrapping hello from a rogue key holder, xfrm with real keys in the
+    // lab's ranges. Refused as usage; no policy (certainly none below port 1024) appears.
+    for (port, streams) in [(65000, 1000), (65535, 2), (65000, 16)] {
+        let mut request = good_request();
+        request["backend"] = "xfrm".into();
+        request["suite"] = "aes-256-cbc-hmac-sha256".into();
+        request["data_port"] = port.into();
+        request["streams"] = streams.into();
+        match hostile(&lab, &hello(request)).unwrap() {
+            control::Message::Refused {
+                kind: control::RefusalKind::Usage,
+                reason,
+            } => assert!(
+                ["--max-streams", "--data-ports", "runs past port 65535"]
+                    .iter()
+                    .any(|says| reason.contains(says)),
+                "{reason}"
+            ),
+            other => panic!("port {port} x{streams}: {other:?}"),
+        }
+        let policies = lab.ip('b', &["xfrm", "policy"]);
+        assert!(policies.trim().is_empty(), "port {port} x{streams}: {policies}");
+    }
+    lab.nothing_installed().unwrap();
+
     // A data port some service of the receiving host listens on is refused before any SA
     // or policy exists: the policies would capture that service's traffic.
     let busy_port = lab
         .topo()
         .b
-        .run(|| std::net::TcpListener::bind("198.18.0.2:6000").unwrap())
+        .run(|| std::net::TcpListener::bind("198.18.0.2:5250").unwrap())
         .unwrap();
-    let out = lab.run(&["--backend", "xfrm", "--bytes", "1MB", "--port", "6000"]);
+    let out = lab.run(&["--backend", "xfrm", "--bytes", "1MB", "--port", "5250"]);
     assert_eq!(out.status.code(), Some(2), "{}", common::text(&out));
     assert!(
         common::text(&out).contains("in use on the receiving host"),

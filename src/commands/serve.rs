@@ -2,79 +2,54 @@
 //!
 //! * Listens on `--listen ADDR[:PORT]` (default 0.0.0.0:5299); connections from outside the
 //!   `--allow` networks are closed unread.
-//! * Every connection must finish the Noise handshake with the pre-shared key within
-//!   [`control::HANDSHAKE_TIMEOUT`]; a wrong key, garbage, an oversized frame or silence
-//!   drop that connection (logged), and the server carries on.
-//! * One run at a time: an authenticated client that comes while a run is on gets `busy`.
+//! * Until a client proves it holds the key, a connection costs little and is bounded: at
+//!   most [`MAX_UNAUTHENTICATED`] such connections in all and [`MAX_UNAUTHENTICATED_PER_SOURCE`]
+//!   per source address (more are closed at once), each with [`control::HANDSHAKE_TIMEOUT`]
+//!   for the Noise handshake and as long again for its first encrypted message, the hello.
+//!   Noise NNpsk0's first message can be replayed, so only the hello proves a live key
+//!   holder: the server logs "authenticated", takes its single run slot (or answers `busy`)
+//!   and creates anything only after the hello decrypts. A replayed handshake leaves a
+//!   debug line (`IPSEC_LAB_LOG=debug`), nothing else.
+//! * The hello carries a request, never a plan: it is checked against this server's limits
+//!   (`--max-bytes`, `--max-streams`, `--max-repeat`, `--data-ports`,
+//!   `--allow-unauthenticated-suites`) and refused as usage, naming the flag, before anything
+//!   is created. The server derives its end itself (`remote::server_plan`).
+//! * `accept` errors (EMFILE under a descriptor limit) back off from 10 ms to 1 s; repeated
+//!   log lines are rate-limited per kind, saying how many were suppressed.
 //! * Every step has a timeout; when the client disconnects, times out or anything fails,
 //!   the run's end (SAs and policies, tunnel) is removed before the next run is taken.
 //! * On start it removes the lab's SAs and policies left in this namespace by a server that
 //!   was killed (only the lab's: reqid and SPI in its ranges); on SIGINT/SIGTERM it ends the
 //!   run in progress, cleans up and exits 0.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use control::{Channel, Message, Psk, RefusalKind, TransferResult};
-use model::{Backend, CryptoChoice, Environment, IpsecMode, RunPlan};
+use control::{
+    Channel, Cidr, ControlError, Message, PeerRequest, Psk, RefusalKind, RunKeys, ServerEnd, ServerLimits,
+    TransferResult,
+};
+use model::{Backend, Environment};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use traffic::{CancellationToken, Progress, Receiver};
+use traffic::{CancellationToken, Progress};
 
 use crate::backends::{self, Side};
 use crate::cli::ServeArgs;
 use crate::error::{require_net_admin, ExitKind, LabError, LabResult};
-use crate::remote::{control_error, data_addr, transfer_config, HostEnd, Hosts, STEP_TIMEOUT};
+use crate::remote::{self, control_error, data_addr, transfer_config, HostEnd, Hosts, STEP_TIMEOUT};
 
 /// How long a stopping server waits for the run in progress to unwind.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-
-/// A network in `--allow`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    pub addr: IpAddr,
-    pub len: u8,
-}
-
-impl std::str::FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Cidr, String> {
-        let bad =
-            || format!("--allow {s:?} is not an address or network such as 192.0.2.0/24 or 2001:db8::/32");
-        let (addr, len) = match s.trim().split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s.trim(), None),
-        };
-        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match len {
-            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(bad)?,
-            None => max,
-        };
-        Ok(Cidr { addr, len })
-    }
-}
-
-impl Cidr {
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
-                u32::from(net) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.len)).unwrap_or(0);
-                u128::from(net) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
+/// Connections that have not yet sent a hello that decrypts, in all and per source address.
+pub const MAX_UNAUTHENTICATED: usize = 32;
+pub const MAX_UNAUTHENTICATED_PER_SOURCE: usize = 4;
+/// Back-off after a failed `accept` (e.g. EMFILE): doubles from the first to the last.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+/// Log lines of one kind printed per second at most; the rest are counted.
+const LOG_BURST: u32 = 5;
 
 /// `ADDR`, `ADDR:PORT`, `:PORT`, `[V6]:PORT`; the port defaults to 5299.
 pub fn parse_listen(s: Option<&str>) -> Result<SocketAddr, String> {
@@ -103,17 +78,48 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
     let allow = args
         .allow
         .iter()
-        .map(|a| a.parse::<Cidr>())
+        .map(|a| a.parse::<Cidr>().map_err(|e| format!("--allow {e}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| LabError::usage(anyhow::anyhow!(e)))?;
+    let limits = limits(&args, listen).map_err(|e| LabError::usage(anyhow::anyhow!(e)))?;
     require_net_admin()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(LabError::failed)?;
-    runtime.block_on(serve(listen, allow, psk))
+    runtime.block_on(serve(listen, allow, psk, limits))
 }
+
+/// The server's limits from its flags, refusing ones it could not keep.
+fn limits(args: &ServeArgs, listen: SocketAddr) -> Result<ServerLimits, String> {
+    if args.max_bytes.0 == 0 || args.max_streams == 0 || args.max_repeat == 0 {
+        return Err("--max-bytes, --max-streams and --max-repeat must be above zero".into());
+    }
+    if args.max_streams > MAX_STREAMS {
+        return Err(format!(
+            "--max-streams {} is above the lab's {MAX_STREAMS} streams",
+            args.max_streams
+        ));
+    }
+    if args.data_ports.contains(listen.port()) {
+        return Err(format!(
+            "--data-ports {} includes the control port {}: choose a range without it",
+            args.data_ports,
+            listen.port()
+        ));
+    }
+    Ok(ServerLimits {
+        max_bytes: args.max_bytes.0,
+        max_streams: args.max_streams,
+        max_repeat: args.max_repeat,
+        data_ports: args.data_ports,
+        allow_unauthenticated: args.allow_unauthenticated_suites,
+    })
+}
+
+/// Most streams a local run takes (`-P`); a server's `--max-streams` may not exceed it.
+const MAX_STREAMS: u16 = 128;
 
 /// Removes the lab's SAs and policies in this namespace: leftovers of a killed server.
 async fn clean_leftovers(when: &str) {
@@ -131,7 +137,16 @@ async fn clean_leftovers(when: &str) {
     }
 }
 
-async fn serve(listen: SocketAddr, allow: Vec<Cidr>, psk: Psk) -> LabResult<()> {
+/// What every session of a server shares.
+struct Shared {
+    psk: Psk,
+    limits: ServerLimits,
+    one_run: Arc<Semaphore>,
+    admission: Arc<Mutex<Admission>>,
+    logs: LogLimiter,
+}
+
+async fn serve(listen: SocketAddr, allow: Vec<Cidr>, psk: Psk, limits: ServerLimits) -> LabResult<()> {
     clean_leftovers("start").await;
     let listener = TcpListener::bind(listen)
         .await
@@ -140,14 +155,30 @@ async fn serve(listen: SocketAddr, allow: Vec<Cidr>, psk: Psk) -> LabResult<()> 
     let signals = crate::commands::run::cancel_on_signal(shutdown.clone())?;
     // Tests and scripts wait for this line before connecting.
     eprintln!(
-        "ipsec-lab serve: listening on {} (protocol {}, {})",
+        "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} bytes, {} streams, {} repeats, \
+         data ports {}{})",
         listener.local_addr().map_err(LabError::failed)?,
         control::VERSION,
-        control::noise::PATTERN
+        control::noise::PATTERN,
+        limits.max_bytes,
+        limits.max_streams,
+        limits.max_repeat,
+        limits.data_ports,
+        if limits.allow_unauthenticated {
+            ", unauthenticated suites allowed"
+        } else {
+            ""
+        }
     );
-    let psk = Arc::new(psk);
-    let one_run = Arc::new(Semaphore::new(1));
+    let shared = Arc::new(Shared {
+        psk,
+        limits,
+        one_run: Arc::new(Semaphore::new(1)),
+        admission: Arc::new(Mutex::new(Admission::default())),
+        logs: LogLimiter::default(),
+    });
     let mut sessions = tokio::task::JoinSet::new();
+    let mut backoff = Duration::ZERO;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -155,15 +186,32 @@ async fn serve(listen: SocketAddr, allow: Vec<Cidr>, psk: Psk) -> LabResult<()> 
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        eprintln!("ipsec-lab serve: accept: {e}");
+                        // Out of descriptors (EMFILE) the pending connection stays queued and
+                        // accept fails again at once: wait instead of spinning.
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF.0, ACCEPT_BACKOFF.1);
+                        shared.logs.line("accept", || {
+                            format!("accept: {e}; trying again in {} ms", backoff.as_millis())
+                        });
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = shutdown.cancelled() => break,
+                        }
                         continue;
                     }
                 };
+                backoff = Duration::ZERO;
                 if !allow.is_empty() && !allow.iter().any(|c| c.contains(peer.ip())) {
-                    eprintln!("ipsec-lab serve: {peer}: not in --allow; connection closed");
+                    shared.logs.line("allow", || format!("{peer}: not in --allow; connection closed"));
                     continue;
                 }
-                sessions.spawn(session(stream, peer, psk.clone(), one_run.clone(), shutdown.child_token()));
+                let admitted = match Admission::admit(&shared.admission, peer.ip()) {
+                    Ok(a) => a,
+                    Err(why) => {
+                        shared.logs.line("admission", || format!("{peer}: {why}; connection closed"));
+                        continue;
+                    }
+                };
+                sessions.spawn(session(stream, peer, shared.clone(), admitted, shutdown.child_token()));
             }
             // Reap finished sessions so the set does not grow.
             Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
@@ -183,37 +231,213 @@ async fn serve(listen: SocketAddr, allow: Vec<Cidr>, psk: Psk) -> LabResult<()> 
     Ok(())
 }
 
+/// Counts connections that have not proved they hold the key, in all and per source.
+#[derive(Debug, Default)]
+struct Admission {
+    total: usize,
+    per_source: HashMap<IpAddr, usize>,
+}
+
+/// One admitted unauthenticated connection; dropping it (once the hello decrypted, or the
+/// connection ended) frees its place.
+struct Admitted {
+    admission: Arc<Mutex<Admission>>,
+    source: IpAddr,
+}
+
+impl Admission {
+    fn admit(this: &Arc<Mutex<Admission>>, source: IpAddr) -> Result<Admitted, String> {
+        let mut a = this.lock().expect("admission lock");
+        a.try_take(source)?;
+        Ok(Admitted {
+            admission: this.clone(),
+            source,
+        })
+    }
+
+    fn try_take(&mut self, source: IpAddr) -> Result<(), String> {
+        if self.total >= MAX_UNAUTHENTICATED {
+            return Err(format!(
+                "{MAX_UNAUTHENTICATED} connections are waiting to authenticate already"
+            ));
+        }
+        let n = self.per_source.entry(source).or_default();
+        if *n >= MAX_UNAUTHENTICATED_PER_SOURCE {
+            return Err(format!(
+                "{MAX_UNAUTHENTICATED_PER_SOURCE} connections from this address are waiting to authenticate already"
+            ));
+        }
+        *n += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, source: IpAddr) {
+        self.total -= 1;
+        if let Some(n) = self.per_source.get_mut(&source) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&source);
+            }
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.admission
+            .lock()
+            .expect("admission lock")
+            .release(self.source);
+    }
+}
+
+/// Rate-limited log lines: per kind at most [`LOG_BURST`] a second; the first line printed
+/// after a quiet spell says how many of its kind were left out.
+#[derive(Default)]
+struct LogLimiter {
+    kinds: Mutex<HashMap<&'static str, LogWindow>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LogWindow {
+    start: Instant,
+    printed: u32,
+    suppressed: u64,
+}
+
+impl LogWindow {
+    fn new(now: Instant) -> LogWindow {
+        LogWindow {
+            start: now,
+            printed: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether a line at `now` is printed: `Some(lines suppressed before it)`, or `None`.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if now.duration_since(self.start) >= Duration::from_secs(1) {
+            let suppressed = self.suppressed;
+            *self = LogWindow {
+                printed: 1,
+                ..LogWindow::new(now)
+            };
+            return Some(suppressed);
+        }
+        if self.printed < LOG_BURST {
+            self.printed += 1;
+            return Some(0);
+        }
+        self.suppressed += 1;
+        None
+    }
+}
+
+impl LogLimiter {
+    fn line(&self, kind: &'static str, text: impl FnOnce() -> String) {
+        let now = Instant::now();
+        let print = self
+            .kinds
+            .lock()
+            .expect("log lock")
+            .entry(kind)
+            .or_insert_with(|| LogWindow::new(now))
+            .admit(now);
+        match print {
+            Some(0) => eprintln!("ipsec-lab serve: {}", text()),
+            Some(n) => eprintln!("ipsec-lab serve: {} ({n} similar lines suppressed)", text()),
+            None => {}
+        }
+    }
+}
+
 async fn session(
     stream: TcpStream,
     peer: SocketAddr,
-    psk: Arc<Psk>,
-    one_run: Arc<Semaphore>,
+    shared: Arc<Shared>,
+    admitted: Admitted,
     cancel: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let local = match stream.local_addr() {
+    let (local, link_mtu) = match stream
+        .local_addr()
+        .map_err(LabError::failed)
+        .and_then(|local| remote::link_mtu(&stream).map(|mtu| (local, mtu)))
+    {
         Ok(a) => a,
-        Err(e) => return eprintln!("ipsec-lab serve: {peer}: {e}"),
+        Err(e) => return shared.logs.line("socket", || format!("{peer}: {e:#}")),
     };
     let handshake = tokio::select! {
-        h = Channel::respond(stream, &psk, control::HANDSHAKE_TIMEOUT) => h,
+        h = Channel::respond(stream, &shared.psk, control::HANDSHAKE_TIMEOUT) => h,
         _ = cancel.cancelled() => return,
     };
     let mut chan = match handshake {
         Ok(c) => c,
-        Err(e) => return eprintln!("ipsec-lab serve: {peer}: {e}; connection dropped"),
+        Err(e) => {
+            return shared
+                .logs
+                .line("handshake", || format!("{peer}: {e}; connection dropped"))
+        }
     };
-    let Ok(_permit) = one_run.try_acquire_owned() else {
+    // Anyone can replay a key holder's first handshake message: only the hello, the first
+    // message of the session, proves one is here now. Until it decrypts nothing is taken.
+    let hello = tokio::select! {
+        m = chan.recv(control::HANDSHAKE_TIMEOUT, "waiting for the client's hello") => m,
+        _ = cancel.cancelled() => return,
+    };
+    let refusal = |reason: String| Message::Refused {
+        kind: RefusalKind::Usage,
+        reason,
+    };
+    let (request, keys) = match hello {
+        Ok(Message::Hello { request, keys }) => (request, keys),
+        Err(e @ (ControlError::Malformed { .. } | ControlError::Version { .. })) => {
+            // It decrypted: a key holder sent something this server does not run.
+            shared
+                .logs
+                .line("hello", || format!("{peer}: authenticated; refused: {e}"));
+            let _ = chan.send(&refusal(format!("a malformed request: {e}"))).await;
+            return;
+        }
+        Ok(other) => {
+            shared.logs.line("hello", || {
+                format!(
+                    "{peer}: authenticated; refused: {} instead of hello",
+                    other.kind()
+                )
+            });
+            let _ = chan
+                .send(&refusal(format!("expected hello, got {}", other.kind())))
+                .await;
+            return;
+        }
+        Err(e) => {
+            return tracing::debug!("{peer}: no hello ({e}): not a live key holder (a replayed handshake?)");
+        }
+    };
+    drop(admitted);
+    eprintln!("ipsec-lab serve: {peer}: authenticated");
+    let Ok(_permit) = shared.one_run.clone().try_acquire_owned() else {
         eprintln!("ipsec-lab serve: {peer}: busy with another run; told the client");
         let _ = chan.send(&Message::Busy).await;
         return;
     };
-    eprintln!("ipsec-lab serve: {peer}: authenticated");
     let hosts = Hosts {
         a: peer.ip(),
         b: local.ip(),
     };
-    match serve_run(&mut chan, hosts, &cancel).await {
+    match serve_run(
+        &mut chan,
+        &request,
+        keys,
+        hosts,
+        link_mtu,
+        &shared.limits,
+        &cancel,
+    )
+    .await
+    {
         Ok(()) => eprintln!("ipsec-lab serve: {peer}: run finished; its end is removed"),
         Err(e) => {
             eprintln!("ipsec-lab serve: {peer}: run failed: {e:#}; its end is removed");
@@ -229,33 +453,6 @@ async fn session(
     }
 }
 
-/// What a server refuses before setting anything up.
-fn refuse(plan: &RunPlan) -> Option<(RefusalKind, String)> {
-    if !matches!(plan.backend, Backend::Plain | Backend::Xfrm | Backend::Userspace) {
-        return Some((
-            RefusalKind::Usage,
-            format!("the {} backend does not run between two hosts", plan.backend),
-        ));
-    }
-    if plan.port < 1024 {
-        return Some((
-            RefusalKind::Usage,
-            format!("data port {} is below 1024", plan.port),
-        ));
-    }
-    if plan.backend == Backend::Xfrm && plan.mode != IpsecMode::Transport {
-        return Some((
-            RefusalKind::Usage,
-            "only transport mode runs between two hosts".into(),
-        ));
-    }
-    if plan.backend == Backend::Userspace && plan.crypto == CryptoChoice::Soft {
-        // Soft AES needs the process restarted with hardware AES masked: not for a server.
-        return Some((RefusalKind::Usage, "serve does not offer --crypto soft".into()));
-    }
-    None
-}
-
 fn refusal_kind(e: &LabError) -> RefusalKind {
     match e.kind {
         ExitKind::Usage => RefusalKind::Usage,
@@ -264,41 +461,70 @@ fn refusal_kind(e: &LabError) -> RefusalKind {
     }
 }
 
-async fn serve_run(chan: &mut Channel<TcpStream>, hosts: Hosts, cancel: &CancellationToken) -> LabResult<()> {
-    let (plan, keys) = match chan.recv(STEP_TIMEOUT, "waiting for the client's hello").await {
-        Ok(Message::Hello { plan, keys }) => (*plan, keys),
-        Ok(other) => {
-            return Err(LabError::failed(anyhow::anyhow!(
-                "expected hello, got {}",
-                other.kind()
-            )))
-        }
-        Err(e) => return Err(control_error(e)),
+/// Checks the request, decides this end (tunnel addresses, MTU) and brings it up; or says
+/// why not, having created nothing.
+async fn start_end(
+    request: &PeerRequest,
+    keys: &RunKeys,
+    hosts: Hosts,
+    link_mtu: u32,
+    limits: &ServerLimits,
+) -> Result<(HostEnd, model::RunPlan, ServerEnd), (RefusalKind, String)> {
+    let lab = |e: LabError| (refusal_kind(&e), format!("{e:#}"));
+    limits
+        .check(request)
+        .map_err(|e| (RefusalKind::Usage, e.to_string()))?;
+    let tunnel = if request.backend == Backend::Userspace {
+        let in_use = remote::prefixes_in_use().await.map_err(lab)?;
+        let chosen = control::request::choose_tunnel_net(&in_use).ok_or((
+            RefusalKind::Failed,
+            "every /30 of 198.18.0.0/15 overlaps a route or address on the server: no room for the \
+             tunnel's inner addresses"
+                .to_string(),
+        ))?;
+        Some(chosen)
+    } else {
+        None
     };
+    let end = ServerEnd {
+        tunnel,
+        link_mtu: link_mtu.min(request.link_mtu),
+    };
+    if !control::request::MTU_RANGE.contains(&end.link_mtu) {
+        return Err((
+            RefusalKind::Failed,
+            format!("this host's path MTU toward the client is {link_mtu}, below 576"),
+        ));
+    }
+    let plan = remote::server_plan(request, hosts, end);
+    backends::preflight(&plan).await.map_err(lab)?;
+    let host_end = HostEnd::start(Side::B, &plan, keys, hosts).await.map_err(lab)?;
+    Ok((host_end, plan, end))
+}
+
+async fn serve_run(
+    chan: &mut Channel<TcpStream>,
+    request: &PeerRequest,
+    keys: RunKeys,
+    hosts: Hosts,
+    link_mtu: u32,
+    limits: &ServerLimits,
+    cancel: &CancellationToken,
+) -> LabResult<()> {
     eprintln!(
-        "ipsec-lab serve: run: {} {} {} x{}{}",
-        plan.backend,
-        plan.suite,
-        plan.bytes,
-        plan.repeat,
-        if plan.reverse { ", reverse" } else { "" }
+        "ipsec-lab serve: run: {} {} {} bytes x{}, {} streams from port {}{}",
+        request.backend,
+        request.suite,
+        request.bytes,
+        request.repeat,
+        request.streams,
+        request.data_port,
+        if request.reverse { ", reverse" } else { "" }
     );
-    let refusal = match refuse(&plan) {
-        Some(r) => Some(r),
-        None => backends::preflight(&plan)
-            .await
-            .err()
-            .map(|e| (refusal_kind(&e), format!("{e:#}"))),
-    };
-    let started = match refusal {
-        Some(r) => Err(r),
-        None => HostEnd::start(Side::B, &plan, &keys, hosts)
-            .await
-            .map_err(|e| (refusal_kind(&e), format!("{e:#}"))),
-    };
+    let started = start_end(request, &keys, hosts, link_mtu, limits).await;
     drop(keys);
-    let mut end = match started {
-        Ok(end) => end,
+    let (mut end, plan, server_end) = match started {
+        Ok(s) => s,
         Err((kind, reason)) => {
             eprintln!("ipsec-lab serve: refused: {reason}");
             let _ = chan.send(&Message::Refused { kind, reason }).await;
@@ -307,6 +533,7 @@ async fn serve_run(chan: &mut Channel<TcpStream>, hosts: Hosts, cancel: &Cancell
     };
     chan.send(&Message::Ready {
         environment: Box::new(Environment::detect()),
+        end: server_end,
     })
     .await
     .map_err(control_error)?;
@@ -317,7 +544,7 @@ async fn serve_run(chan: &mut Channel<TcpStream>, hosts: Hosts, cancel: &Cancell
         };
         match msg {
             Message::Receive { .. } if !plan.reverse => {
-                let receiver = Receiver::bind(data_addr(&plan, hosts, Side::B)).map_err(LabError::failed)?;
+                let receiver = remote::receiver(&plan, hosts, Side::B)?;
                 chan.send(&Message::Listening).await.map_err(control_error)?;
                 let (config, tx) = (transfer_config(&plan), CancellationToken::new());
                 let rx = tx.clone();
@@ -334,6 +561,7 @@ async fn serve_run(chan: &mut Channel<TcpStream>, hosts: Hosts, cancel: &Cancell
                 reply(chan, result, |transfer| Message::Received { transfer }).await?;
             }
             Message::Send { .. } if plan.reverse => {
+                // Only to the client that asked: its host address, or its end of the tunnel.
                 let target = data_addr(&plan, hosts, Side::A);
                 let (config, tx) = (transfer_config(&plan), CancellationToken::new());
                 let rx = tx.clone();
@@ -407,22 +635,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn allow_lists_match_networks() {
-        let net: Cidr = "198.18.0.0/24".parse().unwrap();
-        assert!(net.contains("198.18.0.9".parse().unwrap()));
-        assert!(net.contains("::ffff:198.18.0.9".parse().unwrap()));
-        assert!(!net.contains("198.18.1.9".parse().unwrap()));
-        let host: Cidr = "198.18.0.1".parse().unwrap();
-        assert!(
-            host.contains("198.18.0.1".parse().unwrap()) && !host.contains("198.18.0.2".parse().unwrap())
-        );
-        let all: Cidr = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("192.0.2.1".parse().unwrap()));
-        let v6: Cidr = "2001:db8::/32".parse().unwrap();
-        assert!(v6.contains("2001:db8::1".parse().unwrap()) && !v6.contains("2001:db9::1".parse().unwrap()));
-        for bad in ["x", "198.18.0.0/33", "::/129", "1.2.3.4/-1"] {
-            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+    fn unauthenticated_connections_are_bounded_in_all_and_per_source() {
+        let admission = Arc::new(Mutex::new(Admission::default()));
+        let ip = |i: u8| IpAddr::from([198, 18, 0, i]);
+        let mut held: Vec<Admitted> = (0..MAX_UNAUTHENTICATED_PER_SOURCE)
+            .map(|_| Admission::admit(&admission, ip(1)).unwrap())
+            .collect();
+        let e = Admission::admit(&admission, ip(1)).err().unwrap();
+        assert!(e.contains("from this address"), "{e}");
+        held.pop();
+        held.push(Admission::admit(&admission, ip(1)).unwrap());
+        for i in 0..(MAX_UNAUTHENTICATED - MAX_UNAUTHENTICATED_PER_SOURCE) {
+            held.push(
+                Admission::admit(&admission, ip(2 + (i / MAX_UNAUTHENTICATED_PER_SOURCE) as u8)).unwrap(),
+            );
         }
+        let e = Admission::admit(&admission, ip(200)).err().unwrap();
+        assert!(e.contains("waiting to authenticate"), "{e}");
+        drop(held);
+        let a = admission.lock().unwrap();
+        assert_eq!((a.total, a.per_source.len()), (0, 0));
+    }
+
+    #[test]
+    fn repeated_log_lines_are_limited_and_counted() {
+        let t0 = Instant::now();
+        let mut window = LogWindow::new(t0);
+        let printed: Vec<u64> = (0..100u64)
+            .filter_map(|i| window.admit(t0 + Duration::from_millis(i * 5)))
+            .collect();
+        assert_eq!(printed, vec![0; LOG_BURST as usize]);
+        assert_eq!(
+            window.admit(t0 + Duration::from_secs(2)),
+            Some(100 - u64::from(LOG_BURST))
+        );
+        assert_eq!(window.admit(t0 + Duration::from_secs(2)), Some(0));
     }
 
     #[test]

@@ -59,11 +59,22 @@ impl Lab {
 
     /// `ipsec-lab serve` in namespace b with extra arguments.
     pub fn serve_with(&self, extra: &[&str]) -> Server {
+        self.serve_wrapped(&[], extra)
+    }
+
+    /// `ipsec-lab serve` in namespace b, started through `wrapper` (e.g. `prlimit --nofile=64
+    /// --`, which execs it: the child's pid is the server's).
+    pub fn serve_wrapped(&self, wrapper: &[&str], extra: &[&str]) -> Server {
         let log = Arc::new(Mutex::new(String::new()));
-        let mut child = self
-            .topo()
-            .b
-            .command(env!("CARGO_BIN_EXE_ipsec-lab"))
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = self.topo().b.command(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_ipsec-lab"));
+                c
+            }
+            None => self.topo().b.command(env!("CARGO_BIN_EXE_ipsec-lab")),
+        };
+        let mut child = command
             .args(["serve", "--listen", SERVER, "--psk-file"])
             .arg(&self.psk)
             .args(extra)
@@ -145,6 +156,21 @@ pub struct Server {
 impl Server {
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// User plus system CPU time the server has used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
     }
 
     pub fn wait_for(&self, text: &str, limit: Duration) {
@@ -235,4 +261,96 @@ impl SideConnection {
             && self.stream.read_exact(&mut buf).is_ok()
             && &buf == b"hello"
     }
+}
+
+/// The control port of the server in namespace b.
+pub fn control_addr() -> std::net::SocketAddr {
+    format!("{SERVER}:{}", model::DEFAULT_PEER_PORT).parse().unwrap()
+}
+
+/// A request as a client of this protocol version would send it, as JSON to tamper with.
+pub fn good_request() -> serde_json::Value {
+    serde_json::json!({
+        "backend": "userspace",
+        "suite": "aes-256-gcm",
+        "crypto": "auto",
+        "bytes": 1_000_000,
+        "streams": 1,
+        "repeat": 1,
+        "reverse": false,
+        "data_port": 5201,
+        "seed": 1,
+        "link_mtu": 1500,
+    })
+}
+
+/// A hello carrying `request`, with a userspace key and lab-range xfrm keys.
+pub fn hello(request: serde_json::Value) -> Vec<u8> {
+    serde_json::json!({
+        "v": control::VERSION,
+        "msg": {
+            "type": "hello",
+            "request": request,
+            "keys": {
+                "tunnel": "ab".repeat(256),
+                "xfrm": {
+                    "reqid": 0x1a5_0042,
+                    "spi_client_to_server": 0x1a50_4201u32,
+                    "spi_server_to_client": 0x1a50_4202u32,
+                    "enc": "cd".repeat(32),
+                    "auth": "ef".repeat(32),
+                },
+            },
+        },
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// A pre-shared key holder gone rogue: the control crate's own initiator, from namespace a,
+/// sending `plaintext` (hand-made JSON) as its first message; returns the server's answer.
+pub fn hostile(lab: &Lab, plaintext: &[u8]) -> Result<control::Message, control::ControlError> {
+    let psk = control::Psk::load(&lab.psk).unwrap();
+    let stream = lab
+        .topo()
+        .a
+        .run(|| TcpStream::connect_timeout(&control_addr(), Duration::from_secs(5)).unwrap())
+        .unwrap();
+    stream.set_nonblocking(true).unwrap();
+    lab.rt.block_on(async {
+        let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+        let mut chan = control::Channel::initiate(stream, &psk, Duration::from_secs(5)).await?;
+        chan.send_plaintext(plaintext).await?;
+        chan.recv(Duration::from_secs(30), "waiting for the server's answer")
+            .await
+    })
+}
+
+/// What a server host shows from outside: links, routes of every table, SAs, policies, and
+/// TCP/UDP sockets (listening or connected) other than the control port's.
+pub fn server_state(lab: &Lab) -> String {
+    let ns = lab.topo().b.name().to_string();
+    let sockets = Command::new("ip")
+        .args(["netns", "exec", &ns, "ss", "-Htanu"])
+        .output()
+        .unwrap();
+    let control_port = format!(":{}", model::DEFAULT_PEER_PORT);
+    let sockets: Vec<String> = String::from_utf8_lossy(&sockets.stdout)
+        .lines()
+        .filter(|l| {
+            // Local address is the fifth column; the control connection's is ours.
+            l.split_whitespace()
+                .nth(4)
+                .is_some_and(|local| !local.ends_with(&control_port))
+        })
+        .map(str::to_string)
+        .collect();
+    format!(
+        "links:\n{}routes:\n{}states:\n{}policies:\n{}sockets:\n{}",
+        lab.ip('b', &["-o", "link"]),
+        lab.ip('b', &["route", "show", "table", "all"]),
+        lab.ip('b', &["xfrm", "state"]),
+        lab.ip('b', &["xfrm", "policy"]),
+        sockets.join("\n")
+    )
 }

@@ -83,7 +83,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
             let (init, first) = Initiator::start(psk)?;
             write_frame(&mut stream, &first, "handshake").await?;
             let mut pending = Vec::new();
-            let answer = read_frame(&mut stream, &mut pending, MAX_HANDSHAKE_FRAME, "handshake").await?;
+            // An SSH or HTTP server answers with text whose first 4 bytes read as a giant length.
+            let answer = read_frame(&mut stream, &mut pending, MAX_HANDSHAKE_FRAME, "handshake")
+                .await
+                .map_err(|e| match e {
+                    ControlError::Oversized { .. } => ControlError::NotIpsecLab,
+                    other => other,
+                })?;
             let session = init.finish(&answer)?;
             Ok(Channel {
                 stream,
@@ -113,6 +119,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
 
     pub async fn send(&mut self, msg: &Message) -> Result<(), ControlError> {
         let body = self.session.seal(msg)?;
+        write_frame(&mut self.stream, &body, "sending a control message").await
+    }
+
+    /// Sends bytes encoded by the caller, not by [`crate::message::encode`]: for messages
+    /// crafted by hand, as a hostile client does in the server's tests.
+    pub async fn send_plaintext(&mut self, plain: &[u8]) -> Result<(), ControlError> {
+        let body = self.session.seal_plaintext(plain)?;
         write_frame(&mut self.stream, &body, "sending a control message").await
     }
 
@@ -206,6 +219,19 @@ mod tests {
             c.write_all(&junk48).await.unwrap();
             drop(c);
             assert!(Channel::respond(s, &k, LIMIT).await.is_err());
+        }
+    }
+
+    /// Regression: `--peer` at an SSH server said "a frame of 1397966893 bytes announced".
+    #[tokio::test]
+    async fn a_client_at_another_kind_of_server_says_so() {
+        let k = Psk::generate().unwrap();
+        for banner in [&b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"[..], b"\0\0\0\x05hello"] {
+            let (c, mut s) = duplex(1 << 16);
+            s.write_all(banner).await.unwrap();
+            let e = Channel::initiate(c, &k, LIMIT).await.err().unwrap();
+            assert!(matches!(e, ControlError::NotIpsecLab), "{e}");
+            assert!(e.to_string().contains("not an ipsec-lab server"));
         }
     }
 

@@ -7,6 +7,8 @@
 //!   message, so a peer without it is refused on that message, before anything else it
 //!   sends is read; the ephemeral-ephemeral DH gives each run fresh session keys.
 //! * [`message`]: the versioned messages and their bounded encoding.
+//! * [`request`]: what a client may ask for, the server's limits, and the end the server
+//!   decides for itself (pure checks, no IO).
 //! * [`frame`]: the length prefix on the wire, checked before a body is buffered.
 //! * [`channel`]: a small tokio layer that runs the above over a byte stream, with timeouts.
 //!
@@ -18,11 +20,13 @@ pub mod frame;
 pub mod message;
 pub mod noise;
 pub mod psk;
+pub mod request;
 
 pub use channel::Channel;
 pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, TransferResult, XfrmKeys, VERSION};
 pub use noise::{Initiator, Responder, Session};
 pub use psk::{Psk, PskError};
+pub use request::{Cidr, PeerRequest, PortRange, RequestError, ServerEnd, ServerLimits, TunnelAddresses};
 
 use std::time::Duration;
 
@@ -49,6 +53,9 @@ pub enum ControlError {
     Oversized { len: usize, max: usize },
     #[error("handshake failed: the peer does not hold the same pre-shared key (or is not ipsec-lab)")]
     Authentication,
+    /// The answer to the first handshake message is not one: another program listens there.
+    #[error("the peer is not an ipsec-lab server (or runs another version)")]
+    NotIpsecLab,
     #[error("a message failed authentication: corrupted or forged")]
     Decrypt,
     #[error("malformed message: {reason}")]

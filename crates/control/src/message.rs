@@ -4,28 +4,31 @@
 //! A conversation (client = `run --peer`, server = `serve`):
 //!
 //! ```text
-//! client: Hello{plan, keys}    server: Ready{environment} | Busy | Refused{kind, reason}
+//! client: Hello{request, keys} server: Ready{environment, end} | Busy | Refused{kind, reason}
 //! client: Receive{attempt}     server: Listening, then Received{transfer} | Failed{reason}
 //! client: Send{attempt}        server: Sent{transfer} | Failed{reason}     (--reverse)
 //! client: Finish               server: Finished{details}
 //! ```
 //!
-//! Anything else, or silence past a step's timeout, ends the run; the server then removes
-//! what it installed. Every message travels in an [`Envelope`] carrying the version, and a
+//! The hello carries a [`PeerRequest`], never a plan: the server checks it against its own
+//! limits and derives its end itself (see [`crate::request`]). Anything else, or silence
+//! past a step's timeout, ends the run; the server then removes what it installed. Every message travels in an [`Envelope`] carrying the version, and a
 //! peer of another version is told apart from a malformed message.
 
 use std::fmt;
 
-use model::{CpuUsage, Environment, RunPlan};
+use model::{CpuUsage, Environment};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zeroize::Zeroizing;
 
 use crate::frame::MAX_FRAME;
 use crate::noise::TAG_LEN;
+use crate::request::{PeerRequest, ServerEnd};
 use crate::ControlError;
 
-/// Protocol version; bumped on any incompatible change to [`Message`].
-pub const VERSION: u16 = 1;
+/// Protocol version; bumped on any incompatible change to [`Message`]. Version 2: the hello
+/// carries a request instead of the client's whole plan.
+pub const VERSION: u16 = 2;
 /// Largest encoded message: what fits one Noise message with its tag.
 pub const MAX_MESSAGE: usize = MAX_FRAME - TAG_LEN;
 
@@ -38,10 +41,13 @@ pub struct Envelope {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Message {
-    /// Client: the validated plan and the run's key material.
-    Hello { plan: Box<RunPlan>, keys: RunKeys },
-    /// Server: its end is up; its environment goes into the client's report.
-    Ready { environment: Box<Environment> },
+    /// Client: what it asks for, and the run's key material.
+    Hello { request: PeerRequest, keys: RunKeys },
+    /// Server: its end is up, as it decided it; its environment goes into the client's report.
+    Ready {
+        environment: Box<Environment>,
+        end: ServerEnd,
+    },
     /// Server: another run is in progress.
     Busy,
     /// Server: it will not do this run, and why.
@@ -245,11 +251,28 @@ pub fn decode(plain: &[u8]) -> Result<Message, ControlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use model::RunRequest;
+    use model::{Backend, CipherSuite, CryptoChoice};
+
+    pub(crate) fn request() -> PeerRequest {
+        PeerRequest {
+            backend: Backend::Userspace,
+            suite: CipherSuite::AesGcm {
+                key: model::KeyBits::Aes256,
+            },
+            crypto: CryptoChoice::Auto,
+            bytes: 1_000_000,
+            streams: 2,
+            repeat: 1,
+            reverse: true,
+            data_port: 5201,
+            seed: u64::MAX,
+            link_mtu: 1500,
+        }
+    }
 
     fn hello() -> Message {
         Message::Hello {
-            plan: Box::new(RunRequest::default().validate().unwrap()),
+            request: request(),
             keys: RunKeys {
                 xfrm: Some(XfrmKeys {
                     reqid: 0x1a5001,
@@ -274,6 +297,10 @@ mod tests {
             hello(),
             Message::Ready {
                 environment: Box::new(Environment::detect()),
+                end: ServerEnd {
+                    tunnel: crate::request::choose_tunnel_net(&[]),
+                    link_mtu: 1400,
+                },
             },
             Message::Busy,
             Message::Refused {
@@ -306,8 +333,8 @@ mod tests {
 
     #[test]
     fn other_versions_are_named() {
-        let e = decode(br#"{"v":2,"msg":{"type":"busy"}}"#).unwrap_err();
-        assert!(matches!(e, ControlError::Version { got: 2, supported: 1 }), "{e}");
+        let e = decode(br#"{"v":1,"msg":{"type":"busy"}}"#).unwrap_err();
+        assert!(matches!(e, ControlError::Version { got: 1, supported: 2 }), "{e}");
     }
 
     #[test]
@@ -316,11 +343,11 @@ mod tests {
             &b""[..],
             b"null",
             b"{}",
-            br#"{"v":1}"#,
-            br#"{"v":1,"msg":{"type":"launch_missiles"}}"#,
-            br#"{"v":1,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
-            br#"{"v":1,"msg":{"type":"receive","attempt":-1}}"#,
-            br#"{"v":1,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
+            br#"{"v":2}"#,
+            br#"{"v":2,"msg":{"type":"launch_missiles"}}"#,
+            br#"{"v":2,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
+            br#"{"v":2,"msg":{"type":"receive","attempt":-1}}"#,
+            br#"{"v":2,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
             b"\xff\xfe",
         ] {
             assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
@@ -337,10 +364,39 @@ mod tests {
     fn odd_or_non_hex_key_material_is_refused() {
         for bad in ["abc", "zz", &"00".repeat(513)] {
             let text = format!(
-                r#"{{"v":1,"msg":{{"type":"hello","plan":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
-                serde_json::to_string(&RunRequest::default().validate().unwrap()).unwrap()
+                r#"{{"v":2,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
+                serde_json::to_string(&request()).unwrap()
             );
             assert!(decode(text.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    /// A rogue key holder's hello with the fields of version 1 (addresses, prefix, MTU,
+    /// the whole plan) names what is wrong instead of being applied.
+    #[test]
+    fn a_hello_with_addresses_or_a_plan_is_malformed() {
+        let mut good = serde_json::to_value(request()).unwrap();
+        good["bytes"] = 5.into();
+        for (field, value) in [
+            (
+                "addressing",
+                serde_json::json!({"inner_b": "200.0.0.1", "prefix_len": 1}),
+            ),
+            ("prefix_len", 0.into()),
+            ("inner_a", "127.0.0.1".into()),
+            ("plan", serde_json::json!({})),
+        ] {
+            let mut r = good.clone();
+            r[field] = value;
+            let text = serde_json::json!({"v": 2, "msg": {"type": "hello", "request": r, "keys": {}}});
+            let e = decode(text.to_string().as_bytes()).unwrap_err();
+            assert!(e.to_string().contains(field), "{field}: {e}");
+        }
+        for (field, value) in [("data_port", 70_000), ("streams", -1), ("link_mtu", -5)] {
+            let mut r = good.clone();
+            r[field] = value.into();
+            let text = serde_json::json!({"v": 2, "msg": {"type": "hello", "request": r, "keys": {}}});
+            assert!(decode(text.to_string().as_bytes()).is_err(), "{field}");
         }
     }
 }

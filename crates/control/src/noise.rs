@@ -24,6 +24,8 @@ pub const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"ipsec-lab control channel";
 /// Bytes each encrypted message carries besides its plaintext (the Poly1305 tag).
 pub const TAG_LEN: usize = 16;
+/// Length of either handshake message: an X25519 ephemeral key and the tag of the empty payload.
+pub const HANDSHAKE_MESSAGE_LEN: usize = 32 + TAG_LEN;
 
 fn builder(psk: &Psk) -> Result<Builder<'_>, ControlError> {
     let params = PATTERN.parse().map_err(ControlError::Noise)?;
@@ -53,6 +55,11 @@ impl Initiator {
     /// responder does not hold the same key.
     pub fn finish(mut self, answer: &[u8]) -> Result<Session, ControlError> {
         let mut payload = [0u8; 64];
+        // Both handshake messages are one ephemeral key and a tag: an answer of another length
+        // comes from another program (or another protocol version).
+        if answer.len() != HANDSHAKE_MESSAGE_LEN {
+            return Err(ControlError::NotIpsecLab);
+        }
         self.state
             .read_message(answer, &mut payload)
             .map_err(|_| ControlError::Authentication)?;
@@ -97,11 +104,22 @@ impl Session {
 
     /// Encodes and encrypts a message into a frame body.
     pub fn seal(&mut self, msg: &Message) -> Result<Vec<u8>, ControlError> {
-        let plain = message::encode(msg)?;
+        self.seal_plaintext(&message::encode(msg)?)
+    }
+
+    /// Encrypts already encoded bytes: for messages crafted by hand (a hostile client in the
+    /// server's tests). At most [`message::MAX_MESSAGE`] bytes.
+    pub fn seal_plaintext(&mut self, plain: &[u8]) -> Result<Vec<u8>, ControlError> {
+        if plain.len() > message::MAX_MESSAGE {
+            return Err(ControlError::Oversized {
+                len: plain.len(),
+                max: message::MAX_MESSAGE,
+            });
+        }
         let mut out = vec![0u8; plain.len() + TAG_LEN];
         let n = self
             .transport
-            .write_message(&plain, &mut out)
+            .write_message(plain, &mut out)
             .map_err(ControlError::Noise)?;
         out.truncate(n);
         debug_assert!(out.len() <= MAX_FRAME);

@@ -12,7 +12,8 @@ pub const PSK_LEN: usize = 32;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PskError {
-    #[error("cannot read the pre-shared key file {path}: {source}")]
+    /// The OS error is the source, not part of this text: `{:#}` prints the chain once.
+    #[error("cannot read the pre-shared key file {path}")]
     Read {
         path: PathBuf,
         #[source]
@@ -23,6 +24,11 @@ pub enum PskError {
          run `chmod 600 {path}`"
     )]
     Permissions { path: PathBuf, mode: u32 },
+    #[error(
+        "the pre-shared key file {path} does not exist: make one with `ipsec-lab psk generate > {path}` \
+         and copy it to both hosts"
+    )]
+    Missing { path: PathBuf },
     #[error("{path} is not a regular file")]
     NotAFile { path: PathBuf },
     #[error("the pre-shared key {origin}must be {want} hexadecimal characters (from `ipsec-lab psk generate`), found {found}")]
@@ -104,7 +110,12 @@ impl Psk {
             path: path.to_path_buf(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(read)?;
+        let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => PskError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => read(e),
+        })?;
         if !meta.is_file() {
             return Err(PskError::NotAFile {
                 path: path.to_path_buf(),
@@ -179,6 +190,31 @@ mod tests {
             std::fs::remove_file(p).unwrap();
         }
         std::fs::remove_file(ok).unwrap();
+    }
+
+    /// Regression: the missing-file error said the OS error twice ("...: No such file or
+    /// directory (os error 2): No such file or directory (os error 2)").
+    #[test]
+    fn a_missing_file_is_named_once_with_the_fix() {
+        let path = std::env::temp_dir().join(format!("ipl-psk-none-{}", std::process::id()));
+        let e = Psk::load(&path).unwrap_err();
+        let chain = anyhow_like(&e);
+        assert!(chain.contains("psk generate >"), "{chain}");
+        assert!(!chain.contains("os error"), "{chain}");
+        let unreadable = Psk::load(Path::new("/proc/self/mem")).unwrap_err();
+        let chain = anyhow_like(&unreadable);
+        assert_eq!(chain.matches("os error").count(), 1, "{chain}");
+    }
+
+    /// The error and its sources joined by ": ", as the binary prints them.
+    fn anyhow_like(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            out = format!("{out}: {s}");
+            source = s.source();
+        }
+        out
     }
 
     #[test]

@@ -9,10 +9,23 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 fn seeds() -> Vec<Vec<u8>> {
-    let plan = model::RunRequest::default().validate().unwrap();
+    let request = control::PeerRequest {
+        backend: model::Backend::Xfrm,
+        suite: model::CipherSuite::AesGcm {
+            key: model::KeyBits::Aes128,
+        },
+        crypto: model::CryptoChoice::Auto,
+        bytes: 1_000_000,
+        streams: 1,
+        repeat: 1,
+        reverse: false,
+        data_port: 5201,
+        seed: 1,
+        link_mtu: 1500,
+    };
     [
         Message::Hello {
-            plan: Box::new(plan),
+            request,
             keys: RunKeys {
                 xfrm: Some(XfrmKeys {
                     reqid: 1,

@@ -168,6 +168,18 @@ impl CipherSuite {
     pub fn is_encrypted(&self) -> bool {
         !matches!(self, CipherSuite::None)
     }
+
+    /// Whether every packet carries a tag that a forger cannot make (GCM, CBC with HMAC).
+    pub fn authenticates(&self) -> bool {
+        matches!(
+            self,
+            CipherSuite::AesGcm { .. }
+                | CipherSuite::AesCbc {
+                    hmac: Hmac::Sha256,
+                    ..
+                }
+        )
+    }
 }
 
 impl fmt::Display for CipherSuite {

@@ -2,7 +2,7 @@
 //! tokio runtime: the thread may sit in a network namespace (setns is per thread), and all of
 //! that side's work lands on one thread whose CPU time is then exactly the side's cost.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,6 +86,8 @@ pub enum TrafficError {
     Verify(#[from] VerifyError),
     #[error("bad stream header from {peer}: {reason}")]
     Header { peer: SocketAddr, reason: String },
+    #[error("receiver {local}: more than {MAX_FOREIGN_CONNECTIONS} connections from addresses other than the run's peer (the last from {peer})")]
+    Foreign { local: SocketAddr, peer: SocketAddr },
     #[error("interrupted")]
     Cancelled,
 }
@@ -93,6 +95,19 @@ pub enum TrafficError {
 /// The receiving end, bound before the sender starts so that the sender never races it.
 pub struct Receiver {
     listener: std::net::TcpListener,
+    /// Accept streams only from this address (a server takes data only from its client).
+    only_from: Option<IpAddr>,
+}
+
+/// Connections from other addresses a receiver closes before giving up on the transfer.
+const MAX_FOREIGN_CONNECTIONS: u32 = 64;
+
+/// The address without IPv4-mapped IPv6 disguise, for comparing peers.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    }
 }
 
 impl Receiver {
@@ -104,7 +119,18 @@ impl Receiver {
         };
         let listener = std::net::TcpListener::bind(addr).map_err(io)?;
         listener.set_nonblocking(true).map_err(io)?;
-        Ok(Receiver { listener })
+        Ok(Receiver {
+            listener,
+            only_from: None,
+        })
+    }
+
+    /// Closes connections from any address but `peer` unread; they count for nothing.
+    pub fn only_from(self, peer: IpAddr) -> Receiver {
+        Receiver {
+            only_from: Some(canonical(peer)),
+            ..self
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -129,9 +155,18 @@ impl Receiver {
             })?;
             let mut seen = vec![false; usize::from(config.streams)];
             let mut tasks = JoinSet::new();
-            for _ in 0..config.streams {
+            let mut foreign = 0;
+            while tasks.len() < usize::from(config.streams) {
                 let (mut stream, peer) =
                     with_timeout(config.idle_timeout, "accept on", local, listener.accept()).await?;
+                if self.only_from.is_some_and(|only| only != canonical(peer.ip())) {
+                    foreign += 1;
+                    tracing::debug!("receiver {local}: closed a connection from {peer}: not the run's peer");
+                    if foreign > MAX_FOREIGN_CONNECTIONS {
+                        return Err(TrafficError::Foreign { local, peer });
+                    }
+                    continue;
+                }
                 let header = read_header(&mut stream, peer, &config, &mut seen).await?;
                 tasks.spawn(receive_stream(stream, peer, config, header, progress.clone()));
             }
@@ -388,6 +423,19 @@ mod tests {
         assert!(matches!(rx.join().unwrap(), Err(TrafficError::Header { .. })));
     }
 
+    /// Stream 0 of seed 99 written by hand: a header announcing `len` bytes, then `sent`.
+    fn send_by_hand(mut s: std::net::TcpStream, len: u64, sent: usize) {
+        let mut header = Vec::new();
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&VERSION.to_be_bytes());
+        header.extend_from_slice(&0u16.to_be_bytes());
+        header.extend_from_slice(&99u64.to_be_bytes());
+        header.extend_from_slice(&len.to_be_bytes());
+        let mut body = vec![0u8; sent];
+        PayloadGenerator::new(99, 0).fill(&mut body);
+        std::io::Write::write_all(&mut s, &[header, body].concat()).unwrap();
+    }
+
     #[test]
     fn a_stream_cut_short_fails_verification() {
         let cfg = config(100_000, 1);
@@ -395,22 +443,42 @@ mod tests {
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         // Announce 100 000 bytes, deliver 10: the receiver must call it truncated.
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        let mut header = Vec::new();
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&VERSION.to_be_bytes());
-        header.extend_from_slice(&0u16.to_be_bytes());
-        header.extend_from_slice(&99u64.to_be_bytes());
-        header.extend_from_slice(&100_000u64.to_be_bytes());
-        let mut body = vec![0u8; 10];
-        PayloadGenerator::new(99, 0).fill(&mut body);
-        std::io::Write::write_all(&mut s, &[header, body].concat()).unwrap();
-        drop(s);
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s, 100_000, 10);
         let err = rx.join().unwrap().unwrap_err();
         assert!(
             matches!(err, TrafficError::Verify(VerifyError::Short { got: 10, .. })),
             "{err}"
         );
+    }
+
+    /// A server's receiver takes data only from its client: a stream from another address
+    /// is closed unread, and the client's own still arrives in full.
+    #[test]
+    fn a_receiver_for_one_peer_closes_connections_from_others() {
+        let cfg = config(200_000, 1);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap())
+            .unwrap()
+            .only_from("127.0.0.2".parse().unwrap());
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        // From 127.0.0.1: closed before its header is read.
+        let mut stranger = std::net::TcpStream::connect(addr).unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut stranger, &mut byte).unwrap_or(0), 0);
+        // From 127.0.0.2 (bound by hand): the run's peer.
+        let socket = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+                s.connect(addr).await.unwrap().into_std().unwrap()
+            });
+        socket.set_nonblocking(false).unwrap();
+        send_by_hand(socket, 200_000, 200_000);
+        assert_eq!(rx.join().unwrap().unwrap().bytes, 200_000);
     }
 
     #[test]

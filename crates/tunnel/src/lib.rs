@@ -593,10 +593,15 @@ impl Loop {
             }
         }
         let decrypted = std::mem::take(&mut self.decrypted);
+        // A joined packet reaches the kernel with its checksum trusted (CHECKSUM_PARTIAL):
+        // the MAC vouches for an authenticated suite's segments; others join only once their
+        // own checksums are verified, else they go alone and the kernel checks them.
+        let trusted = self.endpoint.suite().authenticates();
         let mut group = Group::default();
         for &at in &decrypted {
-            let joined = {
-                let pkt = &self.rx_bufs[at.buf][at.start..at.end];
+            let pkt = &self.rx_bufs[at.buf][at.start..at.end];
+            let may_join = trusted || offload::checksums_ok(pkt);
+            let joined = may_join && {
                 let first = group.first.map_or(pkt, |f| &self.rx_bufs[f.buf][f.start..f.end]);
                 Coalescer::push(&mut group, pkt, at, first)
             };
@@ -605,7 +610,7 @@ impl Loop {
             }
             self.deliver(&group);
             group.clear();
-            if !Coalescer::push(&mut group, &self.rx_bufs[at.buf][at.start..at.end], at, &[]) {
+            if !(may_join && Coalescer::push(&mut group, &self.rx_bufs[at.buf][at.start..at.end], at, &[])) {
                 // Not a TCP data segment (an ACK, say): on its own, as it came.
                 group.first = Some(at);
                 self.deliver(&group);

@@ -10,7 +10,10 @@
 //! * In (wire → TUN): [`Coalescer`] joins consecutive decrypted segments of one TCP flow into
 //!   one packet again (what GRO does on a NIC), so the kernel's TCP receive path, and the
 //!   ACKs it sends, run once per 64 KiB instead of once per segment. Those packets are marked
-//!   `NEEDS_CSUM`, i.e. checksum already trusted: their payload just passed the tunnel's MAC.
+//!   `NEEDS_CSUM` (CHECKSUM_PARTIAL), i.e. checksum already trusted: with an authenticated
+//!   suite their payload just passed the tunnel's MAC; with an unauthenticated one (`none`,
+//!   CBC without HMAC) each segment may join only after [`checksums_ok`] verified it, as a
+//!   NIC's GRO does, so a forged or corrupted segment still meets the kernel's own check.
 //!
 //! Pure functions on byte slices; the I/O stays in `lib.rs`.
 
@@ -132,6 +135,19 @@ pub fn complete_checksum(pkt: &mut [u8], hdr: &VnetHdr) -> Result<(), OffloadErr
     let c = checksum(&pkt[start..]);
     pkt[at..at + 2].copy_from_slice(&c.to_be_bytes());
     Ok(())
+}
+
+/// Whether a TCP/IPv4 packet's IP header and TCP checksums (over the whole segment) hold.
+pub fn checksums_ok(pkt: &[u8]) -> bool {
+    let Some((ihl, _)) = tcp_v4_header_lens(pkt) else {
+        return false;
+    };
+    let total = usize::from(u16::from_be_bytes([pkt[2], pkt[3]]));
+    if total != pkt.len() || checksum(&pkt[..ihl]) != 0 {
+        return false;
+    }
+    let pseudo = pseudo_header_v4(&pkt[12..16], &pkt[16..20], IPPROTO_TCP, total - ihl);
+    !fold(sum(&pkt[ihl..], pseudo)) == 0
 }
 
 fn ipv4_header_checksum(pkt: &mut [u8], ihl: usize) {
@@ -435,8 +451,23 @@ mod tests {
     }
 
     fn tcp_checksum_ok(p: &[u8]) -> bool {
-        let pseudo = pseudo_header_v4(&p[12..16], &p[16..20], IPPROTO_TCP, p.len() - 20);
-        fold(sum(&p[20..], pseudo)) == 0xffff && checksum(&p[..20]) == 0
+        checksums_ok(p)
+    }
+
+    #[test]
+    fn a_corrupted_segment_fails_the_checksum_check() {
+        let good = tcp_packet(1, TCP_ACK, &[0x5a; 1000], 1);
+        assert!(checksums_ok(&good));
+        for at in [4, 12, 24, 60, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            assert!(!checksums_ok(&bad), "byte {at}");
+        }
+        assert!(
+            !checksums_ok(&good[..good.len() - 1]),
+            "shorter than its IP length"
+        );
+        assert!(!checksums_ok(&good[..30]));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! datagrams). Receiving: `recvmmsg`, with UDP GRO (`UDP_GRO`) so the kernel may hand over
 //! several datagrams coalesced into one buffer with their segment size.
 //!
-//! The socket is bound, not connected: datagrams may come from any source, and the MAC decides
-//! (like OpenVPN's `--float`); that also lets tests inject crafted packets.
+//! The socket is bound and connected to the peer: the kernel hands over only datagrams from
+//! the peer's address and port, so nobody else reaches the decryption (or, for the
+//! unauthenticated suites, the host's IP stack) through it.
 
 use std::io;
 use std::net::SocketAddrV4;
@@ -19,7 +20,6 @@ pub const GSO_MAX_BYTES: usize = 65_000;
 
 pub struct Udp {
     fd: OwnedFd,
-    peer: libc::sockaddr_in,
 }
 
 fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
@@ -31,6 +31,29 @@ fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
         },
         sin_zero: [0; 8],
     }
+}
+
+/// `bind` or `connect` of `fd` to `addr`; the error names the step and the address.
+fn with_address(
+    fd: RawFd,
+    addr: SocketAddrV4,
+    call: unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int,
+    step: &str,
+) -> io::Result<()> {
+    let sa = sockaddr_in(addr);
+    // SAFETY: sa is a sockaddr_in, passed with its size; the call only reads it.
+    let rc = unsafe {
+        call(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{step} {addr}: {e}")));
+    }
+    Ok(())
 }
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
@@ -60,8 +83,8 @@ fn cvt(rc: libc::c_int) -> io::Result<usize> {
 }
 
 impl Udp {
-    /// A socket bound to `local` (in the calling thread's namespace) that sends to `peer`.
-    /// Blocking for sends (a full socket buffer waits rather than drops), receives are
+    /// A socket bound to `local` (in the calling thread's namespace) and connected to `peer`:
+    /// it sends only there and receives only from there. Blocking for sends (a full socket buffer waits rather than drops), receives are
     /// always non-blocking (`MSG_DONTWAIT`).
     pub fn bind(local: SocketAddrV4, peer: SocketAddrV4, buffer_bytes: usize) -> io::Result<Udp> {
         // SAFETY: plain socket(2); owned right after.
@@ -81,23 +104,9 @@ impl Udp {
         if setsockopt_int(s, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes).is_err() {
             setsockopt_int(s, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes)?;
         }
-        let addr = sockaddr_in(local);
-        // SAFETY: addr is a sockaddr_in with its size.
-        let rc = unsafe {
-            libc::bind(
-                s,
-                (&addr as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("bind {local}: {e}")));
-        }
-        Ok(Udp {
-            fd,
-            peer: sockaddr_in(peer),
-        })
+        with_address(s, local, libc::bind, "bind")?;
+        with_address(s, peer, libc::connect, "connect to")?;
+        Ok(Udp { fd })
     }
 
     /// Asks for coalesced receives. False when the kernel does not offer UDP GRO.
@@ -105,11 +114,10 @@ impl Udp {
         setsockopt_int(self.fd.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
     }
 
-    fn msghdr(&self, iov: *mut libc::iovec, iovlen: usize) -> libc::msghdr {
+    /// A header for the connected socket: no address, no control data.
+    fn msghdr(iov: *mut libc::iovec, iovlen: usize) -> libc::msghdr {
         // SAFETY: msghdr is plain data; zero is "no name, no control".
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-        h.msg_name = (&self.peer as *const libc::sockaddr_in).cast_mut().cast();
-        h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
         h.msg_iov = iov;
         h.msg_iovlen = iovlen;
         h
@@ -127,15 +135,15 @@ impl Udp {
         let mut msgs: Vec<libc::mmsghdr> = iovs
             .iter_mut()
             .map(|iov| libc::mmsghdr {
-                msg_hdr: self.msghdr(iov, 1),
+                msg_hdr: Self::msghdr(iov, 1),
                 msg_len: 0,
             })
             .collect();
         let mut sent = 0;
         let mut calls = 0;
         while sent < msgs.len() {
-            // SAFETY: every mmsghdr points at an iovec and a peer address that live until
-            // the end of this function; the kernel only reads them.
+            // SAFETY: every mmsghdr points at an iovec that lives until the end of this
+            // function; the kernel only reads them.
             let n = unsafe {
                 libc::sendmmsg(
                     self.fd.as_raw_fd(),
@@ -145,7 +153,12 @@ impl Udp {
                 )
             };
             calls += 1;
-            sent += cvt(n)?;
+            match cvt(n) {
+                Ok(n) => sent += n,
+                // A queued ICMP error from the peer, reported once and consumed: try again.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) && calls == 1 => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(calls)
     }
@@ -160,7 +173,7 @@ impl Udp {
                 iov_len: d.len(),
             })
             .collect();
-        let mut h = self.msghdr(iovs.as_mut_ptr(), iovs.len());
+        let mut h = Self::msghdr(iovs.as_mut_ptr(), iovs.len());
         // Room for one cmsg carrying a u16, 8-byte aligned.
         let mut control = [0u64; 4];
         if datagrams.len() > 1 {
@@ -178,13 +191,19 @@ impl Udp {
                 std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
             }
         }
-        // SAFETY: h points at iovecs, the peer address and control data that all outlive
-        // the call.
-        let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &h, 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+        for _ in 0..2 {
+            // SAFETY: h points at iovecs and control data that both outlive the call.
+            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &h, 0) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            // A queued ICMP error from the peer, reported once and consumed: try again.
+            if e.raw_os_error() != Some(libc::ECONNREFUSED) {
+                return Err(e);
+            }
         }
-        Ok(())
+        Err(io::Error::from_raw_os_error(libc::ECONNREFUSED))
     }
 
     /// Receives up to `bufs.len()` datagrams without blocking. For each, writes its length

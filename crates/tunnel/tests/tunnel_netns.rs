@@ -231,7 +231,8 @@ fn seal(ep: &mut Endpoint, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Datagrams crafted with the run's key and injected into b's tunnel socket from inside
-/// namespace a: a fresh one is delivered, its replay and a tampered one are dropped and
+/// namespace a: from another port than a's tunnel it is never read (the socket is connected);
+/// from a's port a fresh one is delivered, its replay and a tampered one are dropped and
 /// counted, and neither reaches the application.
 #[test]
 fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
@@ -275,9 +276,15 @@ fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
         ready_rx.recv().unwrap();
         let target = SocketAddrV4::new(topo.addressing.outer_b, PORT);
         let outer_a = topo.addressing.outer_a;
+        // b's socket is connected to a's: only datagrams from a's address AND port are read.
+        // a's end steps aside so the forger can take its port.
+        pair.a.stop().unwrap();
         topo.a
             .run(move || {
-                let s = UdpSocket::bind((outer_a, 0)).unwrap();
+                let stranger = UdpSocket::bind((outer_a, 0)).unwrap();
+                stranger.send_to(&genuine, target).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                let s = UdpSocket::bind((outer_a, PORT)).unwrap();
                 for d in [&genuine, &genuine, &tampered] {
                     s.send_to(d, target).unwrap();
                     std::thread::sleep(Duration::from_millis(50));
@@ -286,12 +293,12 @@ fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
             .unwrap();
         let got = listener.join().unwrap();
         let b = pair.b.stop().unwrap();
-        pair.a.stop().unwrap();
         assert_eq!(
             got,
             vec![b"genuine".to_vec()],
             "{suite}: what reached the application"
         );
+        // One replay: the stranger's copy never reached the decryption.
         assert_eq!(b.drops.replay, 1, "{suite}: {:?}", b.drops);
         assert_eq!(b.drops.bad_mac, 1, "{suite}: {:?}", b.drops);
     }

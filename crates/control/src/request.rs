@@ -1,0 +1,670 @@
+//! What a client may ask of a server, and what the server decides itself (DESIGN.md §3b).
+//!
+//! The client of a two-host run may be a rogue key holder, so the wire carries a
+//! [`PeerRequest`] — backend, suite, sizes, direction, data port, seed — never a plan or an
+//! address. The server checks it against its own [`ServerLimits`] and derives everything
+//! else: host addresses from the control connection, the tunnel's inner addresses from the
+//! lab's range ([`choose_tunnel_net`]), sent back in a [`ServerEnd`] that the client checks
+//! in turn. Pure functions: no IO.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::str::FromStr;
+
+use model::{Backend, CipherSuite, CryptoChoice};
+use serde::{Deserialize, Serialize};
+
+/// What a client may choose for a run on the server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerRequest {
+    pub backend: Backend,
+    pub suite: CipherSuite,
+    /// The userspace tunnel's crypto implementation on the server (never `soft`).
+    pub crypto: CryptoChoice,
+    /// Payload bytes per transfer.
+    pub bytes: u64,
+    /// Parallel TCP streams, on ports `data_port..=data_port + streams - 1`.
+    pub streams: u16,
+    /// Transfers in the run.
+    pub repeat: u32,
+    /// The server sends and the client receives.
+    pub reverse: bool,
+    pub data_port: u16,
+    pub seed: u64,
+    /// The client's link MTU toward the server; the tunnel uses the smaller of both hosts'.
+    pub link_mtu: u32,
+}
+
+/// Smallest and largest link MTU a run accepts (IPv4's minimum datagram, jumbo frames).
+pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 576..=9000;
+
+/// A server's own bounds on what a client may ask for; each has a `serve` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// `--max-bytes`: payload bytes per transfer.
+    pub max_bytes: u64,
+    /// `--max-streams`: parallel streams.
+    pub max_streams: u16,
+    /// `--max-repeat`: transfers per run.
+    pub max_repeat: u32,
+    /// `--data-ports`: where data may flow on this host.
+    pub data_ports: PortRange,
+    /// `--allow-unauthenticated-suites`: `none` and AES-CBC without HMAC, whose packets
+    /// anyone on the path can forge.
+    pub allow_unauthenticated: bool,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_bytes: 10_000_000_000,
+            max_streams: 16,
+            max_repeat: 10,
+            data_ports: PortRange {
+                low: 5201,
+                high: 5298,
+            },
+            allow_unauthenticated: false,
+        }
+    }
+}
+
+/// Why a request (or a server's answer) is refused. Each names the limit and what changes it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("the {0} backend does not run between two hosts (plain, xfrm and userspace do)")]
+    Backend(Backend),
+    #[error("the plain backend does not encrypt; it takes suite none, not {0}")]
+    PlainSuite(CipherSuite),
+    #[error("the xfrm backend needs a cipher; suite none is not an ESP suite")]
+    XfrmNone,
+    #[error(
+        "suite {0} does not authenticate the data: anyone who can reach the tunnel could inject \
+         packets into the server's host; start `ipsec-lab serve` with --allow-unauthenticated-suites \
+         to allow it"
+    )]
+    Unauthenticated(CipherSuite),
+    #[error(
+        "the server does not offer --crypto soft: it needs the process restarted with hardware AES masked"
+    )]
+    SoftCrypto,
+    #[error("a transfer of {bytes} bytes over {streams} streams: each stream needs at least one byte")]
+    TooFewBytes { bytes: u64, streams: u16 },
+    #[error("{got} bytes is above this server's limit of {max} (`ipsec-lab serve --max-bytes` raises it)")]
+    Bytes { got: u64, max: u64 },
+    #[error("{got} streams is outside this server's limit of 1 to {max} (`ipsec-lab serve --max-streams` raises it)")]
+    Streams { got: u16, max: u16 },
+    #[error("{got} repeats is outside this server's limit of 1 to {max} (`ipsec-lab serve --max-repeat` raises it)")]
+    Repeat { got: u32, max: u32 },
+    #[error("data port {port} with {streams} streams runs past port 65535")]
+    PortOverflow { port: u16, streams: u16 },
+    #[error(
+        "data ports {first}-{last} are outside this server's range {range} \
+         (`ipsec-lab serve --data-ports LOW-HIGH` changes it; choose --port inside it)"
+    )]
+    Ports { first: u16, last: u16, range: PortRange },
+    #[error("link MTU {0} is outside {lo}..={hi}", lo = MTU_RANGE.start(), hi = MTU_RANGE.end())]
+    Mtu(u32),
+    #[error("the server sent tunnel addresses {0}: not two host addresses of one /30 in the lab's range 198.18.0.0/15")]
+    TunnelAddresses(String),
+    #[error("the server sent {got} tunnel addresses for the {backend} backend")]
+    TunnelPresence { backend: Backend, got: &'static str },
+    #[error("the server sent a link MTU of {got}; it must be within 576 and this host's {ours}")]
+    ServerMtu { got: u32, ours: u32 },
+}
+
+impl ServerLimits {
+    /// Whether this server runs `r`; refuses with the first limit it breaks.
+    pub fn check(&self, r: &PeerRequest) -> Result<(), RequestError> {
+        match (r.backend, r.suite) {
+            (Backend::Openvpn, _) => return Err(RequestError::Backend(r.backend)),
+            (Backend::Plain, CipherSuite::None) => {}
+            (Backend::Plain, s) => return Err(RequestError::PlainSuite(s)),
+            (Backend::Xfrm, CipherSuite::None) => return Err(RequestError::XfrmNone),
+            (_, s) if !s.authenticates() && !self.allow_unauthenticated => {
+                return Err(RequestError::Unauthenticated(s))
+            }
+            _ => {}
+        }
+        if r.backend == Backend::Userspace && r.crypto == CryptoChoice::Soft {
+            return Err(RequestError::SoftCrypto);
+        }
+        if r.streams == 0 || r.streams > self.max_streams {
+            return Err(RequestError::Streams {
+                got: r.streams,
+                max: self.max_streams,
+            });
+        }
+        if r.bytes > self.max_bytes {
+            return Err(RequestError::Bytes {
+                got: r.bytes,
+                max: self.max_bytes,
+            });
+        }
+        if r.bytes < u64::from(r.streams) {
+            return Err(RequestError::TooFewBytes {
+                bytes: r.bytes,
+                streams: r.streams,
+            });
+        }
+        if r.repeat == 0 || r.repeat > self.max_repeat {
+            return Err(RequestError::Repeat {
+                got: r.repeat,
+                max: self.max_repeat,
+            });
+        }
+        let last = r
+            .data_port
+            .checked_add(r.streams - 1)
+            .ok_or(RequestError::PortOverflow {
+                port: r.data_port,
+                streams: r.streams,
+            })?;
+        if !self.data_ports.contains(r.data_port) || !self.data_ports.contains(last) {
+            return Err(RequestError::Ports {
+                first: r.data_port,
+                last,
+                range: self.data_ports,
+            });
+        }
+        if !MTU_RANGE.contains(&r.link_mtu) {
+            return Err(RequestError::Mtu(r.link_mtu));
+        }
+        Ok(())
+    }
+}
+
+/// Data ports a server lets runs use, `LOW-HIGH`, all at or above 1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    pub low: u16,
+    pub high: u16,
+}
+
+impl PortRange {
+    pub fn contains(&self, port: u16) -> bool {
+        (self.low..=self.high).contains(&port)
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.low, self.high)
+    }
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PortRange, String> {
+        let bad = || format!("{s:?} is not LOW-HIGH, e.g. 5201-5298");
+        let (low, high) = s.trim().split_once('-').ok_or_else(bad)?;
+        let low: u16 = low.trim().parse().map_err(|_| bad())?;
+        let high: u16 = high.trim().parse().map_err(|_| bad())?;
+        if low < 1024 {
+            return Err(format!(
+                "data ports start at {low}: below 1024 are system services (SSH is 22); the run's \
+                 policies would capture their traffic"
+            ));
+        }
+        if low > high {
+            return Err(format!("{low} is above {high}; write LOW-HIGH"));
+        }
+        Ok(PortRange { low, high })
+    }
+}
+
+/// An address with a prefix length: `--allow` networks, routes, the tunnel's /30.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        let bad = || format!("{s:?} is not an address or network such as 192.0.2.0/24 or 2001:db8::/32");
+        let (addr, len) = match s.trim().split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s.trim(), None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Cidr { addr, len })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl Cidr {
+    pub fn v4(addr: Ipv4Addr, len: u8) -> Cidr {
+        Cidr {
+            addr: IpAddr::V4(addr),
+            len,
+        }
+    }
+
+    /// Whether `ip` is inside; an IPv4-mapped IPv6 address counts as its IPv4 address.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.covers(ip, self.len)
+    }
+
+    /// Whether the two networks share an address.
+    pub fn overlaps(&self, other: &Cidr) -> bool {
+        self.covers(other.addr, self.len.min(other.len))
+    }
+
+    fn covers(&self, ip: IpAddr, len: u8) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The lab's reserved range (RFC 2544, benchmarking); tunnel addresses come from here.
+pub const LAB_RANGE: Cidr = Cidr {
+    addr: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 0)),
+    len: 15,
+};
+/// The userspace tunnel between two hosts gets a /30: one address per end.
+pub const TUNNEL_PREFIX_LEN: u8 = 30;
+
+/// The userspace tunnel's inner addresses, chosen by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelAddresses {
+    pub client: Ipv4Addr,
+    pub server: Ipv4Addr,
+}
+
+impl TunnelAddresses {
+    pub fn network(&self) -> Cidr {
+        let mask = u32::MAX << (32 - TUNNEL_PREFIX_LEN);
+        Cidr::v4(Ipv4Addr::from(u32::from(self.client) & mask), TUNNEL_PREFIX_LEN)
+    }
+
+    /// Two different host addresses (not network, not broadcast) of one /30 in the lab's range.
+    pub fn check(&self) -> Result<(), RequestError> {
+        let net = self.network();
+        let host = |a: Ipv4Addr| {
+            let low = u32::from(a) & 0b11;
+            LAB_RANGE.contains(IpAddr::V4(a)) && net.contains(IpAddr::V4(a)) && low != 0 && low != 3
+        };
+        if host(self.client) && host(self.server) && self.client != self.server {
+            Ok(())
+        } else {
+            Err(RequestError::TunnelAddresses(format!(
+                "{} and {}",
+                self.client, self.server
+            )))
+        }
+    }
+}
+
+/// The first /30 of the lab's range, from its top down (far from the local lab's
+/// 198.18.0.x and 198.19.0.x), that overlaps none of `in_use` (a host's routes and
+/// addresses; default routes are not counted: they cover everything). None when all are taken.
+pub fn choose_tunnel_net(in_use: &[Cidr]) -> Option<TunnelAddresses> {
+    let taken: Vec<&Cidr> = in_use.iter().filter(|c| c.len > 0).collect();
+    let first = u32::from(Ipv4Addr::new(198, 18, 0, 0));
+    let count = 1u32 << (32 - u32::from(LAB_RANGE.len) - 2);
+    (0..count).rev().find_map(|i| {
+        let net = Ipv4Addr::from(first + i * 4);
+        let cidr = Cidr::v4(net, TUNNEL_PREFIX_LEN);
+        (!taken.iter().any(|t| t.overlaps(&cidr))).then(|| TunnelAddresses {
+            client: Ipv4Addr::from(u32::from(net) + 1),
+            server: Ipv4Addr::from(u32::from(net) + 2),
+        })
+    })
+}
+
+/// What the server decided for its end, sent in `Ready`: what the client needs to build its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEnd {
+    /// The userspace tunnel's inner addresses (only for that backend).
+    pub tunnel: Option<TunnelAddresses>,
+    /// The link MTU both ends use: the smaller of the two hosts'.
+    pub link_mtu: u32,
+}
+
+impl ServerEnd {
+    /// The client's check of a server's answer to `request` (a server is not trusted blindly).
+    pub fn check(&self, request: &PeerRequest) -> Result<(), RequestError> {
+        match (request.backend, self.tunnel) {
+            (Backend::Userspace, Some(t)) => t.check()?,
+            (Backend::Userspace, None) => {
+                return Err(RequestError::TunnelPresence {
+                    backend: request.backend,
+                    got: "no",
+                })
+            }
+            (_, Some(_)) => {
+                return Err(RequestError::TunnelPresence {
+                    backend: request.backend,
+                    got: "unexpected",
+                })
+            }
+            (_, None) => {}
+        }
+        if self.link_mtu < *MTU_RANGE.start() || self.link_mtu > request.link_mtu {
+            return Err(RequestError::ServerMtu {
+                got: self.link_mtu,
+                ours: request.link_mtu,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::{Hmac, KeyBits};
+
+    fn request() -> PeerRequest {
+        PeerRequest {
+            backend: Backend::Userspace,
+            suite: CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256),
+            crypto: CryptoChoice::Auto,
+            bytes: 100_000_000,
+            streams: 1,
+            repeat: 1,
+            reverse: false,
+            data_port: 5201,
+            seed: 7,
+            link_mtu: 1500,
+        }
+    }
+
+    fn refused(r: PeerRequest) -> RequestError {
+        ServerLimits::default().check(&r).unwrap_err()
+    }
+
+    #[test]
+    fn a_plain_request_within_the_limits_passes() {
+        ServerLimits::default().check(&request()).unwrap();
+        let plain = PeerRequest {
+            backend: Backend::Plain,
+            suite: CipherSuite::None,
+            ..request()
+        };
+        ServerLimits::default().check(&plain).unwrap();
+    }
+
+    #[test]
+    fn port_65000_with_1000_streams_is_refused_without_wrapping() {
+        let e = refused(PeerRequest {
+            data_port: 65000,
+            streams: 1000,
+            ..request()
+        });
+        assert!(matches!(e, RequestError::Streams { got: 1000, max: 16 }), "{e}");
+        let wide = ServerLimits {
+            max_streams: u16::MAX,
+            data_ports: PortRange {
+                low: 1024,
+                high: 65535,
+            },
+            ..ServerLimits::default()
+        };
+        let e = wide
+            .check(&PeerRequest {
+                data_port: 65000,
+                streams: 1000,
+                ..request()
+            })
+            .unwrap_err();
+        assert!(matches!(e, RequestError::PortOverflow { port: 65000, .. }), "{e}");
+        // The last port counts: 5298 is inside, 5298 + 1 is not.
+        let e = refused(PeerRequest {
+            data_port: 5298,
+            streams: 2,
+            ..request()
+        });
+        assert!(
+            e.to_string().contains("5298-5299") && e.to_string().contains("--data-ports"),
+            "{e}"
+        );
+        let e = refused(PeerRequest {
+            data_port: 22,
+            ..request()
+        });
+        assert!(matches!(e, RequestError::Ports { first: 22, .. }), "{e}");
+    }
+
+    #[test]
+    fn each_limit_names_the_flag_that_raises_it() {
+        for (r, flag) in [
+            (
+                PeerRequest {
+                    bytes: 10_000_000_001,
+                    ..request()
+                },
+                "--max-bytes",
+            ),
+            (
+                PeerRequest {
+                    streams: 17,
+                    ..request()
+                },
+                "--max-streams",
+            ),
+            (
+                PeerRequest {
+                    streams: 0,
+                    ..request()
+                },
+                "--max-streams",
+            ),
+            (
+                PeerRequest {
+                    repeat: 11,
+                    ..request()
+                },
+                "--max-repeat",
+            ),
+            (
+                PeerRequest {
+                    repeat: 0,
+                    ..request()
+                },
+                "--max-repeat",
+            ),
+            (
+                PeerRequest {
+                    suite: CipherSuite::None,
+                    ..request()
+                },
+                "--allow-unauthenticated-suites",
+            ),
+            (
+                PeerRequest {
+                    suite: CipherSuite::cbc(KeyBits::Aes128, Hmac::None),
+                    ..request()
+                },
+                "--allow-unauthenticated-suites",
+            ),
+        ] {
+            let e = refused(r.clone());
+            assert!(e.to_string().contains(flag), "{r:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn impossible_values_are_refused() {
+        assert!(matches!(
+            refused(PeerRequest {
+                link_mtu: 0,
+                ..request()
+            }),
+            RequestError::Mtu(0)
+        ));
+        assert!(matches!(
+            refused(PeerRequest {
+                bytes: 0,
+                ..request()
+            }),
+            RequestError::TooFewBytes { .. }
+        ));
+        assert!(matches!(
+            refused(PeerRequest {
+                backend: Backend::Openvpn,
+                ..request()
+            }),
+            RequestError::Backend(Backend::Openvpn)
+        ));
+        assert!(matches!(
+            refused(PeerRequest {
+                crypto: CryptoChoice::Soft,
+                ..request()
+            }),
+            RequestError::SoftCrypto
+        ));
+        assert!(matches!(
+            refused(PeerRequest {
+                backend: Backend::Xfrm,
+                suite: CipherSuite::None,
+                ..request()
+            }),
+            RequestError::XfrmNone
+        ));
+        assert!(matches!(
+            refused(PeerRequest {
+                backend: Backend::Plain,
+                ..request()
+            }),
+            RequestError::PlainSuite(_)
+        ));
+    }
+
+    #[test]
+    fn unauthenticated_suites_need_the_server_flag() {
+        let open = ServerLimits {
+            allow_unauthenticated: true,
+            ..ServerLimits::default()
+        };
+        open.check(&PeerRequest {
+            suite: CipherSuite::None,
+            ..request()
+        })
+        .unwrap();
+        assert!(CipherSuite::AesGcm { key: KeyBits::Aes128 }.authenticates());
+        assert!(!CipherSuite::cbc(KeyBits::Aes256, Hmac::None).authenticates());
+    }
+
+    #[test]
+    fn port_ranges_parse_and_stay_above_1023() {
+        assert_eq!(
+            "5201-5298".parse::<PortRange>().unwrap(),
+            PortRange {
+                low: 5201,
+                high: 5298
+            }
+        );
+        for bad in ["22-5000", "6000-5000", "x", "5201", "5201-70000"] {
+            assert!(bad.parse::<PortRange>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_tunnel_net_avoids_every_route_but_the_default() {
+        let none = choose_tunnel_net(&[]).unwrap();
+        assert_eq!(none.client, Ipv4Addr::new(198, 19, 255, 253));
+        assert_eq!(none.server, Ipv4Addr::new(198, 19, 255, 254));
+        none.check().unwrap();
+        let default: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert_eq!(choose_tunnel_net(&[default]), Some(none));
+        // A route over the top /24, and the address .249 (a /32) below it.
+        let taken = ["198.19.255.0/24", "198.19.254.249/32"].map(|s| s.parse::<Cidr>().unwrap());
+        let t = choose_tunnel_net(&taken).unwrap();
+        assert_eq!(t.network(), "198.19.254.252/30".parse().unwrap());
+        let t = choose_tunnel_net(&[taken[1], "198.19.254.252/31".parse().unwrap(), taken[0]]).unwrap();
+        assert_eq!(t.network(), "198.19.254.244/30".parse().unwrap());
+        // A route over the whole range (or half the Internet) leaves nothing.
+        assert_eq!(choose_tunnel_net(&["198.18.0.0/15".parse().unwrap()]), None);
+        assert_eq!(choose_tunnel_net(&["128.0.0.0/1".parse().unwrap()]), None);
+    }
+
+    #[test]
+    fn the_client_checks_what_the_server_sent() {
+        let r = request();
+        let good = ServerEnd {
+            tunnel: choose_tunnel_net(&[]),
+            link_mtu: 1500,
+        };
+        good.check(&r).unwrap();
+        for (client, server) in [
+            ([200, 0, 0, 1], [200, 0, 0, 2]),
+            ([198, 19, 0, 1], [198, 19, 0, 5]),
+            ([198, 19, 0, 0], [198, 19, 0, 1]),
+            ([198, 19, 0, 2], [198, 19, 0, 3]),
+            ([198, 19, 0, 1], [198, 19, 0, 1]),
+            ([127, 0, 0, 1], [127, 0, 0, 2]),
+        ] {
+            let end = ServerEnd {
+                tunnel: Some(TunnelAddresses {
+                    client: client.into(),
+                    server: server.into(),
+                }),
+                ..good
+            };
+            assert!(end.check(&r).is_err(), "{client:?} {server:?}");
+        }
+        for mtu in [0, 575, 1501, 65536] {
+            assert!(
+                ServerEnd {
+                    link_mtu: mtu,
+                    ..good
+                }
+                .check(&r)
+                .is_err(),
+                "{mtu}"
+            );
+        }
+        let plain = PeerRequest {
+            backend: Backend::Plain,
+            ..r
+        };
+        assert!(good.check(&plain).is_err());
+        assert!(ServerEnd { tunnel: None, ..good }.check(&r).is_err());
+    }
+
+    #[test]
+    fn networks_contain_and_overlap() {
+        let net: Cidr = "198.18.0.0/24".parse().unwrap();
+        assert!(net.contains("198.18.0.9".parse().unwrap()));
+        assert!(net.contains("::ffff:198.18.0.9".parse().unwrap()));
+        assert!(!net.contains("198.18.1.9".parse().unwrap()));
+        assert!(net.overlaps(&"198.18.0.4/30".parse().unwrap()));
+        assert!(net.overlaps(&"198.0.0.0/8".parse().unwrap()));
+        assert!(!net.overlaps(&"198.18.1.0/30".parse().unwrap()));
+        let v6: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains("2001:db8::1".parse().unwrap()) && !v6.contains("2001:db9::1".parse().unwrap()));
+        assert!(!v6.overlaps(&net));
+        for bad in ["x", "198.18.0.0/33", "::/129", "1.2.3.4/-1"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+}
