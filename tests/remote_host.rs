@@ -254,14 +254,15 @@ fn clients_outside_allow_are_turned_away() {
 }
 
 #[test]
-fn a_restarted_server_removes_the_labs_leftovers_only() {
+fn a_restarted_server_never_removes_what_no_run_recorded() {
     let Some(lab) = Lab::new("remote-leftovers") else {
         return;
     };
     let mut first = lab.serve();
     first.kill9();
-    // What a server killed mid-run leaves: lab policies (reqid in the lab's range). Policies
-    // install without ESP, so the host kernel can hold them; a foreign one must survive.
+    // A policy that only looks like the lab's (reqid in its range) and a foreign one: no run
+    // recorded either, so a restarted server removes neither. (What a killed server did
+    // record is removed at the next start: tests/remote_vm.rs, where ESP SAs exist.)
     let policy = |reqid: &str, port: &str| {
         let ok = Command::new("ip")
             .args(["-n", lab.topo().b.name(), "xfrm", "policy", "add"])
@@ -295,14 +296,11 @@ fn a_restarted_server_removes_the_labs_leftovers_only() {
     policy("0x1a5abc", "5201");
     policy("7", "6000");
     let second = lab.serve();
-    assert!(
-        second.log().contains("removed 0 SAs and 1 policies"),
-        "{}",
-        second.log()
-    );
+    assert!(!second.log().contains("removed"), "{}", second.log());
     let left = lab.ip('b', &["xfrm", "policy"]);
+    // ip prints the reqid in decimal: 1727164 is 0x1a5abc.
     assert!(
-        left.contains("reqid 7 ") && !left.contains("0x001a5abc"),
+        left.contains("reqid 7 ") && left.contains("reqid 1727164 "),
         "{left}"
     );
     Command::new("ip")

@@ -271,10 +271,10 @@ fn forget_now(record: &Option<owner::Record>) {
     }
 }
 
-/// The state-file record of an SA in the current namespace.
+/// The state-file record of an SA in this process's network namespace.
 pub fn sa_record(id: &SaId) -> owner::Record {
     owner::Record::XfrmSa {
-        namespace: owner::CURRENT_NAMESPACE.into(),
+        namespace: owner::current_network_namespace(),
         src: id.src,
         dst: id.dst,
         spi: id.spi.0,
@@ -288,7 +288,7 @@ pub fn policy_record(id: &PolicyId) -> Option<owner::Record> {
         return None;
     };
     Some(owner::Record::XfrmPolicy(owner::PolicyRecord {
-        namespace: owner::CURRENT_NAMESPACE.into(),
+        namespace: owner::current_network_namespace(),
         src: selector.src.addr,
         src_len: selector.src.len,
         dst: selector.dst.addr,

@@ -257,17 +257,27 @@ async fn remove(r: &Record) -> anyhow::Result<Option<String>> {
     }
 }
 
-/// An XFRM handle in the recorded namespace; None when that namespace is gone (and its
-/// SAs with it).
+/// An XFRM handle in the recorded namespace (`net:[INODE]`: this clean's own, or one named
+/// under /run/netns; a plain name: /run/netns/NAME); None when that namespace is gone, and
+/// its SAs with it.
 fn xfrm_handle(namespace: &str) -> anyhow::Result<Option<XfrmHandle>> {
-    if namespace == CURRENT_NAMESPACE {
+    if namespace == CURRENT_NAMESPACE || namespace == owner::current_network_namespace() {
         return Ok(Some(XfrmHandle::open()?));
     }
-    let path = Path::new("/run/netns").join(namespace);
-    if !path.exists() {
-        return Ok(None);
+    let named = if namespace.starts_with("net:[") {
+        std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| owner::namespace_id(p).as_deref() == Some(namespace))
+    } else {
+        Some(Path::new("/run/netns").join(namespace)).filter(|p| p.exists())
+    };
+    match named {
+        Some(path) => Ok(Some(XfrmHandle::open_in(&path)?)),
+        None => Ok(None),
     }
-    Ok(Some(XfrmHandle::open_in(&path)?))
 }
 
 fn restore_priority(driver: &str, original: u32) -> anyhow::Result<()> {

@@ -21,7 +21,9 @@ mod record;
 mod state;
 
 pub use dir::PrivateDir;
-pub use record::{process_start_time, PolicyRecord, Record, CURRENT_NAMESPACE};
+pub use record::{
+    current_network_namespace, namespace_id, process_start_time, PolicyRecord, Record, CURRENT_NAMESPACE,
+};
 pub use state::{forget, record, scan, DeadOwner, OwnerInfo, ScannedOwner, StateFile, STATE_DIR};
 
 use std::path::PathBuf;

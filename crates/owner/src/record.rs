@@ -5,9 +5,24 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// The name a record gives the namespace a process was in when it created the object
-/// (objects in the lab's own namespaces go with their namespace and need no record).
+/// The name a record gives the namespace a process was in when it created the object, when
+/// that namespace cannot be identified (objects in the lab's own namespaces go with their
+/// namespace and need no record).
 pub const CURRENT_NAMESPACE: &str = "(current)";
+
+/// This process's network namespace as the kernel names it (`net:[INODE]`), so `clean`,
+/// wherever it runs, acts on the namespace the object is really in: a `serve` started with
+/// `ip netns exec` records its SAs in that namespace, not in the host's.
+pub fn current_network_namespace() -> String {
+    namespace_id(std::path::Path::new("/proc/self/ns/net")).unwrap_or_else(|| CURRENT_NAMESPACE.into())
+}
+
+/// The `net:[INODE]` name of the namespace at `path` (/proc/PID/ns/net or /run/netns/NAME).
+pub fn namespace_id(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(path).ok()?.ino();
+    Some(format!("net:[{inode}]"))
+}
 
 /// One object a process created.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
