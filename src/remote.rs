@@ -596,11 +596,7 @@ async fn execute(plan: &RunPlan, psk: &Psk) -> LabResult<RunReport> {
         .map_err(|e| LabError::failed(anyhow::Error::new(e).context(format!("{peer} sent a bad answer"))))?;
     if let Some(tunnel) = server_end.tunnel {
         let net = tunnel.network();
-        if let Some(route) = prefixes_in_use()
-            .await?
-            .into_iter()
-            .find(|r| r.len > 0 && r.overlaps(&net))
-        {
+        if let Some(route) = control::request::overlapping(&net, &prefixes_in_use().await?) {
             return Err(LabError::failed(anyhow::anyhow!(
                 "{peer} chose the tunnel network {net}, which overlaps {route} on this host"
             )));

@@ -322,17 +322,22 @@ impl TunnelAddresses {
     }
 }
 
+/// The first of `in_use` (a host's routes and addresses) that `net` overlaps. Default
+/// routes are not counted: they cover everything, and a tunnel's own route is more specific.
+pub fn overlapping<'a>(net: &Cidr, in_use: &'a [Cidr]) -> Option<&'a Cidr> {
+    in_use.iter().find(|c| c.len > 0 && c.overlaps(net))
+}
+
 /// The first /30 of the lab's range, from its top down (far from the local lab's
-/// 198.18.0.x and 198.19.0.x), that overlaps none of `in_use` (a host's routes and
-/// addresses; default routes are not counted: they cover everything). None when all are taken.
+/// 198.18.0.x and 198.19.0.x), that overlaps none of `in_use` (see [`overlapping`]).
+/// None when all are taken.
 pub fn choose_tunnel_net(in_use: &[Cidr]) -> Option<TunnelAddresses> {
-    let taken: Vec<&Cidr> = in_use.iter().filter(|c| c.len > 0).collect();
     let first = u32::from(Ipv4Addr::new(198, 18, 0, 0));
     let count = 1u32 << (32 - u32::from(LAB_RANGE.len) - 2);
     (0..count).rev().find_map(|i| {
         let net = Ipv4Addr::from(first + i * 4);
         let cidr = Cidr::v4(net, TUNNEL_PREFIX_LEN);
-        (!taken.iter().any(|t| t.overlaps(&cidr))).then(|| TunnelAddresses {
+        overlapping(&cidr, in_use).is_none().then(|| TunnelAddresses {
             client: Ipv4Addr::from(u32::from(net) + 1),
             server: Ipv4Addr::from(u32::from(net) + 2),
         })
