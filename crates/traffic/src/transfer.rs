@@ -309,11 +309,58 @@ async fn receive_stream(
         progress.add(n as u64);
     }
     let bytes = verifier.finish()?;
+    // Our FIN must reach the sender while the tunnel still stands: a run tears its tunnel down
+    // as soon as both ends report, and a FIN caught in a torn-down TUN queue leaves the
+    // socket in LAST-ACK on the receiving host for minutes.
+    stream.shutdown().await.map_err(|source| TrafficError::Io {
+        action: "close",
+        peer,
+        source,
+    })?;
+    wait_until_closed(&stream, FIN_ACK_WAIT).await;
     Ok(StreamResult {
         bytes,
         first_byte: first_byte.unwrap_or(last_byte),
         last_byte,
     })
+}
+
+/// How long a receiver waits for its FIN to be acknowledged before it reports anyway.
+const FIN_ACK_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits until the kernel has the connection in CLOSED, i.e. the peer acknowledged our FIN
+/// after its own; gives up quietly after `limit` (a lost ACK costs only a lingering socket).
+async fn wait_until_closed(stream: &TcpStream, limit: Duration) {
+    const TCP_CLOSE: u8 = 7; // include/net/tcp_states.h
+    let deadline = Instant::now() + limit;
+    loop {
+        match tcp_state(stream) {
+            Some(TCP_CLOSE) | None => return,
+            Some(state) if Instant::now() >= deadline => {
+                tracing::debug!("receiver: FIN not acknowledged after {limit:?} (TCP state {state})");
+                return;
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+}
+
+/// The connection's TCP state as the kernel's tcp_info reports it; None if it cannot be read.
+fn tcp_state(stream: &TcpStream) -> Option<u8> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain data; the kernel writes at most `len` bytes into it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(info.tcpi_state)
 }
 
 async fn with_timeout<T>(
