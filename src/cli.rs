@@ -242,4 +242,11 @@ mod tests {
         };
         assert_eq!(a.request().vm, Some(Some("/boot/vmlinuz-x".into())));
     }
+
+    #[test]
+    fn the_guests_command_line_parses_with_no_progress_once() {
+        let host = ["run", "--no-progress", "--vm", "--bytes", "2MB"].map(String::from);
+        let guest = lab::vm::guest_args(host, None);
+        parse(&guest.iter().map(String::as_str).collect::<Vec<_>>()).expect("the guest's arguments parse");
+    }
 }

@@ -1,16 +1,14 @@
 //! `ipsec-lab`: measures how fast encrypted tunnels move data, per backend, in MB/s.
 //!
-//! Arguments are parsed in two stages: clap turns the command line into raw arguments, and
-//! the model crate validates them into a plan before anything touches the kernel.
+//! The binary parses and prints; the `lab` crate does the work. Arguments are parsed in two
+//! stages: clap turns the command line into raw arguments (`cli`, and each command's own
+//! `Args`), and each command validates them into a plan before anything touches the
+//! kernel; then one `lab` call, then the report is printed (`output`, `progress`).
 
-mod backends;
 mod cli;
 mod commands;
-mod error;
 mod output;
-mod reference;
-mod remote;
-mod vm;
+mod progress;
 
 use std::process::ExitCode;
 

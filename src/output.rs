@@ -9,7 +9,7 @@ use std::path::Path;
 use model::report::TransferRecord;
 use model::RunReport;
 
-use crate::error::{LabError, LabResult};
+use lab::{LabError, LabResult};
 
 /// Whether `path` is the `-` that means stdout (or stdin for an input).
 pub fn is_std_stream(path: &Path) -> bool {
@@ -133,7 +133,7 @@ pub fn table(report: &RunReport) -> String {
     let _ = writeln!(
         out,
         "\nmeasured on {}, seed {:#x}, mtu {}, {} stream(s)",
-        describe_host(env),
+        env.describe(),
         plan.seed,
         plan.mtu,
         plan.parallel,
@@ -148,19 +148,6 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     out
-}
-
-/// One host's conditions: name, where it ran, kernel, CPUs and their crypto flags.
-pub fn describe_host(env: &model::Environment) -> String {
-    format!(
-        "{} ({}), kernel {}, {} CPUs, {} [{}]",
-        env.hostname,
-        env.virtualization,
-        env.kernel_release,
-        env.cpus,
-        env.cpu_model,
-        env.crypto_flags.join(" ")
-    )
 }
 
 fn row(report: &RunReport, record: &TransferRecord) -> [String; 7] {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 use report::CompareOptions;
 
-use crate::error::{LabError, LabResult};
+use lab::{LabError, LabResult};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {

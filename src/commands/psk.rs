@@ -11,7 +11,7 @@ use control::Psk;
 use nix::sys::stat::{fchmod, fstat, Mode, SFlag};
 
 use crate::cli::{PskArgs, PskCommand};
-use crate::error::{LabError, LabResult};
+use lab::{LabError, LabResult};
 
 pub fn run(args: PskArgs) -> LabResult<()> {
     match args.command {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use model::matrix::{MatrixReport, MATRIX_SCHEMA_VERSION};
 
-use crate::error::{LabError, LabResult};
+use lab::{LabError, LabResult};
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {

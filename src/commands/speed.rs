@@ -3,19 +3,13 @@
 //! are timed in a virtme-ng guest booting a stock kernel (one boot, [`crate::vm`]) and
 //! merged into this host's table and JSON, labelled with the guest's condition.
 
-use crate::error::{ExitKind, LabError, LabResult};
-use crate::vm;
-
-fn lab_error(e: speed::SpeedError) -> LabError {
-    let kind = match e {
-        speed::SpeedError::Usage(_) => ExitKind::Usage,
-        _ => ExitKind::Failed,
-    };
-    LabError::new(kind, e)
-}
+use lab::vm;
+use lab::{LabError, LabResult};
 
 pub fn run(args: speed::SpeedArgs) -> LabResult<()> {
-    let plan = args.validate().map_err(|e| lab_error(e.into()))?;
+    let plan = args
+        .validate()
+        .map_err(|e| LabError::from(speed::SpeedError::from(e)))?;
     if let Some(json) = &plan.json {
         crate::output::check_writable(std::path::Path::new(json), "--json")?;
     }
@@ -23,7 +17,9 @@ pub fn run(args: speed::SpeedArgs) -> LabResult<()> {
         Some(kernel_arg) if !plan.child => Some(kernel_rows_in_vm(&plan, kernel_arg.as_deref())?),
         _ => None,
     };
-    speed::run_plan(&plan, guest).map(|_report| ()).map_err(lab_error)
+    speed::run_plan(&plan, guest)
+        .map(|_report| ())
+        .map_err(LabError::from)
 }
 
 /// One boot: the guest runs `ipsec-lab speed --crypto kernel` for the plan's suites and

@@ -31,6 +31,19 @@ pub struct Environment {
 }
 
 impl Environment {
+    /// One host's conditions in a line: name, where it ran, kernel, CPUs and their crypto flags.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({}), kernel {}, {} CPUs, {} [{}]",
+            self.hostname,
+            self.virtualization,
+            self.kernel_release,
+            self.cpus,
+            self.cpu_model,
+            self.crypto_flags.join(" ")
+        )
+    }
+
     pub fn detect() -> Environment {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();

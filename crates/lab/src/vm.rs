@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 
 use model::{RunPlan, RunReport};
 
-use crate::cli::RunArgs;
 use crate::error::{ExitKind, LabError, LabResult};
-use crate::output;
 
 pub const VIRT_KVM: &str = "vm (kvm)";
 pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
@@ -156,7 +154,7 @@ fn sh_quote(s: &str) -> String {
 /// The host's arguments for the guest: without `--vm [KERNEL]` and `--json FILE` (the
 /// guest writes its report where the host reads it) and without `--no-progress` (the guest
 /// always gets it once; twice is a usage error).
-fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) -> Vec<String> {
+pub fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
@@ -211,7 +209,7 @@ fn unsafe_path(what: &str, path: &Path, fix: &str) -> LabError {
 /// `clean`, removed on drop. Refused (exit 2) where `TMPDIR` would not survive vng.
 pub fn guest_dir(prefix: &str) -> LabResult<owner::PrivateDir> {
     check_vm_paths(None)?;
-    owner::PrivateDir::new(prefix).map_err(crate::backends::record_error)
+    Ok(owner::PrivateDir::new(prefix)?)
 }
 
 /// The vng command line booting `kernel` and running `script`, with `outdir` shared rw.
@@ -347,7 +345,17 @@ pub fn exec_in_guest(kernel: &Path, accel: Accel, modules: &str, args: &[String]
     })
 }
 
-pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
+/// Whether `plan` runs in the VM: `--vm KERNEL` always, `--vm auto` where this kernel
+/// cannot run the xfrm backend.
+pub fn wanted(plan: &RunPlan) -> bool {
+    let not_needed =
+        plan.vm_is_auto() && (plan.backend != model::Backend::Xfrm || crate::local::host_has_esp());
+    plan.vm.is_some() && !not_needed
+}
+
+/// Runs `plan` (this process's own command line, less its `--vm` and `--json`) in a guest
+/// and returns the report it wrote.
+pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
     let kernel_arg = plan.vm.clone().flatten();
     let kernel = resolve_kernel(kernel_arg.as_deref())?;
     let accel = detect_accel(&kernel);
@@ -361,7 +369,7 @@ pub fn run_in_vm(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
         accel.label(),
         run.elapsed.as_secs_f64()
     ));
-    output::emit(&report, args.json.as_deref())
+    Ok(report)
 }
 
 fn os_to_string(s: OsString) -> String {
@@ -376,14 +384,8 @@ fn collect(outdir: &Path, vng_ok: bool, kernel: &Path) -> LabResult<String> {
     match rc {
         Some(0) => {}
         Some(code) => {
-            let kind = match code {
-                2 => ExitKind::Usage,
-                3 => ExitKind::Capability,
-                130 => ExitKind::Interrupted,
-                _ => ExitKind::Failed,
-            };
             return Err(LabError::new(
-                kind,
+                ExitKind::from_code(code),
                 anyhow::anyhow!(
                     "the run inside the VM failed with exit code {code} (its messages are above)"
                 ),
@@ -434,7 +436,6 @@ mod tests {
 
     #[test]
     fn no_progress_reaches_the_guest_once_even_when_given() {
-        use clap::Parser;
         let host = strings(&["run", "--no-progress", "--vm", "--bytes", "2MB"]);
         let guest = guest_args(host, None);
         assert_eq!(
@@ -442,10 +443,8 @@ mod tests {
             1,
             "{guest:?}"
         );
-        // And the guest's command line parses (twice was a clap usage error).
-        let mut argv = vec!["ipsec-lab".to_string()];
-        argv.extend(guest);
-        crate::cli::Cli::try_parse_from(argv).expect("the guest's arguments parse");
+        // That the guest's command line parses (twice was a clap usage error) is checked
+        // beside the clap structs, in the binary.
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Two-host runs: `ipsec-lab run --peer HOST` (the client, end A) against `ipsec-lab serve`
-//! (the server, end B; see `commands::serve`).
+//! (the server, end B; see [`server`]).
 //!
 //! Each host programs only its own kernel, with the same per-end code the local namespace
-//! lab uses ([`backends::xfrm::XfrmEnd`] over one [`SaSet`], [`backends::userspace::start_end`]);
+//! lab uses ([`crate::backend::xfrm::XfrmEnd`] over one [`SaSet`], [`crate::backend::userspace::start_end`]);
 //! the two agree over the control channel (`control` crate): the client sends a request and
 //! the run's keys, the server checks the request against its own limits and derives its own
 //! plan ([`server_plan`]): the host addresses are the control connection's two ends, the
@@ -16,29 +16,29 @@
 //! between the two hosts and its policies select only TCP to the data ports, so an SSH
 //! session (or anything else) between the hosts is never captured, even if a run dies.
 
+pub mod admission;
+pub mod client;
+mod log_limit;
+pub mod server;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use control::{
-    Channel, Cidr, ControlError, KeyMaterial, Message, PeerRequest, Psk, RefusalKind, RunKeys, ServerEnd,
-    TransferResult, TunnelAddresses, XfrmKeys,
-};
+use control::{Cidr, KeyMaterial, PeerRequest, RunKeys, ServerEnd, TunnelAddresses, XfrmKeys};
 use futures::TryStreamExt;
-use model::{Addressing, Backend, CryptoChoice, Environment, IpsecMode, RunPlan, RunReport, Transfer};
+use model::{Addressing, Backend, IpsecMode, RunPlan};
 use serde_json::json;
 use tokio::net::TcpStream;
-use traffic::{CancellationToken, Progress, Receiver, TransferConfig};
+use traffic::{Receiver, TransferConfig};
 use tunnel::Tunnel;
 use tunnel_proto::{StaticKey, STATIC_KEY_LEN};
 use xfrm::{AuthTrunc, KeyInput, Mode, Protection, ReqId, RunIds, Spi, XfrmHandle};
 
-use crate::backends::userspace;
-use crate::backends::xfrm::{self as xfrm_backend, SaSet, XfrmEnd};
-use crate::backends::{self, Side};
-use crate::cli::RunArgs;
-use crate::error::{ExitKind, LabError, LabResult};
-use crate::output;
+use crate::backend::userspace;
+use crate::backend::xfrm::{self as xfrm_backend, SaSet, ShowKeys, XfrmEnd};
+use crate::backend::Side;
+use crate::error::{LabError, LabResult};
 
 /// Longest silence on the data path before a transfer is declared failed (as a local run).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -257,7 +257,13 @@ pub enum HostEnd {
 
 impl HostEnd {
     /// Brings up this host's end (`side`) from the plan and the run's keys.
-    pub async fn start(side: Side, plan: &RunPlan, keys: &RunKeys, hosts: Hosts) -> LabResult<HostEnd> {
+    pub async fn start(
+        side: Side,
+        plan: &RunPlan,
+        keys: &RunKeys,
+        hosts: Hosts,
+        show: ShowKeys,
+    ) -> LabResult<HostEnd> {
         match plan.backend {
             Backend::Plain => Ok(HostEnd::Plain),
             Backend::Xfrm => {
@@ -297,12 +303,12 @@ impl HostEnd {
                     sender,
                 };
                 if side == Side::A {
-                    xfrm_backend::show_keys(&set);
+                    xfrm_backend::show_keys(&set, show);
                 }
                 if side == receiver_side(plan) {
                     ports_are_free(plan, hosts.of(side))?;
                 }
-                let handle = XfrmHandle::open().map_err(xfrm_backend::xfrm_error)?;
+                let handle = XfrmHandle::open().map_err(LabError::from)?;
                 let end = XfrmEnd::install(handle, side, &set).await?;
                 Ok(HostEnd::Xfrm {
                     end,
@@ -437,10 +443,6 @@ fn secret_bytes(s: &xfrm::Secret) -> KeyMaterial {
     KeyMaterial::new(&bytes)
 }
 
-pub fn control_error(e: ControlError) -> LabError {
-    LabError::failed(e)
-}
-
 /// A string the peer sent, safe to print: control characters escaped (a hostile server
 /// must not drive this terminal), and at most a screenful.
 pub fn untrusted(s: &str) -> String {
@@ -450,324 +452,4 @@ pub fn untrusted(s: &str) -> String {
         out.push_str("...");
     }
     out
-}
-
-fn unexpected(got: &Message, waiting_for: &str) -> LabError {
-    match got {
-        Message::Failed { reason } => {
-            LabError::failed(anyhow::anyhow!("the peer failed: {}", untrusted(reason)))
-        }
-        other => LabError::failed(anyhow::anyhow!(
-            "protocol error: the peer sent {:?} while this host waited for {waiting_for}",
-            other.kind()
-        )),
-    }
-}
-
-/// What `run --peer` refuses before contacting anyone (exit 2).
-fn refuse_locally(args: &RunArgs, plan: &RunPlan) -> LabResult<()> {
-    if plan.backend == Backend::Userspace && plan.crypto == CryptoChoice::Soft {
-        return Err(LabError::usage(anyhow::anyhow!(
-            "--crypto soft does not run with --peer: it needs both processes restarted with hardware AES \
-             masked, which a server does not do; use it in a local run"
-        )));
-    }
-    if args.mtu != model::RunRequest::default().mtu {
-        return Err(LabError::usage(anyhow::anyhow!(
-            "--mtu sets the MTU of the local lab's veth link; between two hosts the link is theirs and \
-             the run uses its path MTU (reported as plan.mtu): leave --mtu out with --peer"
-        )));
-    }
-    Ok(())
-}
-
-/// `ipsec-lab run --peer`: after plan validation.
-pub fn run(args: &RunArgs, plan: RunPlan) -> LabResult<()> {
-    refuse_locally(args, &plan)?;
-    let psk_file = args.psk_file.as_deref().ok_or_else(|| {
-        LabError::usage(anyhow::anyhow!(
-            "--peer needs --psk-file FILE: the key shared with the server (`ipsec-lab psk generate`)"
-        ))
-    })?;
-    let psk = Psk::load(psk_file).map_err(LabError::usage)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(LabError::failed)?;
-    let report = runtime.block_on(async {
-        // Refused here, before the server is contacted: nothing exists on either side yet.
-        backends::preflight(&plan).await?;
-        let cancel = CancellationToken::new();
-        let interrupted = crate::commands::run::cancel_on_signal(cancel.clone())?;
-        let result = tokio::select! {
-            r = execute(&plan, &psk) => r,
-            // Dropping `execute` drops this host's end and the channel: the server sees the
-            // connection close and removes its end.
-            _ = cancel.cancelled() => Err(LabError::interrupted()),
-        };
-        interrupted.abort();
-        result
-    })?;
-    output::emit(&report, args.json.as_deref())
-}
-
-async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
-    let peer = plan.peer.as_ref().expect("remote runs have a peer");
-    let addrs: Vec<SocketAddr> = tokio::time::timeout(
-        STEP_TIMEOUT,
-        tokio::net::lookup_host((peer.host.as_str(), peer.port)),
-    )
-    .await
-    .map_err(|_| LabError::failed(anyhow::anyhow!("resolving {peer}: timed out")))?
-    .map_err(|e| LabError::usage(anyhow::anyhow!("resolving {peer}: {e}")))?
-    .collect();
-    let addr = addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| LabError::usage(anyhow::anyhow!("{peer} has no address")))?;
-    let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(addr))
-        .await
-        .map_err(|_| LabError::failed(anyhow::anyhow!("connecting to {peer}: timed out")))?
-        .map_err(|e| {
-            LabError::failed(anyhow::anyhow!(
-                "connecting to {peer}: {e} (is `ipsec-lab serve` running there?)"
-            ))
-        })?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
-}
-
-async fn execute(plan: &RunPlan, psk: &Psk) -> LabResult<RunReport> {
-    let peer = plan.peer.clone().expect("remote runs have a peer");
-    let stream = connect(plan).await?;
-    let hosts = Hosts {
-        a: stream.local_addr().map_err(LabError::failed)?.ip(),
-        b: stream.peer_addr().map_err(LabError::failed)?.ip(),
-    };
-    let request = peer_request(plan, link_mtu(&stream)?);
-    let mut chan = Channel::initiate(stream, psk, control::HANDSHAKE_TIMEOUT)
-        .await
-        .map_err(|e| match e {
-            ControlError::Closed { .. } | ControlError::Authentication => LabError::failed(anyhow::anyhow!(
-                "handshake with {peer} failed: the server refused this host — the pre-shared keys differ, \
-                 or its --allow does not include {}",
-                hosts.a
-            )),
-            ControlError::NotIpsecLab => LabError::failed(anyhow::anyhow!(
-                "{peer} is not an ipsec-lab server (or runs another version)"
-            )),
-            other => control_error(other),
-        })?;
-    let keys = generate_keys(plan)?;
-    chan.send(&Message::Hello {
-        request: request.clone(),
-        keys: keys.clone(),
-    })
-    .await
-    .map_err(control_error)?;
-    let (peer_environment, server_end) = match chan.recv(STEP_TIMEOUT, "waiting for the server's end").await {
-        Ok(Message::Ready { environment, end }) => (*environment, end),
-        Ok(Message::Busy) => {
-            return Err(LabError::failed(anyhow::anyhow!(
-                "{peer} is busy with another run; try again when it has finished"
-            )))
-        }
-        Ok(Message::Refused { kind, reason }) => {
-            let kind = match kind {
-                RefusalKind::Usage => ExitKind::Usage,
-                RefusalKind::Capability => ExitKind::Capability,
-                RefusalKind::Failed => ExitKind::Failed,
-            };
-            return Err(LabError::new(
-                kind,
-                anyhow::anyhow!("{peer} refused the run: {}", untrusted(&reason)),
-            ));
-        }
-        Ok(other) => return Err(unexpected(&other, "ready")),
-        Err(e) => return Err(control_error(e)),
-    };
-    // The server's end is up; ours now, from what it sent, checked first. An error drops
-    // `chan`, and the server cleans up.
-    server_end
-        .check(&request)
-        .map_err(|e| LabError::failed(anyhow::Error::new(e).context(format!("{peer} sent a bad answer"))))?;
-    if let Some(tunnel) = server_end.tunnel {
-        let net = tunnel.network();
-        if let Some(route) = control::request::overlapping(&net, &prefixes_in_use().await?) {
-            return Err(LabError::failed(anyhow::anyhow!(
-                "{peer} chose the tunnel network {net}, which overlaps {route} on this host"
-            )));
-        }
-    }
-    let plan = &RunPlan {
-        addressing: addressing(hosts, server_end.tunnel),
-        mtu: server_end.link_mtu,
-        ..plan.clone()
-    };
-    let mut end = HostEnd::start(Side::A, plan, &keys, hosts).await?;
-    drop(keys);
-    let mut transfers = Vec::new();
-    for attempt in 1..=plan.repeat {
-        transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
-    }
-    chan.send(&Message::Finish).await.map_err(control_error)?;
-    let server_details = match chan.recv(STEP_TIMEOUT, "waiting for the server's report").await {
-        Ok(Message::Finished { details }) => details,
-        Ok(other) => return Err(unexpected(&other, "finished")),
-        Err(e) => return Err(control_error(e)),
-    };
-    let client_details = end.details().await?;
-    drop(end);
-    let mut report =
-        RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
-    let peer_line = describe_peer(&peer_environment);
-    report.peer_environment = Some(peer_environment);
-    if !client_details.is_null() || !server_details.is_null() {
-        report.backend_details.insert(
-            plan.backend.name().to_string(),
-            json!({ "client": client_details, "server": server_details }),
-        );
-    }
-    let (from, to) = if plan.reverse {
-        (hosts.b, hosts.a)
-    } else {
-        (hosts.a, hosts.b)
-    };
-    report.backend_details.insert(
-        "remote".into(),
-        json!({
-            "peer": peer.to_string(),
-            "client_address": hosts.a.to_string(),
-            "server_address": hosts.b.to_string(),
-            "sender": from.to_string(),
-            "receiver": to.to_string(),
-            "link_mtu": plan.mtu,
-            "tunnel": server_end.tunnel,
-        }),
-    );
-    report.notes.push(format!(
-        "two hosts: {from} (sender) -> {to} (receiver), served by {peer}"
-    ));
-    report.notes.push(peer_line);
-    Ok(report)
-}
-
-/// The peer's conditions, for the table (this host's have their own line there).
-fn describe_peer(env: &Environment) -> String {
-    let drivers: Vec<String> = env
-        .kernel_drivers
-        .iter()
-        .map(|(alg, driver)| format!("{alg}={driver}"))
-        .collect();
-    let drivers = if drivers.is_empty() {
-        String::new()
-    } else {
-        format!(", kernel drivers {}", drivers.join(" "))
-    };
-    untrusted(&format!(
-        "peer measured on {}{drivers}",
-        crate::output::describe_host(env)
-    ))
-}
-
-/// One verified transfer between the hosts; the receiver's clock times it, as locally.
-async fn transfer(
-    plan: &RunPlan,
-    hosts: Hosts,
-    chan: &mut Channel<TcpStream>,
-    attempt: u32,
-) -> LabResult<Transfer> {
-    let config = transfer_config(plan);
-    let cancel = CancellationToken::new();
-    if plan.reverse {
-        let receiver = receiver(plan, hosts, Side::A)?;
-        chan.send(&Message::Send { attempt })
-            .await
-            .map_err(control_error)?;
-        let rx_cancel = cancel.clone();
-        let local = tokio::task::spawn_blocking(move || receiver.run(config, Progress::default(), rx_cancel));
-        let (local, remote) = alongside(chan, local, &cancel).await?;
-        let received = local.map_err(|e| traffic_error("receiver", e))?;
-        let sent = match remote {
-            Message::Sent { transfer } => transfer,
-            other => return Err(unexpected(&other, "sent")),
-        };
-        Ok(Transfer {
-            bytes: received.bytes,
-            seconds: received.seconds,
-            streams: plan.parallel,
-            verified: true,
-            sender_cpu: sent.cpu,
-            receiver_cpu: received.cpu,
-        })
-    } else {
-        chan.send(&Message::Receive { attempt })
-            .await
-            .map_err(control_error)?;
-        match chan.recv(STEP_TIMEOUT, "waiting for the server's receiver").await {
-            Ok(Message::Listening) => {}
-            Ok(other) => return Err(unexpected(&other, "listening")),
-            Err(e) => return Err(control_error(e)),
-        }
-        let target = data_addr(plan, hosts, Side::B);
-        let tx_cancel = cancel.clone();
-        let local = tokio::task::spawn_blocking(move || traffic::send(target, config, tx_cancel));
-        let (local, remote) = alongside(chan, local, &cancel).await?;
-        let received: TransferResult = match remote {
-            Message::Received { transfer } => transfer,
-            other => return Err(unexpected(&other, "received")),
-        };
-        // The receiver's verdict first: it says what went wrong with the data.
-        let sent = local.map_err(|e| traffic_error("sender", e))?;
-        Ok(Transfer {
-            bytes: received.bytes,
-            seconds: received.seconds,
-            streams: plan.parallel,
-            verified: true,
-            sender_cpu: sent.cpu,
-            receiver_cpu: received.cpu,
-        })
-    }
-}
-
-/// Waits for this host's half of a transfer and the peer's report on its half. If the peer
-/// reports first with a failure, this host's half is cancelled rather than left to time out.
-async fn alongside<T: Send + 'static>(
-    chan: &mut Channel<TcpStream>,
-    local: tokio::task::JoinHandle<Result<T, traffic::TrafficError>>,
-    cancel: &CancellationToken,
-) -> LabResult<(Result<T, traffic::TrafficError>, Message)> {
-    tokio::pin!(local);
-    let joined = |r: Result<Result<T, traffic::TrafficError>, tokio::task::JoinError>| {
-        r.map_err(|_| LabError::failed(anyhow::anyhow!("transfer thread panicked")))
-    };
-    let remote = tokio::select! {
-        r = &mut local => {
-            let local = joined(r)?;
-            // Our half is done; the peer's report follows within its own idle timeout.
-            let msg = chan
-                .recv(IDLE_TIMEOUT + STEP_TIMEOUT, "waiting for the peer's transfer report")
-                .await
-                .map_err(control_error)?;
-            return Ok((local, msg));
-        }
-        m = chan.recv_any("waiting for the peer's transfer report") => m.map_err(control_error)?,
-    };
-    if matches!(remote, Message::Failed { .. }) {
-        cancel.cancel();
-    }
-    let local = joined(local.await)?;
-    Ok((local, remote))
-}
-
-fn traffic_error(side: &str, e: traffic::TrafficError) -> LabError {
-    match e {
-        traffic::TrafficError::Cancelled => {
-            LabError::failed(anyhow::anyhow!("{side} cancelled: the peer failed"))
-        }
-        other => LabError::failed(anyhow::Error::new(other).context(format!("{side} failed"))),
-    }
 }

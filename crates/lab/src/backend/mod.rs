@@ -60,20 +60,15 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     }
 }
 
-pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Box<dyn ActiveBackend>> {
+pub async fn start(
+    plan: &RunPlan,
+    topology: &Topology,
+    show: xfrm::ShowKeys,
+) -> LabResult<Box<dyn ActiveBackend>> {
     match plan.backend {
         Backend::Plain => Ok(Box::new(plain::Plain::new(plan, topology))),
-        Backend::Xfrm => Ok(Box::new(xfrm::Xfrm::start(plan, topology).await?)),
+        Backend::Xfrm => Ok(Box::new(xfrm::Xfrm::start(plan, topology, show).await?)),
         Backend::Userspace => Ok(Box::new(userspace::Userspace::start(plan, topology)?)),
         Backend::Openvpn => Ok(Box::new(openvpn::Openvpn::start(plan, topology)?)),
-    }
-}
-
-/// A failure to record an object in the state file: missing privilege, or a failed run.
-pub fn record_error(e: owner::OwnerError) -> crate::error::LabError {
-    if e.is_permission() {
-        crate::error::LabError::capability(anyhow::Error::new(e))
-    } else {
-        crate::error::LabError::failed(anyhow::Error::new(e))
     }
 }

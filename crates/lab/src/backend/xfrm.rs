@@ -11,7 +11,6 @@
 //! IPv4 header included in tunnel mode) and `kernel_drivers` (/proc/crypto after use).
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -26,12 +25,9 @@ use xfrm::{
 use super::{ActiveBackend, DataPath, Side};
 use crate::error::{LabError, LabResult};
 
-/// Whether `--show-keys` was given; set once by `run` before the backend starts.
-static SHOW_KEYS: AtomicBool = AtomicBool::new(false);
-
-pub fn set_show_keys(show: bool) {
-    SHOW_KEYS.store(show, Ordering::Relaxed);
-}
+/// Whether `--show-keys` asked to print the SAs with their keys (never printed otherwise).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShowKeys(pub bool);
 
 /// Inner packet size the reported ESP overhead is computed for.
 const OVERHEAD_REFERENCE_LEN: usize = 1400;
@@ -43,7 +39,7 @@ const NO_ESP: &str =
 
 /// Refuses, before anything is created, when the kernel cannot do what the plan asks.
 pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
-    let caps = xfrm::probe().await.map_err(xfrm_error)?;
+    let caps = xfrm::probe().await.map_err(LabError::from)?;
     if !caps.esp {
         return Err(LabError::capability(anyhow::anyhow!(NO_ESP)));
     }
@@ -56,21 +52,6 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         )));
     }
     Ok(())
-}
-
-pub fn xfrm_error(e: XfrmError) -> LabError {
-    let capability = matches!(
-        e,
-        XfrmError::NoEsp { .. }
-            | XfrmError::MissingAlgorithm { .. }
-            | XfrmError::NotPermitted { .. }
-            | XfrmError::NoXfrmNetlink { .. }
-    );
-    if capability {
-        LabError::capability(e)
-    } else {
-        LabError::failed(e)
-    }
 }
 
 /// Everything both ends of one run agree on: addresses, identifiers, keys and the data
@@ -196,7 +177,7 @@ impl XfrmEnd {
             record_now(&record)?;
             if let Err(e) = end.handle.add_sa(&sa).await {
                 forget_now(&record);
-                return Err(xfrm_error(e));
+                return Err(LabError::from(e));
             }
             end.sas.push(sa.id());
         }
@@ -205,7 +186,7 @@ impl XfrmEnd {
             record_now(&record)?;
             if let Err(e) = end.handle.add_policy(&p).await {
                 forget_now(&record);
-                return Err(xfrm_error(e));
+                return Err(LabError::from(e));
             }
             end.policies.push(p.id());
         }
@@ -220,7 +201,7 @@ impl XfrmEnd {
         };
         let mut sas = Vec::new();
         for (id, direction) in self.sas.iter().zip(["a->b", "b->a"]) {
-            let c = self.handle.sa_counters(id).await.map_err(xfrm_error)?;
+            let c = self.handle.sa_counters(id).await.map_err(LabError::from)?;
             let role = if direction.starts_with(me) {
                 "sent"
             } else {
@@ -260,7 +241,7 @@ impl XfrmEnd {
 
 fn record_now(record: &Option<owner::Record>) -> LabResult<()> {
     match record {
-        Some(r) => owner::record(r.clone()).map_err(super::record_error),
+        Some(r) => owner::record(r.clone()).map_err(LabError::from),
         None => Ok(()),
     }
 }
@@ -392,8 +373,8 @@ pub fn details(
 }
 
 /// Prints the SAs with keys where `--show-keys` asked for it.
-pub fn show_keys(set: &SaSet) {
-    if SHOW_KEYS.load(Ordering::Relaxed) {
+pub fn show_keys(set: &SaSet, show: ShowKeys) {
+    if show.0 {
         for sa in set.sas() {
             eprintln!(
                 "key: ip xfrm state add {}",
@@ -415,7 +396,7 @@ pub struct Xfrm {
 }
 
 impl Xfrm {
-    pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Xfrm> {
+    pub async fn start(plan: &RunPlan, topology: &Topology, show: ShowKeys) -> LabResult<Xfrm> {
         let ad = topology.addressing;
         let mode = Mode::from(plan.mode);
         let protection = Protection::generate(plan.suite, AuthTrunc::Bits128)
@@ -436,7 +417,7 @@ impl Xfrm {
         };
         let mut handles = Vec::new();
         for ns in [&topology.a, &topology.b] {
-            handles.push(XfrmHandle::open_in(&ns.path()).map_err(xfrm_error)?);
+            handles.push(XfrmHandle::open_in(&ns.path()).map_err(LabError::from)?);
         }
         if mode == Mode::Tunnel {
             // Inner addresses live on the veth ends; the route's source makes the sender
@@ -446,7 +427,7 @@ impl Xfrm {
             Topology::add_route(&topology.a, ad.inner_b, 32, &topology.veth_a, Some(ad.inner_a)).await?;
             Topology::add_route(&topology.b, ad.inner_a, 32, &topology.veth_b, Some(ad.inner_b)).await?;
         }
-        show_keys(&set);
+        show_keys(&set, show);
         let mut ends = Vec::new();
         for (handle, side) in handles.into_iter().zip([Side::A, Side::B]) {
             // An error drops `ends`, which removes what the other end already installed.

@@ -1,4 +1,5 @@
-//! The binary's error type: every failure carries the exit code a script can act on.
+//! The lab's one error type: every failure carries the exit code a script can act on, and
+//! each lower crate's error is mapped to one here, once.
 
 use std::fmt;
 
@@ -42,6 +43,27 @@ impl LabError {
     pub fn exit_code(&self) -> u8 {
         self.kind as u8
     }
+
+    /// A transfer's failure on `side` ("sender", "receiver"): a cancelled transfer is an
+    /// interrupted run, anything else a failed one.
+    pub fn transfer(side: &str, e: traffic::TrafficError) -> LabError {
+        match e {
+            traffic::TrafficError::Cancelled => LabError::interrupted(),
+            other => LabError::failed(anyhow::Error::new(other).context(format!("{side} failed"))),
+        }
+    }
+}
+
+impl ExitKind {
+    /// The kind a child ipsec-lab's exit code stands for (anything unknown: failed).
+    pub fn from_code(code: u8) -> ExitKind {
+        match code {
+            2 => ExitKind::Usage,
+            3 => ExitKind::Capability,
+            130 => ExitKind::Interrupted,
+            _ => ExitKind::Failed,
+        }
+    }
 }
 
 impl fmt::Display for LabError {
@@ -60,6 +82,47 @@ impl From<netns::NetnsError> for LabError {
             ExitKind::Capability
         } else {
             ExitKind::Failed
+        };
+        LabError::new(kind, e)
+    }
+}
+
+impl From<xfrm::XfrmError> for LabError {
+    fn from(e: xfrm::XfrmError) -> LabError {
+        use xfrm::XfrmError::*;
+        let kind = match e {
+            NoEsp { .. } | MissingAlgorithm { .. } | NotPermitted { .. } | NoXfrmNetlink { .. } => {
+                ExitKind::Capability
+            }
+            _ => ExitKind::Failed,
+        };
+        LabError::new(kind, e)
+    }
+}
+
+/// A failure to record an object in the state file: missing privilege, or a failed run.
+impl From<owner::OwnerError> for LabError {
+    fn from(e: owner::OwnerError) -> LabError {
+        let kind = if e.is_permission() {
+            ExitKind::Capability
+        } else {
+            ExitKind::Failed
+        };
+        LabError::new(kind, e)
+    }
+}
+
+impl From<control::ControlError> for LabError {
+    fn from(e: control::ControlError) -> LabError {
+        LabError::failed(e)
+    }
+}
+
+impl From<speed::SpeedError> for LabError {
+    fn from(e: speed::SpeedError) -> LabError {
+        let kind = match e {
+            speed::SpeedError::Usage(_) => ExitKind::Usage,
+            _ => ExitKind::Failed,
         };
         LabError::new(kind, e)
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use netns::Topology;
 
-use crate::backends::DataPath;
+use crate::backend::DataPath;
 use crate::error::{LabError, LabResult};
 
 /// Refuses early when iperf3 is wanted but missing.

@@ -233,7 +233,7 @@ impl Openvpn {
         let (mode, cipher, auth) = openvpn_suite(plan.suite);
         let ad = topology.addressing;
         let tun_mtu = tunnel::inner_mtu(topology.mtu, plan.suite);
-        let dir = owner::PrivateDir::new("ipl-openvpn-").map_err(super::record_error)?;
+        let dir = owner::PrivateDir::new("ipl-openvpn-").map_err(LabError::from)?;
         let mut me = Openvpn {
             path: DataPath {
                 target: (ad.inner_b, plan.port).into(),
@@ -329,7 +329,7 @@ impl Openvpn {
                 end,
                 record,
             });
-            recorded.map_err(super::record_error)?;
+            recorded.map_err(LabError::from)?;
         }
         me.wait_ready()?;
         me.started = Instant::now();

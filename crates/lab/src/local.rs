@@ -1,0 +1,175 @@
+//! A run between two namespaces of this host: plan → topology → backend → verified
+//! transfers → report → teardown.
+
+use std::time::Duration;
+
+use model::{Environment, RunPlan, RunReport, Transfer};
+use netns::{Topology, TopologySpec};
+use traffic::{CancellationToken, Receiver, TransferConfig};
+
+use crate::backend::xfrm::ShowKeys;
+use crate::backend::{self, DataPath};
+use crate::error::{LabError, LabResult};
+use crate::progress::Progress;
+use crate::reference;
+
+/// Longest silence tolerated on the data path before a run is declared failed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
+pub fn host_has_esp() -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    runtime.is_ok_and(|rt| rt.block_on(xfrm::probe()).is_ok_and(|caps| caps.esp))
+}
+
+/// Runs `plan` on a fresh topology (preflight first: a refusal creates nothing); SIGINT and
+/// SIGTERM unwind it. The caller builds the runtime.
+pub async fn run(plan: &RunPlan, show: ShowKeys, progress: &dyn Progress) -> LabResult<RunReport> {
+    backend::preflight(plan).await?;
+    if plan.with_iperf3 {
+        reference::require_iperf3()?;
+    }
+    let cancel = CancellationToken::new();
+    let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
+    let result = execute(plan, &cancel, show, progress).await;
+    interrupted.abort();
+    if cancel.is_cancelled() {
+        return Err(LabError::interrupted());
+    }
+    result
+}
+
+async fn execute(
+    plan: &RunPlan,
+    cancel: &CancellationToken,
+    show: ShowKeys,
+    progress: &dyn Progress,
+) -> LabResult<RunReport> {
+    let spec = TopologySpec {
+        run_id: netns::new_run_id(),
+        mtu: plan.mtu,
+        addressing: plan.addressing,
+    };
+    // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
+    let topology = Topology::create(&spec).await?;
+    let report = run_on(plan, &topology, cancel, show, progress).await?;
+    topology.destroy()?;
+    Ok(report)
+}
+
+/// Runs one plan on a topology that is already up: backend up, `plan.repeat` verified
+/// transfers (each followed by iperf3 when asked), backend evidence, backend down. The
+/// topology is left as it was, so a sweep can run many plans on one topology.
+pub async fn run_on(
+    plan: &RunPlan,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    show: ShowKeys,
+    progress: &dyn Progress,
+) -> LabResult<RunReport> {
+    progress.backend_starting(plan.backend.name());
+    // The backend guard tears down what the backend made when dropped, also on `?`.
+    let backend = backend::start(plan, topology, show).await;
+    progress.backend_started();
+    let mut backend = backend?;
+    let mut transfers = Vec::new();
+    let mut iperf3_runs = Vec::new();
+    for attempt in 1..=plan.repeat {
+        if cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
+        let path = backend.data_path();
+        transfers.push(transfer_once(plan, topology, path, cancel, progress, label).await?);
+        if plan.with_iperf3 {
+            // Right after the lab's own transfer, over the same path: the two see the same
+            // machine state as nearly as a noisy machine allows.
+            iperf3_runs.push(reference::iperf3(topology, path, plan.bytes.0, plan.parallel).await?);
+        }
+    }
+    let details = backend.details().await?;
+    let notes = backend.notes();
+    drop(backend);
+    let mut report =
+        RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
+    if !details.is_null() {
+        report
+            .backend_details
+            .insert(plan.backend.name().to_string(), details);
+    }
+    report.notes.extend(notes);
+    let iperf3_rates: Vec<f64> = iperf3_runs.iter().map(|r| r.mb_per_s).collect();
+    if let Some(summary) = model::Summary::of(&iperf3_rates) {
+        report.references.insert("iperf3".into(), summary);
+    }
+    if let Some(shortest) = iperf3_runs.iter().map(|r| r.seconds).reduce(f64::min) {
+        if shortest < model::MIN_STABLE_SECONDS {
+            report.notes.push(format!(
+                "an iperf3 transfer lasted {shortest:.3} s: too short for a stable ratio; use a larger --bytes"
+            ));
+        }
+    }
+    Ok(report)
+}
+
+/// One verified transfer: receiver in namespace b, sender in namespace a, each on its own
+/// thread so each side's CPU time is measured on its own.
+async fn transfer_once(
+    plan: &RunPlan,
+    topology: &Topology,
+    path: DataPath,
+    cancel: &CancellationToken,
+    progress: &dyn Progress,
+    label: String,
+) -> LabResult<Transfer> {
+    let config = TransferConfig {
+        seed: plan.seed,
+        total_bytes: plan.bytes.0,
+        streams: plan.parallel,
+        idle_timeout: IDLE_TIMEOUT,
+    };
+    let target = path.target;
+    // Bound before the sender starts, so the sender never races the listener.
+    let receiver = topology
+        .b
+        .run(move || Receiver::bind(target))?
+        .map_err(LabError::failed)?;
+    let counter = traffic::Progress::default();
+    let (rx_progress, rx_cancel) = (counter.clone(), cancel.clone());
+    let receiving = topology.b.spawn("ipl-receiver", move || {
+        receiver.run(config, rx_progress, rx_cancel)
+    })?;
+    let tx_cancel = cancel.clone();
+    let sending = topology
+        .a
+        .spawn("ipl-sender", move || traffic::send(target, config, tx_cancel))?;
+
+    progress.transfer_started(&label, plan.bytes.0);
+    let joined = tokio::task::spawn_blocking(move || (receiving.join(), sending.join()));
+    tokio::pin!(joined);
+    let (received, sent) = loop {
+        tokio::select! {
+            done = &mut joined => break done.expect("join task"),
+            // Why poll: the counters live in the transfer threads; 10 updates a second is
+            // smooth for a human and free for the run.
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                progress.transfer_bytes(counter.bytes())
+            }
+        }
+    };
+    progress.transfer_finished();
+    let received = received.map_err(|_| LabError::failed(anyhow::anyhow!("receiver thread panicked")))?;
+    let sent = sent.map_err(|_| LabError::failed(anyhow::anyhow!("sender thread panicked")))?;
+    // The receiver's verdict comes first: it says *what* went wrong with the data; a sender
+    // error is usually only the echo of the receiver closing.
+    let received = received.map_err(|e| LabError::transfer("receiver", e))?;
+    let sent = sent.map_err(|e| LabError::transfer("sender", e))?;
+    Ok(Transfer {
+        bytes: received.bytes,
+        seconds: received.seconds,
+        streams: plan.parallel,
+        verified: true,
+        sender_cpu: sent.cpu,
+        receiver_cpu: received.cpu,
+    })
+}

@@ -1,0 +1,326 @@
+//! `ipsec-lab run --peer HOST`: the client (end A) of a two-host run against
+//! `ipsec-lab serve` ([`super::server`]).
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use control::{Channel, ControlError, Message, Psk, RefusalKind, TransferResult};
+use model::{Backend, CryptoChoice, Environment, RunPlan, RunReport, Transfer};
+use serde_json::json;
+use tokio::net::TcpStream;
+use traffic::{CancellationToken, Progress};
+
+use super::{
+    addressing, data_addr, generate_keys, link_mtu, peer_request, prefixes_in_use, receiver, transfer_config,
+    untrusted, HostEnd, Hosts, IDLE_TIMEOUT, STEP_TIMEOUT,
+};
+use crate::backend::xfrm::ShowKeys;
+use crate::backend::{self, Side};
+use crate::error::{ExitKind, LabError, LabResult};
+
+fn unexpected(got: &Message, waiting_for: &str) -> LabError {
+    match got {
+        Message::Failed { reason } => {
+            LabError::failed(anyhow::anyhow!("the peer failed: {}", untrusted(reason)))
+        }
+        other => LabError::failed(anyhow::anyhow!(
+            "protocol error: the peer sent {:?} while this host waited for {waiting_for}",
+            other.kind()
+        )),
+    }
+}
+
+/// What `run --peer` refuses before contacting anyone (exit 2).
+pub fn check_local(plan: &RunPlan, mtu_flag: u32) -> LabResult<()> {
+    if plan.backend == Backend::Userspace && plan.crypto == CryptoChoice::Soft {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "--crypto soft does not run with --peer: it needs both processes restarted with hardware AES \
+             masked, which a server does not do; use it in a local run"
+        )));
+    }
+    if mtu_flag != model::RunRequest::default().mtu {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "--mtu sets the MTU of the local lab's veth link; between two hosts the link is theirs and \
+             the run uses its path MTU (reported as plan.mtu): leave --mtu out with --peer"
+        )));
+    }
+    Ok(())
+}
+
+/// The pre-shared key `--psk-file` names (exit 2 when missing, unreadable or exposed).
+pub fn load_psk(psk_file: Option<&Path>) -> LabResult<Psk> {
+    let psk_file = psk_file.ok_or_else(|| {
+        LabError::usage(anyhow::anyhow!(
+            "--peer needs --psk-file FILE: the key shared with the server (`ipsec-lab psk generate`)"
+        ))
+    })?;
+    Psk::load(psk_file).map_err(LabError::usage)
+}
+
+/// `ipsec-lab run --peer`, after plan validation and [`check_local`]: SIGINT and SIGTERM
+/// unwind it; the server sees the connection close and removes its end.
+pub async fn run(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunReport> {
+    // Refused here, before the server is contacted: nothing exists on either side yet.
+    backend::preflight(plan).await?;
+    let cancel = CancellationToken::new();
+    let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
+    let result = tokio::select! {
+        r = execute(plan, psk, show) => r,
+        // Dropping `execute` drops this host's end and the channel: the server sees the
+        // connection close and removes its end.
+        _ = cancel.cancelled() => Err(LabError::interrupted()),
+    };
+    interrupted.abort();
+    result
+}
+
+async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
+    let peer = plan.peer.as_ref().expect("remote runs have a peer");
+    let addrs: Vec<SocketAddr> = tokio::time::timeout(
+        STEP_TIMEOUT,
+        tokio::net::lookup_host((peer.host.as_str(), peer.port)),
+    )
+    .await
+    .map_err(|_| LabError::failed(anyhow::anyhow!("resolving {peer}: timed out")))?
+    .map_err(|e| LabError::usage(anyhow::anyhow!("resolving {peer}: {e}")))?
+    .collect();
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| LabError::usage(anyhow::anyhow!("{peer} has no address")))?;
+    let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| LabError::failed(anyhow::anyhow!("connecting to {peer}: timed out")))?
+        .map_err(|e| {
+            LabError::failed(anyhow::anyhow!(
+                "connecting to {peer}: {e} (is `ipsec-lab serve` running there?)"
+            ))
+        })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunReport> {
+    let peer = plan.peer.clone().expect("remote runs have a peer");
+    let stream = connect(plan).await?;
+    let hosts = Hosts {
+        a: stream.local_addr().map_err(LabError::failed)?.ip(),
+        b: stream.peer_addr().map_err(LabError::failed)?.ip(),
+    };
+    let request = peer_request(plan, link_mtu(&stream)?);
+    let mut chan = Channel::initiate(stream, psk, control::HANDSHAKE_TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            ControlError::Closed { .. } | ControlError::Authentication => LabError::failed(anyhow::anyhow!(
+                "handshake with {peer} failed: the server refused this host — the pre-shared keys differ, \
+                 or its --allow does not include {}",
+                hosts.a
+            )),
+            ControlError::NotIpsecLab => LabError::failed(anyhow::anyhow!(
+                "{peer} is not an ipsec-lab server (or runs another version)"
+            )),
+            other => LabError::from(other),
+        })?;
+    let keys = generate_keys(plan)?;
+    chan.send(&Message::Hello {
+        request: request.clone(),
+        keys: keys.clone(),
+    })
+    .await
+    .map_err(LabError::from)?;
+    let (peer_environment, server_end) = match chan.recv(STEP_TIMEOUT, "waiting for the server's end").await {
+        Ok(Message::Ready { environment, end }) => (*environment, end),
+        Ok(Message::Busy) => {
+            return Err(LabError::failed(anyhow::anyhow!(
+                "{peer} is busy with another run; try again when it has finished"
+            )))
+        }
+        Ok(Message::Refused { kind, reason }) => {
+            let kind = match kind {
+                RefusalKind::Usage => ExitKind::Usage,
+                RefusalKind::Capability => ExitKind::Capability,
+                RefusalKind::Failed => ExitKind::Failed,
+            };
+            return Err(LabError::new(
+                kind,
+                anyhow::anyhow!("{peer} refused the run: {}", untrusted(&reason)),
+            ));
+        }
+        Ok(other) => return Err(unexpected(&other, "ready")),
+        Err(e) => return Err(LabError::from(e)),
+    };
+    // The server's end is up; ours now, from what it sent, checked first. An error drops
+    // `chan`, and the server cleans up.
+    server_end
+        .check(&request)
+        .map_err(|e| LabError::failed(anyhow::Error::new(e).context(format!("{peer} sent a bad answer"))))?;
+    if let Some(tunnel) = server_end.tunnel {
+        let net = tunnel.network();
+        if let Some(route) = control::request::overlapping(&net, &prefixes_in_use().await?) {
+            return Err(LabError::failed(anyhow::anyhow!(
+                "{peer} chose the tunnel network {net}, which overlaps {route} on this host"
+            )));
+        }
+    }
+    let plan = &RunPlan {
+        addressing: addressing(hosts, server_end.tunnel),
+        mtu: server_end.link_mtu,
+        ..plan.clone()
+    };
+    let mut end = HostEnd::start(Side::A, plan, &keys, hosts, show).await?;
+    drop(keys);
+    let mut transfers = Vec::new();
+    for attempt in 1..=plan.repeat {
+        transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
+    }
+    chan.send(&Message::Finish).await.map_err(LabError::from)?;
+    let server_details = match chan.recv(STEP_TIMEOUT, "waiting for the server's report").await {
+        Ok(Message::Finished { details }) => details,
+        Ok(other) => return Err(unexpected(&other, "finished")),
+        Err(e) => return Err(LabError::from(e)),
+    };
+    let client_details = end.details().await?;
+    drop(end);
+    let mut report =
+        RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
+    let peer_line = describe_peer(&peer_environment);
+    report.peer_environment = Some(peer_environment);
+    if !client_details.is_null() || !server_details.is_null() {
+        report.backend_details.insert(
+            plan.backend.name().to_string(),
+            json!({ "client": client_details, "server": server_details }),
+        );
+    }
+    let (from, to) = if plan.reverse {
+        (hosts.b, hosts.a)
+    } else {
+        (hosts.a, hosts.b)
+    };
+    report.backend_details.insert(
+        "remote".into(),
+        json!({
+            "peer": peer.to_string(),
+            "client_address": hosts.a.to_string(),
+            "server_address": hosts.b.to_string(),
+            "sender": from.to_string(),
+            "receiver": to.to_string(),
+            "link_mtu": plan.mtu,
+            "tunnel": server_end.tunnel,
+        }),
+    );
+    report.notes.push(format!(
+        "two hosts: {from} (sender) -> {to} (receiver), served by {peer}"
+    ));
+    report.notes.push(peer_line);
+    Ok(report)
+}
+
+/// The peer's conditions, for the table (this host's have their own line there).
+fn describe_peer(env: &Environment) -> String {
+    let drivers: Vec<String> = env
+        .kernel_drivers
+        .iter()
+        .map(|(alg, driver)| format!("{alg}={driver}"))
+        .collect();
+    let drivers = if drivers.is_empty() {
+        String::new()
+    } else {
+        format!(", kernel drivers {}", drivers.join(" "))
+    };
+    untrusted(&format!("peer measured on {}{drivers}", env.describe()))
+}
+
+/// One verified transfer between the hosts; the receiver's clock times it, as locally.
+async fn transfer(
+    plan: &RunPlan,
+    hosts: Hosts,
+    chan: &mut Channel<TcpStream>,
+    attempt: u32,
+) -> LabResult<Transfer> {
+    let config = transfer_config(plan);
+    let cancel = CancellationToken::new();
+    if plan.reverse {
+        let receiver = receiver(plan, hosts, Side::A)?;
+        chan.send(&Message::Send { attempt })
+            .await
+            .map_err(LabError::from)?;
+        let rx_cancel = cancel.clone();
+        let local = tokio::task::spawn_blocking(move || receiver.run(config, Progress::default(), rx_cancel));
+        let (local, remote) = alongside(chan, local, &cancel).await?;
+        let received = local.map_err(|e| LabError::transfer("receiver", e))?;
+        let sent = match remote {
+            Message::Sent { transfer } => transfer,
+            other => return Err(unexpected(&other, "sent")),
+        };
+        Ok(Transfer {
+            bytes: received.bytes,
+            seconds: received.seconds,
+            streams: plan.parallel,
+            verified: true,
+            sender_cpu: sent.cpu,
+            receiver_cpu: received.cpu,
+        })
+    } else {
+        chan.send(&Message::Receive { attempt })
+            .await
+            .map_err(LabError::from)?;
+        match chan.recv(STEP_TIMEOUT, "waiting for the server's receiver").await {
+            Ok(Message::Listening) => {}
+            Ok(other) => return Err(unexpected(&other, "listening")),
+            Err(e) => return Err(LabError::from(e)),
+        }
+        let target = data_addr(plan, hosts, Side::B);
+        let tx_cancel = cancel.clone();
+        let local = tokio::task::spawn_blocking(move || traffic::send(target, config, tx_cancel));
+        let (local, remote) = alongside(chan, local, &cancel).await?;
+        let received: TransferResult = match remote {
+            Message::Received { transfer } => transfer,
+            other => return Err(unexpected(&other, "received")),
+        };
+        // The receiver's verdict first: it says what went wrong with the data.
+        let sent = local.map_err(|e| LabError::transfer("sender", e))?;
+        Ok(Transfer {
+            bytes: received.bytes,
+            seconds: received.seconds,
+            streams: plan.parallel,
+            verified: true,
+            sender_cpu: sent.cpu,
+            receiver_cpu: received.cpu,
+        })
+    }
+}
+
+/// Waits for this host's half of a transfer and the peer's report on its half. If the peer
+/// reports first with a failure, this host's half is cancelled rather than left to time out.
+async fn alongside<T: Send + 'static>(
+    chan: &mut Channel<TcpStream>,
+    local: tokio::task::JoinHandle<Result<T, traffic::TrafficError>>,
+    cancel: &CancellationToken,
+) -> LabResult<(Result<T, traffic::TrafficError>, Message)> {
+    tokio::pin!(local);
+    let joined = |r: Result<Result<T, traffic::TrafficError>, tokio::task::JoinError>| {
+        r.map_err(|_| LabError::failed(anyhow::anyhow!("transfer thread panicked")))
+    };
+    let remote = tokio::select! {
+        r = &mut local => {
+            let local = joined(r)?;
+            // Our half is done; the peer's report follows within its own idle timeout.
+            let msg = chan
+                .recv(IDLE_TIMEOUT + STEP_TIMEOUT, "waiting for the peer's transfer report")
+                .await
+                .map_err(LabError::from)?;
+            return Ok((local, msg));
+        }
+        m = chan.recv_any("waiting for the peer's transfer report") => m.map_err(LabError::from)?,
+    };
+    if matches!(remote, Message::Failed { .. }) {
+        // The peer's reason is the run's error; our half, cancelled, has nothing to add.
+        cancel.cancel();
+        let _ = local.await;
+        return Err(unexpected(&remote, "the peer's transfer report"));
+    }
+    let local = joined(local.await)?;
+    Ok((local, remote))
+}

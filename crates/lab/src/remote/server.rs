@@ -1,0 +1,463 @@
+//! `ipsec-lab serve`: the server end (B) of two-host runs, for `ipsec-lab run --peer` (A).
+//!
+//! * Listens on `--listen ADDR[:PORT]` (default 0.0.0.0:5299); connections from outside the
+//!   `--allow` networks are closed unread.
+//! * Until a client proves it holds the key, a connection costs little and is bounded: at
+//!   most [`MAX_UNAUTHENTICATED`] such connections in all and [`MAX_UNAUTHENTICATED_PER_SOURCE`]
+//!   per source address (more are closed at once), each with [`control::HANDSHAKE_TIMEOUT`]
+//!   for the Noise handshake and as long again for its first encrypted message, the hello.
+//!   Noise NNpsk0's first message can be replayed, so only the hello proves a live key
+//!   holder: the server logs "authenticated", takes its single run slot (or answers `busy`)
+//!   and creates anything only after the hello decrypts. A replayed handshake leaves a
+//!   debug line (`IPSEC_LAB_LOG=debug`), nothing else.
+//! * The hello carries a request, never a plan: it is checked against this server's limits
+//!   (`--max-bytes`, `--max-streams`, `--max-repeat`, `--data-ports`,
+//!   `--allow-unauthenticated-suites`) and refused as usage, naming the flag, before anything
+//!   is created. The server derives its end itself (`remote::server_plan`).
+//! * `accept` errors (EMFILE under a descriptor limit) back off from 10 ms to 1 s; repeated
+//!   log lines are rate-limited per kind, saying how many were suppressed.
+//! * Every step has a timeout; when the client disconnects, times out or anything fails,
+//!   the run's end (SAs and policies, tunnel) is removed before the next run is taken.
+//! * On start it removes the lab's SAs and policies left in this namespace by a server that
+//!   was killed (only the lab's: reqid and SPI in its ranges); on SIGINT/SIGTERM it ends the
+//!   run in progress, cleans up and exits 0.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use control::{
+    Channel, Cidr, ControlError, Message, PeerRequest, Psk, RefusalKind, RunKeys, ServerEnd, ServerLimits,
+    TransferResult,
+};
+use model::{Backend, Environment};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use traffic::{CancellationToken, Progress};
+
+use super::admission::{Admission, Admitted};
+use super::log_limit::LogLimiter;
+use super::{data_addr, transfer_config, HostEnd, Hosts, STEP_TIMEOUT};
+use crate::backend::xfrm::ShowKeys;
+use crate::backend::{self, Side};
+use crate::error::{ExitKind, LabError, LabResult};
+
+/// How long a stopping server waits for the run in progress to unwind.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Back-off after a failed `accept` (e.g. EMFILE): doubles from the first to the last.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+
+/// Removes the lab's SAs and policies in this namespace: leftovers of a killed server.
+async fn clean_leftovers(when: &str) {
+    // Only what dead runs recorded: another live server's or run's SAs stay.
+    match crate::clean::clean_dead_owners().await {
+        Ok(summary) => {
+            for line in summary.lines.iter().filter(|l| !l.starts_with("left alone")) {
+                eprintln!("ipsec-lab serve: {when}: {line}");
+            }
+            for failure in &summary.failures {
+                eprintln!("ipsec-lab serve: {when}: could not remove {failure}");
+            }
+        }
+        Err(e) => eprintln!("ipsec-lab serve: {when}: could not check for what killed runs left: {e}"),
+    }
+}
+
+/// What every session of a server shares.
+struct Shared {
+    psk: Psk,
+    limits: ServerLimits,
+    one_run: Arc<Semaphore>,
+    admission: Arc<Mutex<Admission>>,
+    logs: LogLimiter,
+}
+
+/// What a server is started with: where it listens, whom it lets in, its key and limits.
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Networks control connections may come from; empty: anywhere (the key still counts).
+    pub allow: Vec<Cidr>,
+    pub psk: Psk,
+    pub limits: ServerLimits,
+}
+
+/// Serves runs, one at a time, until `shutdown` completes (the binary hands in SIGINT or
+/// SIGTERM); then ends the run in progress, cleans up and returns.
+pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> LabResult<()> {
+    let ServerConfig {
+        listen,
+        allow,
+        psk,
+        limits,
+    } = config;
+    clean_leftovers("start").await;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| LabError::failed(anyhow::anyhow!("listening on {listen}: {e}")))?;
+    // Sessions watch a token; the future handed in cancels it.
+    let stopping = CancellationToken::new();
+    let shutdown = {
+        let stopping = stopping.clone();
+        async move {
+            shutdown.await;
+            stopping.cancel();
+        }
+    };
+    tokio::pin!(shutdown);
+    // Tests and scripts wait for this line before connecting.
+    eprintln!(
+        "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} bytes, {} streams, {} repeats, \
+         data ports {}{})",
+        listener.local_addr().map_err(LabError::failed)?,
+        control::VERSION,
+        control::noise::PATTERN,
+        limits.max_bytes,
+        limits.max_streams,
+        limits.max_repeat,
+        limits.data_ports,
+        if limits.allow_unauthenticated {
+            ", unauthenticated suites allowed"
+        } else {
+            ""
+        }
+    );
+    let shared = Arc::new(Shared {
+        psk,
+        limits,
+        one_run: Arc::new(Semaphore::new(1)),
+        admission: Arc::new(Mutex::new(Admission::default())),
+        logs: LogLimiter::default(),
+    });
+    let mut sessions = tokio::task::JoinSet::new();
+    let mut backoff = Duration::ZERO;
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors (EMFILE) the pending connection stays queued and
+                        // accept fails again at once: wait instead of spinning.
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF.0, ACCEPT_BACKOFF.1);
+                        shared.logs.line("accept", || {
+                            format!("accept: {e}; trying again in {} ms", backoff.as_millis())
+                        });
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = &mut shutdown => break,
+                        }
+                        continue;
+                    }
+                };
+                backoff = Duration::ZERO;
+                if !allow.is_empty() && !allow.iter().any(|c| c.contains(peer.ip())) {
+                    shared.logs.line("allow", || format!("{peer}: not in --allow; connection closed"));
+                    continue;
+                }
+                let admitted = match Admission::admit(&shared.admission, peer.ip()) {
+                    Ok(a) => a,
+                    Err(why) => {
+                        shared.logs.line("admission", || format!("{peer}: {why}; connection closed"));
+                        continue;
+                    }
+                };
+                sessions.spawn(session(stream, peer, shared.clone(), admitted, stopping.child_token()));
+            }
+            // Reap finished sessions so the set does not grow.
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+        }
+    }
+    eprintln!("ipsec-lab serve: stopping");
+    drop(listener);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while sessions.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        sessions.abort_all();
+    }
+    clean_leftovers("stop").await;
+    Ok(())
+}
+
+async fn session(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    admitted: Admitted,
+    cancel: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let (local, link_mtu) = match stream
+        .local_addr()
+        .map_err(LabError::failed)
+        .and_then(|local| super::link_mtu(&stream).map(|mtu| (local, mtu)))
+    {
+        Ok(a) => a,
+        Err(e) => return shared.logs.line("socket", || format!("{peer}: {e:#}")),
+    };
+    let handshake = tokio::select! {
+        h = Channel::respond(stream, &shared.psk, control::HANDSHAKE_TIMEOUT) => h,
+        _ = cancel.cancelled() => return,
+    };
+    let mut chan = match handshake {
+        Ok(c) => c,
+        Err(e) => {
+            return shared
+                .logs
+                .line("handshake", || format!("{peer}: {e}; connection dropped"))
+        }
+    };
+    // Anyone can replay a key holder's first handshake message: only the hello, the first
+    // message of the session, proves one is here now. Until it decrypts nothing is taken.
+    let hello = tokio::select! {
+        m = chan.recv(control::HANDSHAKE_TIMEOUT, "waiting for the client's hello") => m,
+        _ = cancel.cancelled() => return,
+    };
+    let refusal = |reason: String| Message::Refused {
+        kind: RefusalKind::Usage,
+        reason,
+    };
+    let (request, keys) = match hello {
+        Ok(Message::Hello { request, keys }) => (request, keys),
+        Err(e @ (ControlError::Malformed { .. } | ControlError::Version { .. })) => {
+            // It decrypted: a key holder sent something this server does not run.
+            shared
+                .logs
+                .line("hello", || format!("{peer}: authenticated; refused: {e}"));
+            let _ = chan.send(&refusal(format!("a malformed request: {e}"))).await;
+            return;
+        }
+        Ok(other) => {
+            shared.logs.line("hello", || {
+                format!(
+                    "{peer}: authenticated; refused: {} instead of hello",
+                    other.kind()
+                )
+            });
+            let _ = chan
+                .send(&refusal(format!("expected hello, got {}", other.kind())))
+                .await;
+            return;
+        }
+        Err(e) => {
+            return tracing::debug!("{peer}: no hello ({e}): not a live key holder (a replayed handshake?)");
+        }
+    };
+    drop(admitted);
+    eprintln!("ipsec-lab serve: {peer}: authenticated");
+    let Ok(_permit) = shared.one_run.clone().try_acquire_owned() else {
+        eprintln!("ipsec-lab serve: {peer}: busy with another run; told the client");
+        let _ = chan.send(&Message::Busy).await;
+        return;
+    };
+    let hosts = Hosts {
+        a: peer.ip(),
+        b: local.ip(),
+    };
+    match serve_run(
+        &mut chan,
+        &request,
+        keys,
+        hosts,
+        link_mtu,
+        &shared.limits,
+        &cancel,
+    )
+    .await
+    {
+        Ok(()) => eprintln!("ipsec-lab serve: {peer}: run finished; its end is removed"),
+        Err(e) => {
+            eprintln!("ipsec-lab serve: {peer}: run failed: {e:#}; its end is removed");
+            // Best effort: the client may be gone already.
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                chan.send(&Message::Failed {
+                    reason: format!("{e:#}"),
+                }),
+            )
+            .await;
+        }
+    }
+}
+
+fn refusal_kind(e: &LabError) -> RefusalKind {
+    match e.kind {
+        ExitKind::Usage => RefusalKind::Usage,
+        ExitKind::Capability => RefusalKind::Capability,
+        _ => RefusalKind::Failed,
+    }
+}
+
+/// Checks the request, decides this end (tunnel addresses, MTU) and brings it up; or says
+/// why not, having created nothing.
+async fn start_end(
+    request: &PeerRequest,
+    keys: &RunKeys,
+    hosts: Hosts,
+    link_mtu: u32,
+    limits: &ServerLimits,
+) -> Result<(HostEnd, model::RunPlan, ServerEnd), (RefusalKind, String)> {
+    let lab = |e: LabError| (refusal_kind(&e), format!("{e:#}"));
+    limits
+        .check(request)
+        .map_err(|e| (RefusalKind::Usage, e.to_string()))?;
+    let tunnel = if request.backend == Backend::Userspace {
+        let in_use = super::prefixes_in_use().await.map_err(lab)?;
+        let chosen = control::request::choose_tunnel_net(&in_use).ok_or((
+            RefusalKind::Failed,
+            "every /30 of 198.18.0.0/15 overlaps a route or address on the server: no room for the \
+             tunnel's inner addresses"
+                .to_string(),
+        ))?;
+        Some(chosen)
+    } else {
+        None
+    };
+    let end = ServerEnd {
+        tunnel,
+        link_mtu: link_mtu.min(request.link_mtu),
+    };
+    if !control::request::MTU_RANGE.contains(&end.link_mtu) {
+        return Err((
+            RefusalKind::Failed,
+            format!("this host's path MTU toward the client is {link_mtu}, below 576"),
+        ));
+    }
+    let plan = super::server_plan(request, hosts, end);
+    backend::preflight(&plan).await.map_err(lab)?;
+    let host_end = HostEnd::start(Side::B, &plan, keys, hosts, ShowKeys(false))
+        .await
+        .map_err(lab)?;
+    Ok((host_end, plan, end))
+}
+
+async fn serve_run(
+    chan: &mut Channel<TcpStream>,
+    request: &PeerRequest,
+    keys: RunKeys,
+    hosts: Hosts,
+    link_mtu: u32,
+    limits: &ServerLimits,
+    cancel: &CancellationToken,
+) -> LabResult<()> {
+    eprintln!(
+        "ipsec-lab serve: run: {} {} {} bytes x{}, {} streams from port {}{}",
+        request.backend,
+        request.suite,
+        request.bytes,
+        request.repeat,
+        request.streams,
+        request.data_port,
+        if request.reverse { ", reverse" } else { "" }
+    );
+    let started = start_end(request, &keys, hosts, link_mtu, limits).await;
+    drop(keys);
+    let (mut end, plan, server_end) = match started {
+        Ok(s) => s,
+        Err((kind, reason)) => {
+            eprintln!("ipsec-lab serve: refused: {reason}");
+            let _ = chan.send(&Message::Refused { kind, reason }).await;
+            return Ok(());
+        }
+    };
+    chan.send(&Message::Ready {
+        environment: Box::new(Environment::detect()),
+        end: server_end,
+    })
+    .await
+    .map_err(LabError::from)?;
+    loop {
+        let msg = tokio::select! {
+            m = chan.recv(STEP_TIMEOUT, "waiting for the client's next step") => m.map_err(LabError::from)?,
+            _ = cancel.cancelled() => return Err(LabError::interrupted()),
+        };
+        match msg {
+            Message::Receive { .. } if !plan.reverse => {
+                let receiver = super::receiver(&plan, hosts, Side::B)?;
+                chan.send(&Message::Listening).await.map_err(LabError::from)?;
+                let (config, tx) = (transfer_config(&plan), CancellationToken::new());
+                let rx = tx.clone();
+                let work = tokio::task::spawn_blocking(move || {
+                    receiver
+                        .run(config, Progress::default(), rx)
+                        .map(|r| TransferResult {
+                            bytes: r.bytes,
+                            seconds: r.seconds,
+                            cpu: r.cpu,
+                        })
+                });
+                let result = watch(chan, work, &tx, cancel).await?;
+                reply(chan, result, |transfer| Message::Received { transfer }).await?;
+            }
+            Message::Send { .. } if plan.reverse => {
+                // Only to the client that asked: its host address, or its end of the tunnel.
+                let target = data_addr(&plan, hosts, Side::A);
+                let (config, tx) = (transfer_config(&plan), CancellationToken::new());
+                let rx = tx.clone();
+                let work = tokio::task::spawn_blocking(move || {
+                    traffic::send(target, config, rx).map(|r| TransferResult {
+                        bytes: r.bytes,
+                        seconds: r.seconds,
+                        cpu: r.cpu,
+                    })
+                });
+                let result = watch(chan, work, &tx, cancel).await?;
+                reply(chan, result, |transfer| Message::Sent { transfer }).await?;
+            }
+            Message::Finish => {
+                let details = end.details().await?;
+                // Removed before the client hears "finished": a next run finds a clean host.
+                drop(end);
+                chan.send(&Message::Finished { details })
+                    .await
+                    .map_err(LabError::from)?;
+                return Ok(());
+            }
+            other => {
+                return Err(LabError::failed(anyhow::anyhow!(
+                    "unexpected {} from the client",
+                    other.kind()
+                )))
+            }
+        }
+    }
+}
+
+/// Runs this host's half of a transfer while watching the control connection: the client
+/// has nothing to say during a transfer, so anything it sends, or its hanging up, or a stop
+/// signal, ends the run at once instead of after the data path's idle timeout.
+async fn watch(
+    chan: &mut Channel<TcpStream>,
+    work: tokio::task::JoinHandle<Result<TransferResult, traffic::TrafficError>>,
+    transfer_cancel: &CancellationToken,
+    cancel: &CancellationToken,
+) -> LabResult<Result<TransferResult, traffic::TrafficError>> {
+    tokio::pin!(work);
+    let why = tokio::select! {
+        done = &mut work => {
+            return done.map_err(|_| LabError::failed(anyhow::anyhow!("transfer thread panicked")));
+        }
+        m = chan.recv_any("during the transfer") => match m {
+            Ok(m) => format!("the client sent {} during the transfer", m.kind()),
+            Err(e) => format!("{}", LabError::from(e)),
+        },
+        _ = cancel.cancelled() => "stopping".to_string(),
+    };
+    transfer_cancel.cancel();
+    let _ = work.await;
+    Err(LabError::failed(anyhow::anyhow!(why)))
+}
+
+async fn reply(
+    chan: &mut Channel<TcpStream>,
+    result: Result<TransferResult, traffic::TrafficError>,
+    ok: impl FnOnce(TransferResult) -> Message,
+) -> LabResult<()> {
+    match result {
+        Ok(t) => chan.send(&ok(t)).await.map_err(LabError::from),
+        Err(e) => Err(LabError::failed(anyhow::Error::new(e).context("transfer"))),
+    }
+}

@@ -1,0 +1,30 @@
+//! SIGINT and SIGTERM as the end of a run or a server: a run then unwinds through its guards
+//! instead of dying with namespaces, SAs and processes in place.
+
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{LabError, LabResult};
+
+/// Completes on the first SIGINT or SIGTERM after it was created (the handlers are
+/// installed at once, so a signal between this call and the first poll still counts).
+pub fn stop_requested() -> LabResult<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).map_err(LabError::failed)?;
+    let mut term = signal(SignalKind::terminate()).map_err(LabError::failed)?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("\nipsec-lab: interrupted, cleaning up");
+    })
+}
+
+/// Cancels `cancel` on the first SIGINT or SIGTERM; abort the returned task when done.
+pub fn cancel_on_signal(cancel: CancellationToken) -> LabResult<tokio::task::JoinHandle<()>> {
+    let stop = stop_requested()?;
+    Ok(tokio::spawn(async move {
+        stop.await;
+        cancel.cancel();
+    }))
+}
