@@ -12,8 +12,8 @@
 //! * [`frame`]: the length prefix on the wire, checked before a body is buffered.
 //! * [`channel`]: a small tokio layer that runs the above over a byte stream, with timeouts.
 //!
-//! Leaves out: what the messages make the hosts do (the `ipsec-lab` binary's `serve` and
-//! `remote` modules), sockets and listening, and the access list.
+//! Leaves out: what the messages make the hosts do (crate `lab`'s `remote::server` and
+//! `remote::client`), sockets and listening, and the access list.
 
 pub mod channel;
 pub mod frame;

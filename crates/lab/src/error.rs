@@ -54,6 +54,27 @@ impl LabError {
     }
 }
 
+/// A server's refusal as this host's exit code, and back.
+impl From<control::RefusalKind> for ExitKind {
+    fn from(kind: control::RefusalKind) -> ExitKind {
+        match kind {
+            control::RefusalKind::Usage => ExitKind::Usage,
+            control::RefusalKind::Capability => ExitKind::Capability,
+            control::RefusalKind::Failed => ExitKind::Failed,
+        }
+    }
+}
+
+impl From<ExitKind> for control::RefusalKind {
+    fn from(kind: ExitKind) -> control::RefusalKind {
+        match kind {
+            ExitKind::Usage => control::RefusalKind::Usage,
+            ExitKind::Capability => control::RefusalKind::Capability,
+            ExitKind::Failed | ExitKind::Interrupted => control::RefusalKind::Failed,
+        }
+    }
+}
+
 impl ExitKind {
     /// The kind a child ipsec-lab's exit code stands for (anything unknown: failed).
     pub fn from_code(code: u8) -> ExitKind {

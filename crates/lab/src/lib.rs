@@ -1,16 +1,41 @@
 //! The lab's orchestration: what `ipsec-lab run`, `matrix`, `serve` and `run --peer` share.
+//! The binary parses arguments into a plan, makes one call here and prints what comes back.
 //!
 //! # Layout
 //!
-//! (filled in as the move settles)
+//! * [`backend`]: what carries the payload. A backend starts ONE end ([`backend::End`]) at a
+//!   [`backend::Site`] from the run's [`backend::RunSecrets`]; a local run starts two, a
+//!   two-host run one on each host. One module per backend (`xfrm`, `userspace`,
+//!   `openvpn`; plain needs none), each with its preflight and its evidence.
+//! * [`evidence`]: what the backends show happened, typed; serialised into the report's
+//!   `backend_details`, summarised by its own `lines()`.
+//! * [`session`]: one verified transfer's configuration, idle timeout and record.
+//! * [`local`]: a run between two namespaces of this host (`ipsec-lab run`).
+//! * [`remote`]: two-host runs: the [`remote::client`] (`run --peer`) and the
+//!   [`remote::server`] (`serve`, its shutdown handed in as a future), with what both
+//!   derive from the control connection (addresses, MTU, the tunnel network).
+//! * [`sweep`]: every backend × every suite (`ipsec-lab matrix`), with its child runs (soft
+//!   AES, the VM).
+//! * [`vm`]: a virtme-ng guest booting a stock kernel, running this binary again.
+//! * [`reference`]: iperf3 over the lab's own data path.
+//! * [`clean`]: removing what killed runs recorded, and nothing else.
+//! * Leaves: [`error`] (one error type, one mapping to exit codes), [`signal`] (SIGINT and
+//!   SIGTERM as cancellation), [`progress`] (what a run reports while it works; the binary
+//!   draws it).
+//!
+//! Leaves out: clap and anything printed for the user (the binary), the wire protocol
+//! (crate `control`), the kernel interfaces (crates `netns`, `xfrm`, `tunnel`) and the
+//! measurement of bytes (crate `traffic`).
 
 pub mod backend;
 pub mod clean;
 pub mod error;
+pub mod evidence;
 pub mod local;
 pub mod progress;
 pub mod reference;
 pub mod remote;
+pub mod session;
 pub mod signal;
 pub mod sweep;
 pub mod vm;

@@ -3,18 +3,19 @@
 
 use std::time::Duration;
 
+use std::net::{IpAddr, SocketAddr};
+
 use model::{Environment, RunPlan, RunReport, Transfer};
 use netns::{Topology, TopologySpec};
-use traffic::{CancellationToken, Receiver, TransferConfig};
+use traffic::{CancellationToken, Receiver};
 
 use crate::backend::xfrm::ShowKeys;
-use crate::backend::{self, DataPath};
+use crate::backend::{self, data_addr, userspace, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
+use crate::evidence::{EndEvidence, Evidence};
 use crate::progress::Progress;
 use crate::reference;
-
-/// Longest silence tolerated on the data path before a run is declared failed.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::session;
 
 /// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
 pub fn host_has_esp() -> bool {
@@ -52,13 +53,13 @@ async fn execute(
     };
     // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
     let topology = Topology::create(&spec).await?;
-    let report = run_on(plan, &topology, cancel, show, progress).await?;
+    let (report, _) = run_on(plan, &topology, cancel, show, progress).await?;
     topology.destroy()?;
     Ok(report)
 }
 
-/// Runs one plan on a topology that is already up: backend up, `plan.repeat` verified
-/// transfers (each followed by iperf3 when asked), backend evidence, backend down. The
+/// Runs one plan on a topology that is already up: both ends up, `plan.repeat` verified
+/// transfers (each followed by iperf3 when asked), the ends' evidence, the ends down. The
 /// topology is left as it was, so a sweep can run many plans on one topology.
 pub async fn run_on(
     plan: &RunPlan,
@@ -66,12 +67,42 @@ pub async fn run_on(
     cancel: &CancellationToken,
     show: ShowKeys,
     progress: &dyn Progress,
-) -> LabResult<RunReport> {
+) -> LabResult<(RunReport, Evidence)> {
+    let ad = topology.addressing;
+    let hosts = Hosts {
+        a: IpAddr::V4(ad.outer_a),
+        b: IpAddr::V4(ad.outer_b),
+    };
+    let sites = [
+        Site {
+            side: Side::A,
+            namespace: &topology.a,
+            hosts,
+            lab_link: Some(&topology.veth_a),
+        },
+        Site {
+            side: Side::B,
+            namespace: &topology.b,
+            hosts,
+            lab_link: Some(&topology.veth_b),
+        },
+    ];
     progress.backend_starting(plan.backend.name());
-    // The backend guard tears down what the backend made when dropped, also on `?`.
-    let backend = backend::start(plan, topology, show).await;
+    // Declared before the ends, so dropped after them: OpenVPN's processes stop before
+    // their key directory goes.
+    let secrets = RunSecrets::generate(plan)?;
+    let mut ends = Vec::new();
+    let started = async {
+        for site in &sites {
+            // An error drops `ends`, which tears down the end already up.
+            ends.push(End::start(plan, &secrets, site, show).await?);
+        }
+        ends.iter_mut().try_for_each(End::wait_ready)
+    }
+    .await;
     progress.backend_started();
-    let mut backend = backend?;
+    started?;
+    let target = data_addr(plan, hosts, Side::B);
     let mut transfers = Vec::new();
     let mut iperf3_runs = Vec::new();
     for attempt in 1..=plan.repeat {
@@ -79,25 +110,23 @@ pub async fn run_on(
             return Err(LabError::interrupted());
         }
         let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
-        let path = backend.data_path();
-        transfers.push(transfer_once(plan, topology, path, cancel, progress, label).await?);
+        transfers.push(transfer_once(plan, topology, target, cancel, progress, label).await?);
         if plan.with_iperf3 {
             // Right after the lab's own transfer, over the same path: the two see the same
             // machine state as nearly as a noisy machine allows.
-            iperf3_runs.push(reference::iperf3(topology, path, plan.bytes.0, plan.parallel).await?);
+            iperf3_runs.push(reference::iperf3(topology, target, plan.bytes.0, plan.parallel).await?);
         }
     }
-    let details = backend.details().await?;
-    let notes = backend.notes();
-    drop(backend);
+    let evidence = evidence(plan, &mut ends, &secrets).await?;
+    drop(ends);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
-    if !details.is_null() {
+    if !evidence.is_none() {
         report
             .backend_details
-            .insert(plan.backend.name().to_string(), details);
+            .insert(plan.backend.name().to_string(), evidence.to_json());
     }
-    report.notes.extend(notes);
+    report.notes.extend(evidence.lines());
     let iperf3_rates: Vec<f64> = iperf3_runs.iter().map(|r| r.mb_per_s).collect();
     if let Some(summary) = model::Summary::of(&iperf3_rates) {
         report.references.insert("iperf3".into(), summary);
@@ -109,7 +138,28 @@ pub async fn run_on(
             ));
         }
     }
-    Ok(report)
+    Ok((report, evidence))
+}
+
+/// Both ends' evidence as one run's (stops the tunnels).
+async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> LabResult<Evidence> {
+    let mut each = Vec::new();
+    for end in ends.iter_mut() {
+        each.push(end.finish().await?);
+    }
+    let mut each = each.into_iter();
+    Ok(match (each.next(), each.next()) {
+        // End a sees both SAs' counters.
+        (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(a),
+        (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
+            Evidence::Userspace(Box::new(userspace::local_evidence(plan, a, b).await?))
+        }
+        (Some(EndEvidence::Openvpn(a)), Some(EndEvidence::Openvpn(b))) => match &secrets.openvpn {
+            Some(material) => Evidence::Openvpn(material.evidence([a, b])),
+            None => Evidence::None,
+        },
+        _ => Evidence::None,
+    })
 }
 
 /// One verified transfer: receiver in namespace b, sender in namespace a, each on its own
@@ -117,18 +167,12 @@ pub async fn run_on(
 async fn transfer_once(
     plan: &RunPlan,
     topology: &Topology,
-    path: DataPath,
+    target: SocketAddr,
     cancel: &CancellationToken,
     progress: &dyn Progress,
     label: String,
 ) -> LabResult<Transfer> {
-    let config = TransferConfig {
-        seed: plan.seed,
-        total_bytes: plan.bytes.0,
-        streams: plan.parallel,
-        idle_timeout: IDLE_TIMEOUT,
-    };
-    let target = path.target;
+    let config = session::transfer_config(plan);
     // Bound before the sender starts, so the sender never races the listener.
     let receiver = topology
         .b
@@ -164,12 +208,11 @@ async fn transfer_once(
     // error is usually only the echo of the receiver closing.
     let received = received.map_err(|e| LabError::transfer("receiver", e))?;
     let sent = sent.map_err(|e| LabError::transfer("sender", e))?;
-    Ok(Transfer {
-        bytes: received.bytes,
-        seconds: received.seconds,
-        streams: plan.parallel,
-        verified: true,
-        sender_cpu: sent.cpu,
-        receiver_cpu: received.cpu,
-    })
+    Ok(session::record(
+        plan,
+        received.bytes,
+        received.seconds,
+        received.cpu,
+        sent.cpu,
+    ))
 }

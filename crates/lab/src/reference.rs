@@ -1,12 +1,12 @@
 //! Reference tools measured over the lab's own data path, so the lab's numbers can be read
 //! against ones everybody knows.
 
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
 use netns::Topology;
 
-use crate::backend::DataPath;
 use crate::error::{LabError, LabResult};
 
 /// Refuses early when iperf3 is wanted but missing.
@@ -34,10 +34,15 @@ pub struct Iperf3Run {
 /// One iperf3 transfer of `bytes` over `path` (server in namespace b, client in a), as the
 /// receiver measured it; a result without a finite, positive rate is refused, never passed
 /// on as inf or NaN.
-pub async fn iperf3(topology: &Topology, path: DataPath, bytes: u64, streams: u16) -> LabResult<Iperf3Run> {
+pub async fn iperf3(
+    topology: &Topology,
+    target: SocketAddr,
+    bytes: u64,
+    streams: u16,
+) -> LabResult<Iperf3Run> {
     let failed = |what: String| LabError::failed(anyhow::anyhow!("iperf3: {what}"));
-    let host = path.target.ip().to_string();
-    let port = path.target.port().to_string();
+    let host = target.ip().to_string();
+    let port = target.port().to_string();
     let server = topology
         .b
         .command("iperf3")

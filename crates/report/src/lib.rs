@@ -14,7 +14,7 @@
 //!   spread and a threshold.
 //!
 //! Pure: every function takes a report and returns text or values. Leaves out running the
-//! sweep and reading/writing files (the `ipsec-lab` binary's `matrix`, `report`, `compare`).
+//! sweep and reading/writing files (crate `lab` and the `ipsec-lab` binary's `matrix`, `report`, `compare`).
 
 pub mod compare;
 pub mod csv;

@@ -10,7 +10,7 @@
 //! drop and never appear in `Debug` output.
 //!
 //! Leaves out: namespaces and links (`netns`), traffic (`traffic`), and which SAs a run
-//! needs (the `ipsec-lab` binary's xfrm backend).
+//! needs (crate `lab`'s xfrm backend).
 
 pub mod crypto_user;
 pub mod error;

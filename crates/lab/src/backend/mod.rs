@@ -1,52 +1,58 @@
-//! Backends: what carries the payload between the two ends of the lab topology.
+//! Backends: what carries the payload between the two ends of a run.
 //!
-//! Each backend has a preflight check (run before anything is created, so a missing
-//! capability is refused with nothing to undo) and a `start` that brings it up on a built
-//! topology. What `start` returns owns everything the backend made and removes it on drop,
-//! so an error or Ctrl-C at any later point cleans up the same way success does. What a
-//! backend makes outside a recorded namespace (processes, key files, SAs in the current
-//! namespace) is recorded in this process's state file (crate `owner`) for `clean`.
+//! A backend starts ONE end ([`End::start`]): a local run starts two (namespaces a and b
+//! of this host), a two-host run one on each host. Both ends of a run share its secrets
+//! ([`RunSecrets`]), made once: by the local run, or by the client, which sends them to the
+//! server inside the control channel. Each backend has a preflight check (run before
+//! anything is created, so a missing capability is refused with nothing to undo). An
+//! [`End`] owns everything it made and removes it on drop, so an error or Ctrl-C at any
+//! later point cleans up the same way success does. What an end makes outside a recorded
+//! namespace (processes, key files, SAs in a real host's namespace) is recorded in this
+//! process's state file (crate `owner`) for `clean`.
+//!
+//! Adding a backend: a module here with `preflight`, its end type (`start`, `finish`) and
+//! its evidence, a variant of [`End`] and of `model::Backend`.
 
-mod openvpn;
-mod plain;
+pub mod openvpn;
+pub mod site;
 pub mod userspace;
 pub mod xfrm;
 
-use std::net::SocketAddr;
-
-use futures::future::BoxFuture;
+use control::RunKeys;
 use model::{Backend, RunPlan};
-use netns::Topology;
 
-use crate::error::LabResult;
+pub use site::{data_addr, Hosts, Side, Site};
 
-/// Which end of a run something belongs to: `A` is namespace a of the local lab, or the
-/// client of a two-host run (`run --peer`); `B` is namespace b, or the server (`serve`).
-/// Both kinds of run build each end with the same per-end code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    A,
-    B,
+use crate::error::{LabError, LabResult};
+use crate::evidence::EndEvidence;
+
+/// What both ends of a run share, made once per run.
+pub struct RunSecrets {
+    /// SA identifiers and keys, the tunnel's static key: what a client sends a server.
+    pub keys: RunKeys,
+    /// OpenVPN's key file or certificates for both ends (local runs only).
+    pub openvpn: Option<openvpn::Material>,
 }
 
-/// Where the payload flows once the backend is up: the receiver listens on `target` inside
-/// namespace `b`, the sender connects to it from namespace `a`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataPath {
-    pub target: SocketAddr,
-}
+impl RunSecrets {
+    /// Fresh secrets for `plan`, by the end that decides them (a local run, a client).
+    pub fn generate(plan: &RunPlan) -> LabResult<RunSecrets> {
+        let mut keys = RunKeys::default();
+        match plan.backend {
+            Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
+            Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
+            Backend::Plain | Backend::Openvpn => {}
+        }
+        let openvpn = match plan.backend {
+            Backend::Openvpn => Some(openvpn::Material::create(plan)?),
+            _ => None,
+        };
+        Ok(RunSecrets { keys, openvpn })
+    }
 
-/// A running backend. Dropping it tears it down.
-pub trait ActiveBackend: Send {
-    fn data_path(&self) -> DataPath;
-
-    /// Evidence for the report, read after the transfers (SA counters, drivers, tunnel
-    /// thread CPU, ...). The shape is the backend's own and documented with it.
-    fn details(&mut self) -> BoxFuture<'_, LabResult<serde_json::Value>>;
-
-    /// Lines for the human reader, e.g. that a VM's speeds are emulated.
-    fn notes(&self) -> Vec<String> {
-        Vec::new()
+    /// What a server received: keys only.
+    pub fn received(keys: RunKeys) -> RunSecrets {
+        RunSecrets { keys, openvpn: None }
     }
 }
 
@@ -60,15 +66,59 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     }
 }
 
-pub async fn start(
-    plan: &RunPlan,
-    topology: &Topology,
-    show: xfrm::ShowKeys,
-) -> LabResult<Box<dyn ActiveBackend>> {
-    match plan.backend {
-        Backend::Plain => Ok(Box::new(plain::Plain::new(plan, topology))),
-        Backend::Xfrm => Ok(Box::new(xfrm::Xfrm::start(plan, topology, show).await?)),
-        Backend::Userspace => Ok(Box::new(userspace::Userspace::start(plan, topology)?)),
-        Backend::Openvpn => Ok(Box::new(openvpn::Openvpn::start(plan, topology)?)),
+/// One end of a running backend. Dropping it tears it down.
+pub enum End {
+    Plain,
+    Xfrm(xfrm::XfrmEnd),
+    Userspace(userspace::UserspaceEnd),
+    Openvpn(openvpn::OpenvpnEnd),
+}
+
+impl End {
+    /// Brings up the end at `site` for `plan` with the run's secrets. `show` prints the
+    /// SAs with their keys (`--show-keys`; never otherwise).
+    pub async fn start(
+        plan: &RunPlan,
+        secrets: &RunSecrets,
+        site: &Site<'_>,
+        show: xfrm::ShowKeys,
+    ) -> LabResult<End> {
+        match plan.backend {
+            Backend::Plain => Ok(End::Plain),
+            Backend::Xfrm => Ok(End::Xfrm(
+                xfrm::XfrmEnd::start(plan, &secrets.keys, site, show).await?,
+            )),
+            Backend::Userspace => Ok(End::Userspace(userspace::UserspaceEnd::start(
+                plan,
+                &secrets.keys,
+                site,
+            )?)),
+            Backend::Openvpn => {
+                let material = secrets.openvpn.as_ref().ok_or_else(|| {
+                    LabError::usage(anyhow::anyhow!(
+                        "the openvpn backend does not run between two hosts"
+                    ))
+                })?;
+                Ok(End::Openvpn(openvpn::OpenvpnEnd::start(plan, material, site)?))
+            }
+        }
+    }
+
+    /// Waits until the end carries data (OpenVPN's handshake); the others are ready at once.
+    pub fn wait_ready(&mut self) -> LabResult<()> {
+        match self {
+            End::Openvpn(end) => end.wait_ready(),
+            _ => Ok(()),
+        }
+    }
+
+    /// This end's evidence for the report. Stops a tunnel, so call it after the transfers.
+    pub async fn finish(&mut self) -> LabResult<EndEvidence> {
+        match self {
+            End::Plain => Ok(EndEvidence::None),
+            End::Xfrm(end) => Ok(EndEvidence::Xfrm(end.evidence().await?)),
+            End::Userspace(end) => Ok(EndEvidence::Userspace(end.finish()?)),
+            End::Openvpn(end) => Ok(EndEvidence::Openvpn(end.finish())),
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! `--peer-fingerprint`, `--data-ciphers AES-N-GCM`. The inner MTU is the lab tunnel's, so
 //! both carry the same packets without fragmenting.
 //!
-//! Details in the report (`backend_details.openvpn`): `version`, `mode` (static-key or
+//! Evidence (`backend_details.openvpn`, [`OpenvpnEvidence`]): `version`, `mode` (static-key or
 //! tls-p2p), `cipher`, `auth`, `tun_mtu`, and per end `cpu` (`user_s`, `system_s`,
 //! `percent_of_core`) of its openvpn process over its life, from /proc.
 
@@ -18,14 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use model::{CipherSuite, Hmac, KeyBits, RunPlan};
-use netns::{Namespace, Topology};
-use serde_json::{json, Value};
+use netns::Namespace;
 use tunnel_proto::{Direction, StaticKey};
 
-use super::{ActiveBackend, DataPath};
+use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
+use crate::evidence::{OpenvpnEnd as OpenvpnEndEvidence, OpenvpnEvidence};
 
 const PORT: u16 = 1194;
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -143,19 +142,6 @@ impl Drop for Process {
     }
 }
 
-pub struct Openvpn {
-    path: DataPath,
-    mode: Mode,
-    cipher: String,
-    auth: &'static str,
-    tun_mtu: u32,
-    version: String,
-    started: Instant,
-    processes: Vec<Process>,
-    /// Keys, certificates and logs: private, recorded, removed after the processes stop.
-    dir: owner::PrivateDir,
-}
-
 fn failed(what: impl std::fmt::Display) -> LabError {
     LabError::failed(anyhow::anyhow!("openvpn backend: {what}"))
 }
@@ -228,52 +214,51 @@ fn openvpn_version() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-impl Openvpn {
-    pub fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Openvpn> {
+/// What both ends share, made once per run: the static key or both ends' certificates
+/// (pinned by fingerprint) in a private directory, and each end's mode arguments.
+pub struct Material {
+    mode: Mode,
+    cipher: String,
+    auth: &'static str,
+    tun_mtu: u32,
+    version: String,
+    /// Per end (a, b): the arguments that key it.
+    args: [Vec<String>; 2],
+    /// Keys, certificates and logs: private, recorded, removed when the run ends (after its
+    /// processes: a local run drops its ends before its secrets).
+    dir: owner::PrivateDir,
+}
+
+impl Material {
+    pub fn create(plan: &RunPlan) -> LabResult<Material> {
         let (mode, cipher, auth) = openvpn_suite(plan.suite);
-        let ad = topology.addressing;
-        let tun_mtu = tunnel::inner_mtu(topology.mtu, plan.suite);
-        let dir = owner::PrivateDir::new("ipl-openvpn-").map_err(LabError::from)?;
-        let mut me = Openvpn {
-            path: DataPath {
-                target: (ad.inner_b, plan.port).into(),
-            },
-            mode,
-            cipher,
-            auth,
-            tun_mtu,
-            version: openvpn_version(),
-            started: Instant::now(),
-            processes: Vec::new(),
-            dir,
-        };
-        // From here on, dropping `me` stops whatever started and removes the directory.
-        let mut mode_args: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+        let dir = owner::PrivateDir::new("ipl-openvpn-")?;
+        let mut args: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         match mode {
             Mode::StaticKey => {
                 let key = StaticKey::generate().map_err(LabError::failed)?;
-                let file = me.dir.join("static.key");
+                let file = dir.join("static.key");
                 write_private(&file, &key.to_openvpn_file())?;
-                for (args, dir) in mode_args.iter_mut().zip([Direction::Normal, Direction::Inverse]) {
+                for (args, dir) in args.iter_mut().zip([Direction::Normal, Direction::Inverse]) {
                     args.extend([
                         "--secret".into(),
                         file.display().to_string(),
                         dir.openvpn_number().to_string(),
                         "--cipher".into(),
-                        me.cipher.clone(),
+                        cipher.clone(),
                         "--auth".into(),
                         auth.into(),
                     ]);
                 }
             }
             Mode::TlsP2p => {
-                let (cert_a, key_a, fp_a) = make_certificate(me.dir.path(), "ipl-a")?;
-                let (cert_b, key_b, fp_b) = make_certificate(me.dir.path(), "ipl-b")?;
+                let (cert_a, key_a, fp_a) = make_certificate(dir.path(), "ipl-a")?;
+                let (cert_b, key_b, fp_b) = make_certificate(dir.path(), "ipl-b")?;
                 let ends = [
                     (&cert_a, &key_a, &fp_b, "--tls-server"),
                     (&cert_b, &key_b, &fp_a, "--tls-client"),
                 ];
-                for (args, (cert, key, peer_fp, role)) in mode_args.iter_mut().zip(ends) {
+                for (args, (cert, key, peer_fp, role)) in args.iter_mut().zip(ends) {
                     args.extend([
                         role.to_string(),
                         "--cert".into(),
@@ -283,7 +268,7 @@ impl Openvpn {
                         "--peer-fingerprint".into(),
                         peer_fp.clone(),
                         "--data-ciphers".into(),
-                        me.cipher.clone(),
+                        cipher.clone(),
                     ]);
                     if role == "--tls-server" {
                         args.extend(["--dh".into(), "none".into()]);
@@ -291,78 +276,104 @@ impl Openvpn {
                 }
             }
         }
-        let [args_a, args_b] = mode_args;
-        let ends = [
-            (
-                &topology.a,
-                "a",
-                ad.inner_a,
-                ad.inner_b,
-                ad.outer_a,
-                ad.outer_b,
-                args_a,
-            ),
-            (
-                &topology.b,
-                "b",
-                ad.inner_b,
-                ad.inner_a,
-                ad.outer_b,
-                ad.outer_a,
-                args_b,
-            ),
-        ];
-        for (ns, end, inner, inner_peer, outer, outer_peer, args) in ends {
-            let log = me.dir.join(&format!("openvpn-{end}.log"));
-            let child = openvpn_command(ns, &format!("ipl-ovpn-{end}"), tun_mtu, &log)
-                .args(["--ifconfig", &inner.to_string(), &inner_peer.to_string()])
-                .args(["--local", &outer.to_string(), "--remote", &outer_peer.to_string()])
-                .args(args)
-                .spawn()
-                .map_err(|e| failed(format!("start openvpn in {}: {e}", ns.name())))?;
-            let record = owner::Record::process(child.id(), "openvpn");
-            let recorded = owner::record(record.clone());
-            // Pushed either way, so a failure below still stops it.
-            me.processes.push(Process {
+        Ok(Material {
+            mode,
+            cipher,
+            auth,
+            tun_mtu: tunnel::inner_mtu(plan.mtu, plan.suite),
+            version: openvpn_version(),
+            args,
+            dir,
+        })
+    }
+
+    /// The run's evidence from both ends' processes.
+    pub fn evidence(&self, ends: [OpenvpnEndEvidence; 2]) -> OpenvpnEvidence {
+        OpenvpnEvidence {
+            version: self.version.clone(),
+            mode: self.mode.name(),
+            cipher: self.cipher.clone(),
+            auth: self.auth,
+            tun_mtu: self.tun_mtu,
+            dco: false,
+            ends: ends.into_iter().map(|e| (e.side, e)).collect(),
+        }
+    }
+}
+
+/// One end: an openvpn process in the end's namespace. Dropping it stops the process.
+pub struct OpenvpnEnd {
+    process: Process,
+    started: Instant,
+}
+
+impl OpenvpnEnd {
+    /// Starts the end's process; [`OpenvpnEnd::wait_ready`] then waits for its handshake.
+    pub fn start(plan: &RunPlan, material: &Material, site: &Site<'_>) -> LabResult<OpenvpnEnd> {
+        let ad = plan.addressing;
+        let (end, args) = (site.side.name(), &material.args[site.side as usize]);
+        let (inner, inner_peer) = match site.side {
+            Side::A => (ad.inner_a, ad.inner_b),
+            Side::B => (ad.inner_b, ad.inner_a),
+        };
+        let (outer, outer_peer) = (site.hosts.of(site.side), site.hosts.of(site.side.other()));
+        let log = material.dir.join(&format!("openvpn-{end}.log"));
+        let child = openvpn_command(site.namespace, &format!("ipl-ovpn-{end}"), material.tun_mtu, &log)
+            .args(["--ifconfig", &inner.to_string(), &inner_peer.to_string()])
+            .args(["--local", &outer.to_string(), "--remote", &outer_peer.to_string()])
+            .args(args)
+            .spawn()
+            .map_err(|e| failed(format!("start openvpn in {}: {e}", site.namespace.name())))?;
+        let record = owner::Record::process(child.id(), "openvpn");
+        let recorded = owner::record(record.clone());
+        // Built either way, so a failure to record still stops it (on drop).
+        let me = OpenvpnEnd {
+            process: Process {
                 child,
                 log,
                 end,
                 record,
-            });
-            recorded.map_err(LabError::from)?;
-        }
-        me.wait_ready()?;
-        me.started = Instant::now();
+            },
+            started: Instant::now(),
+        };
+        recorded?;
         Ok(me)
     }
 
-    fn wait_ready(&mut self) -> LabResult<()> {
+    /// Waits until OpenVPN says it is up (both ends must be started for that).
+    pub fn wait_ready(&mut self) -> LabResult<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
+        let p = &mut self.process;
         loop {
-            for p in &mut self.processes {
-                if let Ok(Some(status)) = p.child.try_wait() {
-                    return Err(failed(format!(
-                        "openvpn ({}) exited ({status}) while starting:\n{}",
-                        p.end,
-                        p.log_tail()
-                    )));
-                }
+            if let Ok(Some(status)) = p.child.try_wait() {
+                return Err(failed(format!(
+                    "openvpn ({}) exited ({status}) while starting:\n{}",
+                    p.end,
+                    p.log_tail()
+                )));
             }
-            if self.processes.iter().all(Process::ready) {
+            if p.ready() {
+                self.started = Instant::now();
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let tails: Vec<String> = self
-                    .processes
-                    .iter()
-                    .map(|p| format!("[{}]\n{}", p.end, p.log_tail()))
-                    .collect();
                 return Err(failed(format!(
-                    "openvpn not ready after {READY_TIMEOUT:?}:\n{}",
-                    tails.join("\n")
+                    "openvpn not ready after {READY_TIMEOUT:?}:\n[{}]\n{}",
+                    p.end,
+                    p.log_tail()
                 )));
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The process's CPU since it was up.
+    pub fn finish(&self) -> OpenvpnEndEvidence {
+        let (user, system) = self.process.cpu().unwrap_or((0.0, 0.0));
+        OpenvpnEndEvidence {
+            side: self.process.end,
+            pid: self.process.child.id(),
+            cpu: model::CpuUsage::new(user, system, self.started.elapsed().as_secs_f64()),
         }
     }
 }
@@ -385,40 +396,4 @@ fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Comma
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     cmd
-}
-
-impl Drop for Openvpn {
-    fn drop(&mut self) {
-        // Processes first (each drop stops one), then the directory they used.
-        self.processes.clear();
-    }
-}
-
-impl ActiveBackend for Openvpn {
-    fn data_path(&self) -> DataPath {
-        self.path
-    }
-
-    fn details(&mut self) -> BoxFuture<'_, LabResult<Value>> {
-        Box::pin(async move {
-            let wall = self.started.elapsed().as_secs_f64();
-            let mut ends = serde_json::Map::new();
-            for p in &self.processes {
-                let (user, system) = p.cpu().unwrap_or((0.0, 0.0));
-                ends.insert(
-                    p.end.to_string(),
-                    json!({ "pid": p.child.id(), "cpu": model::CpuUsage::new(user, system, wall) }),
-                );
-            }
-            Ok(json!({
-                "version": self.version,
-                "mode": self.mode.name(),
-                "cipher": self.cipher,
-                "auth": self.auth,
-                "tun_mtu": self.tun_mtu,
-                "dco": false,
-                "ends": ends,
-            }))
-        })
-    }
 }

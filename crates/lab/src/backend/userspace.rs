@@ -3,7 +3,7 @@
 //! encrypting with the `--crypto` implementation. The payload flows between the inner
 //! addresses (198.19.0.x) through it.
 //!
-//! Details in the report (`backend_details.userspace`): `suite`, `implementation` (`choice`,
+//! Evidence (`backend_details.userspace`, [`UserspaceEvidence`]): `suite`, `implementation` (`choice`,
 //! `library`, `hardware_aes`, `label`), `inner_mtu`, `batching` (offload, gso or mmsg, as
 //! used), per end (`a` encrypts the payload, `b` decrypts it) `cpu` (`user_s`, `system_s`,
 //! `percent_of_core` over the thread's life), `pinned_cpu` (null: not pinned), `wall_s`,
@@ -15,19 +15,18 @@
 //! measured it (`crypto_wall_mb_per_s` and `crypto_cpu_share` give the wall-clock figure and
 //! the share of a core it had).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
+use control::{KeyMaterial, RunKeys};
 use crypto::{AeadAlgorithm, Implementation};
-use futures::future::BoxFuture;
-use model::{Addressing, CipherSuite, Hmac, RunPlan};
-use netns::{Namespace, Topology};
-use serde_json::{json, Value};
+use model::{CipherSuite, Hmac, RunPlan};
 use tunnel::{inner_mtu, Batching, ThreadCpu, Tunnel, TunnelConfig, TunnelStats};
-use tunnel_proto::{Direction, DropReason, Endpoint, StaticKey};
+use tunnel_proto::{Direction, DropReason, Endpoint, StaticKey, STATIC_KEY_LEN};
 
-use super::{ActiveBackend, DataPath, Side};
+use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
+use crate::evidence::{CryptoReference, Efficiency, TunnelEnd, UserspaceEvidence};
 
 /// UDP port of the tunnel on both outer addresses (OpenVPN's registered port).
 pub const TUNNEL_PORT: u16 = 1194;
@@ -54,98 +53,78 @@ pub fn implementation(plan: &RunPlan) -> LabResult<Implementation> {
     Implementation::new(plan.crypto).map_err(LabError::capability)
 }
 
-pub struct Userspace {
-    path: DataPath,
-    suite: CipherSuite,
-    implementation: Implementation,
-    inner_mtu: u32,
-    a: Option<Tunnel>,
-    b: Option<Tunnel>,
-    stats: Option<(TunnelStats, TunnelStats)>,
+/// A run's tunnel key: fresh from the OS RNG.
+pub fn generate_key() -> LabResult<KeyMaterial> {
+    KeyMaterial::random(STATIC_KEY_LEN).map_err(LabError::failed)
 }
 
-/// Starts one end of the tunnel in `ns`: end `A` (key direction 0) at `inner_a`, end `B`
-/// (direction 1) at `inner_b`; `local`/`peer` are the outer addresses the UDP socket uses.
-/// The local lab starts both ends; a two-host run starts one on each host.
-#[allow(clippy::too_many_arguments)]
-pub fn start_end(
-    ns: &Namespace,
-    side: Side,
-    suite: CipherSuite,
-    imp: Implementation,
-    key: &StaticKey,
-    addressing: Addressing,
-    link_mtu: u32,
-    local: Ipv4Addr,
-    peer: Ipv4Addr,
-) -> LabResult<Tunnel> {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let (name, inner, dir, cpu) = match side {
-        Side::A => ("a", addressing.inner_a, Direction::Normal, 0),
-        Side::B => ("b", addressing.inner_b, Direction::Inverse, 1),
-    };
-    let config = TunnelConfig {
-        tun_name: format!("ipl-tun-{name}"),
-        local: SocketAddrV4::new(local, TUNNEL_PORT),
-        peer: SocketAddrV4::new(peer, TUNNEL_PORT),
-        inner,
-        prefix_len: addressing.prefix_len,
-        inner_mtu: inner_mtu(link_mtu, suite),
-        // Pinned only where each tunnel thread gets a core of its own and two remain for the
-        // sender and receiver. With fewer, a pinned thread waits behind whatever else runs on
-        // its core while the other may be idle: measured on 2 shared cores, pinning halved
-        // the throughput (docs/userspace.md). Unpinned it is still one thread per end.
-        cpu: (cpus >= 4).then_some(cpu),
-        // TUN offload (super-packets segmented and joined by the tunnel), UDP GSO/GRO.
-        batching: Batching::Offload,
-    };
-    let endpoint = Endpoint::new(suite, imp, key, dir).map_err(LabError::failed)?;
-    Tunnel::start(ns, config, endpoint).map_err(LabError::failed)
+/// One end of the tunnel: its thread, until [`UserspaceEnd::finish`] stops it.
+pub struct UserspaceEnd {
+    tunnel: Option<Tunnel>,
 }
 
-impl Userspace {
-    pub fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Userspace> {
-        let imp = implementation(plan)?;
-        let suite = plan.suite;
-        let ad = topology.addressing;
-        let mtu = inner_mtu(topology.mtu, suite);
-        // Random per run; both ends are threads of this process, so they share it in memory.
-        let key = StaticKey::generate().map_err(LabError::failed)?;
-        let end =
-            |ns, side, local, peer| start_end(ns, side, suite, imp, &key, ad, topology.mtu, local, peer);
-        let a = end(&topology.a, Side::A, ad.outer_a, ad.outer_b)?;
-        // On error `a` is dropped here, which stops it and removes its TUN device.
-        let b = end(&topology.b, Side::B, ad.outer_b, ad.outer_a)?;
-        Ok(Userspace {
-            path: DataPath {
-                target: (ad.inner_b, plan.port).into(),
-            },
-            suite,
-            implementation: imp,
-            inner_mtu: mtu,
-            a: Some(a),
-            b: Some(b),
-            stats: None,
-        })
+impl UserspaceEnd {
+    /// Starts the end at `site`: end `A` (key direction 0) at the inner address a, end `B`
+    /// (direction 1) at b; the UDP socket runs between the two outer addresses.
+    pub fn start(plan: &RunPlan, keys: &RunKeys, site: &Site<'_>) -> LabResult<UserspaceEnd> {
+        let bytes = keys
+            .tunnel
+            .as_ref()
+            .ok_or_else(|| LabError::usage(anyhow::anyhow!("no tunnel key in the run's secrets")))?;
+        let array: [u8; STATIC_KEY_LEN] = bytes
+            .expose()
+            .try_into()
+            .map_err(|_| LabError::usage(anyhow::anyhow!("the tunnel key must be {STATIC_KEY_LEN} bytes")))?;
+        let key = StaticKey::from_bytes(array);
+        let implementation = implementation(plan)?;
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let (inner, dir, cpu) = match site.side {
+            Side::A => (plan.addressing.inner_a, Direction::Normal, 0),
+            Side::B => (plan.addressing.inner_b, Direction::Inverse, 1),
+        };
+        let local = v4(site.hosts.of(site.side), "this host's address")?;
+        let peer = v4(site.hosts.of(site.side.other()), "the peer's address")?;
+        let config = TunnelConfig {
+            tun_name: format!("ipl-tun-{}", site.side.name()),
+            local: SocketAddrV4::new(local, TUNNEL_PORT),
+            peer: SocketAddrV4::new(peer, TUNNEL_PORT),
+            inner,
+            prefix_len: plan.addressing.prefix_len,
+            inner_mtu: inner_mtu(plan.mtu, plan.suite),
+            // Pinned only where each tunnel thread gets a core of its own and two remain for
+            // the sender and receiver. With fewer, a pinned thread waits behind whatever else
+            // runs on its core while the other may be idle: measured on 2 shared cores,
+            // pinning halved the throughput (docs/userspace.md). Unpinned it is still one
+            // thread per end.
+            cpu: (cpus >= 4).then_some(cpu),
+            // TUN offload (super-packets segmented and joined by the tunnel), UDP GSO/GRO.
+            batching: Batching::Offload,
+        };
+        let endpoint = Endpoint::new(plan.suite, implementation, &key, dir).map_err(LabError::failed)?;
+        let tunnel = Tunnel::start(site.namespace, config, endpoint).map_err(LabError::failed)?;
+        Ok(UserspaceEnd { tunnel: Some(tunnel) })
     }
 
-    /// Stops both threads (once) and keeps what they counted.
-    fn stop(&mut self) -> LabResult<&(TunnelStats, TunnelStats)> {
-        if self.stats.is_none() {
-            let a = self.a.take().map(Tunnel::stop);
-            let b = self.b.take().map(Tunnel::stop);
-            match (a, b) {
-                (Some(a), Some(b)) => {
-                    self.stats = Some((a.map_err(LabError::failed)?, b.map_err(LabError::failed)?));
-                }
-                _ => {
-                    return Err(LabError::failed(anyhow::anyhow!(
-                        "userspace tunnel stopped twice"
-                    )))
-                }
-            }
-        }
-        Ok(self.stats.as_ref().expect("just set"))
+    /// Stops the thread and returns what it counted.
+    pub fn finish(&mut self) -> LabResult<TunnelEnd> {
+        let tunnel = self
+            .tunnel
+            .take()
+            .ok_or_else(|| LabError::failed(anyhow::anyhow!("userspace tunnel stopped twice")))?;
+        let stats = tunnel.stop().map_err(LabError::failed)?;
+        Ok(tunnel_end(&stats))
+    }
+}
+
+/// The tunnel's UDP runs between IPv4 addresses (for now).
+fn v4(ip: IpAddr, what: &str) -> LabResult<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(v) => Ok(v),
+        IpAddr::V6(v) => v.to_ipv4_mapped().ok_or_else(|| {
+            LabError::usage(anyhow::anyhow!(
+                "the userspace backend between two hosts needs IPv4 host addresses; {what} is {v}"
+            ))
+        }),
     }
 }
 
@@ -165,101 +144,70 @@ fn speed_suite(suite: CipherSuite) -> Option<speed::SpeedSuite> {
     }
 }
 
-pub fn end_json(s: &TunnelStats) -> Value {
-    let drops: serde_json::Map<String, Value> = DropReason::ALL
-        .iter()
-        .map(|r| (r.name().to_string(), json!(s.drops.get(*r))))
-        .collect();
-    json!({
-        "tun": s.tun_name,
-        "pinned_cpu": s.pinned_cpu,
-        "cpu": model::CpuUsage::new(s.cpu.user_s, s.cpu.system_s, s.wall_s),
-        "wall_s": s.wall_s,
-        "packets_per_s": s.packets_per_s(),
-        "sent": s.sent,
-        "delivered": s.delivered,
-        "datagrams_in": s.datagrams_in,
-        "drops": drops,
-        "errors": s.errors,
-        "send_calls": s.send_calls,
-        "recv_calls": s.recv_calls,
-        "tun_reads": s.tun_reads,
-        "tun_writes": s.tun_writes,
-    })
+fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
+    TunnelEnd {
+        implementation: s.implementation.clone(),
+        batching: s.batching,
+        tun: s.tun_name.clone(),
+        pinned_cpu: s.pinned_cpu,
+        cpu: model::CpuUsage::new(s.cpu.user_s, s.cpu.system_s, s.wall_s),
+        wall_s: s.wall_s,
+        packets_per_s: s.packets_per_s(),
+        sent: s.sent,
+        delivered: s.delivered,
+        datagrams_in: s.datagrams_in,
+        drops: DropReason::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), s.drops.get(*r)))
+            .collect(),
+        errors: s.errors,
+        send_calls: s.send_calls,
+        recv_calls: s.recv_calls,
+        tun_reads: s.tun_reads,
+        tun_writes: s.tun_writes,
+    }
 }
 
-impl ActiveBackend for Userspace {
-    fn data_path(&self) -> DataPath {
-        self.path
-    }
-
-    fn details(&mut self) -> BoxFuture<'_, LabResult<Value>> {
-        Box::pin(async move {
-            let (a, b) = self.stop()?.clone();
-            let tunnel_mb_per_cpu_s = a.sent.bytes as f64 / 1e6 / a.cpu.total_s().max(1e-9);
-            let efficiency = match speed_suite(self.suite) {
-                Some(s) => {
-                    let imp = self.implementation;
-                    // Same process, same implementation, same hardware-AES state as the tunnel.
-                    // Per CPU-second like the tunnel's figure: on a shared machine the
-                    // benchmark thread gets only a share of a core, which wall time hides.
-                    let (wall_mb_per_s, cpu_share) = tokio::task::spawn_blocking(move || {
-                        let (cpu0, t0) = (ThreadCpu::now(), Instant::now());
-                        let mb = speed::single_core_mb_per_s(&imp, s, PACKET_BYTES, SPEED_SAMPLE)?;
-                        let share = ThreadCpu::now().since(cpu0).total_s() / t0.elapsed().as_secs_f64();
-                        Ok::<_, speed::SpeedError>((mb, share.clamp(1e-3, 1.0)))
-                    })
-                    .await
-                    .map_err(LabError::failed)?
-                    .map_err(LabError::failed)?;
-                    let crypto = wall_mb_per_s / cpu_share;
-                    json!({
-                        "tunnel_payload_mb_per_cpu_s": tunnel_mb_per_cpu_s,
-                        "crypto_single_core_mb_per_s": crypto,
-                        "crypto_wall_mb_per_s": wall_mb_per_s,
-                        "crypto_cpu_share": cpu_share,
-                        "packet_bytes": PACKET_BYTES,
-                        "ratio": tunnel_mb_per_cpu_s / crypto,
-                    })
-                }
-                None => json!({ "tunnel_payload_mb_per_cpu_s": tunnel_mb_per_cpu_s }),
-            };
-            Ok(json!({
-                "suite": self.suite,
-                "implementation": self.implementation.info(),
-                "inner_mtu": self.inner_mtu,
-                "batching": a.batching,
-                "a": end_json(&a),
-                "b": end_json(&b),
-                "efficiency": efficiency,
-            }))
-        })
-    }
-
-    fn notes(&self) -> Vec<String> {
-        let Some((a, b)) = &self.stats else {
-            return Vec::new();
-        };
-        let mut notes = vec![format!(
-            "userspace tunnel: {}, inner MTU {}, {:?} batching",
-            self.implementation, self.inner_mtu, a.batching
-        )];
-        for (role, s) in [("encrypting", a), ("decrypting", b)] {
-            let drops: Vec<String> = DropReason::ALL
-                .iter()
-                .filter(|r| s.drops.get(**r) > 0)
-                .map(|r| format!("{} {}", r.name(), s.drops.get(*r)))
-                .collect();
-            notes.push(format!(
-                "{role} thread {}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s, drops: {}",
-                s.tun_name,
-                s.cpu.user_s,
-                s.cpu.system_s,
-                s.cpu.total_s() / s.wall_s.max(1e-9) * 100.0,
-                s.packets_per_s(),
-                if drops.is_empty() { "none".into() } else { drops.join(", ") }
-            ));
+/// The local lab's evidence from both ends, with the encrypting end's efficiency: its
+/// payload MB per CPU-second beside the same implementation's single-core speed, measured
+/// now in this process (same implementation, same hardware-AES state as the tunnel).
+pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabResult<UserspaceEvidence> {
+    let implementation = implementation(plan)?;
+    let a_cpu_s = (a.cpu.user_s + a.cpu.system_s).max(1e-9);
+    let tunnel_payload_mb_per_cpu_s = a.sent.bytes as f64 / 1e6 / a_cpu_s;
+    let crypto = match speed_suite(plan.suite) {
+        Some(s) => {
+            // Per CPU-second like the tunnel's figure: on a shared machine the benchmark
+            // thread gets only a share of a core, which wall time hides.
+            let (wall_mb_per_s, cpu_share) = tokio::task::spawn_blocking(move || {
+                let (cpu0, t0) = (ThreadCpu::now(), Instant::now());
+                let mb = speed::single_core_mb_per_s(&implementation, s, PACKET_BYTES, SPEED_SAMPLE)?;
+                let share = ThreadCpu::now().since(cpu0).total_s() / t0.elapsed().as_secs_f64();
+                Ok::<_, speed::SpeedError>((mb, share.clamp(1e-3, 1.0)))
+            })
+            .await
+            .map_err(LabError::failed)??;
+            let single_core = wall_mb_per_s / cpu_share;
+            Some(CryptoReference {
+                crypto_single_core_mb_per_s: single_core,
+                crypto_wall_mb_per_s: wall_mb_per_s,
+                crypto_cpu_share: cpu_share,
+                packet_bytes: PACKET_BYTES,
+                ratio: tunnel_payload_mb_per_cpu_s / single_core,
+            })
         }
-        notes
-    }
+        None => None,
+    };
+    Ok(UserspaceEvidence {
+        suite: plan.suite,
+        implementation: implementation.info(),
+        inner_mtu: inner_mtu(plan.mtu, plan.suite),
+        batching: a.batching,
+        a,
+        b,
+        efficiency: Efficiency {
+            tunnel_payload_mb_per_cpu_s,
+            crypto,
+        },
+    })
 }

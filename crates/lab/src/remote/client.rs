@@ -4,19 +4,19 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use control::{Channel, ControlError, Message, Psk, RefusalKind, TransferResult};
+use control::{Channel, ControlError, Message, Psk, TransferResult};
 use model::{Backend, CryptoChoice, Environment, RunPlan, RunReport, Transfer};
+use netns::Namespace;
 use serde_json::json;
 use tokio::net::TcpStream;
-use traffic::{CancellationToken, Progress};
+use traffic::CancellationToken;
 
-use super::{
-    addressing, data_addr, generate_keys, link_mtu, peer_request, prefixes_in_use, receiver, transfer_config,
-    untrusted, HostEnd, Hosts, IDLE_TIMEOUT, STEP_TIMEOUT,
-};
+use super::{addressing, link_mtu, peer_request, prefixes_in_use, receiver, untrusted, STEP_TIMEOUT};
 use crate::backend::xfrm::ShowKeys;
-use crate::backend::{self, Side};
+use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{ExitKind, LabError, LabResult};
+use crate::evidence::Evidence;
+use crate::session::{self, IDLE_TIMEOUT};
 
 fn unexpected(got: &Message, waiting_for: &str) -> LabError {
     match got {
@@ -123,10 +123,10 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
             )),
             other => LabError::from(other),
         })?;
-    let keys = generate_keys(plan)?;
+    let secrets = RunSecrets::generate(plan)?;
     chan.send(&Message::Hello {
         request: request.clone(),
-        keys: keys.clone(),
+        keys: secrets.keys.clone(),
     })
     .await
     .map_err(LabError::from)?;
@@ -138,13 +138,8 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
             )))
         }
         Ok(Message::Refused { kind, reason }) => {
-            let kind = match kind {
-                RefusalKind::Usage => ExitKind::Usage,
-                RefusalKind::Capability => ExitKind::Capability,
-                RefusalKind::Failed => ExitKind::Failed,
-            };
             return Err(LabError::new(
-                kind,
+                ExitKind::from(kind),
                 anyhow::anyhow!("{peer} refused the run: {}", untrusted(&reason)),
             ));
         }
@@ -169,8 +164,15 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
         mtu: server_end.link_mtu,
         ..plan.clone()
     };
-    let mut end = HostEnd::start(Side::A, plan, &keys, hosts, show).await?;
-    drop(keys);
+    let namespace = Namespace::current()?;
+    let site = Site {
+        side: Side::A,
+        namespace: &namespace,
+        hosts,
+        lab_link: None,
+    };
+    let mut end = End::start(plan, &secrets, &site, show).await?;
+    drop(secrets);
     let mut transfers = Vec::new();
     for attempt in 1..=plan.repeat {
         transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
@@ -181,17 +183,20 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
         Ok(other) => return Err(unexpected(&other, "finished")),
         Err(e) => return Err(LabError::from(e)),
     };
-    let client_details = end.details().await?;
+    let evidence = Evidence::TwoHosts {
+        client: end.finish().await?,
+        server: server_details,
+    };
     drop(end);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
     let peer_line = describe_peer(&peer_environment);
     report.peer_environment = Some(peer_environment);
-    if !client_details.is_null() || !server_details.is_null() {
-        report.backend_details.insert(
-            plan.backend.name().to_string(),
-            json!({ "client": client_details, "server": server_details }),
-        );
+    let details = evidence.to_json();
+    if !details["client"].is_null() || !details["server"].is_null() {
+        report
+            .backend_details
+            .insert(plan.backend.name().to_string(), details);
     }
     let (from, to) = if plan.reverse {
         (hosts.b, hosts.a)
@@ -239,7 +244,7 @@ async fn transfer(
     chan: &mut Channel<TcpStream>,
     attempt: u32,
 ) -> LabResult<Transfer> {
-    let config = transfer_config(plan);
+    let config = session::transfer_config(plan);
     let cancel = CancellationToken::new();
     if plan.reverse {
         let receiver = receiver(plan, hosts, Side::A)?;
@@ -247,21 +252,22 @@ async fn transfer(
             .await
             .map_err(LabError::from)?;
         let rx_cancel = cancel.clone();
-        let local = tokio::task::spawn_blocking(move || receiver.run(config, Progress::default(), rx_cancel));
+        let local = tokio::task::spawn_blocking(move || {
+            receiver.run(config, traffic::Progress::default(), rx_cancel)
+        });
         let (local, remote) = alongside(chan, local, &cancel).await?;
         let received = local.map_err(|e| LabError::transfer("receiver", e))?;
         let sent = match remote {
             Message::Sent { transfer } => transfer,
             other => return Err(unexpected(&other, "sent")),
         };
-        Ok(Transfer {
-            bytes: received.bytes,
-            seconds: received.seconds,
-            streams: plan.parallel,
-            verified: true,
-            sender_cpu: sent.cpu,
-            receiver_cpu: received.cpu,
-        })
+        Ok(session::record(
+            plan,
+            received.bytes,
+            received.seconds,
+            received.cpu,
+            sent.cpu,
+        ))
     } else {
         chan.send(&Message::Receive { attempt })
             .await
@@ -281,14 +287,13 @@ async fn transfer(
         };
         // The receiver's verdict first: it says what went wrong with the data.
         let sent = local.map_err(|e| LabError::transfer("sender", e))?;
-        Ok(Transfer {
-            bytes: received.bytes,
-            seconds: received.seconds,
-            streams: plan.parallel,
-            verified: true,
-            sender_cpu: sent.cpu,
-            receiver_cpu: received.cpu,
-        })
+        Ok(session::record(
+            plan,
+            received.bytes,
+            received.seconds,
+            received.cpu,
+            sent.cpu,
+        ))
     }
 }
 

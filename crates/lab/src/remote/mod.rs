@@ -2,7 +2,7 @@
 //! (the server, end B; see [`server`]).
 //!
 //! Each host programs only its own kernel, with the same per-end code the local namespace
-//! lab uses ([`crate::backend::xfrm::XfrmEnd`] over one [`SaSet`], [`crate::backend::userspace::start_end`]);
+//! lab uses ([`crate::backend::End`]);
 //! the two agree over the control channel (`control` crate): the client sends a request and
 //! the run's keys, the server checks the request against its own limits and derives its own
 //! plan ([`server_plan`]): the host addresses are the control connection's two ends, the
@@ -25,94 +25,24 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use control::{Cidr, KeyMaterial, PeerRequest, RunKeys, ServerEnd, TunnelAddresses, XfrmKeys};
+use control::{Cidr, PeerRequest, ServerEnd, TunnelAddresses};
 use futures::TryStreamExt;
-use model::{Addressing, Backend, IpsecMode, RunPlan};
-use serde_json::json;
+use model::{Addressing, IpsecMode, RunPlan};
 use tokio::net::TcpStream;
-use traffic::{Receiver, TransferConfig};
-use tunnel::Tunnel;
-use tunnel_proto::{StaticKey, STATIC_KEY_LEN};
-use xfrm::{AuthTrunc, KeyInput, Mode, Protection, ReqId, RunIds, Spi, XfrmHandle};
+use traffic::Receiver;
 
-use crate::backend::userspace;
-use crate::backend::xfrm::{self as xfrm_backend, SaSet, ShowKeys, XfrmEnd};
-use crate::backend::Side;
+use crate::backend::{data_addr, Hosts, Side};
 use crate::error::{LabError, LabResult};
 
-/// Longest silence on the data path before a transfer is declared failed (as a local run).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connecting, and each step that is not a transfer (setting up an end, reporting).
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The two hosts' addresses, as the control connection sees them.
-#[derive(Debug, Clone, Copy)]
-pub struct Hosts {
-    pub a: IpAddr,
-    pub b: IpAddr,
-}
-
-impl Hosts {
-    pub fn of(&self, side: Side) -> IpAddr {
-        match side {
-            Side::A => self.a,
-            Side::B => self.b,
-        }
-    }
-}
-
-pub fn receiver_side(plan: &RunPlan) -> Side {
-    if plan.reverse {
-        Side::A
-    } else {
-        Side::B
-    }
-}
-
-pub fn other(side: Side) -> Side {
-    match side {
-        Side::A => Side::B,
-        Side::B => Side::A,
-    }
-}
-
-/// Where the receiver on `side` listens: the host address (plain, xfrm transport mode) or
-/// the tunnel's inner address (userspace).
-pub fn data_addr(plan: &RunPlan, hosts: Hosts, side: Side) -> SocketAddr {
-    let ip = match (plan.backend, side) {
-        (Backend::Userspace, Side::A) => IpAddr::V4(plan.addressing.inner_a),
-        (Backend::Userspace, Side::B) => IpAddr::V4(plan.addressing.inner_b),
-        _ => hosts.of(side),
-    };
-    (ip, plan.port).into()
-}
-
 /// A receiver on `side` that takes streams only from the other side's data address.
 pub fn receiver(plan: &RunPlan, hosts: Hosts, side: Side) -> LabResult<Receiver> {
-    let from = data_addr(plan, hosts, other(side)).ip();
+    let from = data_addr(plan, hosts, side.other()).ip();
     Ok(Receiver::bind(data_addr(plan, hosts, side))
         .map_err(LabError::failed)?
         .only_from(from))
-}
-
-pub fn transfer_config(plan: &RunPlan) -> TransferConfig {
-    TransferConfig {
-        seed: plan.seed,
-        total_bytes: plan.bytes.0,
-        streams: plan.parallel,
-        idle_timeout: IDLE_TIMEOUT,
-    }
-}
-
-fn v4(ip: IpAddr, what: &str) -> LabResult<Ipv4Addr> {
-    match ip {
-        IpAddr::V4(v) => Ok(v),
-        IpAddr::V6(v) => v.to_ipv4_mapped().ok_or_else(|| {
-            LabError::usage(anyhow::anyhow!(
-                "the userspace backend between two hosts needs IPv4 host addresses; {what} is {v}"
-            ))
-        }),
-    }
 }
 
 /// What the client asks the server for: only what a client may choose (DESIGN.md §3b).
@@ -135,7 +65,10 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
 /// or 0.0.0.0 where a host is IPv6: `backend_details.remote` names it) and the tunnel's
 /// inner addresses, or the hosts' again where no tunnel carries the data.
 pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
-    let outer = |ip: IpAddr| v4(ip, "").unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let outer = |ip: IpAddr| match ip {
+        IpAddr::V4(v) => v,
+        IpAddr::V6(v) => v.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+    };
     let (outer_a, outer_b) = (outer(hosts.a), outer(hosts.b));
     match tunnel {
         Some(t) => Addressing {
@@ -238,209 +171,6 @@ pub async fn prefixes_in_use() -> LabResult<Vec<Cidr>> {
         }
     }
     Ok(taken)
-}
-
-/// One host's end of a two-host run. Dropping it removes what it installed.
-pub enum HostEnd {
-    Plain,
-    Xfrm {
-        end: XfrmEnd,
-        mode: Mode,
-        ids: RunIds,
-        protection: Protection,
-    },
-    Userspace {
-        tunnel: Option<Tunnel>,
-        implementation: crypto::Implementation,
-    },
-}
-
-impl HostEnd {
-    /// Brings up this host's end (`side`) from the plan and the run's keys.
-    pub async fn start(
-        side: Side,
-        plan: &RunPlan,
-        keys: &RunKeys,
-        hosts: Hosts,
-        show: ShowKeys,
-    ) -> LabResult<HostEnd> {
-        match plan.backend {
-            Backend::Plain => Ok(HostEnd::Plain),
-            Backend::Xfrm => {
-                let k = keys
-                    .xfrm
-                    .as_ref()
-                    .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's hello")))?;
-                let ids = RunIds {
-                    reqid: ReqId(k.reqid),
-                    spi_a_to_b: Spi(k.spi_client_to_server),
-                    spi_b_to_a: Spi(k.spi_server_to_client),
-                };
-                // Only the lab's ranges: a run can never touch SAs it does not own.
-                if !(ids.reqid.is_lab() && ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab()) {
-                    return Err(LabError::usage(anyhow::anyhow!(
-                        "reqid/SPIs outside the lab's ranges: {ids:?}"
-                    )));
-                }
-                let protection = Protection::from_keys(
-                    plan.suite,
-                    AuthTrunc::Bits128,
-                    KeyInput {
-                        enc: k.enc.expose(),
-                        auth: k.auth.as_ref().map(KeyMaterial::expose),
-                    },
-                )
-                .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
-                let mode = Mode::Transport;
-                let sender = other(receiver_side(plan));
-                let set = SaSet {
-                    mode,
-                    ids,
-                    protection,
-                    addr_a: hosts.a,
-                    addr_b: hosts.b,
-                    flows: SaSet::flows(plan, mode, hosts.of(sender), hosts.of(other(sender))),
-                    sender,
-                };
-                if side == Side::A {
-                    xfrm_backend::show_keys(&set, show);
-                }
-                if side == receiver_side(plan) {
-                    ports_are_free(plan, hosts.of(side))?;
-                }
-                let handle = XfrmHandle::open().map_err(LabError::from)?;
-                let end = XfrmEnd::install(handle, side, &set).await?;
-                Ok(HostEnd::Xfrm {
-                    end,
-                    mode,
-                    ids,
-                    protection: set.protection,
-                })
-            }
-            Backend::Userspace => {
-                let bytes = keys
-                    .tunnel
-                    .as_ref()
-                    .ok_or_else(|| LabError::usage(anyhow::anyhow!("no tunnel key in the run's hello")))?;
-                let array: [u8; STATIC_KEY_LEN] = bytes.expose().try_into().map_err(|_| {
-                    LabError::usage(anyhow::anyhow!("the tunnel key must be {STATIC_KEY_LEN} bytes"))
-                })?;
-                let key = StaticKey::from_bytes(array);
-                let implementation = userspace::implementation(plan)?;
-                let ns = netns::Namespace::current()?;
-                let (local, peer) = (hosts.of(side), hosts.of(other(side)));
-                let tunnel = userspace::start_end(
-                    &ns,
-                    side,
-                    plan.suite,
-                    implementation,
-                    &key,
-                    plan.addressing,
-                    plan.mtu,
-                    v4(local, "this host's address")?,
-                    v4(peer, "the peer's address")?,
-                )?;
-                Ok(HostEnd::Userspace {
-                    tunnel: Some(tunnel),
-                    implementation,
-                })
-            }
-            Backend::Openvpn => Err(LabError::usage(anyhow::anyhow!(
-                "the openvpn backend does not run between two hosts"
-            ))),
-        }
-    }
-
-    /// This end's evidence for the report; stops a tunnel (so call it after the transfers).
-    pub async fn details(&mut self) -> LabResult<serde_json::Value> {
-        match self {
-            HostEnd::Plain => Ok(serde_json::Value::Null),
-            HostEnd::Xfrm {
-                end,
-                mode,
-                ids,
-                protection,
-            } => {
-                let sas = end.counters().await?;
-                Ok(xfrm_backend::details(*mode, protection, *ids, sas))
-            }
-            HostEnd::Userspace {
-                tunnel,
-                implementation,
-            } => match tunnel.take() {
-                Some(t) => {
-                    let stats = t.stop().map_err(LabError::failed)?;
-                    Ok(json!({
-                        "implementation": implementation.info(),
-                        "end": userspace::end_json(&stats),
-                    }))
-                }
-                None => Ok(serde_json::Value::Null),
-            },
-        }
-    }
-}
-
-/// Refuses a run whose data ports something on the receiving host already listens on:
-/// the policies would select that service's traffic too.
-fn ports_are_free(plan: &RunPlan, addr: IpAddr) -> LabResult<()> {
-    // Counted in u32: the last port of a range ending at 65535 must not wrap to 0.
-    let first = u32::from(plan.port);
-    for port in first..first + u32::from(plan.parallel) {
-        let port =
-            u16::try_from(port).map_err(|_| LabError::usage(anyhow::anyhow!("data ports run past 65535")))?;
-        if let Err(e) = std::net::TcpListener::bind((addr, port)) {
-            return Err(LabError::usage(anyhow::anyhow!(
-                "data port {addr}:{port} is in use on the receiving host ({e}); choose a free --port: \
-                 the run's policies would capture that service's traffic"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Keys the client makes for a run: fresh from the OS RNG, only what the backend needs.
-fn generate_keys(plan: &RunPlan) -> LabResult<RunKeys> {
-    let mut keys = RunKeys::default();
-    match plan.backend {
-        Backend::Xfrm => {
-            let p = Protection::generate(plan.suite, AuthTrunc::Bits128)
-                .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
-            let ids = RunIds::random();
-            let (enc, auth) = match &p {
-                Protection::AesCbc { key, auth } => (key, auth.as_ref().map(|a| &a.key)),
-                Protection::AesGcm { key } => (key, None),
-            };
-            keys.xfrm = Some(XfrmKeys {
-                reqid: ids.reqid.0,
-                spi_client_to_server: ids.spi_a_to_b.0,
-                spi_server_to_client: ids.spi_b_to_a.0,
-                enc: secret_bytes(enc),
-                auth: auth.map(secret_bytes),
-            });
-        }
-        Backend::Userspace => {
-            keys.tunnel = Some(KeyMaterial::random(STATIC_KEY_LEN).map_err(LabError::failed)?);
-        }
-        Backend::Plain | Backend::Openvpn => {}
-    }
-    Ok(keys)
-}
-
-/// The bytes of an xfrm secret, through its (wiped) hex form: the crate shows keys only so.
-fn secret_bytes(s: &xfrm::Secret) -> KeyMaterial {
-    let hex = s.to_hex();
-    let digits = hex.trim_start_matches("0x").as_bytes();
-    let bytes: zeroize::Zeroizing<Vec<u8>> = zeroize::Zeroizing::new(
-        digits
-            .chunks(2)
-            .map(|p| {
-                let v = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-                v(p[0]) << 4 | v(p[1])
-            })
-            .collect(),
-    );
-    KeyMaterial::new(&bytes)
 }
 
 /// A string the peer sent, safe to print: control characters escaped (a hostile server

@@ -32,16 +32,18 @@ use control::{
     TransferResult,
 };
 use model::{Backend, Environment};
+use netns::Namespace;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use traffic::{CancellationToken, Progress};
 
 use super::admission::{Admission, Admitted};
 use super::log_limit::LogLimiter;
-use super::{data_addr, transfer_config, HostEnd, Hosts, STEP_TIMEOUT};
+use super::STEP_TIMEOUT;
 use crate::backend::xfrm::ShowKeys;
-use crate::backend::{self, Side};
-use crate::error::{ExitKind, LabError, LabResult};
+use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
+use crate::error::{LabError, LabResult};
+use crate::session;
 
 /// How long a stopping server waits for the run in progress to unwind.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -283,14 +285,6 @@ async fn session(
     }
 }
 
-fn refusal_kind(e: &LabError) -> RefusalKind {
-    match e.kind {
-        ExitKind::Usage => RefusalKind::Usage,
-        ExitKind::Capability => RefusalKind::Capability,
-        _ => RefusalKind::Failed,
-    }
-}
-
 /// Checks the request, decides this end (tunnel addresses, MTU) and brings it up; or says
 /// why not, having created nothing.
 async fn start_end(
@@ -299,8 +293,8 @@ async fn start_end(
     hosts: Hosts,
     link_mtu: u32,
     limits: &ServerLimits,
-) -> Result<(HostEnd, model::RunPlan, ServerEnd), (RefusalKind, String)> {
-    let lab = |e: LabError| (refusal_kind(&e), format!("{e:#}"));
+) -> Result<(End, model::RunPlan, ServerEnd), (RefusalKind, String)> {
+    let lab = |e: LabError| (RefusalKind::from(e.kind), format!("{e:#}"));
     limits
         .check(request)
         .map_err(|e| (RefusalKind::Usage, e.to_string()))?;
@@ -328,7 +322,15 @@ async fn start_end(
     }
     let plan = super::server_plan(request, hosts, end);
     backend::preflight(&plan).await.map_err(lab)?;
-    let host_end = HostEnd::start(Side::B, &plan, keys, hosts, ShowKeys(false))
+    let namespace = Namespace::current().map_err(|e| lab(e.into()))?;
+    let site = Site {
+        side: Side::B,
+        namespace: &namespace,
+        hosts,
+        lab_link: None,
+    };
+    let secrets = RunSecrets::received(keys.clone());
+    let host_end = End::start(&plan, &secrets, &site, ShowKeys(false))
         .await
         .map_err(lab)?;
     Ok((host_end, plan, end))
@@ -378,7 +380,7 @@ async fn serve_run(
             Message::Receive { .. } if !plan.reverse => {
                 let receiver = super::receiver(&plan, hosts, Side::B)?;
                 chan.send(&Message::Listening).await.map_err(LabError::from)?;
-                let (config, tx) = (transfer_config(&plan), CancellationToken::new());
+                let (config, tx) = (session::transfer_config(&plan), CancellationToken::new());
                 let rx = tx.clone();
                 let work = tokio::task::spawn_blocking(move || {
                     receiver
@@ -395,7 +397,7 @@ async fn serve_run(
             Message::Send { .. } if plan.reverse => {
                 // Only to the client that asked: its host address, or its end of the tunnel.
                 let target = data_addr(&plan, hosts, Side::A);
-                let (config, tx) = (transfer_config(&plan), CancellationToken::new());
+                let (config, tx) = (session::transfer_config(&plan), CancellationToken::new());
                 let rx = tx.clone();
                 let work = tokio::task::spawn_blocking(move || {
                     traffic::send(target, config, rx).map(|r| TransferResult {
@@ -408,7 +410,7 @@ async fn serve_run(
                 reply(chan, result, |transfer| Message::Sent { transfer }).await?;
             }
             Message::Finish => {
-                let details = end.details().await?;
+                let details = end.finish().await?.to_json();
                 // Removed before the client hears "finished": a next run finds a clean host.
                 drop(end);
                 chan.send(&Message::Finished { details })

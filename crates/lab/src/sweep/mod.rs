@@ -34,6 +34,7 @@ use xfrm::crypto_user::{CryptoUser, PriorityGuard};
 use crate::backend;
 use crate::backend::xfrm::ShowKeys;
 use crate::error::{ExitKind, LabError, LabResult};
+use crate::evidence::Evidence;
 use crate::progress::Progress;
 use crate::vm;
 
@@ -621,9 +622,9 @@ async fn run_cell(
     }
     .await;
     match result {
-        Ok(report) => Cell {
+        Ok((report, evidence)) => Cell {
             suite,
-            outcome: CellOutcome::Measured(measurement(&report)),
+            outcome: CellOutcome::Measured(measurement(&report, &evidence)),
         },
         Err(e) if e.kind == ExitKind::Interrupted => Cell::not_run(suite, "interrupted"),
         Err(e) if e.kind == ExitKind::Capability => Cell::not_run(suite, format!("{e:#}")),
@@ -631,7 +632,7 @@ async fn run_cell(
     }
 }
 
-fn measurement(report: &RunReport) -> Measurement {
+fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
     let samples: Vec<f64> = report.transfers.iter().map(|t| t.rates.mb_per_s).collect();
     let cpu = |f: &dyn Fn(&model::Transfer) -> f64| {
         let v: Vec<f64> = report.transfers.iter().map(|t| f(&t.transfer)).collect();
@@ -644,7 +645,11 @@ fn measurement(report: &RunReport) -> Measurement {
             sender_percent: cpu(&|t| t.sender_cpu.percent_of_core),
             receiver_percent: cpu(&|t| t.receiver_cpu.percent_of_core),
         },
-        tunnel_cpu: tunnel_cpu(report),
+        // The tunnel's own CPU at each end, where the backend has one: the userspace
+        // tunnel's threads, the openvpn processes.
+        tunnel_cpu: evidence
+            .tunnel_cpu()
+            .map(|(a_percent, b_percent)| TunnelCpu { a_percent, b_percent }),
         percent_of_plain: None,
         served_by: None,
         notes: report
@@ -654,18 +659,6 @@ fn measurement(report: &RunReport) -> Measurement {
             .cloned()
             .collect(),
     }
-}
-
-/// The tunnel's own CPU at each end, where the backend reports it: the userspace backend's
-/// tunnel threads (`a`/`b`), the openvpn processes (`ends.a`/`ends.b`).
-fn tunnel_cpu(report: &RunReport) -> Option<TunnelCpu> {
-    let details = report.backend_details.get(report.plan.backend.name())?;
-    let ends = details.get("ends").unwrap_or(details);
-    let percent = |end: &str| ends.get(end)?.get("cpu")?.get("percent_of_core")?.as_f64();
-    Some(TunnelCpu {
-        a_percent: percent("a")?,
-        b_percent: percent("b")?,
-    })
 }
 
 /// The sweep arguments a child sweep shares with this one.

@@ -1,0 +1,207 @@
+//! One end's SAs and policies in the kernel: installed from a [`SaSet`], each recorded in
+//! the state file first where no lab namespace's record covers it, and removed on drop.
+
+use std::sync::Arc;
+
+use xfrm::{Direction, IpProto, PolicyId, SaId, TrafficSelector, XfrmError, XfrmHandle};
+
+use super::set::SaSet;
+use crate::backend::site::Side;
+use crate::error::{LabError, LabResult};
+use crate::evidence::SaCounters;
+
+/// One end's kernel objects. Dropping it removes them.
+pub struct Installed {
+    side: Side,
+    handle: Arc<XfrmHandle>,
+    sas: Vec<SaId>,
+    policies: Vec<PolicyId>,
+    /// Whether each object is in this process's state file (objects in the current
+    /// namespace are; those in a lab namespace go with the namespace's record).
+    recorded: bool,
+}
+
+impl Installed {
+    /// Installs this end's half of `set` through `handle`. `recorded`: each SA and policy
+    /// is recorded in the state file before it is added, so `clean` removes it if this
+    /// process is killed (a real host's namespace); objects in a lab namespace go with the
+    /// namespace's record instead. On error what was installed is removed again.
+    pub async fn install(
+        handle: XfrmHandle,
+        side: Side,
+        set: &SaSet,
+        recorded: bool,
+    ) -> LabResult<Installed> {
+        let mut end = Installed {
+            side,
+            handle: Arc::new(handle),
+            sas: Vec::new(),
+            policies: Vec::new(),
+            recorded,
+        };
+        // Each object is recorded before it is added (a kill in between leaves a record
+        // `clean` finds already gone, never an unrecorded object); one the kernel refused
+        // is forgotten again and never deleted (it may be someone else's).
+        for sa in set.sas() {
+            let record = recorded.then(|| sa_record(&sa.id()));
+            record_now(&record)?;
+            if let Err(e) = end.handle.add_sa(&sa).await {
+                forget_now(&record);
+                return Err(LabError::from(e));
+            }
+            end.sas.push(sa.id());
+        }
+        for p in set.policies(side) {
+            let record = policy_record(&p.id()).filter(|_| recorded);
+            record_now(&record)?;
+            if let Err(e) = end.handle.add_policy(&p).await {
+                forget_now(&record);
+                return Err(LabError::from(e));
+            }
+            end.policies.push(p.id());
+        }
+        Ok(end)
+    }
+
+    /// The kernel's counters of this end's SAs.
+    pub async fn counters(&self) -> LabResult<Vec<SaCounters>> {
+        let me = self.side.name();
+        let mut sas = Vec::new();
+        for (id, direction) in self.sas.iter().zip(["a->b", "b->a"]) {
+            let c = self.handle.sa_counters(id).await.map_err(LabError::from)?;
+            let role = if direction.starts_with(me) {
+                "sent"
+            } else {
+                "received"
+            };
+            sas.push(SaCounters {
+                spi: id.spi.to_string(),
+                direction: format!("{direction} ({role} by {me})"),
+                packets: c.packets,
+                bytes: c.bytes,
+                replay_drops: c.replay_drops,
+                integrity_failures: c.integrity_failures,
+            });
+        }
+        Ok(sas)
+    }
+
+    /// Deletes the objects; those that are gone are forgotten from the state file, those
+    /// that could not be deleted stay recorded for `clean`.
+    async fn remove(handle: Arc<XfrmHandle>, sas: Vec<SaId>, policies: Vec<PolicyId>, recorded: bool) {
+        for p in &policies {
+            match handle.delete_policy(p).await {
+                Ok(()) | Err(XfrmError::NotFound { .. }) => {
+                    forget_now(&policy_record(p).filter(|_| recorded))
+                }
+                Err(e) => tracing::warn!("cleanup: {e}"),
+            }
+        }
+        for sa in &sas {
+            match handle.delete_sa(sa).await {
+                Ok(()) | Err(XfrmError::NotFound { .. }) => forget_now(&recorded.then(|| sa_record(sa))),
+                Err(e) => tracing::warn!("cleanup: {e}"),
+            }
+        }
+    }
+}
+
+fn record_now(record: &Option<owner::Record>) -> LabResult<()> {
+    match record {
+        Some(r) => Ok(owner::record(r.clone())?),
+        None => Ok(()),
+    }
+}
+
+fn forget_now(record: &Option<owner::Record>) {
+    if let Some(r) = record {
+        owner::forget(r);
+    }
+}
+
+/// The state-file record of an SA in this process's network namespace.
+pub fn sa_record(id: &SaId) -> owner::Record {
+    owner::Record::XfrmSa {
+        namespace: owner::current_network_namespace(),
+        src: id.src,
+        dst: id.dst,
+        spi: id.spi.0,
+    }
+}
+
+/// The state-file record of a policy in the current namespace (policies named by kernel
+/// index are never installed by the lab, so they have none).
+pub fn policy_record(id: &PolicyId) -> Option<owner::Record> {
+    let PolicyId::Selector { selector, direction } = id else {
+        return None;
+    };
+    Some(owner::Record::XfrmPolicy(owner::PolicyRecord {
+        namespace: owner::current_network_namespace(),
+        src: selector.src.addr,
+        src_len: selector.src.len,
+        dst: selector.dst.addr,
+        dst_len: selector.dst.len,
+        proto: selector.proto.map(|p| match p {
+            IpProto::Tcp => libc::IPPROTO_TCP as u8,
+            IpProto::Udp => libc::IPPROTO_UDP as u8,
+        }),
+        src_port: selector.src_port,
+        dst_port: selector.dst_port,
+        direction: direction.name().into(),
+    }))
+}
+
+/// The policy a record names, for `clean`.
+pub fn policy_id(r: &owner::PolicyRecord) -> Option<PolicyId> {
+    let proto = match r.proto.map(i32::from) {
+        None => None,
+        Some(libc::IPPROTO_TCP) => Some(IpProto::Tcp),
+        Some(libc::IPPROTO_UDP) => Some(IpProto::Udp),
+        Some(_) => return None,
+    };
+    let direction = [Direction::In, Direction::Out, Direction::Fwd]
+        .into_iter()
+        .find(|d| d.name() == r.direction)?;
+    let selector = TrafficSelector {
+        src: xfrm::Prefix {
+            addr: r.src,
+            len: r.src_len,
+        },
+        dst: xfrm::Prefix {
+            addr: r.dst,
+            len: r.dst_len,
+        },
+        proto,
+        src_port: r.src_port,
+        dst_port: r.dst_port,
+    };
+    Some(PolicyId::Selector { selector, direction })
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let (sas, policies) = (std::mem::take(&mut self.sas), std::mem::take(&mut self.policies));
+        if sas.is_empty() && policies.is_empty() {
+            return;
+        }
+        let (handle, recorded) = (self.handle.clone(), self.recorded);
+        // Drop cannot await: block this worker on the removal where the runtime allows it.
+        // Where it does not, a fresh thread with its own runtime does it (a server must
+        // never leave SAs behind, namespace removal or not).
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| {
+                    rt.block_on(Installed::remove(handle, sas, policies, recorded))
+                });
+            }
+            _ => {
+                let _ = std::thread::spawn(move || {
+                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                        rt.block_on(Installed::remove(handle, sas, policies, recorded));
+                    }
+                })
+                .join();
+            }
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Kernel IPsec: one end's ESP SAs and policies, programmed over netlink XFRM.
+//!
+//! Tunnel mode (the local lab's default): the payload flows between the inner addresses
+//! (198.19.0.x), which the policies send through ESP between the outer (veth) addresses.
+//! Transport mode (always between two hosts): the payload flows between the outer
+//! addresses and the policies select only TCP on the data ports, so nothing else between
+//! the two ends is captured.
+//!
+//! Evidence (`backend_details.xfrm`, [`XfrmEvidence`]): `mode`, `suite`, `reqid`, per-SA
+//! `spi`, `direction`, `packets`, `bytes` (the kernel's counters, read over netlink after
+//! the transfers), `esp_overhead_bytes_per_packet` (computed for a 1400-byte inner packet,
+//! outer IPv4 header included in tunnel mode) and `kernel_drivers` (/proc/crypto after use).
+
+mod installed;
+mod set;
+
+use std::net::IpAddr;
+
+use control::{KeyMaterial, RunKeys, XfrmKeys};
+use model::RunPlan;
+use netns::Topology;
+use xfrm::{AuthTrunc, KeyInput, Mode, Protection, ReqId, RunIds, Spi, XfrmHandle};
+
+pub use installed::{policy_id, policy_record, sa_record, Installed};
+pub use set::SaSet;
+
+use super::site::{data_addr, Side, Site};
+use crate::error::{LabError, LabResult};
+use crate::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
+
+/// Whether `--show-keys` asked to print the SAs with their keys (never printed otherwise).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShowKeys(pub bool);
+
+const IPV4_HEADER_LEN: usize = 20;
+
+const NO_ESP: &str =
+    "this kernel has no ESP support (CONFIG_INET_ESP); use --vm to run the kernel backend in a VM \
+                      with a stock kernel, or --backend userspace";
+
+/// Refuses, before anything is created, when the kernel cannot do what the plan asks.
+pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
+    let caps = xfrm::probe().await?;
+    if !caps.esp {
+        return Err(LabError::capability(anyhow::anyhow!(NO_ESP)));
+    }
+    if !caps.supports(plan.suite) {
+        return Err(LabError::capability(anyhow::anyhow!(
+            "this kernel cannot run {} in ESP: {:?}; load the crypto modules (e.g. `modprobe aesni_intel`) or \
+             use --vm",
+            plan.suite,
+            caps.algorithms
+        )));
+    }
+    Ok(())
+}
+
+/// A run's SA identifiers and keys: fresh from the OS RNG, in the lab's ranges.
+pub fn generate_keys(plan: &RunPlan) -> LabResult<XfrmKeys> {
+    let p = Protection::generate(plan.suite, AuthTrunc::Bits128).map_err(LabError::usage)?;
+    let ids = RunIds::random();
+    let (enc, auth) = match &p {
+        Protection::AesCbc { key, auth } => (key, auth.as_ref().map(|a| &a.key)),
+        Protection::AesGcm { key } => (key, None),
+    };
+    Ok(XfrmKeys {
+        reqid: ids.reqid.0,
+        spi_client_to_server: ids.spi_a_to_b.0,
+        spi_server_to_client: ids.spi_b_to_a.0,
+        enc: secret_bytes(enc),
+        auth: auth.map(secret_bytes),
+    })
+}
+
+/// The bytes of an xfrm secret, through its (wiped) hex form: the crate shows keys only so.
+fn secret_bytes(s: &xfrm::Secret) -> KeyMaterial {
+    let hex = s.to_hex();
+    let digits = hex.trim_start_matches("0x").as_bytes();
+    let bytes: zeroize::Zeroizing<Vec<u8>> = zeroize::Zeroizing::new(
+        digits
+            .chunks(2)
+            .map(|p| {
+                let v = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+                v(p[0]) << 4 | v(p[1])
+            })
+            .collect(),
+    );
+    KeyMaterial::new(&bytes)
+}
+
+/// One end's SAs and policies, and what its evidence reports. Dropping it removes them.
+pub struct XfrmEnd {
+    installed: Installed,
+    mode: Mode,
+    ids: RunIds,
+    protection: Protection,
+}
+
+impl XfrmEnd {
+    pub async fn start(
+        plan: &RunPlan,
+        keys: &RunKeys,
+        site: &Site<'_>,
+        show: ShowKeys,
+    ) -> LabResult<XfrmEnd> {
+        let k = keys
+            .xfrm
+            .as_ref()
+            .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's secrets")))?;
+        let ids = RunIds {
+            reqid: ReqId(k.reqid),
+            spi_a_to_b: Spi(k.spi_client_to_server),
+            spi_b_to_a: Spi(k.spi_server_to_client),
+        };
+        // Only the lab's ranges: a run can never touch SAs it does not own.
+        if !(ids.reqid.is_lab() && ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab()) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "reqid/SPIs outside the lab's ranges: {ids:?}"
+            )));
+        }
+        let protection = Protection::from_keys(
+            plan.suite,
+            AuthTrunc::Bits128,
+            KeyInput {
+                enc: k.enc.expose(),
+                auth: k.auth.as_ref().map(KeyMaterial::expose),
+            },
+        )
+        .map_err(LabError::usage)?;
+        let mode = Mode::from(plan.mode);
+        let hosts = site.hosts;
+        let sender = Side::receiver(plan).other();
+        let data = |side| data_addr(plan, hosts, side).ip();
+        let set = SaSet {
+            mode,
+            ids,
+            protection,
+            addr_a: hosts.a,
+            addr_b: hosts.b,
+            flows: SaSet::flows(plan, mode, data(sender), data(sender.other())),
+            sender,
+        };
+        if site.side == Side::A {
+            show_keys(&set, show);
+        }
+        let handle = match site.lab_link {
+            Some(link) => {
+                if mode == Mode::Tunnel {
+                    // The inner address lives on the veth; the route's source makes the
+                    // sender use it, so its packets match the policy.
+                    let (here, there) = (data(site.side), data(site.side.other()));
+                    let (IpAddr::V4(here), IpAddr::V4(there)) = (here, there) else {
+                        return Err(LabError::usage(anyhow::anyhow!(
+                            "the lab's inner addresses are IPv4"
+                        )));
+                    };
+                    Topology::add_address(site.namespace, link, here, 32).await?;
+                    Topology::add_route(site.namespace, there, 32, link, Some(here)).await?;
+                }
+                XfrmHandle::open_in(&site.namespace.path())?
+            }
+            None => {
+                if site.side == Side::receiver(plan) {
+                    ports_are_free(plan, hosts.of(site.side))?;
+                }
+                XfrmHandle::open()?
+            }
+        };
+        let installed = Installed::install(handle, site.side, &set, site.lab_link.is_none()).await?;
+        Ok(XfrmEnd {
+            installed,
+            mode,
+            ids,
+            protection: set.protection,
+        })
+    }
+
+    /// What this end's SAs carried (it sees both directions' counters), and how.
+    pub async fn evidence(&self) -> LabResult<XfrmEvidence> {
+        let sas = self.installed.counters().await?;
+        let tunnel_header = if self.mode == Mode::Tunnel {
+            IPV4_HEADER_LEN
+        } else {
+            0
+        };
+        let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
+        let mut names: Vec<&str> = self.protection.algorithms().iter().map(|a| a.name()).collect();
+        // ESP runs CBC+HMAC as one authenc instance: that driver is the one that did the work.
+        if matches!(
+            self.protection.suite(),
+            model::CipherSuite::AesCbc {
+                hmac: model::Hmac::Sha256,
+                ..
+            }
+        ) {
+            names.push("authenc(hmac(sha256),cbc(aes))");
+        }
+        let drivers = model::env::preferred_drivers(&model::env::parse_proc_crypto(&crypto), &names);
+        Ok(XfrmEvidence {
+            mode: self.mode.name(),
+            suite: self.protection.suite().name(),
+            reqid: self.ids.reqid.to_string(),
+            sas,
+            esp_overhead_bytes_per_packet: self.protection.esp_overhead(OVERHEAD_REFERENCE_LEN)
+                + tunnel_header,
+            kernel_drivers: drivers.into_iter().collect(),
+        })
+    }
+}
+
+/// Prints the SAs with keys where `--show-keys` asked for it.
+fn show_keys(set: &SaSet, show: ShowKeys) {
+    if show.0 {
+        for sa in set.sas() {
+            eprintln!(
+                "key: ip xfrm state add {}",
+                sa.iproute2_args_with_keys().join(" ")
+            );
+        }
+    }
+}
+
+/// Refuses a run whose data ports something on the receiving host already listens on:
+/// the policies would select that service's traffic too.
+fn ports_are_free(plan: &RunPlan, addr: IpAddr) -> LabResult<()> {
+    // Counted in u32: the last port of a range ending at 65535 must not wrap to 0.
+    let first = u32::from(plan.port);
+    for port in first..first + u32::from(plan.parallel) {
+        let port =
+            u16::try_from(port).map_err(|_| LabError::usage(anyhow::anyhow!("data ports run past 65535")))?;
+        if let Err(e) = std::net::TcpListener::bind((addr, port)) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "data port {addr}:{port} is in use on the receiving host ({e}); choose a free --port: \
+                 the run's policies would capture that service's traffic"
+            )));
+        }
+    }
+    Ok(())
+}

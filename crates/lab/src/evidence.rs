@@ -1,0 +1,291 @@
+//! What a backend shows happened, typed: the report's `backend_details` are these values
+//! serialised, and the human summary is their own [`Evidence::lines`]. Nothing here is read
+//! back from JSON (the sweep takes the tunnel's CPU from [`Evidence::tunnel_cpu`]); only a
+//! peer's evidence, which arrives as JSON, is carried as it came.
+
+use std::collections::BTreeMap;
+
+use model::{CipherSuite, CpuUsage};
+use serde::Serialize;
+
+/// Inner packet size the reported ESP overhead is computed for.
+pub const OVERHEAD_REFERENCE_LEN: usize = 1400;
+
+/// One end's evidence.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum EndEvidence {
+    None,
+    Xfrm(XfrmEvidence),
+    Userspace(TunnelEnd),
+    Openvpn(OpenvpnEnd),
+}
+
+/// A run's evidence, as its report carries it under the backend's name.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Evidence {
+    None,
+    /// The local lab's xfrm run: end a's view (it sees both SAs' counters).
+    Xfrm(XfrmEvidence),
+    Userspace(Box<UserspaceEvidence>),
+    Openvpn(OpenvpnEvidence),
+    /// A two-host run: this host's end and what the server reported of its own.
+    TwoHosts {
+        client: EndEvidence,
+        server: serde_json::Value,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct XfrmEvidence {
+    pub mode: &'static str,
+    pub suite: String,
+    pub reqid: String,
+    pub sas: Vec<SaCounters>,
+    pub esp_overhead_bytes_per_packet: usize,
+    /// Algorithm → the kernel driver /proc/crypto shows serving it, after use.
+    pub kernel_drivers: BTreeMap<String, String>,
+}
+
+/// An SA's kernel counters after the transfers.
+#[derive(Debug, Clone, Serialize)]
+pub struct SaCounters {
+    pub spi: String,
+    /// e.g. `a->b (sent by a)`.
+    pub direction: String,
+    pub packets: u64,
+    pub bytes: u64,
+    pub replay_drops: u32,
+    pub integrity_failures: u32,
+}
+
+/// One end of a userspace tunnel: its thread's counters over its life.
+#[derive(Debug, Clone, Serialize)]
+pub struct TunnelEnd {
+    #[serde(skip)]
+    pub implementation: crypto::ImplementationInfo,
+    #[serde(skip)]
+    pub batching: tunnel::Batching,
+    pub tun: String,
+    pub pinned_cpu: Option<usize>,
+    pub cpu: CpuUsage,
+    pub wall_s: f64,
+    pub packets_per_s: f64,
+    pub sent: tunnel::Flow,
+    pub delivered: tunnel::Flow,
+    pub datagrams_in: u64,
+    /// Drop reason → count, every reason listed.
+    pub drops: BTreeMap<String, u64>,
+    pub errors: tunnel::IoErrors,
+    pub send_calls: u64,
+    pub recv_calls: u64,
+    pub tun_reads: u64,
+    pub tun_writes: u64,
+}
+
+/// A two-host run's tunnel end, as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+struct RemoteTunnelEnd<'a> {
+    implementation: &'a crypto::ImplementationInfo,
+    end: &'a TunnelEnd,
+}
+
+/// The local lab's userspace tunnel: both ends and how close the encrypting end came to
+/// the cipher's own speed.
+#[derive(Debug, Clone, Serialize)]
+pub struct UserspaceEvidence {
+    pub suite: CipherSuite,
+    pub implementation: crypto::ImplementationInfo,
+    pub inner_mtu: u32,
+    pub batching: tunnel::Batching,
+    /// `a` encrypts the payload, `b` decrypts it (reversed runs aside).
+    pub a: TunnelEnd,
+    pub b: TunnelEnd,
+    pub efficiency: Efficiency,
+}
+
+/// The encrypting thread's payload MB per CPU-second beside the same implementation's
+/// single-core speed, measured in this process after the transfers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Efficiency {
+    pub tunnel_payload_mb_per_cpu_s: f64,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub crypto: Option<CryptoReference>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CryptoReference {
+    /// Per CPU-second of the thread that measured it, like the tunnel's figure.
+    pub crypto_single_core_mb_per_s: f64,
+    pub crypto_wall_mb_per_s: f64,
+    /// The share of a core the measuring thread had.
+    pub crypto_cpu_share: f64,
+    pub packet_bytes: usize,
+    /// Tunnel MB per CPU-second over the cipher's.
+    pub ratio: f64,
+}
+
+/// One openvpn process over its life.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenvpnEnd {
+    #[serde(skip)]
+    pub side: &'static str,
+    pub pid: u32,
+    pub cpu: CpuUsage,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OpenvpnEvidence {
+    pub version: String,
+    pub mode: &'static str,
+    pub cipher: String,
+    pub auth: &'static str,
+    pub tun_mtu: u32,
+    pub dco: bool,
+    /// `a` and `b`.
+    pub ends: BTreeMap<&'static str, OpenvpnEnd>,
+}
+
+impl EndEvidence {
+    /// As the two-host report shows one end (the server sends this over the channel).
+    pub fn to_json(&self) -> serde_json::Value {
+        let value = match self {
+            EndEvidence::Userspace(end) => serde_json::to_value(RemoteTunnelEnd {
+                implementation: &end.implementation,
+                end,
+            }),
+            other => serde_json::to_value(other),
+        };
+        value.unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Evidence {
+    pub fn is_none(&self) -> bool {
+        matches!(self, Evidence::None)
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Evidence::TwoHosts { client, server } => {
+                serde_json::json!({ "client": client.to_json(), "server": server })
+            }
+            other => serde_json::to_value(other).unwrap_or(serde_json::Value::Null),
+        }
+    }
+
+    /// The tunnel's own CPU at ends a and b (percent of a core), where the backend has a
+    /// tunnel of its own: the userspace threads, the openvpn processes.
+    pub fn tunnel_cpu(&self) -> Option<(f64, f64)> {
+        match self {
+            Evidence::Userspace(u) => Some((u.a.cpu.percent_of_core, u.b.cpu.percent_of_core)),
+            Evidence::Openvpn(o) => Some((
+                o.ends.get("a")?.cpu.percent_of_core,
+                o.ends.get("b")?.cpu.percent_of_core,
+            )),
+            _ => None,
+        }
+    }
+
+    /// The evidence in sentences, for the report's notes.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            Evidence::Xfrm(x) => x.lines(),
+            Evidence::Userspace(u) => u.lines(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl XfrmEvidence {
+    /// What each SA carried, the ESP overhead and the kernel drivers that served it.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .sas
+            .iter()
+            .map(|sa| {
+                format!(
+                    "ESP SA spi {} {}: {} packets, {} bytes, {} replay drops, {} integrity failures",
+                    sa.spi, sa.direction, sa.packets, sa.bytes, sa.replay_drops, sa.integrity_failures,
+                )
+            })
+            .collect();
+        let drivers: Vec<String> = self
+            .kernel_drivers
+            .iter()
+            .map(|(alg, driver)| format!("{alg}={driver}"))
+            .collect();
+        let drivers = if drivers.is_empty() {
+            "none seen in /proc/crypto".to_string()
+        } else {
+            drivers.join(", ")
+        };
+        lines.push(format!(
+            "{} mode, ESP overhead {} bytes per {OVERHEAD_REFERENCE_LEN}-byte packet, kernel drivers: {drivers}",
+            self.mode, self.esp_overhead_bytes_per_packet,
+        ));
+        lines
+    }
+}
+
+impl UserspaceEvidence {
+    fn lines(&self) -> Vec<String> {
+        let mut notes = vec![format!(
+            "userspace tunnel: {}, inner MTU {}, {:?} batching",
+            self.implementation.label, self.inner_mtu, self.batching
+        )];
+        for (role, s) in [("encrypting", &self.a), ("decrypting", &self.b)] {
+            let drops: Vec<String> = s
+                .drops
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(reason, n)| format!("{reason} {n}"))
+                .collect();
+            notes.push(format!(
+                "{role} thread {}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s, drops: {}",
+                s.tun,
+                s.cpu.user_s,
+                s.cpu.system_s,
+                (s.cpu.user_s + s.cpu.system_s) / s.wall_s.max(1e-9) * 100.0,
+                s.packets_per_s,
+                if drops.is_empty() { "none".into() } else { drops.join(", ") }
+            ));
+        }
+        notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xfrm_evidence_reads_as_sentences() {
+        let e = XfrmEvidence {
+            mode: "tunnel",
+            suite: "aes-256-cbc-hmac-sha256".into(),
+            reqid: "0x1a5abc".into(),
+            sas: vec![SaCounters {
+                spi: "0x1a500101".into(),
+                direction: "a->b (sent by a)".into(),
+                packets: 2952,
+                bytes: 4232538,
+                replay_drops: 0,
+                integrity_failures: 0,
+            }],
+            esp_overhead_bytes_per_packet: 68,
+            kernel_drivers: [("cbc(aes)".to_string(), "cbc-aes-aesni".to_string())].into(),
+        };
+        assert_eq!(
+            e.lines(),
+            [
+                "ESP SA spi 0x1a500101 a->b (sent by a): 2952 packets, 4232538 bytes, 0 replay drops, 0 integrity failures",
+                "tunnel mode, ESP overhead 68 bytes per 1400-byte packet, kernel drivers: cbc(aes)=cbc-aes-aesni",
+            ]
+        );
+        let json = Evidence::Xfrm(e).to_json();
+        assert_eq!(json["sas"][0]["packets"], 2952);
+        assert_eq!(json["kernel_drivers"]["cbc(aes)"], "cbc-aes-aesni");
+    }
+}

@@ -1,0 +1,38 @@
+//! One verified transfer's shape, the same for every kind of run: the traffic crate's
+//! configuration from a plan, one idle timeout, and the report's record of the two halves.
+
+use std::time::Duration;
+
+use model::{CpuUsage, RunPlan, Transfer};
+use traffic::TransferConfig;
+
+/// Longest silence tolerated on the data path before a transfer is declared failed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn transfer_config(plan: &RunPlan) -> TransferConfig {
+    TransferConfig {
+        seed: plan.seed,
+        total_bytes: plan.bytes.0,
+        streams: plan.parallel,
+        idle_timeout: IDLE_TIMEOUT,
+    }
+}
+
+/// The report's record of a verified transfer: the receiver's clock times it (first byte
+/// to last), each side's CPU is its own.
+pub fn record(
+    plan: &RunPlan,
+    bytes: u64,
+    seconds: f64,
+    receiver_cpu: CpuUsage,
+    sender_cpu: CpuUsage,
+) -> Transfer {
+    Transfer {
+        bytes,
+        seconds,
+        streams: plan.parallel,
+        verified: true,
+        sender_cpu,
+        receiver_cpu,
+    }
+}
