@@ -23,7 +23,7 @@ pub mod psk;
 pub mod request;
 
 pub use channel::Channel;
-pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, TransferResult, XfrmKeys, VERSION};
+pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, XfrmKeys, VERSION};
 pub use noise::{Initiator, Responder, Session};
 pub use psk::{Psk, PskError};
 pub use request::{Cidr, PeerRequest, PortRange, RequestError, ServerEnd, ServerLimits, TunnelAddresses};

@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use model::{CpuUsage, Environment};
+use model::{Environment, TransferSide};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zeroize::Zeroizing;
 
@@ -57,11 +57,11 @@ pub enum Message {
     /// Server: the receiver is bound; the client may start sending.
     Listening,
     /// Server: what its receiver measured.
-    Received { transfer: TransferResult },
+    Received { transfer: TransferSide },
     /// Client: send transfer `attempt` to the client's receiver (`--reverse`).
     Send { attempt: u32 },
     /// Server: what its sender measured.
-    Sent { transfer: TransferResult },
+    Sent { transfer: TransferSide },
     /// Server: a step failed; its end is being removed.
     Failed { reason: String },
     /// Client: the transfers are done; report and tear down.
@@ -100,14 +100,6 @@ pub enum RefusalKind {
     Capability,
     /// Setting up the server's end failed (exit 1).
     Failed,
-}
-
-/// One side's measurement of one transfer.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct TransferResult {
-    pub bytes: u64,
-    pub seconds: f64,
-    pub cpu: CpuUsage,
 }
 
 /// Key material the client generated for this run. Only what the backend needs is present.
@@ -288,10 +280,10 @@ mod tests {
 
     #[test]
     fn every_message_round_trips() {
-        let t = TransferResult {
+        let t = TransferSide {
             bytes: 5,
             seconds: 0.5,
-            cpu: CpuUsage::new(0.1, 0.2, 0.5),
+            cpu: model::CpuUsage::new(0.1, 0.2, 0.5),
         };
         for m in [
             hello(),

@@ -208,11 +208,5 @@ async fn transfer_once(
     // error is usually only the echo of the receiver closing.
     let received = received.map_err(|e| LabError::transfer("receiver", e))?;
     let sent = sent.map_err(|e| LabError::transfer("sender", e))?;
-    Ok(session::record(
-        plan,
-        received.bytes,
-        received.seconds,
-        received.cpu,
-        sent.cpu,
-    ))
+    Ok(session::record(plan, received, sent))
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use model::{CpuUsage, RunPlan, Transfer};
+use model::{RunPlan, Transfer, TransferSide};
 use traffic::TransferConfig;
 
 /// Longest silence tolerated on the data path before a transfer is declared failed.
@@ -20,19 +20,13 @@ pub fn transfer_config(plan: &RunPlan) -> TransferConfig {
 
 /// The report's record of a verified transfer: the receiver's clock times it (first byte
 /// to last), each side's CPU is its own.
-pub fn record(
-    plan: &RunPlan,
-    bytes: u64,
-    seconds: f64,
-    receiver_cpu: CpuUsage,
-    sender_cpu: CpuUsage,
-) -> Transfer {
+pub fn record(plan: &RunPlan, received: TransferSide, sent: TransferSide) -> Transfer {
     Transfer {
-        bytes,
-        seconds,
+        bytes: received.bytes,
+        seconds: received.seconds,
         streams: plan.parallel,
         verified: true,
-        sender_cpu,
-        receiver_cpu,
+        sender_cpu: sent.cpu,
+        receiver_cpu: received.cpu,
     }
 }

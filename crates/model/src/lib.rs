@@ -17,7 +17,9 @@ pub use plan::{
     check_payload, parse_seed, Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan,
     RunRequest, DEFAULT_PEER_PORT, MIN_PAYLOAD,
 };
-pub use report::{CpuUsage, ReportError, RunReport, Transfer, MIN_STABLE_SECONDS, SCHEMA_VERSION};
+pub use report::{
+    CpuUsage, ReportError, RunReport, Transfer, TransferSide, MIN_STABLE_SECONDS, SCHEMA_VERSION,
+};
 pub use size::ByteSize;
 pub use stats::Summary;
 pub use suite::{CipherSuite, Hmac, KeyBits, SuiteError};

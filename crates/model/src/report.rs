@@ -9,6 +9,16 @@ use crate::stats::Summary;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// What one end measured of one transfer: the bytes it moved, its seconds (the receiver's:
+/// first payload byte to last; the sender's: connect to close) and its thread's CPU. The
+/// same whether measured in this process or reported by a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TransferSide {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub cpu: CpuUsage,
+}
+
 /// CPU time a process or thread spent during the transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct CpuUsage {

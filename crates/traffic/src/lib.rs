@@ -10,4 +10,4 @@ pub mod transfer;
 
 pub use payload::{PayloadGenerator, Verifier, VerifyError};
 pub use tokio_util::sync::CancellationToken;
-pub use transfer::{send, Progress, ReceiveReport, Receiver, SendReport, TrafficError, TransferConfig};
+pub use transfer::{send, Progress, Receiver, TrafficError, TransferConfig};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model::CpuUsage;
+use model::{CpuUsage, TransferSide};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -50,21 +50,6 @@ impl Progress {
     fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ReceiveReport {
-    pub bytes: u64,
-    /// First payload byte to last, on the receiver's clock.
-    pub seconds: f64,
-    pub cpu: CpuUsage,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SendReport {
-    pub bytes: u64,
-    pub seconds: f64,
-    pub cpu: CpuUsage,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +128,7 @@ impl Receiver {
         config: TransferConfig,
         progress: Progress,
         cancel: CancellationToken,
-    ) -> Result<ReceiveReport, TrafficError> {
+    ) -> Result<TransferSide, TrafficError> {
         let started_cpu = thread_cpu();
         let wall = Instant::now();
         let (bytes, seconds) = block_on(cancel, async move {
@@ -186,7 +171,7 @@ impl Receiver {
             Ok((bytes, seconds))
         })?;
         let cpu = cpu_since(started_cpu, wall.elapsed().as_secs_f64());
-        Ok(ReceiveReport { bytes, seconds, cpu })
+        Ok(TransferSide { bytes, seconds, cpu })
     }
 }
 
@@ -195,7 +180,7 @@ pub fn send(
     peer: SocketAddr,
     config: TransferConfig,
     cancel: CancellationToken,
-) -> Result<SendReport, TrafficError> {
+) -> Result<TransferSide, TrafficError> {
     let started_cpu = thread_cpu();
     let wall = Instant::now();
     let bytes = block_on(cancel, async move {
@@ -210,7 +195,7 @@ pub fn send(
         Ok(bytes)
     })?;
     let seconds = wall.elapsed().as_secs_f64();
-    Ok(SendReport {
+    Ok(TransferSide {
         bytes,
         seconds,
         cpu: cpu_since(started_cpu, seconds),
@@ -434,7 +419,7 @@ mod tests {
         }
     }
 
-    fn loopback_transfer(cfg: TransferConfig) -> (Result<ReceiveReport, TrafficError>, SendReport) {
+    fn loopback_transfer(cfg: TransferConfig) -> (Result<TransferSide, TrafficError>, TransferSide) {
         let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = receiver.local_addr();
         let progress = Progress::default();

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use control::{Channel, ControlError, Message, Psk, TransferResult};
+use control::{Channel, ControlError, Message, Psk};
 use model::{Backend, CryptoChoice, Environment, RunPlan, RunReport, Transfer};
 use netns::Namespace;
 use serde_json::json;
@@ -261,13 +261,7 @@ async fn transfer(
             Message::Sent { transfer } => transfer,
             other => return Err(unexpected(&other, "sent")),
         };
-        Ok(session::record(
-            plan,
-            received.bytes,
-            received.seconds,
-            received.cpu,
-            sent.cpu,
-        ))
+        Ok(session::record(plan, received, sent))
     } else {
         chan.send(&Message::Receive { attempt })
             .await
@@ -281,19 +275,13 @@ async fn transfer(
         let tx_cancel = cancel.clone();
         let local = tokio::task::spawn_blocking(move || traffic::send(target, config, tx_cancel));
         let (local, remote) = alongside(chan, local, &cancel).await?;
-        let received: TransferResult = match remote {
+        let received = match remote {
             Message::Received { transfer } => transfer,
             other => return Err(unexpected(&other, "received")),
         };
         // The receiver's verdict first: it says what went wrong with the data.
         let sent = local.map_err(|e| LabError::transfer("sender", e))?;
-        Ok(session::record(
-            plan,
-            received.bytes,
-            received.seconds,
-            received.cpu,
-            sent.cpu,
-        ))
+        Ok(session::record(plan, received, sent))
     }
 }
 

@@ -29,9 +29,8 @@ use std::time::Duration;
 
 use control::{
     Channel, Cidr, ControlError, Message, PeerRequest, Psk, RefusalKind, RunKeys, ServerEnd, ServerLimits,
-    TransferResult,
 };
-use model::{Backend, Environment};
+use model::{Backend, Environment, TransferSide};
 use netns::Namespace;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -382,15 +381,7 @@ async fn serve_run(
                 chan.send(&Message::Listening).await.map_err(LabError::from)?;
                 let (config, tx) = (session::transfer_config(&plan), CancellationToken::new());
                 let rx = tx.clone();
-                let work = tokio::task::spawn_blocking(move || {
-                    receiver
-                        .run(config, Progress::default(), rx)
-                        .map(|r| TransferResult {
-                            bytes: r.bytes,
-                            seconds: r.seconds,
-                            cpu: r.cpu,
-                        })
-                });
+                let work = tokio::task::spawn_blocking(move || receiver.run(config, Progress::default(), rx));
                 let result = watch(chan, work, &tx, cancel).await?;
                 reply(chan, result, |transfer| Message::Received { transfer }).await?;
             }
@@ -399,13 +390,7 @@ async fn serve_run(
                 let target = data_addr(&plan, hosts, Side::A);
                 let (config, tx) = (session::transfer_config(&plan), CancellationToken::new());
                 let rx = tx.clone();
-                let work = tokio::task::spawn_blocking(move || {
-                    traffic::send(target, config, rx).map(|r| TransferResult {
-                        bytes: r.bytes,
-                        seconds: r.seconds,
-                        cpu: r.cpu,
-                    })
-                });
+                let work = tokio::task::spawn_blocking(move || traffic::send(target, config, rx));
                 let result = watch(chan, work, &tx, cancel).await?;
                 reply(chan, result, |transfer| Message::Sent { transfer }).await?;
             }
@@ -433,10 +418,10 @@ async fn serve_run(
 /// signal, ends the run at once instead of after the data path's idle timeout.
 async fn watch(
     chan: &mut Channel<TcpStream>,
-    work: tokio::task::JoinHandle<Result<TransferResult, traffic::TrafficError>>,
+    work: tokio::task::JoinHandle<Result<TransferSide, traffic::TrafficError>>,
     transfer_cancel: &CancellationToken,
     cancel: &CancellationToken,
-) -> LabResult<Result<TransferResult, traffic::TrafficError>> {
+) -> LabResult<Result<TransferSide, traffic::TrafficError>> {
     tokio::pin!(work);
     let why = tokio::select! {
         done = &mut work => {
@@ -455,8 +440,8 @@ async fn watch(
 
 async fn reply(
     chan: &mut Channel<TcpStream>,
-    result: Result<TransferResult, traffic::TrafficError>,
-    ok: impl FnOnce(TransferResult) -> Message,
+    result: Result<TransferSide, traffic::TrafficError>,
+    ok: impl FnOnce(TransferSide) -> Message,
 ) -> LabResult<()> {
     match result {
         Ok(t) => chan.send(&ok(t)).await.map_err(LabError::from),
