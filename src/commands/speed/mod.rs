@@ -14,10 +14,7 @@ use lab::vm;
 use lab::{LabError, LabResult};
 
 pub fn run(args: SpeedArgs) -> LabResult<()> {
-    let plan = args
-        .request()
-        .validate()
-        .map_err(|e| LabError::from(speed::SpeedError::from(e)))?;
+    let plan = args.request().validate().map_err(speed::SpeedError::from)?;
     let json = args.json.as_deref();
     if let Some(json) = json {
         crate::output::check_writable(json, "--json")?;
