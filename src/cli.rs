@@ -25,7 +25,7 @@ pub enum Command {
     /// Remove what killed runs left behind (only objects the lab created).
     Clean(CleanArgs),
     /// Time ciphers per implementation (with and without hardware AES), like openssl speed.
-    Speed(speed::SpeedArgs),
+    Speed(crate::commands::speed::SpeedArgs),
     /// Serve runs to `ipsec-lab run --peer` on another machine (one at a time), over a
     /// control channel authenticated with a pre-shared key.
     Serve(ServeArgs),

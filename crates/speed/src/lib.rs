@@ -2,23 +2,27 @@
 //! `openssl speed -evp`, with the implementations the userspace tunnel uses (from the
 //! `crypto` crate), with and without hardware AES, beside openssl itself.
 //!
-//! Owns the timing method ([`measure`]), the per-packet operations ([`ops`]), the table and
-//! JSON records ([`report`]), the `openssl speed` runner ([`openssl`]), the kernel probe
-//! ([`kernel`]) and the subcommand's arguments ([`cli`]). Leaves the ciphers themselves to
-//! `crypto` and the process entry point to the `ipsec-lab` binary.
+//! Owns the subcommand's validation ([`plan`]: a plain request → a plan), the run
+//! ([`run`]: every implementation's rows into one report, progress told to a trait), the
+//! timing method ([`mod@measure`]), the per-packet operations ([`ops`]), the table and JSON
+//! records ([`report`]), the `openssl speed` runner ([`openssl`]) and the kernel probe
+//! ([`kernel`]). Leaves the ciphers themselves to `crypto`, and the command line, the
+//! progress display and the printing to the `ipsec-lab` binary.
 
 pub mod af_alg;
-pub mod cli;
 pub mod kernel;
 pub mod measure;
 pub mod openssl;
 pub mod ops;
+pub mod plan;
 pub mod report;
+pub mod run;
 pub mod suite;
 
-pub use cli::{run, run_plan, SpeedArgs, SpeedPlan, UsageError};
 pub use measure::single_core_mb_per_s;
+pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError};
 pub use report::{Record, SpeedReport, Units};
+pub use run::{measure, measure_with, NoProgress, SpeedProgress};
 pub use suite::{Direction, SpeedSuite};
 
 /// Block sizes of the full table: openssl's, plus 1400 (a tunnel packet).
@@ -54,12 +58,6 @@ pub enum SpeedError {
     ChildFailed { status: std::process::ExitStatus },
     #[error("cannot read the software-AES child's results: {0}")]
     ChildOutput(#[source] serde_json::Error),
-    #[error("cannot write {path}: {source}")]
-    WriteJson {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
 }
 
 impl SpeedError {

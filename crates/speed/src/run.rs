@@ -1,0 +1,376 @@
+//! Measuring a [`SpeedPlan`]: each implementation's rows in this process (after its
+//! known-answer tests), the kernel's through AF_ALG, the soft rows in a child of this binary
+//! with hardware AES masked, and `openssl speed` beside them, into one [`SpeedReport`].
+//! Tells a [`SpeedProgress`] how far it got; leaves drawing that, and printing the report,
+//! to the binary.
+
+use std::process::Stdio;
+
+use crypto::{CryptoChoice, Implementation};
+use model::Environment;
+
+use crate::measure::{measure_cell, measure_cell_with, Method};
+use crate::plan::{SpeedImpl, SpeedPlan};
+use crate::report::{Record, RecordHead, Skipped, SpeedReport, SPEED_SCHEMA_VERSION};
+use crate::{kernel, openssl, SpeedError};
+
+/// What a run tells its watcher while it works. Every method defaults to nothing.
+pub trait SpeedProgress {
+    /// The run will time `cells` cells (see [`SpeedPlan::cells`]).
+    fn started(&mut self, _cells: usize) {}
+    /// Timing `what` begins, e.g. `aws-lc-rs aes-128-cbc encrypt`: one suite and direction
+    /// of a row, whose cells follow.
+    fn timing(&mut self, _what: &str) {}
+    /// `cells` more cells are done: timed, skipped, or timed in a child process.
+    fn cells_done(&mut self, _cells: usize) {}
+}
+
+/// Shows nothing.
+pub struct NoProgress;
+
+impl SpeedProgress for NoProgress {}
+
+/// Counts the cells done, so that a row's skipped cells can be counted as done too and the
+/// watcher never hears of more cells than the run has.
+struct Tally<'a> {
+    watcher: &'a mut dyn SpeedProgress,
+    done: usize,
+    total: usize,
+}
+
+impl Tally<'_> {
+    fn timing(&mut self, what: &str) {
+        self.watcher.timing(what);
+    }
+
+    fn advance(&mut self, cells: usize) {
+        let cells = cells.min(self.total - self.done);
+        self.done += cells;
+        if cells > 0 {
+            self.watcher.cells_done(cells);
+        }
+    }
+}
+
+/// Times one crypto implementation in this process: self-test first, then every cell.
+fn measure_here(
+    choice: CryptoChoice,
+    plan: &SpeedPlan,
+    method: &Method,
+    progress: &mut Tally,
+) -> Result<Vec<Record>, SpeedError> {
+    let imp = Implementation::new(choice).map_err(|source| SpeedError::Implementation {
+        implementation: choice.to_string(),
+        source,
+    })?;
+    crypto::self_test(&imp)?;
+    let info = imp.info();
+    let mut records = Vec::new();
+    for &suite in &plan.suites {
+        for &direction in suite.directions() {
+            progress.timing(&format!("{} {suite} {direction}", info.label));
+            for &size in &plan.sizes {
+                let repeats = measure_cell(&imp, suite, direction, size, method)?;
+                progress.advance(1);
+                let head = RecordHead {
+                    implementation: choice.to_string(),
+                    library: info.library.to_string(),
+                    hardware_aes: Some(info.hardware_aes),
+                    suite: suite.name(),
+                    direction,
+                    block_bytes: size,
+                    threads: plan.threads,
+                    driver: None,
+                    virtualization: None,
+                    emulated: false,
+                };
+                records.extend(Record::from_repeats(
+                    head,
+                    repeats,
+                    method.repeat_duration.as_secs_f64(),
+                ));
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Runs the soft rows in a child of this binary started with hardware AES masked, and reads
+/// its JSON report back.
+fn measure_in_soft_child(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
+    let mut cmd = crypto::soft::command()?;
+    cmd.args(plan.child_args(SpeedImpl::Crypto(CryptoChoice::Soft)))
+        .args(["--json", "-"]);
+    let out = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(SpeedError::ChildSpawn)?;
+    if !out.status.success() {
+        return Err(SpeedError::ChildFailed { status: out.status });
+    }
+    serde_json::from_slice(&out.stdout).map_err(SpeedError::ChildOutput)
+}
+
+fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Tally) {
+    let Some(version) = openssl::version() else {
+        report.skipped.push(Skipped {
+            implementation: "openssl".into(),
+            suite: None,
+            reason: openssl::OpensslError::NotInstalled.to_string(),
+        });
+        return;
+    };
+    for &suite in &plan.suites {
+        for &direction in suite.directions() {
+            progress.timing(&format!("openssl {suite} {direction}"));
+            let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
+            progress.advance(plan.sizes.len());
+            match result {
+                Ok(cells) => {
+                    for c in cells {
+                        let head = RecordHead {
+                            implementation: "openssl".into(),
+                            library: version.clone(),
+                            hardware_aes: None,
+                            suite: suite.name(),
+                            direction,
+                            block_bytes: c.block_bytes,
+                            threads: plan.threads,
+                            driver: None,
+                            virtualization: None,
+                            emulated: false,
+                        };
+                        let mb = c.bytes_per_s / 1e6;
+                        report.records.extend(Record::from_repeats(
+                            head,
+                            vec![mb],
+                            plan.seconds.round().max(1.0),
+                        ));
+                    }
+                }
+                Err(e) => report.skipped.push(Skipped {
+                    implementation: "openssl".into(),
+                    suite: Some(format!("{suite} {direction}")),
+                    reason: e.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+/// Times the kernel rows through AF_ALG in this process: each suite passes its
+/// known-answer tests first; a suite the kernel lacks or fails is skipped with its reason.
+fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, progress: &mut Tally) {
+    let skip = |suite: Option<String>, reason: String| Skipped {
+        implementation: "kernel".into(),
+        suite,
+        reason,
+    };
+    let probe = kernel::probe();
+    if probe.af_alg.is_err() {
+        report.skipped.push(skip(None, probe.skip_reason()));
+        return;
+    }
+    let env = &report.environment;
+    let virtualization = Some(env.virtualization.clone()).filter(|v| v != "host");
+    for &suite in &plan.suites {
+        let verified = match kernel::self_test(suite) {
+            Ok(v) => v,
+            Err(e) => {
+                report
+                    .skipped
+                    .push(skip(Some(suite.name()), format!("not timed: {e}")));
+                continue;
+            }
+        };
+        for &direction in suite.directions() {
+            progress.timing(&format!("kernel {suite} {direction} ({})", verified.driver));
+            for &size in &plan.sizes {
+                let build = || kernel::build(suite, direction, size);
+                let measured = measure_cell_with(&build, method);
+                progress.advance(1);
+                let repeats = match measured {
+                    Ok(r) => r,
+                    Err(e) => {
+                        report.skipped.push(skip(
+                            Some(format!("{suite} {direction} {size} B")),
+                            format!("failed while timed: {e}"),
+                        ));
+                        continue;
+                    }
+                };
+                let head = RecordHead {
+                    implementation: "kernel".into(),
+                    library: format!("linux {} via AF_ALG", env.kernel_release),
+                    hardware_aes: None,
+                    suite: suite.name(),
+                    direction,
+                    block_bytes: size,
+                    threads: plan.threads,
+                    driver: Some(verified.driver.clone()),
+                    virtualization: virtualization.clone(),
+                    emulated: env.is_emulated(),
+                };
+                report.records.extend(Record::from_repeats(
+                    head,
+                    repeats,
+                    method.repeat_duration.as_secs_f64(),
+                ));
+            }
+        }
+    }
+}
+
+/// Measures what `plan` asks for, showing no progress.
+pub fn measure(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
+    measure_with(plan, None, &mut NoProgress)
+}
+
+/// Measures what `plan` asks for, telling `progress` how far it got; with `guest`, the
+/// kernel rows are that report's (a run of [`SpeedPlan::child_args`] elsewhere, e.g. the
+/// VM) instead of this kernel's.
+pub fn measure_with(
+    plan: &SpeedPlan,
+    guest: Option<SpeedReport>,
+    progress: &mut dyn SpeedProgress,
+) -> Result<SpeedReport, SpeedError> {
+    let method = Method::new(plan.seconds, plan.repeats, plan.threads);
+    let mut report = SpeedReport {
+        schema_version: SPEED_SCHEMA_VERSION,
+        environment: Environment::detect(),
+        block_sizes: plan.sizes.clone(),
+        records: Vec::new(),
+        skipped: Vec::new(),
+        guest_environment: None,
+    };
+    let total = plan.cells(guest.is_some());
+    progress.started(total);
+    let mut progress = Tally {
+        watcher: progress,
+        done: 0,
+        total,
+    };
+    let cells_per_row = plan.cells_per_row();
+    let mut guest = guest;
+    for &imp in &plan.implementations {
+        let row_start = progress.done;
+        let from_guest = imp == SpeedImpl::Kernel && guest.is_some();
+        match imp {
+            SpeedImpl::Kernel => match guest.take() {
+                Some(g) => {
+                    report.records.extend(g.records);
+                    report.skipped.extend(g.skipped);
+                    report.guest_environment = Some(g.environment);
+                }
+                None => measure_kernel(plan, &method, &mut report, &mut progress),
+            },
+            // Masked already (this is the child, or the user set the variable): time here.
+            SpeedImpl::Crypto(CryptoChoice::Soft) if !crypto::soft::active() => {
+                progress.timing("soft in a child process with hardware AES masked");
+                let child = measure_in_soft_child(plan)?;
+                report.records.extend(child.records);
+                report.skipped.extend(child.skipped);
+            }
+            SpeedImpl::Crypto(choice) => {
+                report
+                    .records
+                    .extend(measure_here(choice, plan, &method, &mut progress)?);
+            }
+        }
+        // Cells skipped (a kernel without a suite) or timed in the soft child count as done.
+        if !from_guest {
+            progress.advance((row_start + cells_per_row).saturating_sub(progress.done));
+        }
+    }
+    if plan.against_openssl && !plan.child {
+        openssl_records(plan, &mut report, &mut progress);
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::SpeedRequest;
+    use model::ByteSize;
+
+    fn request(crypto: &[&str], seconds: f64) -> SpeedRequest {
+        SpeedRequest {
+            suites: vec!["aes-128-cbc".into()],
+            crypto: crypto.iter().map(|s| s.to_string()).collect(),
+            seconds: Some(seconds),
+            sizes: vec![ByteSize(64), ByteSize(1400)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn measures_every_implementation_or_says_why_not() {
+        let plan = request(&["auto", "rustcrypto", "kernel"], 0.03)
+            .validate()
+            .unwrap();
+        let report = measure(&plan).unwrap();
+        assert!(report
+            .records
+            .iter()
+            .all(|r| r.mb_per_s > 0.0 && r.repeats_mb_per_s.len() == 3));
+        // Each implementation: 2 directions x 2 sizes.
+        let count = |imp: &str| report.records.iter().filter(|r| r.implementation == imp).count();
+        assert_eq!((count("auto"), count("rustcrypto")), (4, 4));
+        match crate::af_alg::available() {
+            Err(e) => {
+                eprintln!("no kernel rows here: {e}");
+                assert_eq!(count("kernel"), 0);
+                assert_eq!(report.skipped.len(), 1);
+                assert_eq!(report.skipped[0].implementation, "kernel");
+                assert!(report.skipped[0].reason.contains("AF_ALG"));
+            }
+            Ok(()) => {
+                assert_eq!(count("kernel"), 4, "{:?}", report.skipped);
+                assert!(report
+                    .records
+                    .iter()
+                    .filter(|r| r.implementation == "kernel")
+                    .all(|r| r.driver.is_some()));
+            }
+        }
+    }
+
+    /// Records what a run tells its watcher.
+    #[derive(Default)]
+    struct Recorder {
+        started: Option<usize>,
+        timing: Vec<String>,
+        done: usize,
+    }
+
+    impl SpeedProgress for Recorder {
+        fn started(&mut self, cells: usize) {
+            self.started = Some(cells);
+        }
+        fn timing(&mut self, what: &str) {
+            self.timing.push(what.to_string());
+        }
+        fn cells_done(&mut self, cells: usize) {
+            self.done += cells;
+        }
+    }
+
+    #[test]
+    fn progress_hears_every_cell_once_skipped_kernel_rows_included() {
+        let plan = request(&["rustcrypto", "kernel"], 0.01).validate().unwrap();
+        let mut recorder = Recorder::default();
+        measure_with(&plan, None, &mut recorder).unwrap();
+        assert_eq!(recorder.started, Some(8));
+        assert_eq!(
+            recorder.done, 8,
+            "kernel rows count as done whether timed or skipped"
+        );
+        let first = &recorder.timing[0];
+        assert!(
+            first.starts_with("rustcrypto (") && first.ends_with(" aes-128-cbc encrypt"),
+            "{first}"
+        );
+    }
+}

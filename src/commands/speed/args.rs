@@ -1,0 +1,150 @@
+//! Stage one of `ipsec-lab speed`: the command line as clap parses it, turned into the
+//! `speed` crate's plain [`speed::SpeedRequest`], which that crate validates (stage two).
+//! The output flags (`--json`, `--openssl-units`) stay here: printing is the binary's.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use model::ByteSize;
+
+/// Time ciphers across implementations, like `openssl speed -evp`.
+#[derive(Debug, Clone, Args)]
+pub struct SpeedArgs {
+    /// Suites to time (default: all): aes-{128,192,256}-cbc, hmac-sha256,
+    /// aes-{128,192,256}-cbc-hmac-sha256, aes-{128,256}-gcm, chacha20-poly1305.
+    pub suites: Vec<String>,
+    /// Implementations, comma-separated: auto, soft, rustcrypto, aws-lc, kernel.
+    /// Default: auto,rustcrypto,soft,kernel (aws-lc is what auto uses).
+    #[arg(long, value_delimiter = ',')]
+    pub crypto: Vec<String>,
+    /// Seconds per cell, split over the repeats (default 1 for several suites, 3 for one).
+    #[arg(long, allow_negative_numbers = true)]
+    pub seconds: Option<f64>,
+    /// Threads, one pinned per core, results summed.
+    #[arg(long, default_value_t = 1)]
+    pub multi: usize,
+    /// Repeats per cell; the table shows the median and flags spreads above 5 %.
+    #[arg(long, alias = "repeats", default_value_t = 3)]
+    pub repeat: usize,
+    /// Block sizes, comma-separated, with units as --bytes takes them: 1400,8KiB,16k
+    /// (default 16,64,256,1024,1400,8192,16384).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<ByteSize>,
+    /// Print openssl's units (1000s of bytes per second) instead of MB/s.
+    #[arg(long)]
+    pub openssl_units: bool,
+    /// Also run `openssl speed -elapsed -evp` for the same suites and print it alongside.
+    #[arg(long)]
+    pub against_openssl: bool,
+    /// Write one JSON record per cell (plus the environment) to FILE, or `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Time the kernel rows inside a VM booting a stock kernel (default: the newest
+    /// /boot/vmlinuz-*) under virtme-ng, for kernels without AF_ALG; the other rows run here.
+    /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed.
+    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    pub vm: Option<String>,
+    /// Internal: this process is a child run (soft rows, or kernel rows in the VM); print
+    /// only JSON.
+    #[arg(long, hide = true)]
+    pub child: bool,
+}
+
+impl SpeedArgs {
+    pub fn request(&self) -> speed::SpeedRequest {
+        speed::SpeedRequest {
+            suites: self.suites.clone(),
+            crypto: self.crypto.clone(),
+            seconds: self.seconds,
+            threads: self.multi,
+            repeats: self.repeat,
+            sizes: self.sizes.clone(),
+            against_openssl: self.against_openssl,
+            vm: self
+                .vm
+                .as_ref()
+                .map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
+            child: self.child,
+        }
+    }
+
+    pub fn units(&self) -> speed::Units {
+        if self.openssl_units {
+            speed::Units::OpensslKilobytes
+        } else {
+            speed::Units::MegabytesPerSecond
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        speed: SpeedArgs,
+    }
+
+    fn parse(args: &[&str]) -> SpeedArgs {
+        Cli::try_parse_from(std::iter::once("speed").chain(args.iter().copied()))
+            .expect("parses")
+            .speed
+    }
+
+    #[test]
+    fn the_command_lines_defaults_are_the_requests() {
+        assert_eq!(parse(&[]).request(), speed::SpeedRequest::default());
+    }
+
+    #[test]
+    fn vm_flag_takes_an_optional_kernel() {
+        assert_eq!(parse(&["--vm"]).request().vm, Some(None));
+        assert_eq!(
+            parse(&["--vm", "/boot/vmlinuz-x"]).request().vm,
+            Some(Some("/boot/vmlinuz-x".into()))
+        );
+    }
+
+    /// The soft child and the VM's guest are started with [`speed::SpeedPlan::child_args`]:
+    /// they must parse back into the plan they came from.
+    #[test]
+    fn a_child_runs_command_line_parses_back_to_its_plan() {
+        let host = parse(&["aes-128-cbc", "hmac-sha256", "--seconds", "0.05", "--multi", "2"])
+            .request()
+            .validate()
+            .unwrap();
+        for implementation in [
+            speed::SpeedImpl::Kernel,
+            speed::SpeedImpl::Crypto(crypto::CryptoChoice::Soft),
+        ] {
+            let args = host.child_args(implementation);
+            assert_eq!(args[0], speed::SUBCOMMAND);
+            let child = parse(&args[1..].iter().map(String::as_str).collect::<Vec<_>>())
+                .request()
+                .validate()
+                .unwrap();
+            assert_eq!(child.implementations, [implementation]);
+            assert!(child.child);
+            assert_eq!(
+                (
+                    &child.suites,
+                    &child.sizes,
+                    child.seconds,
+                    child.threads,
+                    child.repeats
+                ),
+                (
+                    &host.suites,
+                    &host.sizes,
+                    host.seconds,
+                    host.threads,
+                    host.repeats
+                )
+            );
+        }
+    }
+}
