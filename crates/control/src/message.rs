@@ -21,8 +21,7 @@ use model::{CpuUsage, Environment};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zeroize::Zeroizing;
 
-use crate::frame::MAX_FRAME;
-use crate::noise::TAG_LEN;
+use crate::noise::MAX_PLAINTEXT;
 use crate::request::{PeerRequest, ServerEnd};
 use crate::ControlError;
 
@@ -30,7 +29,7 @@ use crate::ControlError;
 /// carries a request instead of the client's whole plan.
 pub const VERSION: u16 = 2;
 /// Largest encoded message: what fits one Noise message with its tag.
-pub const MAX_MESSAGE: usize = MAX_FRAME - TAG_LEN;
+pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {

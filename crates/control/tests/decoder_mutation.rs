@@ -104,7 +104,7 @@ fn session_open_survives_random_and_mutated_ciphertext() {
     let (init, first) = Initiator::start(&k).unwrap();
     let (mut server, answer) = Responder::respond(&k, &first).unwrap();
     let mut client = init.finish(&answer).unwrap();
-    let genuine = client.seal(&Message::Finish).unwrap();
+    let genuine = client.seal(&encode(&Message::Finish).unwrap()).unwrap();
     for _ in 0..5_000 {
         let input = mutate(&mut rng, &genuine);
         assert!(input == genuine || server.open(&input).is_err());
