@@ -22,7 +22,7 @@ use futures::future::BoxFuture;
 use model::{CipherSuite, Hmac, KeyBits, RunPlan};
 use netns::{Namespace, Topology};
 use serde_json::{json, Value};
-use tunnel_proto::{Direction, StaticKey};
+use tunnel_proto::{KeyDirection, StaticKey};
 
 use super::{ActiveBackend, DataPath};
 use crate::error::{LabError, LabResult};
@@ -254,7 +254,10 @@ impl Openvpn {
                 let key = StaticKey::generate().map_err(LabError::failed)?;
                 let file = me.dir.join("static.key");
                 write_private(&file, &key.to_openvpn_file())?;
-                for (args, dir) in mode_args.iter_mut().zip([Direction::Normal, Direction::Inverse]) {
+                for (args, dir) in mode_args
+                    .iter_mut()
+                    .zip([KeyDirection::Normal, KeyDirection::Inverse])
+                {
                     args.extend([
                         "--secret".into(),
                         file.display().to_string(),

@@ -24,7 +24,7 @@ use model::{Addressing, CipherSuite, Hmac, RunPlan};
 use netns::{Namespace, Topology};
 use serde_json::{json, Value};
 use tunnel::{inner_mtu, Batching, ThreadCpu, Tunnel, TunnelConfig, TunnelStats};
-use tunnel_proto::{Direction, DropReason, Endpoint, StaticKey};
+use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey};
 
 use super::{ActiveBackend, DataPath, Side};
 use crate::error::{LabError, LabResult};
@@ -81,8 +81,8 @@ pub fn start_end(
 ) -> LabResult<Tunnel> {
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let (name, inner, dir, cpu) = match side {
-        Side::A => ("a", addressing.inner_a, Direction::Normal, 0),
-        Side::B => ("b", addressing.inner_b, Direction::Inverse, 1),
+        Side::A => ("a", addressing.inner_a, KeyDirection::Normal, 0),
+        Side::B => ("b", addressing.inner_b, KeyDirection::Inverse, 1),
     };
     let config = TunnelConfig {
         tun_name: format!("ipl-tun-{name}"),
