@@ -19,7 +19,7 @@ pub mod suite;
 pub use cli::{run, run_plan, SpeedArgs, SpeedPlan, UsageError};
 pub use measure::single_core_mb_per_s;
 pub use report::{Record, SpeedReport, Units};
-pub use suite::{Direction, SpeedSuite};
+pub use suite::{CryptoOp, SpeedSuite};
 
 /// Block sizes of the full table: openssl's, plus 1400 (a tunnel packet).
 pub const BLOCK_SIZES: [usize; 7] = [16, 64, 256, 1024, 1400, 8192, 16384];

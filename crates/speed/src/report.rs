@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use model::{Environment, Summary};
 use serde::{Deserialize, Serialize};
 
-use crate::suite::Direction;
+use crate::suite::CryptoOp;
 
 /// Bumped whenever a field is renamed or re-typed; fields are only ever added otherwise.
 pub const SPEED_SCHEMA_VERSION: u32 = 1;
@@ -14,7 +14,7 @@ pub const SPEED_SCHEMA_VERSION: u32 = 1;
 /// Repeats further apart than this are flagged in the table.
 pub const SPREAD_FLAG: f64 = 0.05;
 
-/// One cell: an implementation timing one suite in one direction at one block size.
+/// One cell: an implementation timing one suite's operation at one block size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// `auto`, `soft`, `rustcrypto`, `aws-lc`, `kernel` or `openssl`.
@@ -24,7 +24,9 @@ pub struct Record {
     /// Whether hardware AES was in use; None where the lab cannot tell (openssl).
     pub hardware_aes: Option<bool>,
     pub suite: String,
-    pub direction: Direction,
+    /// Encrypt, decrypt or mac; `direction` in the JSON, as in schema version 1.
+    #[serde(rename = "direction")]
+    pub crypto_op: CryptoOp,
     pub block_bytes: usize,
     pub threads: usize,
     /// Median over the repeats, in MB/s (10^6 bytes per second), summed over threads.
@@ -61,7 +63,7 @@ impl Record {
             library: head.library,
             hardware_aes: head.hardware_aes,
             suite: head.suite,
-            direction: head.direction,
+            crypto_op: head.crypto_op,
             block_bytes: head.block_bytes,
             threads: head.threads,
             mb_per_s: s.median,
@@ -94,7 +96,7 @@ pub struct RecordHead {
     pub library: String,
     pub hardware_aes: Option<bool>,
     pub suite: String,
-    pub direction: Direction,
+    pub crypto_op: CryptoOp,
     pub block_bytes: usize,
     pub threads: usize,
     pub driver: Option<String>,
@@ -153,7 +155,7 @@ impl Units {
 struct RowKey {
     suite_pos: usize,
     suite: String,
-    direction: Direction,
+    crypto_op: CryptoOp,
     impl_pos: usize,
     implementation: String,
 }
@@ -175,7 +177,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         let key = RowKey {
             suite_pos: suite_order.iter().position(|s| *s == r.suite).unwrap_or(0),
             suite: r.suite.clone(),
-            direction: r.direction,
+            crypto_op: r.crypto_op,
             impl_pos: impl_order.iter().position(|s| *s == r.row_label()).unwrap_or(0),
             implementation: r.row_label(),
         };
@@ -248,24 +250,28 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     let _ = write!(
         out,
         "{:<24} {:<8} {:<impl_width$}",
-        "suite", "dir", "implementation"
+        "suite", "direction", "implementation"
     );
     for s in sizes {
         let _ = write!(out, " {:>width$}", format!("{s} B"));
     }
     out.push('\n');
-    let mut last_group: Option<(String, Direction)> = None;
+    let mut last_group: Option<(String, CryptoOp)> = None;
     let mut spread_notes: Vec<&Record> = Vec::new();
     for (key, cells) in &rows {
-        let group = (key.suite.clone(), key.direction);
+        let group = (key.suite.clone(), key.crypto_op);
         let first_of_group = last_group.as_ref() != Some(&group);
-        let (suite, dir) = if first_of_group {
-            (key.suite.as_str(), key.direction.name())
+        let (suite, crypto_op) = if first_of_group {
+            (key.suite.as_str(), key.crypto_op.name())
         } else {
             ("", "")
         };
         last_group = Some(group);
-        let _ = write!(out, "{suite:<24} {dir:<8} {:<impl_width$}", key.implementation);
+        let _ = write!(
+            out,
+            "{suite:<24} {crypto_op:<8} {:<impl_width$}",
+            key.implementation
+        );
         for s in sizes {
             let cell = match cells.get(s) {
                 Some(r) => {
@@ -309,7 +315,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
             report.records.len(),
             worst.implementation,
             worst.suite,
-            worst.direction,
+            worst.crypto_op,
             worst.block_bytes,
             worst.spread * 100.0
         );
@@ -324,7 +330,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     out
 }
 
-/// `first/other` for each implementation after the first, per suite and direction.
+/// `first/other` for each implementation after the first, per suite and operation.
 fn ratio_lines(
     rows: &BTreeMap<RowKey, BTreeMap<usize, &Record>>,
     impl_order: &[&str],
@@ -336,15 +342,15 @@ fn ratio_lines(
         return String::new();
     };
     let mut out = String::new();
-    let mut groups: Vec<(usize, String, Direction)> = rows
+    let mut groups: Vec<(usize, String, CryptoOp)> = rows
         .keys()
-        .map(|k| (k.suite_pos, k.suite.clone(), k.direction))
+        .map(|k| (k.suite_pos, k.suite.clone(), k.crypto_op))
         .collect();
     groups.dedup();
-    for (_, suite, direction) in groups {
+    for (_, suite, crypto_op) in groups {
         let find = |name: &str| {
             rows.iter()
-                .find(|(k, _)| k.suite == suite && k.direction == direction && k.implementation == name)
+                .find(|(k, _)| k.suite == suite && k.crypto_op == crypto_op && k.implementation == name)
                 .map(|(_, cells)| cells)
         };
         let Some(base_cells) = find(base) else { continue };
@@ -352,7 +358,7 @@ fn ratio_lines(
             let Some(other_cells) = find(other) else { continue };
             let label = format!("{base}/{other}");
             let label_width = impl_width.max(label.len());
-            let _ = write!(out, "{suite:<24} {:<8} {label:<label_width$}", direction.name());
+            let _ = write!(out, "{suite:<24} {:<8} {label:<label_width$}", crypto_op.name());
             for s in sizes {
                 let cell = match (base_cells.get(s), other_cells.get(s)) {
                     (Some(b), Some(o)) if o.mb_per_s > 0.0 => format!("{:.2}x", b.mb_per_s / o.mb_per_s),
@@ -394,7 +400,7 @@ mod tests {
                 },
                 hardware_aes: hw,
                 suite: "aes-128-cbc".into(),
-                direction: Direction::Encrypt,
+                crypto_op: CryptoOp::Encrypt,
                 block_bytes: size,
                 threads: 1,
                 driver: None,
