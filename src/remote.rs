@@ -31,7 +31,7 @@ use tokio::net::TcpStream;
 use traffic::{CancellationToken, Progress, Receiver, TransferConfig};
 use tunnel::Tunnel;
 use tunnel_proto::{StaticKey, STATIC_KEY_LEN};
-use xfrm::{AuthTrunc, KeyInput, Mode, Protection, ReqId, RunIds, Spi, XfrmHandle};
+use xfrm::{AuthTrunc, KeyInput, Protection, ReqId, RunIds, Spi, XfrmHandle};
 
 use crate::backends::userspace;
 use crate::backends::xfrm::{self as xfrm_backend, SaSet, XfrmEnd};
@@ -245,7 +245,7 @@ pub enum HostEnd {
     Plain,
     Xfrm {
         end: XfrmEnd,
-        mode: Mode,
+        mode: IpsecMode,
         ids: RunIds,
         protection: Protection,
     },
@@ -267,8 +267,8 @@ impl HostEnd {
                     .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's hello")))?;
                 let ids = RunIds {
                     reqid: ReqId(k.reqid),
-                    spi_a_to_b: Spi(k.spi_client_to_server),
-                    spi_b_to_a: Spi(k.spi_server_to_client),
+                    spi_a_to_b: Spi(k.spi_a_to_b),
+                    spi_b_to_a: Spi(k.spi_b_to_a),
                 };
                 // Only the lab's ranges: a run can never touch SAs it does not own.
                 if !(ids.reqid.is_lab() && ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab()) {
@@ -285,7 +285,7 @@ impl HostEnd {
                     },
                 )
                 .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
-                let mode = Mode::Transport;
+                let mode = IpsecMode::Transport;
                 let sender = other(receiver_side(plan));
                 let set = SaSet {
                     mode,
@@ -407,8 +407,8 @@ fn generate_keys(plan: &RunPlan) -> LabResult<RunKeys> {
             };
             keys.xfrm = Some(XfrmKeys {
                 reqid: ids.reqid.0,
-                spi_client_to_server: ids.spi_a_to_b.0,
-                spi_server_to_client: ids.spi_b_to_a.0,
+                spi_a_to_b: ids.spi_a_to_b.0,
+                spi_b_to_a: ids.spi_b_to_a.0,
                 enc: secret_bytes(enc),
                 auth: auth.map(secret_bytes),
             });

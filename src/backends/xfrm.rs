@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use model::RunPlan;
+use model::{IpsecMode, RunPlan};
 use netns::Topology;
 use serde_json::json;
 use xfrm::{
-    AuthTrunc, Direction, IpProto, Mode, PolicyId, PolicySpec, Protection, RunIds, SaId, SaSpec, Template,
+    AuthTrunc, IpProto, PolicyDirection, PolicyId, PolicySpec, Protection, RunIds, SaId, SaSpec, Template,
     TrafficSelector, XfrmError, XfrmHandle, LAB_REPLAY_WINDOW,
 };
 
@@ -77,7 +77,7 @@ pub fn xfrm_error(e: XfrmError) -> LabError {
 /// flows. Each end installs its half from the same set, whether the two ends are two
 /// namespaces of one process or two machines.
 pub struct SaSet {
-    pub mode: Mode,
+    pub mode: IpsecMode,
     pub ids: RunIds,
     pub protection: Protection,
     /// Outer addresses: ESP travels between them (in transport mode they carry the data).
@@ -93,10 +93,10 @@ impl SaSet {
     /// The run's flows: in tunnel mode everything between the inner addresses; in transport
     /// mode only TCP to the receiver's data ports (one per stream), so nothing else between
     /// the two hosts is captured.
-    pub fn flows(plan: &RunPlan, mode: Mode, sender: IpAddr, receiver: IpAddr) -> Vec<TrafficSelector> {
+    pub fn flows(plan: &RunPlan, mode: IpsecMode, sender: IpAddr, receiver: IpAddr) -> Vec<TrafficSelector> {
         match mode {
-            Mode::Tunnel => vec![TrafficSelector::hosts(sender, receiver)],
-            Mode::Transport => (0..plan.parallel)
+            IpsecMode::Tunnel => vec![TrafficSelector::hosts(sender, receiver)],
+            IpsecMode::Transport => (0..plan.parallel)
                 .map(|i| TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.port + i))
                 .collect(),
         }
@@ -104,7 +104,7 @@ impl SaSet {
 
     fn sa(&self, src: IpAddr, dst: IpAddr, spi: xfrm::Spi) -> SaSpec {
         // In transport mode the SA itself may carry only TCP between the two hosts.
-        let selector = (self.mode == Mode::Transport).then(|| TrafficSelector {
+        let selector = (self.mode == IpsecMode::Transport).then(|| TrafficSelector {
             proto: Some(IpProto::Tcp),
             ..TrafficSelector::hosts(src, dst)
         });
@@ -148,8 +148,8 @@ impl SaSet {
             } else {
                 (flow.reversed(), *flow)
             };
-            out.push(PolicySpec::new(outgoing, Direction::Out, tmpl(here, there)));
-            out.push(PolicySpec::new(incoming, Direction::In, tmpl(there, here)));
+            out.push(PolicySpec::new(outgoing, PolicyDirection::Out, tmpl(here, there)));
+            out.push(PolicySpec::new(incoming, PolicyDirection::In, tmpl(there, here)));
         }
         out
     }
@@ -311,7 +311,7 @@ pub fn policy_id(r: &owner::PolicyRecord) -> Option<PolicyId> {
         Some(libc::IPPROTO_UDP) => Some(IpProto::Udp),
         Some(_) => return None,
     };
-    let direction = [Direction::In, Direction::Out, Direction::Fwd]
+    let direction = [PolicyDirection::In, PolicyDirection::Out, PolicyDirection::Fwd]
         .into_iter()
         .find(|d| d.name() == r.direction)?;
     let selector = TrafficSelector {
@@ -358,12 +358,12 @@ impl Drop for XfrmEnd {
 
 /// The report's evidence for a set: what both local ends share, plus the SA counters.
 pub fn details(
-    set_mode: Mode,
+    set_mode: IpsecMode,
     protection: &Protection,
     ids: RunIds,
     sas: Vec<serde_json::Value>,
 ) -> serde_json::Value {
-    let tunnel_header = if set_mode == Mode::Tunnel {
+    let tunnel_header = if set_mode == IpsecMode::Tunnel {
         IPV4_HEADER_LEN
     } else {
         0
@@ -405,7 +405,7 @@ pub fn show_keys(set: &SaSet) {
 
 pub struct Xfrm {
     path: DataPath,
-    mode: Mode,
+    mode: IpsecMode,
     ids: RunIds,
     protection: Protection,
     /// End a first, then b; dropping removes each end's SAs and policies.
@@ -417,13 +417,13 @@ pub struct Xfrm {
 impl Xfrm {
     pub async fn start(plan: &RunPlan, topology: &Topology) -> LabResult<Xfrm> {
         let ad = topology.addressing;
-        let mode = Mode::from(plan.mode);
+        let mode = plan.mode;
         let protection = Protection::generate(plan.suite, AuthTrunc::Bits128)
             .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
         let (outer_a, outer_b) = (IpAddr::V4(ad.outer_a), IpAddr::V4(ad.outer_b));
         let (data_a, data_b) = match mode {
-            Mode::Tunnel => (IpAddr::V4(ad.inner_a), IpAddr::V4(ad.inner_b)),
-            Mode::Transport => (outer_a, outer_b),
+            IpsecMode::Tunnel => (IpAddr::V4(ad.inner_a), IpAddr::V4(ad.inner_b)),
+            IpsecMode::Transport => (outer_a, outer_b),
         };
         let set = SaSet {
             mode,
@@ -438,7 +438,7 @@ impl Xfrm {
         for ns in [&topology.a, &topology.b] {
             handles.push(XfrmHandle::open_in(&ns.path()).map_err(xfrm_error)?);
         }
-        if mode == Mode::Tunnel {
+        if mode == IpsecMode::Tunnel {
             // Inner addresses live on the veth ends; the route's source makes the sender
             // use the inner address, so its packets match the policy.
             Topology::add_address(&topology.a, &topology.veth_a, ad.inner_a, 32).await?;
@@ -552,12 +552,12 @@ mod tests {
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let (from, to) = if sender == Side::A { (a, b) } else { (b, a) };
         SaSet {
-            mode: Mode::Transport,
+            mode: IpsecMode::Transport,
             ids: RunIds::for_slot(1),
             protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
             addr_a: a,
             addr_b: b,
-            flows: SaSet::flows(plan, Mode::Transport, from, to),
+            flows: SaSet::flows(plan, IpsecMode::Transport, from, to),
             sender,
         }
     }
@@ -588,7 +588,7 @@ mod tests {
                     let port = sel.dst_port.or(sel.src_port).unwrap();
                     assert!((6000..6002).contains(&port), "{sel}");
                     // The receiver's port is the destination of what the sender emits.
-                    let to_receiver = (p.direction == Direction::Out) == (side == sender);
+                    let to_receiver = (p.direction == PolicyDirection::Out) == (side == sender);
                     assert_eq!(sel.dst_port.is_some(), to_receiver, "{side:?} {sel}");
                 }
             }

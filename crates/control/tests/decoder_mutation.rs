@@ -29,8 +29,8 @@ fn seeds() -> Vec<Vec<u8>> {
             keys: RunKeys {
                 xfrm: Some(XfrmKeys {
                     reqid: 1,
-                    spi_client_to_server: 2,
-                    spi_server_to_client: 3,
+                    spi_a_to_b: 2,
+                    spi_b_to_a: 3,
                     enc: KeyMaterial::new(&[1; 32]),
                     auth: None,
                 }),

@@ -27,6 +27,6 @@ pub use handle::{CleanCounts, InstalledAlgorithm, PolicyInfo, SaCounters, SaInfo
 pub use probe::{probe, AlgorithmReport, Availability, Capabilities};
 pub use range::{ReqId, RunIds, Spi, LAB_POLICY_PRIORITY};
 pub use spec::{
-    AuthTrunc, Direction, IpProto, KernelAlgorithm, KeyInput, Mode, PolicyId, PolicySpec, Prefix, Protection,
+    AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
     SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
 };

@@ -4,7 +4,7 @@
 //!
 //! * [`selector`]: which packets (prefixes, protocol, ports), shared by SAs and policies.
 //! * [`protection`]: algorithms and keys.
-//! * [`sa`]: one ESP SA and its mode.
+//! * [`sa`]: one ESP SA; its mode is the plan's `model::IpsecMode`.
 //! * [`policy`]: one policy, its direction and template.
 //! * [`error`]: why a spec cannot be built.
 
@@ -15,10 +15,11 @@ mod sa;
 mod selector;
 
 pub use error::SpecError;
-pub use policy::{Direction, PolicyId, PolicySpec, Template};
+pub use policy::{PolicyDirection, PolicyId, PolicySpec, Template};
 pub use protection::{
     AuthTrunc, HmacSha256, KernelAlgorithm, KeyInput, Protection, Secret, GCM_ICV_BITS, GCM_SALT_BYTES,
     HMAC_SHA256_KEY_BYTES,
 };
-pub use sa::{Mode, SaId, SaSpec, LAB_REPLAY_WINDOW};
+pub(crate) use sa::{mode_from_raw, mode_raw};
+pub use sa::{SaId, SaSpec, LAB_REPLAY_WINDOW};
 pub use selector::{IpProto, Prefix, TrafficSelector};

@@ -5,39 +5,40 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use model::IpsecMode;
+
 use super::error::SpecError;
-use super::sa::Mode;
 use super::selector::{selector_args, TrafficSelector};
 use crate::range::{ReqId, LAB_POLICY_PRIORITY};
 
 /// Which packets a policy applies to: leaving the host, arriving for it, or forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
+pub enum PolicyDirection {
     In,
     Out,
     Fwd,
 }
 
-impl Direction {
+impl PolicyDirection {
     pub(crate) fn raw(self) -> u8 {
         match self {
-            Direction::In => netlink_packet_xfrm::XFRM_POLICY_IN,
-            Direction::Out => netlink_packet_xfrm::XFRM_POLICY_OUT,
-            Direction::Fwd => netlink_packet_xfrm::XFRM_POLICY_FWD,
+            PolicyDirection::In => netlink_packet_xfrm::XFRM_POLICY_IN,
+            PolicyDirection::Out => netlink_packet_xfrm::XFRM_POLICY_OUT,
+            PolicyDirection::Fwd => netlink_packet_xfrm::XFRM_POLICY_FWD,
         }
     }
 
-    pub(crate) fn from_raw(raw: u8) -> Option<Direction> {
-        [Direction::In, Direction::Out, Direction::Fwd]
+    pub(crate) fn from_raw(raw: u8) -> Option<PolicyDirection> {
+        [PolicyDirection::In, PolicyDirection::Out, PolicyDirection::Fwd]
             .into_iter()
             .find(|d| d.raw() == raw)
     }
 
     pub fn name(self) -> &'static str {
         match self {
-            Direction::In => "in",
-            Direction::Out => "out",
-            Direction::Fwd => "fwd",
+            PolicyDirection::In => "in",
+            PolicyDirection::Out => "out",
+            PolicyDirection::Fwd => "fwd",
         }
     }
 }
@@ -48,21 +49,21 @@ pub struct Template {
     pub src: IpAddr,
     pub dst: IpAddr,
     pub reqid: ReqId,
-    pub mode: Mode,
+    pub mode: IpsecMode,
 }
 
 /// One XFRM policy with a single ESP template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PolicySpec {
     pub selector: TrafficSelector,
-    pub direction: Direction,
+    pub direction: PolicyDirection,
     pub priority: u32,
     pub template: Template,
 }
 
 impl PolicySpec {
     /// A lab policy (priority [`LAB_POLICY_PRIORITY`]).
-    pub fn new(selector: TrafficSelector, direction: Direction, template: Template) -> PolicySpec {
+    pub fn new(selector: TrafficSelector, direction: PolicyDirection, template: Template) -> PolicySpec {
         PolicySpec {
             selector,
             direction,
@@ -116,10 +117,10 @@ pub enum PolicyId {
     /// By selector and direction, as `ip xfrm policy delete` does.
     Selector {
         selector: TrafficSelector,
-        direction: Direction,
+        direction: PolicyDirection,
     },
     /// By the index the kernel gave it (from a dump).
-    Index { index: u32, direction: Direction },
+    Index { index: u32, direction: PolicyDirection },
 }
 
 impl fmt::Display for PolicyId {

@@ -14,35 +14,18 @@ use crate::range::{ReqId, Spi};
 /// Replay window the lab gives every SA (packets). 32 is what iproute2 users usually pass.
 pub const LAB_REPLAY_WINDOW: u8 = 32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    Transport,
-    Tunnel,
-}
-
-impl Mode {
-    pub(crate) fn raw(self) -> u8 {
-        match self {
-            Mode::Transport => netlink_packet_xfrm::XFRM_MODE_TRANSPORT,
-            Mode::Tunnel => netlink_packet_xfrm::XFRM_MODE_TUNNEL,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Transport => "transport",
-            Mode::Tunnel => "tunnel",
-        }
+/// The mode's number in netlink XFRM (`XFRM_MODE_*`); the mode itself is the lab's
+/// vocabulary ([`IpsecMode`]), shared with the plan.
+pub(crate) fn mode_raw(mode: IpsecMode) -> u8 {
+    match mode {
+        IpsecMode::Transport => netlink_packet_xfrm::XFRM_MODE_TRANSPORT,
+        IpsecMode::Tunnel => netlink_packet_xfrm::XFRM_MODE_TUNNEL,
     }
 }
 
-impl From<IpsecMode> for Mode {
-    fn from(m: IpsecMode) -> Mode {
-        match m {
-            IpsecMode::Tunnel => Mode::Tunnel,
-            IpsecMode::Transport => Mode::Transport,
-        }
-    }
+/// The mode of a dumped SA or template; None for modes the lab never sets (BEET, ...).
+pub(crate) fn mode_from_raw(raw: u8) -> Option<IpsecMode> {
+    IpsecMode::ALL.into_iter().find(|m| mode_raw(*m) == raw)
 }
 
 /// One ESP security association.
@@ -52,7 +35,7 @@ pub struct SaSpec {
     pub dst: IpAddr,
     pub spi: Spi,
     pub reqid: ReqId,
-    pub mode: Mode,
+    pub mode: IpsecMode,
     pub replay_window: u8,
     pub protection: Protection,
     /// Which inner packets the SA may carry; the lab sets it in transport mode between real
@@ -138,5 +121,18 @@ pub struct SaId {
 impl fmt::Display for SaId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "spi={} {}->{}", self.spi, self.src, self.dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_through_their_netlink_numbers() {
+        for m in IpsecMode::ALL {
+            assert_eq!(mode_from_raw(mode_raw(m)), Some(m));
+        }
+        assert_eq!(mode_from_raw(netlink_packet_xfrm::XFRM_MODE_BEET), None);
     }
 }
