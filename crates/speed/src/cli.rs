@@ -243,9 +243,9 @@ struct Progress {
 }
 
 impl Progress {
-    /// Cells of one implementation's row: every suite's operations at every size.
+    /// Cells of one implementation's row: every suite's directions at every size.
     fn cells_per_row(plan: &SpeedPlan) -> usize {
-        plan.suites.iter().map(|s| s.crypto_ops().len()).sum::<usize>() * plan.sizes.len()
+        plan.suites.iter().map(|s| s.directions().len()).sum::<usize>() * plan.sizes.len()
     }
 
     fn new(plan: &SpeedPlan, guest_rows: bool) -> Progress {
@@ -312,17 +312,17 @@ fn measure_here(
     let info = imp.info();
     let mut records = Vec::new();
     for &suite in &plan.suites {
-        for &crypto_op in suite.crypto_ops() {
-            progress.line(&format!("timing {} {suite} {crypto_op}", info.label));
+        for &direction in suite.directions() {
+            progress.line(&format!("timing {} {suite} {direction}", info.label));
             for &size in &plan.sizes {
-                let repeats = measure_cell(&imp, suite, crypto_op, size, method)?;
+                let repeats = measure_cell(&imp, suite, direction, size, method)?;
                 progress.advance(1);
                 let head = RecordHead {
                     implementation: choice.to_string(),
                     library: info.library.to_string(),
                     hardware_aes: Some(info.hardware_aes),
                     suite: suite.name(),
-                    crypto_op,
+                    direction,
                     block_bytes: size,
                     threads: plan.threads,
                     driver: None,
@@ -372,9 +372,9 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Pr
         return;
     };
     for &suite in &plan.suites {
-        for &crypto_op in suite.crypto_ops() {
-            progress.line(&format!("timing openssl {suite} {crypto_op}"));
-            let result = openssl::run(suite, crypto_op, &plan.sizes, plan.seconds, plan.threads);
+        for &direction in suite.directions() {
+            progress.line(&format!("timing openssl {suite} {direction}"));
+            let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
             progress.advance(plan.sizes.len());
             match result {
                 Ok(cells) => {
@@ -384,7 +384,7 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Pr
                             library: version.clone(),
                             hardware_aes: None,
                             suite: suite.name(),
-                            crypto_op,
+                            direction,
                             block_bytes: c.block_bytes,
                             threads: plan.threads,
                             driver: None,
@@ -401,7 +401,7 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Pr
                 }
                 Err(e) => report.skipped.push(Skipped {
                     implementation: "openssl".into(),
-                    suite: Some(format!("{suite} {crypto_op}")),
+                    suite: Some(format!("{suite} {direction}")),
                     reason: e.to_string(),
                 }),
             }
@@ -434,20 +434,20 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
                 continue;
             }
         };
-        for &crypto_op in suite.crypto_ops() {
+        for &direction in suite.directions() {
             progress.line(&format!(
-                "timing kernel {suite} {crypto_op} ({})",
+                "timing kernel {suite} {direction} ({})",
                 verified.driver
             ));
             for &size in &plan.sizes {
-                let build = || kernel::build(suite, crypto_op, size);
+                let build = || kernel::build(suite, direction, size);
                 let measured = measure_cell_with(&build, method);
                 progress.advance(1);
                 let repeats = match measured {
                     Ok(r) => r,
                     Err(e) => {
                         report.skipped.push(skip(
-                            Some(format!("{suite} {crypto_op} {size} B")),
+                            Some(format!("{suite} {direction} {size} B")),
                             format!("failed while timed: {e}"),
                         ));
                         continue;
@@ -458,7 +458,7 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
                     library: format!("linux {} via AF_ALG", env.kernel_release),
                     hardware_aes: None,
                     suite: suite.name(),
-                    crypto_op,
+                    direction,
                     block_bytes: size,
                     threads: plan.threads,
                     driver: Some(verified.driver.clone()),
@@ -628,7 +628,7 @@ mod tests {
             .records
             .iter()
             .all(|r| r.mb_per_s > 0.0 && r.repeats_mb_per_s.len() == 3));
-        // Each implementation: 2 operations x 2 sizes.
+        // Each implementation: 2 directions x 2 sizes.
         let count = |imp: &str| report.records.iter().filter(|r| r.implementation == imp).count();
         assert_eq!((count("auto"), count("rustcrypto")), (4, 4));
         match crate::af_alg::available() {
@@ -657,7 +657,7 @@ mod tests {
         a.seconds = Some(0.5);
         a.sizes = vec![ByteSize(64), ByteSize(1400)];
         let plan = a.validate().unwrap();
-        // 2 implementations x 2 operations x 2 sizes, half a second each.
+        // 2 implementations x 2 directions x 2 sizes, half a second each.
         let mut p = Progress::new(&plan, false);
         assert_eq!(p.status(), "[cell 1/8, about 4 s left]");
         p.advance(8);

@@ -294,13 +294,13 @@ impl Tester<'_> {
 /// The timed operation for a kernel suite: one request through AF_ALG per packet, on this
 /// thread's own transform and operation socket, with the same keys, IVs, padding and AAD as
 /// the userspace rows ([`crate::ops`]).
-pub fn build(suite: SpeedSuite, crypto_op: CryptoOp, block_bytes: usize) -> Result<Op, OpError> {
+pub fn build(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Result<Op, OpError> {
     let alg = KernelAlgorithm::of(suite);
     let mut counter = 0u64;
-    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, crypto_op) {
-        (SpeedSuite::AesCbc(bits), crypto_op) => {
+    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, direction) {
+        (SpeedSuite::AesCbc(bits), dir) => {
             let k = keyed(alg, &ops::bench_key(bits.bytes()), None)?;
-            let op = if crypto_op == CryptoOp::Encrypt {
+            let op = if dir == CryptoOp::Encrypt {
                 CipherOp::Encrypt
             } else {
                 CipherOp::Decrypt
@@ -455,9 +455,9 @@ mod tests {
             return;
         }
         for suite in SpeedSuite::all() {
-            for &crypto_op in suite.crypto_ops() {
+            for &dir in suite.directions() {
                 for size in crate::BLOCK_SIZES {
-                    let mut op = build(suite, crypto_op, size).unwrap_or_else(|e| panic!("{suite}: {e}"));
+                    let mut op = build(suite, dir, size).unwrap_or_else(|e| panic!("{suite}: {e}"));
                     op.run().unwrap();
                     op.run().unwrap();
                 }

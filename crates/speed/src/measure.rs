@@ -104,11 +104,11 @@ fn pin_current_thread(cpu: usize) {
 pub fn measure_cell(
     imp: &Implementation,
     suite: SpeedSuite,
-    crypto_op: CryptoOp,
+    direction: CryptoOp,
     block_bytes: usize,
     method: &Method,
 ) -> Result<Vec<f64>, SpeedError> {
-    let build = || ops::build(imp, suite, crypto_op, block_bytes).map_err(OpError::from);
+    let build = || ops::build(imp, suite, direction, block_bytes).map_err(OpError::from);
     measure_cell_with(&build, method).map_err(|source| SpeedError::Crypto {
         implementation: imp.to_string(),
         suite: suite.name(),
@@ -171,13 +171,13 @@ pub fn single_core_mb_per_s(
     duration: Duration,
 ) -> Result<f64, SpeedError> {
     crypto::self_test(imp)?;
-    let crypto_op = suite.crypto_ops()[0];
+    let direction = suite.directions()[0];
     let crypto_err = |source: OpError| SpeedError::Crypto {
         implementation: imp.to_string(),
         suite: suite.name(),
         source,
     };
-    let mut op = ops::build(imp, suite, crypto_op, packet_bytes).map_err(|e| crypto_err(e.into()))?;
+    let mut op = ops::build(imp, suite, direction, packet_bytes).map_err(|e| crypto_err(e.into()))?;
     timed_loop(&mut op, (duration / 10).min(Duration::from_millis(100))).map_err(crypto_err)?;
     Ok(timed_loop(&mut op, duration).map_err(crypto_err)?.mb_per_s())
 }

@@ -1,4 +1,4 @@
-//! One timed operation per suite and [`CryptoOp`]: what a data path does to one packet.
+//! One timed operation per suite and direction: what a data path does to one packet.
 //!
 //! CBC lengths that are not a whole number of blocks (1400) are rounded up to the next block
 //! (1408), as a tunnel pads; the payload size, not the padded size, is what is counted.
@@ -59,17 +59,17 @@ pub(crate) fn counter_iv(counter: u64) -> [u8; AES_BLOCK_LEN] {
     iv
 }
 
-/// Builds the operation for `suite`/`crypto_op` on `block_bytes`-byte packets. Operations a
-/// suite does not list in [`SpeedSuite::crypto_ops`] fall back to the nearest one (CBC
+/// Builds the operation for `suite`/`direction` on `block_bytes`-byte packets. Directions a
+/// suite does not list in [`SpeedSuite::directions`] fall back to the nearest one (CBC
 /// `mac` is decrypt; the others are timed one way only).
 pub fn build(
     imp: &Implementation,
     suite: SpeedSuite,
-    crypto_op: CryptoOp,
+    direction: CryptoOp,
     block_bytes: usize,
 ) -> Result<Op, CryptoError> {
     let mut counter = 0u64;
-    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, crypto_op) {
+    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, direction) {
         (SpeedSuite::AesCbc(bits), CryptoOp::Encrypt) => {
             let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
             let mut buf = vec![0u8; round_up_to_block(block_bytes)];
@@ -138,9 +138,9 @@ mod tests {
     fn every_suite_and_direction_builds_and_runs_at_every_size() {
         let imp = Implementation::new(CryptoChoice::Rustcrypto).unwrap();
         for suite in SpeedSuite::all() {
-            for &crypto_op in suite.crypto_ops() {
+            for &dir in suite.directions() {
                 for size in crate::BLOCK_SIZES {
-                    let mut op = build(&imp, suite, crypto_op, size).unwrap();
+                    let mut op = build(&imp, suite, dir, size).unwrap();
                     op.run().unwrap();
                     op.run().unwrap();
                     assert_eq!(op.payload_bytes, size);

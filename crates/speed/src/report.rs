@@ -14,7 +14,7 @@ pub const SPEED_SCHEMA_VERSION: u32 = 1;
 /// Repeats further apart than this are flagged in the table.
 pub const SPREAD_FLAG: f64 = 0.05;
 
-/// One cell: an implementation timing one suite's operation at one block size.
+/// One cell: an implementation timing one suite in one direction at one block size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// `auto`, `soft`, `rustcrypto`, `aws-lc`, `kernel` or `openssl`.
@@ -24,9 +24,7 @@ pub struct Record {
     /// Whether hardware AES was in use; None where the lab cannot tell (openssl).
     pub hardware_aes: Option<bool>,
     pub suite: String,
-    /// Encrypt, decrypt or mac; `direction` in the JSON, as in schema version 1.
-    #[serde(rename = "direction")]
-    pub crypto_op: CryptoOp,
+    pub direction: CryptoOp,
     pub block_bytes: usize,
     pub threads: usize,
     /// Median over the repeats, in MB/s (10^6 bytes per second), summed over threads.
@@ -63,7 +61,7 @@ impl Record {
             library: head.library,
             hardware_aes: head.hardware_aes,
             suite: head.suite,
-            crypto_op: head.crypto_op,
+            direction: head.direction,
             block_bytes: head.block_bytes,
             threads: head.threads,
             mb_per_s: s.median,
@@ -96,7 +94,7 @@ pub struct RecordHead {
     pub library: String,
     pub hardware_aes: Option<bool>,
     pub suite: String,
-    pub crypto_op: CryptoOp,
+    pub direction: CryptoOp,
     pub block_bytes: usize,
     pub threads: usize,
     pub driver: Option<String>,
@@ -155,7 +153,7 @@ impl Units {
 struct RowKey {
     suite_pos: usize,
     suite: String,
-    crypto_op: CryptoOp,
+    direction: CryptoOp,
     impl_pos: usize,
     implementation: String,
 }
@@ -177,7 +175,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         let key = RowKey {
             suite_pos: suite_order.iter().position(|s| *s == r.suite).unwrap_or(0),
             suite: r.suite.clone(),
-            crypto_op: r.crypto_op,
+            direction: r.direction,
             impl_pos: impl_order.iter().position(|s| *s == r.row_label()).unwrap_or(0),
             implementation: r.row_label(),
         };
@@ -250,7 +248,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     let _ = write!(
         out,
         "{:<24} {:<8} {:<impl_width$}",
-        "suite", "direction", "implementation"
+        "suite", "dir", "implementation"
     );
     for s in sizes {
         let _ = write!(out, " {:>width$}", format!("{s} B"));
@@ -259,19 +257,15 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     let mut last_group: Option<(String, CryptoOp)> = None;
     let mut spread_notes: Vec<&Record> = Vec::new();
     for (key, cells) in &rows {
-        let group = (key.suite.clone(), key.crypto_op);
+        let group = (key.suite.clone(), key.direction);
         let first_of_group = last_group.as_ref() != Some(&group);
-        let (suite, crypto_op) = if first_of_group {
-            (key.suite.as_str(), key.crypto_op.name())
+        let (suite, dir) = if first_of_group {
+            (key.suite.as_str(), key.direction.name())
         } else {
             ("", "")
         };
         last_group = Some(group);
-        let _ = write!(
-            out,
-            "{suite:<24} {crypto_op:<8} {:<impl_width$}",
-            key.implementation
-        );
+        let _ = write!(out, "{suite:<24} {dir:<8} {:<impl_width$}", key.implementation);
         for s in sizes {
             let cell = match cells.get(s) {
                 Some(r) => {
@@ -315,7 +309,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
             report.records.len(),
             worst.implementation,
             worst.suite,
-            worst.crypto_op,
+            worst.direction,
             worst.block_bytes,
             worst.spread * 100.0
         );
@@ -330,7 +324,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     out
 }
 
-/// `first/other` for each implementation after the first, per suite and operation.
+/// `first/other` for each implementation after the first, per suite and direction.
 fn ratio_lines(
     rows: &BTreeMap<RowKey, BTreeMap<usize, &Record>>,
     impl_order: &[&str],
@@ -344,13 +338,13 @@ fn ratio_lines(
     let mut out = String::new();
     let mut groups: Vec<(usize, String, CryptoOp)> = rows
         .keys()
-        .map(|k| (k.suite_pos, k.suite.clone(), k.crypto_op))
+        .map(|k| (k.suite_pos, k.suite.clone(), k.direction))
         .collect();
     groups.dedup();
-    for (_, suite, crypto_op) in groups {
+    for (_, suite, direction) in groups {
         let find = |name: &str| {
             rows.iter()
-                .find(|(k, _)| k.suite == suite && k.crypto_op == crypto_op && k.implementation == name)
+                .find(|(k, _)| k.suite == suite && k.direction == direction && k.implementation == name)
                 .map(|(_, cells)| cells)
         };
         let Some(base_cells) = find(base) else { continue };
@@ -358,7 +352,7 @@ fn ratio_lines(
             let Some(other_cells) = find(other) else { continue };
             let label = format!("{base}/{other}");
             let label_width = impl_width.max(label.len());
-            let _ = write!(out, "{suite:<24} {:<8} {label:<label_width$}", crypto_op.name());
+            let _ = write!(out, "{suite:<24} {:<8} {label:<label_width$}", direction.name());
             for s in sizes {
                 let cell = match (base_cells.get(s), other_cells.get(s)) {
                     (Some(b), Some(o)) if o.mb_per_s > 0.0 => format!("{:.2}x", b.mb_per_s / o.mb_per_s),
@@ -400,7 +394,7 @@ mod tests {
                 },
                 hardware_aes: hw,
                 suite: "aes-128-cbc".into(),
-                crypto_op: CryptoOp::Encrypt,
+                direction: CryptoOp::Encrypt,
                 block_bytes: size,
                 threads: 1,
                 driver: None,

@@ -1,5 +1,5 @@
 //! What the benchmark measures: suites (an algorithm as a tunnel uses it) and the crypto
-//! operation timed (encrypt, decrypt or mac).
+//! operation timed ([`CryptoOp`]: encrypt, decrypt or mac; `direction` in records and JSON).
 
 use std::fmt;
 use std::str::FromStr;
@@ -40,9 +40,9 @@ impl SpeedSuite {
         }
     }
 
-    /// Operations worth timing: CBC decrypt parallelises and is much faster than encrypt,
-    /// so both are shown; the others are timed as a sender computes them.
-    pub fn crypto_ops(&self) -> &'static [CryptoOp] {
+    /// Directions worth timing: CBC decrypt parallelises and is much faster than encrypt,
+    /// so both are shown; the others are timed in the direction a sender computes.
+    pub fn directions(&self) -> &'static [CryptoOp] {
         match self {
             SpeedSuite::AesCbc(_) => &[CryptoOp::Encrypt, CryptoOp::Decrypt],
             SpeedSuite::HmacSha256 => &[CryptoOp::Mac],
