@@ -30,7 +30,8 @@ use std::collections::BTreeSet;
 
 use model::matrix::MatrixReport;
 
-use crate::{columns_explained, not_run_reasons, RenderError};
+use crate::shared::{columns_explained, not_run_reasons};
+pub use draw::RenderError;
 use draw::{text_section, Layout};
 use panel::{panel_section, panels, Footnotes};
 use style::{Type, BODY, HEADING, SMALL};
@@ -117,7 +118,8 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cell_for, fixture, fmt_rate};
+    use crate::fixture;
+    use crate::shared::{cell_for, fmt_rate};
     use model::matrix::{CellOutcome, RowKey, RowVariant, HOST};
     use model::Backend;
     use plotters::style::RGBColor;

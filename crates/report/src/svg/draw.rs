@@ -1,6 +1,7 @@
 //! Drawing with plotters: text (measured and wrapped, since SVG cannot measure it), lines,
 //! the grid every section shares ([`Layout`]) and sections, each drawn on its own and
-//! stacked by the chart. Knows nothing of bars or panels.
+//! stacked by the chart, and the one error drawing can end in ([`RenderError`]). Knows
+//! nothing of bars or panels.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -9,7 +10,13 @@ use plotters::style::text_anchor::{Pos, VPos};
 use model::matrix::MatrixReport;
 
 use super::style::{Type, AXIS_LABEL, BAR_AREA, BODY, BOLD, LINE, MARGIN, SMALL};
-use crate::{fmt_rate, RenderError};
+use crate::shared::fmt_rate;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("drawing the chart failed: {0}")]
+    Chart(String),
+}
 
 pub(super) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 

@@ -10,10 +10,10 @@ use plotters::style::text_anchor::HPos;
 use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
 use model::CipherSuite;
 
-use super::draw::{chart_error, line, section, text_width, wrap, write, Layout, Section};
+use super::draw::{chart_error, line, section, text_width, wrap, write, Layout, RenderError, Section};
 use super::scale::Scale;
 use super::style::*;
-use crate::{cell_for, environment_summary, environment_title, fmt_rate, RenderError};
+use crate::shared::{cell_for, environment_summary, environment_title, fmt_rate};
 
 /// The figures a bar is drawn from, when they can be drawn (a report written before
 /// untimed transfers were refused may hold inf or NaN).
