@@ -17,8 +17,8 @@
 //! one `<svg>` with a `viewBox`, each in a `<g>` whose id names it (`panel-host`,
 //! `panel-vm`, …), so the chart scales to any width and its parts can be found by tools.
 //!
-//! Parts: [`style`] (labels, sizes, colours, type), [`draw`] (text, lines, the shared grid,
-//! sections), [`scale`] (a panel's axis), [`panel`] (rows grouped by environment, drawn as
+//! Parts: `style` (labels, sizes, colours, type), `draw` (text, lines, the shared grid,
+//! sections), `scale` (a panel's axis), `panel` (rows grouped by environment, drawn as
 //! bars); this file stacks the sections into the chart.
 
 mod draw;

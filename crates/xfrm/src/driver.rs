@@ -102,7 +102,7 @@ pub fn choosable_cbc_aes_drivers(entries: &[CryptoEntry]) -> Result<Vec<String>,
     }
 }
 
-/// The priorities that make `driver` serve the next SA: it goes [`PIN_MARGIN`] above the
+/// The priorities that make `driver` serve the next SA: it goes 100 above the
 /// highest `cbc(aes)` priority, the others keep theirs. Negative priorities count as 0.
 pub fn pin_plan(entries: &[CryptoEntry], driver: &str) -> Result<Vec<PriorityChange>, DriverError> {
     let cbc: Vec<&CryptoEntry> = entries.iter().filter(|e| is_cbc_aes(e)).collect();

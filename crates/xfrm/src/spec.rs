@@ -2,11 +2,11 @@
 //! policies. Only valid combinations can be built; raw protocol numbers and algorithm
 //! strings stay inside this crate.
 //!
-//! * [`selector`]: which packets (prefixes, protocol, ports), shared by SAs and policies.
-//! * [`protection`]: algorithms and keys.
-//! * [`sa`]: one ESP SA; its mode is the plan's `model::IpsecMode`.
-//! * [`policy`]: one policy, its direction and template.
-//! * [`error`]: why a spec cannot be built.
+//! * `selector`: which packets (prefixes, protocol, ports), shared by SAs and policies.
+//! * `protection`: algorithms and keys.
+//! * `sa`: one ESP SA; its mode is the plan's `model::IpsecMode`.
+//! * `policy`: one policy, its direction and template.
+//! * `error`: why a spec cannot be built.
 
 mod error;
 mod policy;
