@@ -103,9 +103,12 @@ pub fn choosable_cbc_aes_drivers(entries: &[CryptoEntry]) -> Result<Vec<String>,
 }
 
 /// The priorities that make `driver` serve the next SA: it goes 100 above the
-/// highest `cbc(aes)` priority, the others keep theirs. Negative priorities count as 0.
+/// highest `cbc(aes)` priority, the others keep theirs; each driver once, though
+/// /proc/crypto may list one twice. Negative priorities count as 0.
 pub fn pin_plan(entries: &[CryptoEntry], driver: &str) -> Result<Vec<PriorityChange>, DriverError> {
-    let cbc: Vec<&CryptoEntry> = entries.iter().filter(|e| is_cbc_aes(e)).collect();
+    let mut cbc: Vec<&CryptoEntry> = entries.iter().filter(|e| is_cbc_aes(e)).collect();
+    cbc.sort_by(|a, b| a.driver.cmp(&b.driver));
+    cbc.dedup_by(|a, b| a.driver == b.driver);
     if !cbc.iter().any(|e| e.driver == driver) {
         return Err(DriverError::Vanished(driver.to_string()));
     }
@@ -311,6 +314,8 @@ type         : aead
             .filter(|c| c.driver != "cbc(aes-generic)")
             .all(|c| c.new == c.original));
         assert!(plan.iter().all(|c| c.driver != "cbc-aes-shash"), "{plan:?}");
+        let drivers: Vec<&str> = plan.iter().map(|c| c.driver.as_str()).collect();
+        assert_eq!(drivers, ["cbc(aes-generic)", "cbc-aes-aesni", "cbc-aes-broken"]);
     }
 
     #[test]
