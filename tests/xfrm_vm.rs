@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use model::{CipherSuite, Hmac, KeyBits};
+use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 use xfrm::{
-    AuthTrunc, Direction, IpProto, Mode, PolicySpec, Protection, RunIds, SaSpec, Spi, Template,
+    AuthTrunc, IpProto, PolicyDirection, PolicySpec, Protection, RunIds, SaSpec, Spi, Template,
     TrafficSelector, XfrmHandle, LAB_REPLAY_WINDOW,
 };
 
@@ -183,7 +183,7 @@ async fn interop() {
         dst,
         spi,
         reqid: ids.reqid,
-        mode: Mode::Transport,
+        mode: IpsecMode::Transport,
         replay_window: LAB_REPLAY_WINDOW,
         protection: protection.clone(),
         selector: None,
@@ -193,17 +193,17 @@ async fn interop() {
         src,
         dst,
         reqid: ids.reqid,
-        mode: Mode::Transport,
+        mode: IpsecMode::Transport,
     };
     let port = 5301;
     let ab = TrafficSelector::port(a, b, IpProto::Tcp, port);
     let pol_a = [
-        PolicySpec::new(ab, Direction::Out, tmpl(a, b)),
-        PolicySpec::new(ab.reversed(), Direction::In, tmpl(b, a)),
+        PolicySpec::new(ab, PolicyDirection::Out, tmpl(a, b)),
+        PolicySpec::new(ab.reversed(), PolicyDirection::In, tmpl(b, a)),
     ];
     let pol_b = [
-        PolicySpec::new(ab.reversed(), Direction::Out, tmpl(b, a)),
-        PolicySpec::new(ab, Direction::In, tmpl(a, b)),
+        PolicySpec::new(ab.reversed(), PolicyDirection::Out, tmpl(b, a)),
+        PolicySpec::new(ab, PolicyDirection::In, tmpl(a, b)),
     ];
     let h = XfrmHandle::open_in(&topo.a.path()).unwrap();
     for s in &sas {

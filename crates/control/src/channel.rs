@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::frame::{self, MAX_FRAME, MAX_HANDSHAKE_FRAME};
-use crate::message::Message;
+use crate::message::{self, Message};
 use crate::noise::{Initiator, Responder, Session};
 use crate::{ControlError, Psk};
 
@@ -118,14 +118,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
     }
 
     pub async fn send(&mut self, msg: &Message) -> Result<(), ControlError> {
-        let body = self.session.seal(msg)?;
+        let body = self.session.seal(&message::encode(msg)?)?;
         write_frame(&mut self.stream, &body, "sending a control message").await
     }
 
-    /// Sends bytes encoded by the caller, not by [`crate::message::encode`]: for messages
+    /// Sends bytes encoded by the caller, not by [`message::encode`]: for messages
     /// crafted by hand, as a hostile client does in the server's tests.
     pub async fn send_plaintext(&mut self, plain: &[u8]) -> Result<(), ControlError> {
-        let body = self.session.seal_plaintext(plain)?;
+        let body = self.session.seal(plain)?;
         write_frame(&mut self.stream, &body, "sending a control message").await
     }
 
@@ -138,7 +138,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
     /// nothing, so it can sit in a `select!` beside other work.
     pub async fn recv_any(&mut self, during: &'static str) -> Result<Message, ControlError> {
         let body = read_frame(&mut self.stream, &mut self.pending, MAX_FRAME, during).await?;
-        self.session.open(&body)
+        message::decode(&self.session.open(&body)?)
     }
 
     pub fn get_ref(&self) -> &S {
@@ -279,7 +279,10 @@ mod tests {
         let (c, s) = connected(&k, &k).await;
         let (mut c, mut s) = (c.unwrap(), s.unwrap());
         // Half a frame arrives, then the receive is cancelled by a timeout.
-        let body = c.session.seal(&Message::Finish).unwrap();
+        let body = c
+            .session
+            .seal(&message::encode(&Message::Finish).unwrap())
+            .unwrap();
         let framed = frame::encode(&body).unwrap();
         c.stream.write_all(&framed[..5]).await.unwrap();
         assert!(s.recv(Duration::from_millis(100), "t").await.is_err());

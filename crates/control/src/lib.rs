@@ -2,7 +2,7 @@
 //! `ipsec-lab run --peer` on the other agree on a run over it.
 //!
 //! * [`psk`]: the pre-shared key, its file format and the permission check on that file.
-//! * [`noise`]: the handshake and the encrypted session, sans-IO. Noise
+//! * [`noise`]: the handshake and the encrypted session, sans-IO and bytes only. Noise
 //!   `NNpsk0_25519_ChaChaPoly_BLAKE2s` (via `snow`): the key is mixed into the very first
 //!   message, so a peer without it is refused on that message, before anything else it
 //!   sends is read; the ephemeral-ephemeral DH gives each run fresh session keys.
@@ -10,7 +10,8 @@
 //! * [`request`]: what a client may ask for, the server's limits, and the end the server
 //!   decides for itself (pure checks, no IO).
 //! * [`frame`]: the length prefix on the wire, checked before a body is buffered.
-//! * [`channel`]: a small tokio layer that runs the above over a byte stream, with timeouts.
+//! * [`channel`]: a small tokio layer that runs the above over a byte stream, with timeouts;
+//!   it is where messages are encoded before sealing and decoded after opening.
 //!
 //! Leaves out: what the messages make the hosts do (crate `lab`'s `remote::server` and
 //! `remote::client`), sockets and listening, and the access list.

@@ -21,8 +21,7 @@ use model::{Environment, TransferSide};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zeroize::Zeroizing;
 
-use crate::frame::MAX_FRAME;
-use crate::noise::TAG_LEN;
+use crate::noise::MAX_PLAINTEXT;
 use crate::request::{PeerRequest, ServerEnd};
 use crate::ControlError;
 
@@ -30,7 +29,7 @@ use crate::ControlError;
 /// carries a request instead of the client's whole plan.
 pub const VERSION: u16 = 2;
 /// Largest encoded message: what fits one Noise message with its tag.
-pub const MAX_MESSAGE: usize = MAX_FRAME - TAG_LEN;
+pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Envelope {
@@ -118,9 +117,12 @@ pub struct RunKeys {
 #[serde(deny_unknown_fields)]
 pub struct XfrmKeys {
     pub reqid: u32,
-    /// SPI of the SA carrying client → server traffic.
-    pub spi_client_to_server: u32,
-    pub spi_server_to_client: u32,
+    /// SPI of the SA carrying end a → end b traffic, as `xfrm::RunIds` names it: the client
+    /// is end a, the server end b. The wire keeps protocol version 2's names.
+    #[serde(rename = "spi_client_to_server")]
+    pub spi_a_to_b: u32,
+    #[serde(rename = "spi_server_to_client")]
+    pub spi_b_to_a: u32,
     /// AES key (for GCM followed by the 4-byte salt).
     pub enc: KeyMaterial,
     pub auth: Option<KeyMaterial>,
@@ -268,8 +270,8 @@ mod tests {
             keys: RunKeys {
                 xfrm: Some(XfrmKeys {
                     reqid: 0x1a5001,
-                    spi_client_to_server: 0x1a500101,
-                    spi_server_to_client: 0x1a500102,
+                    spi_a_to_b: 0x1a500101,
+                    spi_b_to_a: 0x1a500102,
                     enc: KeyMaterial::new(&[0xaa; 32]),
                     auth: Some(KeyMaterial::new(&[0x55; 32])),
                 }),
@@ -321,6 +323,17 @@ mod tests {
         let text = std::str::from_utf8(&bytes).unwrap();
         assert!(text.contains(&"aa".repeat(32)));
         assert!(!format!("{:?}", hello()).contains("aaaa"));
+    }
+
+    /// The SPI fields were renamed to the lab's a/b vocabulary in Rust only: a version 2
+    /// peer must still read and write the names it knows.
+    #[test]
+    fn spis_keep_their_version_2_wire_names() {
+        let bytes = encode(&hello()).unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains(r#""spi_client_to_server":441450753"#), "{text}");
+        assert!(text.contains(r#""spi_server_to_client":441450754"#), "{text}");
+        assert!(!text.contains("spi_a_to_b"), "{text}");
     }
 
     #[test]

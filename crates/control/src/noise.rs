@@ -1,4 +1,5 @@
-//! The handshake and the session, sans-IO: the caller moves the bytes.
+//! The handshake and the session, sans-IO: the caller moves the bytes. It deals in bytes
+//! only; what they mean is [`crate::message`]'s business, joined to this in [`crate::channel`].
 //!
 //! Pattern `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, chosen because:
 //! * the two hosts share only the pre-shared key (no static key pairs to distribute), and
@@ -17,13 +18,14 @@ use snow::{Builder, HandshakeState, TransportState};
 use zeroize::Zeroizing;
 
 use crate::frame::MAX_FRAME;
-use crate::message::{self, Message};
 use crate::{ControlError, Psk};
 
 pub const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 const PROLOGUE: &[u8] = b"ipsec-lab control channel";
 /// Bytes each encrypted message carries besides its plaintext (the Poly1305 tag).
 pub const TAG_LEN: usize = 16;
+/// Largest plaintext one sealed message may carry: a frame's worth less the tag.
+pub const MAX_PLAINTEXT: usize = MAX_FRAME - TAG_LEN;
 /// Length of either handshake message: an X25519 ephemeral key and the tag of the empty payload.
 pub const HANDSHAKE_MESSAGE_LEN: usize = 32 + TAG_LEN;
 
@@ -102,18 +104,12 @@ impl Session {
         })
     }
 
-    /// Encodes and encrypts a message into a frame body.
-    pub fn seal(&mut self, msg: &Message) -> Result<Vec<u8>, ControlError> {
-        self.seal_plaintext(&message::encode(msg)?)
-    }
-
-    /// Encrypts already encoded bytes: for messages crafted by hand (a hostile client in the
-    /// server's tests). At most [`message::MAX_MESSAGE`] bytes.
-    pub fn seal_plaintext(&mut self, plain: &[u8]) -> Result<Vec<u8>, ControlError> {
-        if plain.len() > message::MAX_MESSAGE {
+    /// Encrypts a plaintext of at most [`MAX_PLAINTEXT`] bytes into a frame body.
+    pub fn seal(&mut self, plain: &[u8]) -> Result<Vec<u8>, ControlError> {
+        if plain.len() > MAX_PLAINTEXT {
             return Err(ControlError::Oversized {
                 len: plain.len(),
-                max: message::MAX_MESSAGE,
+                max: MAX_PLAINTEXT,
             });
         }
         let mut out = vec![0u8; plain.len() + TAG_LEN];
@@ -126,8 +122,8 @@ impl Session {
         Ok(out)
     }
 
-    /// Decrypts and decodes a frame body. The plaintext (which may hold keys) is wiped.
-    pub fn open(&mut self, body: &[u8]) -> Result<Message, ControlError> {
+    /// Decrypts a frame body. The plaintext (which may hold keys) is wiped when dropped.
+    pub fn open(&mut self, body: &[u8]) -> Result<Zeroizing<Vec<u8>>, ControlError> {
         if body.len() > MAX_FRAME {
             return Err(ControlError::Oversized {
                 len: body.len(),
@@ -139,7 +135,8 @@ impl Session {
             .transport
             .read_message(body, &mut plain)
             .map_err(|_| ControlError::Decrypt)?;
-        message::decode(&plain[..n])
+        plain.truncate(n);
+        Ok(plain)
     }
 }
 
@@ -158,11 +155,25 @@ mod tests {
         let k = Psk::generate().unwrap();
         let (mut c, mut s) = pair(&k, &k).unwrap();
         for _ in 0..3 {
-            let body = c.seal(&Message::Finish).unwrap();
-            assert_eq!(s.open(&body).unwrap(), Message::Finish);
-            let body = s.seal(&Message::Busy).unwrap();
-            assert_eq!(c.open(&body).unwrap(), Message::Busy);
+            let body = c.seal(b"finish").unwrap();
+            assert_eq!(body.len(), 6 + TAG_LEN);
+            assert_eq!(&s.open(&body).unwrap()[..], b"finish");
+            let body = s.seal(b"busy").unwrap();
+            assert_eq!(&c.open(&body).unwrap()[..], b"busy");
         }
+    }
+
+    #[test]
+    fn plaintexts_up_to_a_frame_less_the_tag_are_sealed() {
+        let k = Psk::generate().unwrap();
+        let (mut c, mut s) = pair(&k, &k).unwrap();
+        let body = c.seal(&vec![7; MAX_PLAINTEXT]).unwrap();
+        assert_eq!(body.len(), MAX_FRAME);
+        assert_eq!(s.open(&body).unwrap().len(), MAX_PLAINTEXT);
+        assert!(matches!(
+            c.seal(&vec![7; MAX_PLAINTEXT + 1]),
+            Err(ControlError::Oversized { .. })
+        ));
     }
 
     #[test]
@@ -194,16 +205,16 @@ mod tests {
     fn tampered_replayed_or_reordered_messages_fail_to_open() {
         let k = Psk::generate().unwrap();
         let (mut c, mut s) = pair(&k, &k).unwrap();
-        let mut body = c.seal(&Message::Finish).unwrap();
+        let mut body = c.seal(b"finish").unwrap();
         body[3] ^= 1;
         assert!(matches!(s.open(&body), Err(ControlError::Decrypt)));
 
         let (mut c, mut s) = pair(&k, &k).unwrap();
-        let first = c.seal(&Message::Finish).unwrap();
-        let second = c.seal(&Message::Busy).unwrap();
+        let first = c.seal(b"first").unwrap();
+        let second = c.seal(b"second").unwrap();
         assert!(matches!(s.open(&second), Err(ControlError::Decrypt)));
         let (mut c2, mut s2) = pair(&k, &k).unwrap();
-        let b1 = c2.seal(&Message::Finish).unwrap();
+        let b1 = c2.seal(b"once").unwrap();
         s2.open(&b1).unwrap();
         assert!(matches!(s2.open(&b1), Err(ControlError::Decrypt)), "replay");
         drop((first, s));

@@ -29,8 +29,8 @@ fn seeds() -> Vec<Vec<u8>> {
             keys: RunKeys {
                 xfrm: Some(XfrmKeys {
                     reqid: 1,
-                    spi_client_to_server: 2,
-                    spi_server_to_client: 3,
+                    spi_a_to_b: 2,
+                    spi_b_to_a: 3,
                     enc: KeyMaterial::new(&[1; 32]),
                     auth: None,
                 }),
@@ -104,7 +104,7 @@ fn session_open_survives_random_and_mutated_ciphertext() {
     let (init, first) = Initiator::start(&k).unwrap();
     let (mut server, answer) = Responder::respond(&k, &first).unwrap();
     let mut client = init.finish(&answer).unwrap();
-    let genuine = client.seal(&Message::Finish).unwrap();
+    let genuine = client.seal(&encode(&Message::Finish).unwrap()).unwrap();
     for _ in 0..5_000 {
         let input = mutate(&mut rng, &genuine);
         assert!(input == genuine || server.open(&input).is_err());

@@ -9,8 +9,10 @@ use aws_lc_rs::cipher::{
 use aws_lc_rs::hmac;
 use aws_lc_rs::iv::FixedLength;
 
-use crate::{
-    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, KeyBits, Library, AES_BLOCK_LEN,
+use model::KeyBits;
+
+use crate::primitives::{
+    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library, AES_BLOCK_LEN,
     HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
 };
 

@@ -8,7 +8,8 @@
 //! Public so that other crates (the tunnel's packet format) can test against the same
 //! vectors.
 
-use crate::{AeadAlgorithm, Implementation, SelfTestError, TAG_LEN};
+use crate::implementation::Implementation;
+use crate::primitives::{AeadAlgorithm, SelfTestError, TAG_LEN};
 
 pub struct CbcVector {
     pub name: &'static str,

@@ -9,8 +9,10 @@ use chacha20poly1305::ChaCha20Poly1305;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::{
-    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, KeyBits, Library, AES_BLOCK_LEN,
+use model::KeyBits;
+
+use crate::primitives::{
+    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library, AES_BLOCK_LEN,
     HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
 };
 

@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::CryptoChoice;
+use model::CryptoChoice;
 
 /// The variable AWS-LC (and OpenSSL) read.
 pub const ENV_VAR: &str = "OPENSSL_ia32cap";

@@ -122,14 +122,26 @@ pub enum IpsecMode {
     Transport,
 }
 
+impl IpsecMode {
+    pub const ALL: [IpsecMode; 2] = [IpsecMode::Tunnel, IpsecMode::Transport];
+
+    /// The name `--mode` and `ip xfrm ... mode` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            IpsecMode::Tunnel => "tunnel",
+            IpsecMode::Transport => "transport",
+        }
+    }
+}
+
 impl FromStr for IpsecMode {
     type Err = PlanError;
     fn from_str(s: &str) -> Result<Self, PlanError> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "tunnel" => Ok(IpsecMode::Tunnel),
-            "transport" => Ok(IpsecMode::Transport),
-            _ => Err(PlanError::UnknownMode(s.to_string())),
-        }
+        let t = s.trim().to_ascii_lowercase();
+        IpsecMode::ALL
+            .into_iter()
+            .find(|m| m.name() == t)
+            .ok_or_else(|| PlanError::UnknownMode(s.to_string()))
     }
 }
 
@@ -461,6 +473,16 @@ pub enum PlanError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipsec_modes_parse_from_the_names_json_and_ip_xfrm_use() {
+        for m in IpsecMode::ALL {
+            assert_eq!(m.name().parse::<IpsecMode>().unwrap(), m);
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+        }
+        assert_eq!(" Tunnel ".parse::<IpsecMode>().unwrap(), IpsecMode::Tunnel);
+        assert!("beet".parse::<IpsecMode>().is_err());
+    }
 
     #[test]
     fn bytes_20kb_is_refused_as_too_small_to_time() {

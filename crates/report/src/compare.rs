@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use model::matrix::{MatrixReport, RowKey};
 use model::{CipherSuite, Summary};
 
-use crate::fmt_rate;
+use crate::shared::fmt_rate;
 
 pub const DEFAULT_THRESHOLD: f64 = 0.05;
 

@@ -3,7 +3,7 @@
 
 use model::matrix::{CellOutcome, MatrixReport, RowVariant};
 
-use crate::fmt_field;
+use crate::shared::fmt_field;
 
 pub const HEADER: [&str; 20] = [
     "environment",

@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport};
 
-use crate::{
-    cell_for, columns_explained, conditions, fmt_rate, method, not_run_reasons, suite_explained, svg,
-    RenderError,
+use crate::shared::{
+    cell_for, columns_explained, conditions, fmt_rate, method, not_run_reasons, suite_explained,
 };
+use crate::svg::{self, RenderError};
 
 /// What the CPU figures of a cell mean; "tunnel a/b" is the lab's own term.
 const CPU_EXPLAINED: &str = "cpu S/R: the sending and the receiving application, % of one core \

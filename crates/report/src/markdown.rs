@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
 
-use crate::{cell_for, conditions, fmt_rate, method};
+use crate::shared::{cell_for, conditions, fmt_rate, method};
 
 /// Numbered reasons for "not run" cells, so the table stays narrow.
 struct Reasons(Vec<String>);

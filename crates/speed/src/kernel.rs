@@ -17,7 +17,7 @@ use model::env::{parse_proc_crypto, preferred_drivers};
 
 use crate::af_alg::{self, AfAlgError, AlgType, CipherOp, Session, Transform};
 use crate::ops::{self, Op, OpError, AEAD_AAD_LEN};
-use crate::suite::{Direction, SpeedSuite};
+use crate::suite::{CryptoOp, SpeedSuite};
 
 /// HMAC-SHA256 tag length of the CBC+HMAC suite in the kernel: 128 bits, as ESP truncates
 /// it (RFC 4868). Truncation copies fewer bytes; the hash computed is the same.
@@ -294,13 +294,13 @@ impl Tester<'_> {
 /// The timed operation for a kernel suite: one request through AF_ALG per packet, on this
 /// thread's own transform and operation socket, with the same keys, IVs, padding and AAD as
 /// the userspace rows ([`crate::ops`]).
-pub fn build(suite: SpeedSuite, direction: Direction, block_bytes: usize) -> Result<Op, OpError> {
+pub fn build(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Result<Op, OpError> {
     let alg = KernelAlgorithm::of(suite);
     let mut counter = 0u64;
     let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, direction) {
         (SpeedSuite::AesCbc(bits), dir) => {
             let k = keyed(alg, &ops::bench_key(bits.bytes()), None)?;
-            let op = if dir == Direction::Encrypt {
+            let op = if dir == CryptoOp::Encrypt {
                 CipherOp::Encrypt
             } else {
                 CipherOp::Decrypt
@@ -455,7 +455,7 @@ mod tests {
             return;
         }
         for suite in SpeedSuite::all() {
-            for &dir in suite.directions() {
+            for &dir in suite.crypto_ops() {
                 for size in crate::BLOCK_SIZES {
                     let mut op = build(suite, dir, size).unwrap_or_else(|e| panic!("{suite}: {e}"));
                     op.run().unwrap();

@@ -23,7 +23,7 @@ pub use measure::single_core_mb_per_s;
 pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError};
 pub use report::{Record, SpeedReport, Units};
 pub use run::{measure, measure_with, NoProgress, SpeedProgress};
-pub use suite::{Direction, SpeedSuite};
+pub use suite::{CryptoOp, SpeedSuite};
 
 /// Block sizes of the full table: openssl's, plus 1400 (a tunnel packet).
 pub const BLOCK_SIZES: [usize; 7] = [16, 64, 256, 1024, 1400, 8192, 16384];

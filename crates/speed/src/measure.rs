@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crypto::Implementation;
 
 use crate::ops::{self, Op, OpError};
-use crate::suite::{Direction, SpeedSuite};
+use crate::suite::{CryptoOp, SpeedSuite};
 use crate::SpeedError;
 
 /// How one cell is timed.
@@ -104,7 +104,7 @@ fn pin_current_thread(cpu: usize) {
 pub fn measure_cell(
     imp: &Implementation,
     suite: SpeedSuite,
-    direction: Direction,
+    direction: CryptoOp,
     block_bytes: usize,
     method: &Method,
 ) -> Result<Vec<f64>, SpeedError> {
@@ -171,7 +171,7 @@ pub fn single_core_mb_per_s(
     duration: Duration,
 ) -> Result<f64, SpeedError> {
     crypto::self_test(imp)?;
-    let direction = suite.directions()[0];
+    let direction = suite.crypto_ops()[0];
     let crypto_err = |source: OpError| SpeedError::Crypto {
         implementation: imp.to_string(),
         suite: suite.name(),
@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn timed_loop_runs_for_the_duration_and_counts_payload() {
         let imp = Implementation::new(CryptoChoice::Auto).unwrap();
-        let mut op = ops::build(&imp, SpeedSuite::HmacSha256, Direction::Mac, 64).unwrap();
+        let mut op = ops::build(&imp, SpeedSuite::HmacSha256, CryptoOp::Mac, 64).unwrap();
         let s = timed_loop(&mut op, Duration::from_millis(20)).unwrap();
         assert!(s.seconds >= 0.02, "{s:?}");
         assert!(s.bytes > 0 && s.bytes % 64 == 0, "{s:?}");
@@ -203,7 +203,7 @@ mod tests {
         let v = measure_cell(
             &imp,
             SpeedSuite::AesCbc(model::KeyBits::Aes128),
-            Direction::Encrypt,
+            CryptoOp::Encrypt,
             256,
             &m,
         )

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::suite::{Direction, SpeedSuite};
+use crate::suite::{CryptoOp, SpeedSuite};
 
 /// Block sizes one plain `openssl speed` run reports.
 pub const OPENSSL_SIZES: [usize; 6] = [16, 64, 256, 1024, 8192, 16384];
@@ -14,7 +14,7 @@ pub enum OpensslError {
     #[error("openssl is not installed (apt-get install openssl)")]
     NotInstalled,
     #[error("openssl speed has no equivalent of {suite} {direction}")]
-    NoEquivalent { suite: String, direction: Direction },
+    NoEquivalent { suite: String, direction: CryptoOp },
     #[error("`openssl {args}` failed: {stderr}")]
     Failed { args: String, stderr: String },
     #[error("cannot parse `openssl {args}` output: {why}")]
@@ -37,17 +37,17 @@ pub fn installed() -> bool {
 /// none: OpenSSL's stitched `aes-*-cbc-hmac-sha256` cipher, timed by `openssl speed` without
 /// a MAC key or TLS header, gave 1.9 GB/s at 1400 bytes and 0.4 GB/s at 8192 here — it
 /// does not time encrypt-then-MAC per packet, so no number is better than that one.
-pub fn algorithm_args(suite: SpeedSuite, direction: Direction) -> Option<Vec<String>> {
+pub fn algorithm_args(suite: SpeedSuite, direction: CryptoOp) -> Option<Vec<String>> {
     let evp = |name: String| vec!["-evp".to_string(), name];
     match (suite, direction) {
-        (SpeedSuite::AesCbc(k), Direction::Encrypt) => Some(evp(format!("aes-{k}-cbc"))),
-        (SpeedSuite::AesCbc(k), Direction::Decrypt) => {
+        (SpeedSuite::AesCbc(k), CryptoOp::Encrypt) => Some(evp(format!("aes-{k}-cbc"))),
+        (SpeedSuite::AesCbc(k), CryptoOp::Decrypt) => {
             let mut a = vec!["-decrypt".to_string()];
             a.extend(evp(format!("aes-{k}-cbc")));
             Some(a)
         }
         (SpeedSuite::HmacSha256, _) => Some(vec!["-hmac".into(), "sha256".into()]),
-        (SpeedSuite::Aead(a), Direction::Encrypt) => Some(evp(a.name().to_string())),
+        (SpeedSuite::Aead(a), CryptoOp::Encrypt) => Some(evp(a.name().to_string())),
         _ => None,
     }
 }
@@ -63,7 +63,7 @@ pub struct OpensslCell {
 /// one. `seconds` is per size (openssl takes whole seconds, at least 1).
 pub fn run(
     suite: SpeedSuite,
-    direction: Direction,
+    direction: CryptoOp,
     sizes: &[usize],
     seconds: f64,
     threads: usize,
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn every_suite_but_cbc_hmac_has_an_openssl_equivalent() {
         for suite in SpeedSuite::all() {
-            for &dir in suite.directions() {
+            for &dir in suite.crypto_ops() {
                 let has = algorithm_args(suite, dir).is_some();
                 let cbc_hmac = matches!(suite, SpeedSuite::AesCbcHmacSha256(_));
                 assert_eq!(has, !cbc_hmac, "{suite} {dir}");
@@ -208,7 +208,7 @@ mod tests {
             eprintln!("skipped: openssl not installed");
             return;
         }
-        let cells = run(SpeedSuite::HmacSha256, Direction::Mac, &[64], 1.0, 1).unwrap();
+        let cells = run(SpeedSuite::HmacSha256, CryptoOp::Mac, &[64], 1.0, 1).unwrap();
         assert_eq!(cells.len(), 1);
         assert!(cells[0].bytes_per_s > 0.0);
     }

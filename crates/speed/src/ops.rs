@@ -10,7 +10,7 @@ use std::hint::black_box;
 use crypto::{CryptoError, Implementation, AES_BLOCK_LEN, NONCE_LEN};
 
 use crate::af_alg::AfAlgError;
-use crate::suite::{Direction, SpeedSuite};
+use crate::suite::{CryptoOp, SpeedSuite};
 
 /// Associated data per AEAD packet: as much as ESP's SPI + sequence number.
 pub const AEAD_AAD_LEN: usize = 8;
@@ -65,12 +65,12 @@ pub(crate) fn counter_iv(counter: u64) -> [u8; AES_BLOCK_LEN] {
 pub fn build(
     imp: &Implementation,
     suite: SpeedSuite,
-    direction: Direction,
+    direction: CryptoOp,
     block_bytes: usize,
 ) -> Result<Op, CryptoError> {
     let mut counter = 0u64;
     let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match (suite, direction) {
-        (SpeedSuite::AesCbc(bits), Direction::Encrypt) => {
+        (SpeedSuite::AesCbc(bits), CryptoOp::Encrypt) => {
             let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
             let mut buf = vec![0u8; round_up_to_block(block_bytes)];
             Box::new(move || {
@@ -80,7 +80,7 @@ pub fn build(
                 Ok(())
             })
         }
-        (SpeedSuite::AesCbc(bits), Direction::Decrypt | Direction::Mac) => {
+        (SpeedSuite::AesCbc(bits), CryptoOp::Decrypt | CryptoOp::Mac) => {
             let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
             let mut buf = vec![0u8; round_up_to_block(block_bytes)];
             Box::new(move || {
@@ -138,7 +138,7 @@ mod tests {
     fn every_suite_and_direction_builds_and_runs_at_every_size() {
         let imp = Implementation::new(CryptoChoice::Rustcrypto).unwrap();
         for suite in SpeedSuite::all() {
-            for &dir in suite.directions() {
+            for &dir in suite.crypto_ops() {
                 for size in crate::BLOCK_SIZES {
                     let mut op = build(&imp, suite, dir, size).unwrap();
                     op.run().unwrap();

@@ -209,7 +209,7 @@ impl SpeedPlan {
 
     /// Cells of one implementation's row: every suite's directions at every size.
     pub fn cells_per_row(&self) -> usize {
-        self.suites.iter().map(|s| s.directions().len()).sum::<usize>() * self.sizes.len()
+        self.suites.iter().map(|s| s.crypto_ops().len()).sum::<usize>() * self.sizes.len()
     }
 
     /// Cells this process waits for; with `kernel_elsewhere` the kernel rows (timed in the

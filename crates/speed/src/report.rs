@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use model::{Environment, Summary};
 use serde::{Deserialize, Serialize};
 
-use crate::suite::Direction;
+use crate::suite::CryptoOp;
 
 /// Bumped whenever a field is renamed or re-typed; fields are only ever added otherwise.
 pub const SPEED_SCHEMA_VERSION: u32 = 1;
@@ -24,7 +24,7 @@ pub struct Record {
     /// Whether hardware AES was in use; None where the lab cannot tell (openssl).
     pub hardware_aes: Option<bool>,
     pub suite: String,
-    pub direction: Direction,
+    pub direction: CryptoOp,
     pub block_bytes: usize,
     pub threads: usize,
     /// Median over the repeats, in MB/s (10^6 bytes per second), summed over threads.
@@ -94,7 +94,7 @@ pub struct RecordHead {
     pub library: String,
     pub hardware_aes: Option<bool>,
     pub suite: String,
-    pub direction: Direction,
+    pub direction: CryptoOp,
     pub block_bytes: usize,
     pub threads: usize,
     pub driver: Option<String>,
@@ -153,7 +153,7 @@ impl Units {
 struct RowKey {
     suite_pos: usize,
     suite: String,
-    direction: Direction,
+    direction: CryptoOp,
     impl_pos: usize,
     implementation: String,
 }
@@ -254,7 +254,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         let _ = write!(out, " {:>width$}", format!("{s} B"));
     }
     out.push('\n');
-    let mut last_group: Option<(String, Direction)> = None;
+    let mut last_group: Option<(String, CryptoOp)> = None;
     let mut spread_notes: Vec<&Record> = Vec::new();
     for (key, cells) in &rows {
         let group = (key.suite.clone(), key.direction);
@@ -336,7 +336,7 @@ fn ratio_lines(
         return String::new();
     };
     let mut out = String::new();
-    let mut groups: Vec<(usize, String, Direction)> = rows
+    let mut groups: Vec<(usize, String, CryptoOp)> = rows
         .keys()
         .map(|k| (k.suite_pos, k.suite.clone(), k.direction))
         .collect();
@@ -394,7 +394,7 @@ mod tests {
                 },
                 hardware_aes: hw,
                 suite: "aes-128-cbc".into(),
-                direction: Direction::Encrypt,
+                direction: CryptoOp::Encrypt,
                 block_bytes: size,
                 threads: 1,
                 driver: None,

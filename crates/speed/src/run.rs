@@ -67,7 +67,7 @@ fn measure_here(
     let info = imp.info();
     let mut records = Vec::new();
     for &suite in &plan.suites {
-        for &direction in suite.directions() {
+        for &direction in suite.crypto_ops() {
             progress.timing(&format!("{} {suite} {direction}", info.label));
             for &size in &plan.sizes {
                 let repeats = measure_cell(&imp, suite, direction, size, method)?;
@@ -122,7 +122,7 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Ta
         return;
     };
     for &suite in &plan.suites {
-        for &direction in suite.directions() {
+        for &direction in suite.crypto_ops() {
             progress.timing(&format!("openssl {suite} {direction}"));
             let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
             progress.advance(plan.sizes.len());
@@ -184,7 +184,7 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
                 continue;
             }
         };
-        for &direction in suite.directions() {
+        for &direction in suite.crypto_ops() {
             progress.timing(&format!("kernel {suite} {direction} ({})", verified.driver));
             for &size in &plan.sizes {
                 let build = || kernel::build(suite, direction, size);

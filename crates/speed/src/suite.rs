@@ -1,4 +1,5 @@
-//! What the benchmark measures: suites (an algorithm as a tunnel uses it) and directions.
+//! What the benchmark measures: suites (an algorithm as a tunnel uses it) and the crypto
+//! operation timed ([`CryptoOp`]: encrypt, decrypt or mac; `direction` in records and JSON).
 
 use std::fmt;
 use std::str::FromStr;
@@ -39,13 +40,13 @@ impl SpeedSuite {
         }
     }
 
-    /// Directions worth timing: CBC decrypt parallelises and is much faster than encrypt,
+    /// Operations worth timing: CBC decrypt parallelises and is much faster than encrypt,
     /// so both are shown; the others are timed in the direction a sender computes.
-    pub fn directions(&self) -> &'static [Direction] {
+    pub fn crypto_ops(&self) -> &'static [CryptoOp] {
         match self {
-            SpeedSuite::AesCbc(_) => &[Direction::Encrypt, Direction::Decrypt],
-            SpeedSuite::HmacSha256 => &[Direction::Mac],
-            SpeedSuite::AesCbcHmacSha256(_) | SpeedSuite::Aead(_) => &[Direction::Encrypt],
+            SpeedSuite::AesCbc(_) => &[CryptoOp::Encrypt, CryptoOp::Decrypt],
+            SpeedSuite::HmacSha256 => &[CryptoOp::Mac],
+            SpeedSuite::AesCbcHmacSha256(_) | SpeedSuite::Aead(_) => &[CryptoOp::Encrypt],
         }
     }
 
@@ -102,27 +103,27 @@ impl FromStr for SpeedSuite {
     }
 }
 
-/// Which way the data goes through the suite.
+/// The crypto operation a cell times: what one end of a tunnel does to each packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Direction {
+pub enum CryptoOp {
     Encrypt,
     Decrypt,
     /// HMAC alone: neither encrypts.
     Mac,
 }
 
-impl Direction {
+impl CryptoOp {
     pub fn name(self) -> &'static str {
         match self {
-            Direction::Encrypt => "encrypt",
-            Direction::Decrypt => "decrypt",
-            Direction::Mac => "mac",
+            CryptoOp::Encrypt => "encrypt",
+            CryptoOp::Decrypt => "decrypt",
+            CryptoOp::Mac => "mac",
         }
     }
 }
 
-impl fmt::Display for Direction {
+impl fmt::Display for CryptoOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }

@@ -2,8 +2,8 @@
 //! the lab's tunnel and real OpenVPN can be keyed from the same material.
 //!
 //! Layout (OpenVPN `key2`, 256 bytes): two key slots of `cipher[64] | hmac[64]`. The end with
-//! key direction 0 ([`Direction::Normal`]) sends with slot 0 and receives with slot 1; the end
-//! with direction 1 ([`Direction::Inverse`]) the other way round. A cipher uses the first bytes
+//! key direction 0 ([`KeyDirection::Normal`]) sends with slot 0 and receives with slot 1; the end
+//! with direction 1 ([`KeyDirection::Inverse`]) the other way round. A cipher uses the first bytes
 //! of its slot's cipher half; HMAC-SHA256 the first 32 bytes of the hmac half; AES-GCM takes
 //! its 4-byte implicit nonce salt from the start of the hmac half (as OpenVPN takes its
 //! implicit IV from there).
@@ -18,33 +18,33 @@ const HALF: usize = 64;
 
 /// Which way an end uses the two key slots (OpenVPN `--secret file 0|1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
+pub enum KeyDirection {
     /// Key direction 0: send with slot 0, receive with slot 1.
     Normal,
     /// Key direction 1: send with slot 1, receive with slot 0.
     Inverse,
 }
 
-impl Direction {
+impl KeyDirection {
     /// The number OpenVPN expects after `--secret FILE`.
     pub fn openvpn_number(self) -> u8 {
         match self {
-            Direction::Normal => 0,
-            Direction::Inverse => 1,
+            KeyDirection::Normal => 0,
+            KeyDirection::Inverse => 1,
         }
     }
 
-    pub fn peer(self) -> Direction {
+    pub fn peer(self) -> KeyDirection {
         match self {
-            Direction::Normal => Direction::Inverse,
-            Direction::Inverse => Direction::Normal,
+            KeyDirection::Normal => KeyDirection::Inverse,
+            KeyDirection::Inverse => KeyDirection::Normal,
         }
     }
 
     fn send_slot(self) -> usize {
         match self {
-            Direction::Normal => 0,
-            Direction::Inverse => 1,
+            KeyDirection::Normal => 0,
+            KeyDirection::Inverse => 1,
         }
     }
 }
@@ -101,12 +101,12 @@ impl StaticKey {
     }
 
     /// Keys this end sends with.
-    pub fn send(&self, dir: Direction) -> SlotKeys<'_> {
+    pub fn send(&self, dir: KeyDirection) -> SlotKeys<'_> {
         self.slot(dir.send_slot())
     }
 
     /// Keys this end receives with (the peer's send keys).
-    pub fn receive(&self, dir: Direction) -> SlotKeys<'_> {
+    pub fn receive(&self, dir: KeyDirection) -> SlotKeys<'_> {
         self.slot(dir.peer().send_slot())
     }
 
@@ -136,14 +136,17 @@ mod tests {
             *b = i as u8;
         }
         let k = StaticKey::from_bytes(bytes);
-        assert_eq!(k.send(Direction::Normal).cipher[0], 0);
-        assert_eq!(k.send(Direction::Normal).hmac[0], 64);
-        assert_eq!(k.send(Direction::Inverse).cipher[0], 128);
+        assert_eq!(k.send(KeyDirection::Normal).cipher[0], 0);
+        assert_eq!(k.send(KeyDirection::Normal).hmac[0], 64);
+        assert_eq!(k.send(KeyDirection::Inverse).cipher[0], 128);
         assert_eq!(
-            k.receive(Direction::Inverse).cipher,
-            k.send(Direction::Normal).cipher
+            k.receive(KeyDirection::Inverse).cipher,
+            k.send(KeyDirection::Normal).cipher
         );
-        assert_eq!(k.receive(Direction::Normal).hmac, k.send(Direction::Inverse).hmac);
+        assert_eq!(
+            k.receive(KeyDirection::Normal).hmac,
+            k.send(KeyDirection::Inverse).hmac
+        );
     }
 
     #[test]

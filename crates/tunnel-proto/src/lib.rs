@@ -14,7 +14,7 @@ pub mod packet;
 pub mod replay;
 
 pub use engine::EngineError;
-pub use keys::{Direction, KeyError, StaticKey, STATIC_KEY_LEN};
+pub use keys::{KeyDirection, KeyError, StaticKey, STATIC_KEY_LEN};
 pub use packet::{
     DropCounters, DropReason, EncapError, Endpoint, Implementation, SetupError, HEADROOM, TAILROOM,
 };

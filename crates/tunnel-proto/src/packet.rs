@@ -23,7 +23,7 @@ use std::ops::Range;
 use model::CipherSuite;
 
 use crate::engine::{Engine, EngineError};
-use crate::keys::{Direction, StaticKey};
+use crate::keys::{KeyDirection, StaticKey};
 use crate::replay::{ReplayError, ReplayWindow};
 
 pub use crate::engine::Implementation;
@@ -203,13 +203,13 @@ impl Endpoint {
         suite: CipherSuite,
         implementation: Implementation,
         key: &StaticKey,
-        direction: Direction,
+        key_direction: KeyDirection,
     ) -> Result<Endpoint, SetupError> {
         Ok(Endpoint {
             suite,
             implementation,
-            tx: Engine::new(suite, implementation, key.send(direction))?,
-            rx: Engine::new(suite, implementation, key.receive(direction))?,
+            tx: Engine::new(suite, implementation, key.send(key_direction))?,
+            rx: Engine::new(suite, implementation, key.receive(key_direction))?,
             next_id: 1,
             window: ReplayWindow::new(),
             ivs: IvPool::new(),

@@ -3,7 +3,7 @@
 
 use model::{CipherSuite, CryptoChoice, Hmac, KeyBits};
 use tunnel_proto::{
-    Direction, DropCounters, DropReason, Endpoint, Implementation, StaticKey, HEADROOM, STATIC_KEY_LEN,
+    DropCounters, DropReason, Endpoint, Implementation, KeyDirection, StaticKey, HEADROOM, STATIC_KEY_LEN,
     TAILROOM, WINDOW,
 };
 
@@ -73,8 +73,8 @@ fn authenticated(suite: CipherSuite) -> bool {
 
 fn pair(suite: CipherSuite, imp: Implementation, key: &StaticKey) -> (Endpoint, Endpoint) {
     (
-        Endpoint::new(suite, imp, key, Direction::Normal).unwrap(),
-        Endpoint::new(suite, imp, key, Direction::Inverse).unwrap(),
+        Endpoint::new(suite, imp, key, KeyDirection::Normal).unwrap(),
+        Endpoint::new(suite, imp, key, KeyDirection::Inverse).unwrap(),
     )
 }
 
@@ -118,8 +118,8 @@ fn libraries_interoperate() {
     let key = StaticKey::generate().unwrap();
     let imps = implementations();
     for suite in all_suites() {
-        let mut a = Endpoint::new(suite, imps[0], &key, Direction::Normal).unwrap();
-        let mut b = Endpoint::new(suite, imps[1], &key, Direction::Inverse).unwrap();
+        let mut a = Endpoint::new(suite, imps[0], &key, KeyDirection::Normal).unwrap();
+        let mut b = Endpoint::new(suite, imps[1], &key, KeyDirection::Inverse).unwrap();
         for len in [0, 1, 15, 16, 17, 1400] {
             let p: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
             assert_eq!(open(&mut b, &seal(&mut a, &p)).unwrap(), p, "{suite} len {len}");
@@ -227,8 +227,8 @@ fn wrong_key_direction_fails_authentication() {
     let key = StaticKey::generate().unwrap();
     let imp = Implementation::new(CryptoChoice::Auto).unwrap();
     for suite in all_suites().into_iter().filter(|s| authenticated(*s)) {
-        let mut a = Endpoint::new(suite, imp, &key, Direction::Normal).unwrap();
-        let mut also_a = Endpoint::new(suite, imp, &key, Direction::Normal).unwrap();
+        let mut a = Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap();
+        let mut also_a = Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap();
         let d = seal(&mut a, b"hello");
         assert_eq!(open(&mut also_a, &d), Err(DropReason::BadMac), "{suite}");
     }

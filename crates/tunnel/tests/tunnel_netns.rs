@@ -9,7 +9,7 @@ use std::time::Duration;
 use model::{Addressing, CipherSuite, CryptoChoice, Hmac, KeyBits};
 use netns::{Namespace, Topology, TopologySpec};
 use tunnel::{inner_mtu, Batching, Tunnel, TunnelConfig, TunnelStats};
-use tunnel_proto::{Direction, Endpoint, Implementation, StaticKey, HEADROOM, TAILROOM};
+use tunnel_proto::{Endpoint, Implementation, KeyDirection, StaticKey, HEADROOM, TAILROOM};
 
 const PORT: u16 = 41_194;
 
@@ -59,13 +59,13 @@ fn start_pair(
     let a = Tunnel::start(
         &topo.a,
         cfg(&format!("{prefix}-a"), ad.outer_a, ad.outer_b, ad.inner_a),
-        Endpoint::new(suite, imp, key, Direction::Normal).unwrap(),
+        Endpoint::new(suite, imp, key, KeyDirection::Normal).unwrap(),
     )
     .unwrap();
     let b = Tunnel::start(
         &topo.b,
         cfg(&format!("{prefix}-b"), ad.outer_b, ad.outer_a, ad.inner_b),
-        Endpoint::new(suite, imp, key, Direction::Inverse).unwrap(),
+        Endpoint::new(suite, imp, key, KeyDirection::Inverse).unwrap(),
     )
     .unwrap();
     Pair { a, b }
@@ -248,7 +248,7 @@ fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
         let pair = start_pair(&topo, "ipl-inj", suite, &key, Batching::Offload);
         let imp = Implementation::new(CryptoChoice::Auto).unwrap();
         // The forger holds a's key and jumps past any id a's own tunnel may have used.
-        let mut forger = Endpoint::new(suite, imp, &key, Direction::Normal).unwrap();
+        let mut forger = Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap();
         for _ in 0..10_000 {
             seal(&mut forger, b"");
         }

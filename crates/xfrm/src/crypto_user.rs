@@ -10,7 +10,8 @@
 //!   one back when dropped, also when the work in between failed or panicked.
 //!
 //! No netlink-packet-* crate models NETLINK_CRYPTO, hence the hand-built messages.
-//! Leaves out reading priorities (that is /proc/crypto: `model::env::parse_proc_crypto`).
+//! Leaves out reading priorities (that is /proc/crypto: `model::env::parse_proc_crypto`) and
+//! which driver to raise for a sweep ([`crate::driver`]).
 
 use std::io;
 

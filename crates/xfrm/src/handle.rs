@@ -13,6 +13,7 @@ use std::os::unix::io::FromRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use model::IpsecMode;
 use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload};
 use netlink_packet_xfrm::{Address, Selector, XfrmAttrs, XfrmMessage, AF_INET, AF_INET6};
 use netlink_sys::{protocols::NETLINK_XFRM, AsyncSocketExt, Socket, SocketAddr, TokioSocket};
@@ -22,7 +23,8 @@ use crate::error::{Operation, XfrmError};
 use crate::message::{self, Reply};
 use crate::range::{ReqId, Spi};
 use crate::spec::{
-    Direction, IpProto, KernelAlgorithm, Mode, PolicyId, PolicySpec, Prefix, SaId, SaSpec, TrafficSelector,
+    mode_from_raw, IpProto, KernelAlgorithm, PolicyDirection, PolicyId, PolicySpec, Prefix, SaId, SaSpec,
+    TrafficSelector,
 };
 
 /// Packets and bytes an SA has processed (`ip -s xfrm state`: the "current" lifetime),
@@ -49,7 +51,7 @@ pub struct InstalledAlgorithm {
 pub struct SaInfo {
     pub id: SaId,
     pub reqid: ReqId,
-    pub mode: Option<Mode>,
+    pub mode: Option<IpsecMode>,
     pub counters: SaCounters,
     pub algorithms: Vec<InstalledAlgorithm>,
 }
@@ -65,7 +67,7 @@ impl SaInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyInfo {
     pub index: u32,
-    pub direction: Option<Direction>,
+    pub direction: Option<PolicyDirection>,
     pub priority: u32,
     /// Protocols other than TCP/UDP show as no protocol.
     pub selector: Option<TrafficSelector>,
@@ -349,12 +351,6 @@ fn ip(family: u16, a: &Address) -> Option<IpAddr> {
     }
 }
 
-fn mode(raw: u8) -> Option<Mode> {
-    [Mode::Transport, Mode::Tunnel]
-        .into_iter()
-        .find(|m| m.raw() == raw)
-}
-
 fn alg_name(raw: &[u8]) -> String {
     let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
     String::from_utf8_lossy(&raw[..end]).into_owned()
@@ -394,7 +390,7 @@ fn sa_info(m: XfrmMessage) -> Option<SaInfo> {
             spi: Spi(info.id.spi),
         },
         reqid: ReqId(info.reqid),
-        mode: mode(info.mode),
+        mode: mode_from_raw(info.mode),
         counters: SaCounters {
             packets: info.lifetime_cur.packets,
             bytes: info.lifetime_cur.bytes,
@@ -442,7 +438,7 @@ fn policy_info(m: XfrmMessage) -> Option<PolicyInfo> {
         .collect();
     Some(PolicyInfo {
         index: info.index,
-        direction: Direction::from_raw(info.direction),
+        direction: PolicyDirection::from_raw(info.direction),
         priority: info.priority,
         selector: traffic_selector(&info.selector),
         template_reqids,

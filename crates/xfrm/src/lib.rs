@@ -2,7 +2,8 @@
 //! messages laid out byte for byte as iproute2 sends them ([`message`]), an async
 //! [`XfrmHandle`] that executes them inside one network namespace, and a capability
 //! [`probe`](probe::probe) that finds out whether the kernel has ESP and which crypto
-//! drivers serve each algorithm.
+//! drivers serve each algorithm. [`driver`] makes one `cbc(aes)` driver serve the next SAs
+//! for a driver sweep and names the driver that served one.
 //!
 //! Everything the lab installs is recognisable ([`range`]): SAs use reqids and SPIs from
 //! ranges the lab owns, policies carry templates with those reqids, and
@@ -13,6 +14,7 @@
 //! needs (crate `lab`'s xfrm backend).
 
 pub mod crypto_user;
+pub mod driver;
 pub mod error;
 pub mod handle;
 pub mod message;
@@ -25,6 +27,6 @@ pub use handle::{CleanCounts, InstalledAlgorithm, PolicyInfo, SaCounters, SaInfo
 pub use probe::{probe, AlgorithmReport, Availability, Capabilities};
 pub use range::{ReqId, RunIds, Spi, LAB_POLICY_PRIORITY};
 pub use spec::{
-    AuthTrunc, Direction, IpProto, KernelAlgorithm, KeyInput, Mode, PolicyId, PolicySpec, Prefix, Protection,
+    AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
     SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
 };

@@ -19,7 +19,7 @@ use netlink_packet_xfrm::{
 };
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::spec::{PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS};
+use crate::spec::{mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS};
 
 fn family(addr: IpAddr) -> u16 {
     if addr.is_ipv4() {
@@ -61,7 +61,7 @@ pub fn add_sa(spec: &SaSpec) -> XfrmMessage {
     info.id.spi = spec.spi.0;
     info.id.proto = IPPROTO_ESP;
     info.reqid = spec.reqid.0;
-    info.mode = spec.mode.raw();
+    info.mode = mode_raw(spec.mode);
     info.replay_window = spec.replay_window;
     if let Some(sel) = &spec.selector {
         info.selector = selector(sel);
@@ -138,7 +138,7 @@ pub fn add_policy(spec: &PolicySpec) -> XfrmMessage {
     tmpl.saddr = Address::from_ip(&t.src);
     tmpl.family = family(t.dst);
     tmpl.reqid = t.reqid.0;
-    tmpl.mode = t.mode.raw();
+    tmpl.mode = mode_raw(t.mode);
     XfrmMessage::AddPolicy(PolicyModifyMessage {
         user_policy_info: info,
         nlas: vec![XfrmAttrs::Template(vec![tmpl])],
@@ -233,7 +233,8 @@ mod tests {
 
     use super::*;
     use crate::range::{ReqId, Spi};
-    use crate::spec::{AuthTrunc, Direction, IpProto, KeyInput, Mode, Template, LAB_REPLAY_WINDOW};
+    use crate::spec::{AuthTrunc, IpProto, KeyInput, PolicyDirection, Template, LAB_REPLAY_WINDOW};
+    use model::IpsecMode;
     use model::{CipherSuite, Hmac, KeyBits};
 
     const ENC256: [u8; 32] = {
@@ -291,7 +292,7 @@ mod tests {
         "198.18.0.2".parse().unwrap()
     }
 
-    fn sa(mode: Mode, protection: Protection) -> SaSpec {
+    fn sa(mode: IpsecMode, protection: Protection) -> SaSpec {
         SaSpec {
             src: a(),
             dst: b(),
@@ -315,7 +316,7 @@ mod tests {
     #[test]
     fn sa_cbc256_hmac_sha256_tunnel_matches_iproute2() {
         let spec = sa(
-            Mode::Tunnel,
+            IpsecMode::Tunnel,
             cbc(KeyBits::Aes256, Hmac::Sha256, AuthTrunc::Bits128),
         );
         assert_matches_iproute2("sa_cbc256_hmac_sha256_tunnel", add_sa(&spec));
@@ -323,7 +324,10 @@ mod tests {
 
     #[test]
     fn sa_cbc128_tunnel_matches_iproute2() {
-        let spec = sa(Mode::Tunnel, cbc(KeyBits::Aes128, Hmac::None, AuthTrunc::Bits128));
+        let spec = sa(
+            IpsecMode::Tunnel,
+            cbc(KeyBits::Aes128, Hmac::None, AuthTrunc::Bits128),
+        );
         assert_matches_iproute2("sa_cbc128_tunnel", add_sa(&spec));
     }
 
@@ -341,13 +345,13 @@ mod tests {
             keys,
         )
         .unwrap();
-        assert_matches_iproute2("sa_gcm128_tunnel", add_sa(&sa(Mode::Tunnel, p)));
+        assert_matches_iproute2("sa_gcm128_tunnel", add_sa(&sa(IpsecMode::Tunnel, p)));
     }
 
     #[test]
     fn sa_transport_with_port_selector_and_96_bit_icv_matches_iproute2() {
         let mut spec = sa(
-            Mode::Transport,
+            IpsecMode::Transport,
             cbc(KeyBits::Aes256, Hmac::Sha256, AuthTrunc::Bits96),
         );
         spec.selector = Some(TrafficSelector::port(a(), b(), IpProto::Tcp, 5201));
@@ -362,23 +366,23 @@ mod tests {
     fn policy_out_and_in_with_tunnel_template_match_iproute2() {
         let out = PolicySpec::new(
             TrafficSelector::hosts(inner(1), inner(2)),
-            Direction::Out,
+            PolicyDirection::Out,
             Template {
                 src: a(),
                 dst: b(),
                 reqid: ReqId(0x1a5001),
-                mode: Mode::Tunnel,
+                mode: IpsecMode::Tunnel,
             },
         );
         assert_matches_iproute2("policy_out_tunnel", add_policy(&out));
         let inp = PolicySpec::new(
             TrafficSelector::hosts(inner(2), inner(1)),
-            Direction::In,
+            PolicyDirection::In,
             Template {
                 src: b(),
                 dst: a(),
                 reqid: ReqId(0x1a5002),
-                mode: Mode::Tunnel,
+                mode: IpsecMode::Tunnel,
             },
         );
         assert_matches_iproute2("policy_in_tunnel", add_policy(&inp));
@@ -389,12 +393,12 @@ mod tests {
     fn policy_selecting_only_the_data_port_matches_iproute2() {
         let out = PolicySpec::new(
             TrafficSelector::port(a(), b(), IpProto::Tcp, 5201),
-            Direction::Out,
+            PolicyDirection::Out,
             Template {
                 src: a(),
                 dst: b(),
                 reqid: ReqId(0x1a5001),
-                mode: Mode::Transport,
+                mode: IpsecMode::Transport,
             },
         );
         assert_matches_iproute2("policy_out_transport_tcp5201", add_policy(&out));
@@ -414,7 +418,7 @@ mod tests {
     #[test]
     fn encode_wipes_the_keys_left_in_the_message() {
         let spec = sa(
-            Mode::Tunnel,
+            IpsecMode::Tunnel,
             cbc(KeyBits::Aes256, Hmac::Sha256, AuthTrunc::Bits128),
         );
         let mut msg = add_sa(&spec);

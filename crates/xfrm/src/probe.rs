@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use model::{CipherSuite, Hmac, KeyBits};
+use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 
 use crate::error::XfrmError;
 use crate::handle::XfrmHandle;
 use crate::range::{ReqId, Spi, REQID_LAST, SPI_LAST};
-use crate::spec::{AuthTrunc, KernelAlgorithm, Mode, Protection, SaSpec, LAB_REPLAY_WINDOW};
+use crate::spec::{AuthTrunc, KernelAlgorithm, Protection, SaSpec, LAB_REPLAY_WINDOW};
 
 /// Whether an algorithm could be used in an SA.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub async fn probe() -> Result<Capabilities, XfrmError> {
             // The top of the lab's ranges, away from the run slots' usual picks.
             spi: Spi(SPI_LAST - i as u32),
             reqid: ReqId(REQID_LAST),
-            mode: Mode::Tunnel,
+            mode: IpsecMode::Tunnel,
             replay_window: LAB_REPLAY_WINDOW,
             protection: Protection::generate(suite, AuthTrunc::Bits128)?,
             selector: None,

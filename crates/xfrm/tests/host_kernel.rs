@@ -5,9 +5,9 @@
 
 use std::net::IpAddr;
 
-use model::{CipherSuite, Hmac, KeyBits};
+use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 use xfrm::{
-    AuthTrunc, Direction, Mode, PolicySpec, Protection, ReqId, RunIds, SaSpec, Template, TrafficSelector,
+    AuthTrunc, PolicyDirection, PolicySpec, Protection, ReqId, RunIds, SaSpec, Template, TrafficSelector,
     XfrmError, XfrmHandle, LAB_REPLAY_WINDOW,
 };
 
@@ -23,7 +23,7 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn policy(reqid: ReqId, src: &str, dst: &str, direction: Direction) -> PolicySpec {
+fn policy(reqid: ReqId, src: &str, dst: &str, direction: PolicyDirection) -> PolicySpec {
     PolicySpec::new(
         TrafficSelector::hosts(ip(src), ip(dst)),
         direction,
@@ -31,7 +31,7 @@ fn policy(reqid: ReqId, src: &str, dst: &str, direction: Direction) -> PolicySpe
             src: ip("198.18.0.1"),
             dst: ip("198.18.0.2"),
             reqid,
-            mode: Mode::Tunnel,
+            mode: IpsecMode::Tunnel,
         },
     )
 }
@@ -41,10 +41,10 @@ async fn policies_are_added_listed_and_removed_and_clean_spares_foreign_ones() {
     require_root!();
     let h = XfrmHandle::open_throwaway().unwrap();
     let ids = RunIds::for_slot(7);
-    let out = policy(ids.reqid, "198.19.0.1", "198.19.0.2", Direction::Out);
-    let inp = policy(ids.reqid, "198.19.0.2", "198.19.0.1", Direction::In);
+    let out = policy(ids.reqid, "198.19.0.1", "198.19.0.2", PolicyDirection::Out);
+    let inp = policy(ids.reqid, "198.19.0.2", "198.19.0.1", PolicyDirection::In);
     // Someone else's policy (reqid outside the lab's range), as `ip xfrm policy add` makes it.
-    let foreign = policy(ReqId(1), "198.19.9.1", "198.19.9.2", Direction::Out);
+    let foreign = policy(ReqId(1), "198.19.9.1", "198.19.9.2", PolicyDirection::Out);
     h.add_policy(&out).await.unwrap();
     h.add_policy(&inp).await.unwrap();
     h.add_policy(&foreign).await.unwrap();
@@ -56,7 +56,7 @@ async fn policies_are_added_listed_and_removed_and_clean_spares_foreign_ones() {
     assert_eq!(listed.len(), 3, "{listed:?}");
     assert_eq!(listed.iter().filter(|p| p.is_lab()).count(), 2, "{listed:?}");
     let lab_out = listed.iter().find(|p| p.selector == Some(out.selector)).unwrap();
-    assert_eq!(lab_out.direction, Some(Direction::Out));
+    assert_eq!(lab_out.direction, Some(PolicyDirection::Out));
     assert_eq!(lab_out.priority, out.priority);
 
     h.delete_policy(&inp.id()).await.unwrap();
@@ -76,7 +76,7 @@ fn sa(ids: RunIds) -> SaSpec {
         dst: ip("198.18.0.2"),
         spi: ids.spi_a_to_b,
         reqid: ids.reqid,
-        mode: Mode::Tunnel,
+        mode: IpsecMode::Tunnel,
         replay_window: LAB_REPLAY_WINDOW,
         protection: Protection::generate(
             CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256),

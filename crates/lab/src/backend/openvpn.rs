@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use model::{CipherSuite, Hmac, KeyBits, RunPlan};
 use netns::Namespace;
-use tunnel_proto::{Direction, StaticKey};
+use tunnel_proto::{KeyDirection, StaticKey};
 
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
@@ -239,7 +239,7 @@ impl Material {
                 let key = StaticKey::generate().map_err(LabError::failed)?;
                 let file = dir.join("static.key");
                 write_private(&file, &key.to_openvpn_file())?;
-                for (args, dir) in args.iter_mut().zip([Direction::Normal, Direction::Inverse]) {
+                for (args, dir) in args.iter_mut().zip([KeyDirection::Normal, KeyDirection::Inverse]) {
                     args.extend([
                         "--secret".into(),
                         file.display().to_string(),

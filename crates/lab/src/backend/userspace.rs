@@ -22,7 +22,7 @@ use control::{KeyMaterial, RunKeys};
 use crypto::{AeadAlgorithm, Implementation};
 use model::{CipherSuite, Hmac, RunPlan};
 use tunnel::{inner_mtu, Batching, ThreadCpu, Tunnel, TunnelConfig, TunnelStats};
-use tunnel_proto::{Direction, DropReason, Endpoint, StaticKey, STATIC_KEY_LEN};
+use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN};
 
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
@@ -79,8 +79,8 @@ impl UserspaceEnd {
         let implementation = implementation(plan)?;
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let (inner, dir, cpu) = match site.side {
-            Side::A => (plan.addressing.inner_a, Direction::Normal, 0),
-            Side::B => (plan.addressing.inner_b, Direction::Inverse, 1),
+            Side::A => (plan.addressing.inner_a, KeyDirection::Normal, 0),
+            Side::B => (plan.addressing.inner_b, KeyDirection::Inverse, 1),
         };
         let local = v4(site.hosts.of(site.side), "this host's address")?;
         let peer = v4(site.hosts.of(site.side.other()), "the peer's address")?;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use xfrm::{Direction, IpProto, PolicyId, SaId, TrafficSelector, XfrmError, XfrmHandle};
+use xfrm::{IpProto, PolicyDirection, PolicyId, SaId, TrafficSelector, XfrmError, XfrmHandle};
 
 use super::set::SaSet;
 use crate::backend::site::Side;
@@ -159,7 +159,7 @@ pub fn policy_id(r: &owner::PolicyRecord) -> Option<PolicyId> {
         Some(libc::IPPROTO_UDP) => Some(IpProto::Udp),
         Some(_) => return None,
     };
-    let direction = [Direction::In, Direction::Out, Direction::Fwd]
+    let direction = [PolicyDirection::In, PolicyDirection::Out, PolicyDirection::Fwd]
         .into_iter()
         .find(|d| d.name() == r.direction)?;
     let selector = TrafficSelector {

@@ -17,9 +17,9 @@ mod set;
 use std::net::IpAddr;
 
 use control::{KeyMaterial, RunKeys, XfrmKeys};
-use model::RunPlan;
+use model::{IpsecMode, RunPlan};
 use netns::Topology;
-use xfrm::{AuthTrunc, KeyInput, Mode, Protection, ReqId, RunIds, Spi, XfrmHandle};
+use xfrm::{AuthTrunc, KeyInput, Protection, ReqId, RunIds, Spi, XfrmHandle};
 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
 pub use set::SaSet;
@@ -65,8 +65,8 @@ pub fn generate_keys(plan: &RunPlan) -> LabResult<XfrmKeys> {
     };
     Ok(XfrmKeys {
         reqid: ids.reqid.0,
-        spi_client_to_server: ids.spi_a_to_b.0,
-        spi_server_to_client: ids.spi_b_to_a.0,
+        spi_a_to_b: ids.spi_a_to_b.0,
+        spi_b_to_a: ids.spi_b_to_a.0,
         enc: secret_bytes(enc),
         auth: auth.map(secret_bytes),
     })
@@ -91,7 +91,7 @@ fn secret_bytes(s: &xfrm::Secret) -> KeyMaterial {
 /// One end's SAs and policies, and what its evidence reports. Dropping it removes them.
 pub struct XfrmEnd {
     installed: Installed,
-    mode: Mode,
+    mode: IpsecMode,
     ids: RunIds,
     protection: Protection,
 }
@@ -109,8 +109,8 @@ impl XfrmEnd {
             .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's secrets")))?;
         let ids = RunIds {
             reqid: ReqId(k.reqid),
-            spi_a_to_b: Spi(k.spi_client_to_server),
-            spi_b_to_a: Spi(k.spi_server_to_client),
+            spi_a_to_b: Spi(k.spi_a_to_b),
+            spi_b_to_a: Spi(k.spi_b_to_a),
         };
         // Only the lab's ranges: a run can never touch SAs it does not own.
         if !(ids.reqid.is_lab() && ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab()) {
@@ -127,7 +127,7 @@ impl XfrmEnd {
             },
         )
         .map_err(LabError::usage)?;
-        let mode = Mode::from(plan.mode);
+        let mode = plan.mode;
         let hosts = site.hosts;
         let sender = Side::receiver(plan).other();
         let data = |side| data_addr(plan, hosts, side).ip();
@@ -145,7 +145,7 @@ impl XfrmEnd {
         }
         let handle = match site.lab_link {
             Some(link) => {
-                if mode == Mode::Tunnel {
+                if mode == IpsecMode::Tunnel {
                     // The inner address lives on the veth; the route's source makes the
                     // sender use it, so its packets match the policy.
                     let (here, there) = (data(site.side), data(site.side.other()));
@@ -178,7 +178,7 @@ impl XfrmEnd {
     /// What this end's SAs carried (it sees both directions' counters), and how.
     pub async fn evidence(&self) -> LabResult<XfrmEvidence> {
         let sas = self.installed.counters().await?;
-        let tunnel_header = if self.mode == Mode::Tunnel {
+        let tunnel_header = if self.mode == IpsecMode::Tunnel {
             IPV4_HEADER_LEN
         } else {
             0

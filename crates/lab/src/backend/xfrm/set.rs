@@ -3,9 +3,9 @@
 
 use std::net::IpAddr;
 
-use model::RunPlan;
+use model::{IpsecMode, RunPlan};
 use xfrm::{
-    Direction, IpProto, Mode, PolicySpec, Protection, RunIds, SaSpec, Template, TrafficSelector,
+    IpProto, PolicyDirection, PolicySpec, Protection, RunIds, SaSpec, Template, TrafficSelector,
     LAB_REPLAY_WINDOW,
 };
 
@@ -15,7 +15,7 @@ use crate::backend::site::Side;
 /// flows. Each end installs its half from the same set, whether the two ends are two
 /// namespaces of one process or two machines.
 pub struct SaSet {
-    pub mode: Mode,
+    pub mode: IpsecMode,
     pub ids: RunIds,
     pub protection: Protection,
     /// Outer addresses: ESP travels between them (in transport mode they carry the data).
@@ -31,10 +31,10 @@ impl SaSet {
     /// The run's flows: in tunnel mode everything between the inner addresses; in transport
     /// mode only TCP to the receiver's data ports (one per stream), so nothing else between
     /// the two hosts is captured.
-    pub fn flows(plan: &RunPlan, mode: Mode, sender: IpAddr, receiver: IpAddr) -> Vec<TrafficSelector> {
+    pub fn flows(plan: &RunPlan, mode: IpsecMode, sender: IpAddr, receiver: IpAddr) -> Vec<TrafficSelector> {
         match mode {
-            Mode::Tunnel => vec![TrafficSelector::hosts(sender, receiver)],
-            Mode::Transport => (0..plan.parallel)
+            IpsecMode::Tunnel => vec![TrafficSelector::hosts(sender, receiver)],
+            IpsecMode::Transport => (0..plan.parallel)
                 .map(|i| TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.port + i))
                 .collect(),
         }
@@ -42,7 +42,7 @@ impl SaSet {
 
     fn sa(&self, src: IpAddr, dst: IpAddr, spi: xfrm::Spi) -> SaSpec {
         // In transport mode the SA itself may carry only TCP between the two hosts.
-        let selector = (self.mode == Mode::Transport).then(|| TrafficSelector {
+        let selector = (self.mode == IpsecMode::Transport).then(|| TrafficSelector {
             proto: Some(IpProto::Tcp),
             ..TrafficSelector::hosts(src, dst)
         });
@@ -86,8 +86,8 @@ impl SaSet {
             } else {
                 (flow.reversed(), *flow)
             };
-            out.push(PolicySpec::new(outgoing, Direction::Out, tmpl(here, there)));
-            out.push(PolicySpec::new(incoming, Direction::In, tmpl(there, here)));
+            out.push(PolicySpec::new(outgoing, PolicyDirection::Out, tmpl(here, there)));
+            out.push(PolicySpec::new(incoming, PolicyDirection::In, tmpl(there, here)));
         }
         out
     }
@@ -102,12 +102,12 @@ mod tests {
         let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
         let (from, to) = if sender == Side::A { (a, b) } else { (b, a) };
         SaSet {
-            mode: Mode::Transport,
+            mode: IpsecMode::Transport,
             ids: RunIds::for_slot(1),
             protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
             addr_a: a,
             addr_b: b,
-            flows: SaSet::flows(plan, Mode::Transport, from, to),
+            flows: SaSet::flows(plan, IpsecMode::Transport, from, to),
             sender,
         }
     }
@@ -138,7 +138,7 @@ mod tests {
                     let port = sel.dst_port.or(sel.src_port).unwrap();
                     assert!((6000..6002).contains(&port), "{sel}");
                     // The receiver's port is the destination of what the sender emits.
-                    let to_receiver = (p.direction == Direction::Out) == (side == sender);
+                    let to_receiver = (p.direction == PolicyDirection::Out) == (side == sender);
                     assert_eq!(sel.dst_port.is_some(), to_receiver, "{side:?} {sel}");
                 }
             }

@@ -1,0 +1,132 @@
+//! A resolved `--crypto` choice ([`Implementation`]): which library computes, whether it
+//! uses hardware AES in this process, and the ciphers built from it by the backend it names.
+
+use std::fmt;
+
+use model::{CryptoChoice, KeyBits};
+use serde::{Deserialize, Serialize};
+
+use crate::primitives::{Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library};
+use crate::{awslc, rustcrypto};
+
+impl Library {
+    /// Whether this library, in this process, uses the CPU's AES instructions.
+    pub fn hardware_aes(self) -> bool {
+        match self {
+            Library::RustCrypto => rustcrypto::hardware_aes(),
+            Library::AwsLc => awslc::hardware_aes(),
+        }
+    }
+}
+
+/// A resolved `--crypto` choice: which library computes, and how it was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Implementation {
+    choice: CryptoChoice,
+    library: Library,
+}
+
+/// What a report says about the implementation that produced a number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImplementationInfo {
+    /// The `--crypto` value: auto, soft, rustcrypto, aws-lc.
+    pub choice: CryptoChoice,
+    pub library: Library,
+    /// Whether the library used the CPU's AES instructions in the process that measured.
+    pub hardware_aes: bool,
+    /// Human label, e.g. `auto (aws-lc-rs, AES-NI)`.
+    pub label: String,
+}
+
+impl Implementation {
+    /// Resolves a `--crypto` choice. `soft` is refused unless this process runs with hardware
+    /// AES masked (see [`crate::soft`]); the other choices always succeed.
+    pub fn new(choice: CryptoChoice) -> Result<Implementation, CryptoError> {
+        let library = match choice {
+            CryptoChoice::Auto | CryptoChoice::AwsLc | CryptoChoice::Soft => Library::AwsLc,
+            CryptoChoice::Rustcrypto => Library::RustCrypto,
+        };
+        if choice == CryptoChoice::Soft && awslc::hardware_aes() {
+            return Err(CryptoError::SoftNotActive);
+        }
+        Ok(Implementation { choice, library })
+    }
+
+    pub fn choice(&self) -> CryptoChoice {
+        self.choice
+    }
+
+    pub fn library(&self) -> Library {
+        self.library
+    }
+
+    /// Whether this implementation uses hardware AES in this process.
+    pub fn hardware_aes(&self) -> bool {
+        self.library.hardware_aes()
+    }
+
+    pub fn info(&self) -> ImplementationInfo {
+        let hardware_aes = self.hardware_aes();
+        let aes = if hardware_aes {
+            "hardware AES"
+        } else {
+            "software AES"
+        };
+        ImplementationInfo {
+            choice: self.choice,
+            library: self.library,
+            hardware_aes,
+            label: format!("{} ({}, {aes})", self.choice, self.library),
+        }
+    }
+
+    /// AES-CBC; the key length (16, 24 or 32 bytes) picks AES-128/192/256.
+    pub fn aes_cbc(&self, key: &[u8]) -> Result<Box<dyn AesCbc>, CryptoError> {
+        let bits = aes_key_bits(key)?;
+        match self.library {
+            Library::RustCrypto => rustcrypto::aes_cbc(bits, key),
+            Library::AwsLc => awslc::aes_cbc(bits, key),
+        }
+    }
+
+    /// HMAC-SHA256; any key length (RFC 2104).
+    pub fn hmac_sha256(&self, key: &[u8]) -> Result<Box<dyn HmacSha256>, CryptoError> {
+        match self.library {
+            Library::RustCrypto => rustcrypto::hmac_sha256(key),
+            Library::AwsLc => awslc::hmac_sha256(key),
+        }
+    }
+
+    pub fn aead(&self, algorithm: AeadAlgorithm, key: &[u8]) -> Result<Box<dyn Aead>, CryptoError> {
+        if key.len() != algorithm.key_len() {
+            return Err(CryptoError::KeyLength {
+                algorithm: algorithm.name(),
+                expected: if algorithm.key_len() == 16 { "16" } else { "32" },
+                got: key.len(),
+            });
+        }
+        match self.library {
+            Library::RustCrypto => rustcrypto::aead(algorithm, key),
+            Library::AwsLc => awslc::aead(algorithm, key),
+        }
+    }
+}
+
+impl fmt::Display for Implementation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.info().label)
+    }
+}
+
+fn aes_key_bits(key: &[u8]) -> Result<KeyBits, CryptoError> {
+    match key.len() {
+        16 => Ok(KeyBits::Aes128),
+        24 => Ok(KeyBits::Aes192),
+        32 => Ok(KeyBits::Aes256),
+        got => Err(CryptoError::KeyLength {
+            algorithm: "AES-CBC",
+            expected: "16, 24 or 32",
+            got,
+        }),
+    }
+}

@@ -1,0 +1,198 @@
+//! The vocabulary the backends and every caller share, below all of them: buffer sizes, the
+//! libraries and AEAD algorithms by name, the errors, and the three primitive traits each
+//! backend implements. Imports no other file of this crate.
+
+use std::fmt;
+
+use model::KeyBits;
+use serde::{Deserialize, Serialize};
+
+/// AES block size; CBC buffers are a whole number of these.
+pub const AES_BLOCK_LEN: usize = 16;
+/// AEAD tag length for every AEAD here.
+pub const TAG_LEN: usize = 16;
+/// AEAD nonce length for every AEAD here.
+pub const NONCE_LEN: usize = 12;
+/// Full HMAC-SHA256 output length.
+pub const HMAC_SHA256_LEN: usize = 32;
+/// Shortest HMAC-SHA256 tag [`HmacSha256::verify`] accepts (RFC 2104 §5: at least half).
+pub const MIN_HMAC_TAG_LEN: usize = 16;
+
+/// A library that computes the ciphers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Library {
+    /// RustCrypto crates: aes, cbc, hmac, sha2, aes-gcm, chacha20poly1305.
+    RustCrypto,
+    /// aws-lc-rs over AWS-LC.
+    AwsLc,
+}
+
+impl Library {
+    pub fn name(self) -> &'static str {
+        match self {
+            Library::RustCrypto => "rustcrypto",
+            Library::AwsLc => "aws-lc-rs",
+        }
+    }
+}
+
+impl fmt::Display for Library {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The AEAD algorithms the lab uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AeadAlgorithm {
+    Aes128Gcm,
+    Aes256Gcm,
+    ChaCha20Poly1305,
+}
+
+impl AeadAlgorithm {
+    pub const ALL: [AeadAlgorithm; 3] = [
+        AeadAlgorithm::Aes128Gcm,
+        AeadAlgorithm::Aes256Gcm,
+        AeadAlgorithm::ChaCha20Poly1305,
+    ];
+
+    pub fn key_len(self) -> usize {
+        match self {
+            AeadAlgorithm::Aes128Gcm => 16,
+            AeadAlgorithm::Aes256Gcm | AeadAlgorithm::ChaCha20Poly1305 => 32,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AeadAlgorithm::Aes128Gcm => "aes-128-gcm",
+            AeadAlgorithm::Aes256Gcm => "aes-256-gcm",
+            AeadAlgorithm::ChaCha20Poly1305 => "chacha20-poly1305",
+        }
+    }
+
+    /// The AES-GCM algorithm for a key size; None for 192 (valid AES-GCM that no library
+    /// here offers and no tunnel uses).
+    pub fn aes_gcm(key: KeyBits) -> Option<AeadAlgorithm> {
+        match key {
+            KeyBits::Aes128 => Some(AeadAlgorithm::Aes128Gcm),
+            KeyBits::Aes192 => None,
+            KeyBits::Aes256 => Some(AeadAlgorithm::Aes256Gcm),
+        }
+    }
+}
+
+impl fmt::Display for AeadAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a cipher could not be built or an operation failed. `Copy` and cheap: a tunnel counts
+/// per-packet failures by reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CryptoError {
+    #[error("{algorithm}: key is {got} bytes, expected {expected}")]
+    KeyLength {
+        algorithm: &'static str,
+        expected: &'static str,
+        got: usize,
+    },
+    #[error("AES-CBC: {len} bytes is not a whole number of 16-byte blocks (the caller pads)")]
+    NotBlockAligned { len: usize },
+    #[error("HMAC-SHA256: a tag of {len} bytes cannot be checked (16 to 32 bytes)")]
+    TagLength { len: usize },
+    #[error("authentication failed: the data or its tag was altered, or the key/nonce differ")]
+    Authentication,
+    #[error("{library}: {operation} failed inside the library")]
+    Library {
+        library: Library,
+        operation: &'static str,
+    },
+    /// The variable and mask are [`crate::soft::ENV_VAR`] and
+    /// [`crate::soft::MASK_HARDWARE_AES`], written out so this file stays below `soft`
+    /// (a test keeps them equal).
+    #[error(
+        "--crypto soft needs hardware AES masked before AWS-LC starts, but this process was not started with OPENSSL_ia32cap=~0x200000200000000; start it through crypto::soft::command() or crypto::soft::reexec_if_needed()"
+    )]
+    SoftNotActive,
+}
+
+/// AES-CBC with a fixed key (128, 192 or 256 bits, from the key length).
+pub trait AesCbc: Send + Sync {
+    fn key_bits(&self) -> KeyBits;
+    /// Encrypts `buf` in place; `buf.len()` must be a multiple of 16.
+    fn encrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError>;
+    /// Decrypts `buf` in place; `buf.len()` must be a multiple of 16.
+    fn decrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError>;
+}
+
+/// HMAC-SHA256 with a fixed key.
+pub trait HmacSha256: Send + Sync {
+    /// The MAC of the concatenation of `parts`.
+    fn mac(&self, parts: &[&[u8]]) -> [u8; HMAC_SHA256_LEN];
+
+    /// Checks `tag`, the first `tag.len()` bytes (16..=32) of the MAC of `parts`, in
+    /// constant time.
+    fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> Result<(), CryptoError> {
+        if !(MIN_HMAC_TAG_LEN..=HMAC_SHA256_LEN).contains(&tag.len()) {
+            return Err(CryptoError::TagLength { len: tag.len() });
+        }
+        let full = self.mac(parts);
+        let diff = full.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        // black_box keeps the comparison from being turned into an early-exit loop.
+        if std::hint::black_box(diff) == 0 {
+            Ok(())
+        } else {
+            Err(CryptoError::Authentication)
+        }
+    }
+}
+
+/// An AEAD with a fixed key: 12-byte nonce, 16-byte detached tag.
+pub trait Aead: Send + Sync {
+    fn algorithm(&self) -> AeadAlgorithm;
+    /// Encrypts `buf` in place and returns the tag.
+    fn seal(&self, nonce: &[u8; NONCE_LEN], aad: &[u8], buf: &mut [u8])
+        -> Result<[u8; TAG_LEN], CryptoError>;
+    /// Checks `tag` and decrypts `buf` in place. On error `buf` holds garbage.
+    fn open(
+        &self,
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> Result<(), CryptoError>;
+}
+
+pub(crate) fn check_blocks(buf: &[u8]) -> Result<(), CryptoError> {
+    if buf.len() % AES_BLOCK_LEN == 0 {
+        Ok(())
+    } else {
+        Err(CryptoError::NotBlockAligned { len: buf.len() })
+    }
+}
+
+/// A known-answer test that failed: which implementation, which vector, what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("self-test of {implementation} failed on {case}: {what}")]
+pub struct SelfTestError {
+    pub implementation: String,
+    pub case: String,
+    pub what: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soft_not_active_names_the_variable_and_mask_soft_sets() {
+        let text = CryptoError::SoftNotActive.to_string();
+        let wanted = format!("{}={}", crate::soft::ENV_VAR, crate::soft::MASK_HARDWARE_AES);
+        assert!(text.contains(&wanted), "{text}");
+    }
+}

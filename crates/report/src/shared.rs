@@ -1,0 +1,147 @@
+//! What every format shows the same way: the cell under a column, the reasons cells did not
+//! run (numbered once for all formats), rates as printed, the conditions and environment
+//! lines, and what a column label stands for. Below every format; imports none of them.
+
+use model::matrix::{Cell, CellOutcome, MatrixReport, Row};
+use model::{CipherSuite, Environment, Hmac};
+
+/// The cell a row shows under `suite`: the plain baseline's single cell stands under every
+/// column (one suite-independent measurement per environment).
+pub fn cell_for(row: &Row, suite: CipherSuite) -> Option<&Cell> {
+    if row.is_baseline() {
+        row.cells.first()
+    } else {
+        row.cell(suite)
+    }
+}
+
+/// Why cells did not run, each reason once, in the order of the rows and columns: the
+/// numbers the HTML table and the chart both cite (`not run [n]`).
+pub fn not_run_reasons(report: &MatrixReport) -> Vec<&str> {
+    let mut reasons: Vec<&str> = Vec::new();
+    for row in &report.rows {
+        for suite in &report.suites {
+            if let Some(CellOutcome::NotRun { reason }) = cell_for(row, *suite).map(|c| &c.outcome) {
+                if !reasons.contains(&reason.as_str()) {
+                    reasons.push(reason);
+                }
+            }
+        }
+    }
+    reasons
+}
+
+/// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow). A
+/// rate that is not a number (a report made by hand, or by a future bug) prints as "—",
+/// never as inf or NaN.
+pub fn fmt_rate(v: f64) -> String {
+    if !v.is_finite() {
+        "—".into()
+    } else if v < 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// `v` with `decimals` decimals for a machine-read field; empty when not finite.
+pub fn fmt_field(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        String::new()
+    }
+}
+
+/// The lines every report carries: a number without its conditions is not a result.
+pub fn conditions(report: &MatrixReport) -> Vec<String> {
+    let mut out = vec![format!(
+        "payload {} per transfer, {} repeat(s) per cell, every transfer verified; MB/s = 10^6 bytes/s",
+        report.payload, report.repeat
+    )];
+    for (env, size) in &report.payload_by_environment {
+        out.push(format!("rows of {env}: payload {size} per transfer"));
+    }
+    for (name, env) in &report.environments {
+        out.push(format!(
+            "{} — {}",
+            environment_title(name, Some(env)),
+            environment_summary(env)
+        ));
+    }
+    if report.environments.values().any(|e| e.is_emulated()) {
+        out.push("rows marked (vm) ran under TCG emulation: they show correctness, not speed".to_string());
+    }
+    if report.interrupted {
+        out.push("the sweep was interrupted (Ctrl-C): cells not reached are marked not run".into());
+    }
+    out
+}
+
+/// An environment's name as a reader wants it: `host`, `vm (tcg: emulated, …)` — the
+/// key and where it ran, said once (the key `host` ran on the "host": not "host: host").
+pub fn environment_title(name: &str, env: Option<&Environment>) -> String {
+    match env {
+        Some(e) if e.virtualization.starts_with(name) => e.virtualization.clone(),
+        Some(e) => format!("{name} ({})", e.virtualization),
+        None => format!("{name} (conditions not recorded)"),
+    }
+}
+
+/// Kernel, CPU, its crypto flags, the kernel's preferred drivers and the tool's version.
+pub fn environment_summary(env: &Environment) -> String {
+    let drivers: Vec<String> = env
+        .kernel_drivers
+        .iter()
+        .map(|(alg, d)| format!("{alg}={d}"))
+        .collect();
+    format!(
+        "kernel {}, {} ({} CPUs), crypto flags [{}], kernel drivers [{}], ipsec-lab {}",
+        env.kernel_release,
+        env.cpu_model,
+        env.cpus,
+        env.crypto_flags.join(" "),
+        if drivers.is_empty() {
+            "none instantiated".to_string()
+        } else {
+            drivers.join(", ")
+        },
+        env.tool_version,
+    )
+}
+
+/// The report's column names and what each stands for, as one sentence's list.
+pub fn columns_explained(report: &MatrixReport) -> String {
+    report
+        .suites
+        .iter()
+        .map(|s| format!("{} = {}", s.short_label(), suite_explained(*s)))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// What a column label stands for: `256+HMAC` → `AES-256-CBC with HMAC-SHA256`.
+pub fn suite_explained(suite: CipherSuite) -> String {
+    match suite {
+        CipherSuite::None => "no encryption".into(),
+        CipherSuite::AesCbc {
+            key,
+            hmac: Hmac::None,
+        } => format!("AES-{key}-CBC (no HMAC)"),
+        CipherSuite::AesCbc {
+            key,
+            hmac: Hmac::Sha256,
+        } => format!("AES-{key}-CBC with HMAC-SHA256"),
+        CipherSuite::AesGcm { key } => format!("AES-{key}-GCM"),
+    }
+}
+
+/// Short description for titles: `median of 3 × 100.0 MB` (`, vm: 10.0 MB` where a
+/// VM's rows used another payload).
+pub fn method(report: &MatrixReport) -> String {
+    let mut s = format!("median of {} × {}", report.repeat, report.payload);
+    for (env, size) in &report.payload_by_environment {
+        s.push_str(&format!(", {env}: {size}"));
+    }
+    s
+}

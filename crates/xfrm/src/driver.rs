@@ -1,0 +1,348 @@
+//! Which kernel driver serves the lab's ESP SAs, and making one `cbc(aes)` driver serve
+//! them for a while (the modern form of loading `aes.ko` or `aes-i586.ko`).
+//!
+//! * [`esp_instance_name`] / [`esp_served_by`]: the algorithm instance an ESP SA of a suite
+//!   uses, and the driver /proc/crypto says built it.
+//! * [`cbc_aes_priorities`] / [`choosable_cbc_aes_drivers`] / [`pin_plan`]: pure reads of
+//!   /proc/crypto entries; [`read_proc_crypto`] is the one place that reads the file.
+//! * [`cbc_aes_drivers`] and [`pin_cbc_aes_driver`]: the root-only parts, over
+//!   NETLINK_CRYPTO ([`crate::crypto_user`]). A [`PinnedDriver`] puts every priority back
+//!   when dropped, and keeps each original in this process's state file until then, so
+//!   `ipsec-lab clean` restores them after a SIGKILL.
+//!
+//! Leaves out parsing /proc/crypto (`model::env::parse_proc_crypto`) and the netlink
+//! messages themselves ([`crate::crypto_user`]).
+
+use std::fmt;
+
+use model::env::{parse_proc_crypto, preferred_drivers, CryptoEntry};
+use model::{CipherSuite, Hmac};
+
+use crate::crypto_user::{CryptoUser, CryptoUserError, PriorityGuard};
+
+/// The algorithm whose drivers a sweep chooses between.
+pub const CBC_AES: &str = "cbc(aes)";
+/// How far a pinned driver is raised above the highest priority of the others.
+const PIN_MARGIN: u32 = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("no cbc(aes) driver in /proc/crypto")]
+    NoDriver,
+    #[error("{0} is the only cbc(aes) driver in this kernel")]
+    OnlyDriver(String),
+    #[error("{0} is no longer in /proc/crypto")]
+    Vanished(String),
+    #[error(transparent)]
+    CryptoUser(#[from] CryptoUserError),
+    #[error(transparent)]
+    Record(#[from] owner::OwnerError),
+}
+
+/// One `cbc(aes)` skcipher driver and its priority, as /proc/crypto lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DriverPriority {
+    pub driver: String,
+    pub priority: i32,
+}
+
+impl fmt::Display for DriverPriority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.driver, self.priority)
+    }
+}
+
+/// A priority [`pin_cbc_aes_driver`] sets: the pinned driver's raised, every other one
+/// rewritten unchanged (an UPDATEALG flushes the instances built on it either way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityChange {
+    pub driver: String,
+    pub original: u32,
+    pub new: u32,
+}
+
+/// The entries of /proc/crypto; none where it cannot be read.
+pub fn read_proc_crypto() -> Vec<CryptoEntry> {
+    parse_proc_crypto(&std::fs::read_to_string("/proc/crypto").unwrap_or_default())
+}
+
+fn is_cbc_aes(e: &CryptoEntry) -> bool {
+    e.name == CBC_AES && e.kind == "skcipher"
+}
+
+/// Every `cbc(aes)` skcipher driver and its priority, sorted, once each.
+pub fn cbc_aes_priorities(entries: &[CryptoEntry]) -> Vec<DriverPriority> {
+    let mut v: Vec<DriverPriority> = entries
+        .iter()
+        .filter(|e| is_cbc_aes(e))
+        .map(|e| DriverPriority {
+            driver: e.driver.clone(),
+            priority: e.priority,
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The `cbc(aes)` drivers that passed their self-test, highest priority first. A sweep
+/// needs two to choose between: fewer is an error that says why.
+pub fn choosable_cbc_aes_drivers(entries: &[CryptoEntry]) -> Result<Vec<String>, DriverError> {
+    let mut drivers: Vec<(i32, &str)> = entries
+        .iter()
+        .filter(|e| is_cbc_aes(e) && e.selftest_passed)
+        .map(|e| (e.priority, e.driver.as_str()))
+        .collect();
+    drivers.sort_by(|a, b| b.cmp(a));
+    drivers.dedup_by(|a, b| a.1 == b.1);
+    match drivers.as_slice() {
+        [] => Err(DriverError::NoDriver),
+        [(_, only)] => Err(DriverError::OnlyDriver(only.to_string())),
+        _ => Ok(drivers.into_iter().map(|(_, d)| d.to_string()).collect()),
+    }
+}
+
+/// The priorities that make `driver` serve the next SA: it goes 100 above the
+/// highest `cbc(aes)` priority, the others keep theirs; each driver once, though
+/// /proc/crypto may list one twice. Negative priorities count as 0.
+pub fn pin_plan(entries: &[CryptoEntry], driver: &str) -> Result<Vec<PriorityChange>, DriverError> {
+    let mut cbc: Vec<&CryptoEntry> = entries.iter().filter(|e| is_cbc_aes(e)).collect();
+    cbc.sort_by(|a, b| a.driver.cmp(&b.driver));
+    cbc.dedup_by(|a, b| a.driver == b.driver);
+    if !cbc.iter().any(|e| e.driver == driver) {
+        return Err(DriverError::Vanished(driver.to_string()));
+    }
+    let top = cbc.iter().map(|e| e.priority.max(0) as u32).max().unwrap_or(0) + PIN_MARGIN;
+    Ok(cbc
+        .into_iter()
+        .map(|e| {
+            let original = e.priority.max(0) as u32;
+            PriorityChange {
+                driver: e.driver.clone(),
+                original,
+                new: if e.driver == driver { top } else { original },
+            }
+        })
+        .collect())
+}
+
+/// The `cbc(aes)` drivers of this kernel, after asking it to instantiate the generic one
+/// (which a lookup never builds while a faster driver exists). Needs NETLINK_CRYPTO; the
+/// error says why a sweep cannot choose drivers here.
+pub fn cbc_aes_drivers() -> Result<Vec<String>, DriverError> {
+    let mut cu = CryptoUser::open()?;
+    if let Err(e) = cu.instantiate("cbc(aes-generic)") {
+        tracing::info!("cbc(aes-generic) not instantiated: {e}");
+    }
+    choosable_cbc_aes_drivers(&read_proc_crypto())
+}
+
+/// Driver priorities changed for a while: restored when dropped (or by
+/// [`PinnedDriver::restore`]), and recorded with their originals in the state file until
+/// then, so `clean` restores them after a SIGKILL.
+pub struct PinnedDriver {
+    guard: Option<PriorityGuard<CryptoUser>>,
+    records: Vec<owner::Record>,
+}
+
+impl PinnedDriver {
+    /// Restores now and says whether every priority went back; what did not stays
+    /// recorded for `clean`.
+    pub fn restore(mut self) -> Result<(), Vec<String>> {
+        self.restore_now()
+    }
+
+    fn restore_now(&mut self) -> Result<(), Vec<String>> {
+        let restored = self.guard.take().map_or(Ok(()), PriorityGuard::restore);
+        if restored.is_ok() {
+            for r in self.records.drain(..) {
+                owner::forget(&r);
+            }
+        }
+        restored
+    }
+}
+
+impl Drop for PinnedDriver {
+    fn drop(&mut self) {
+        let _ = self.restore_now();
+    }
+}
+
+/// Raises `driver` above every other `cbc(aes)` driver and flushes the algorithm instances
+/// built on any of them (an UPDATEALG removes them), so the next SA is built from `driver`.
+/// Everything goes back when the guard drops, also when a later change fails.
+pub fn pin_cbc_aes_driver(driver: &str) -> Result<PinnedDriver, DriverError> {
+    let plan = pin_plan(&read_proc_crypto(), driver)?;
+    let mut pinned = PinnedDriver {
+        guard: Some(PriorityGuard::new(CryptoUser::open()?)),
+        records: Vec::new(),
+    };
+    for change in plan {
+        // Recorded before the change, so a kill right after it still leaves the original.
+        let record = owner::Record::DriverPriority {
+            driver: change.driver.clone(),
+            original: change.original,
+        };
+        owner::record(record.clone())?;
+        pinned.records.push(record);
+        let guard = pinned.guard.as_mut().expect("set above");
+        guard.set(&change.driver, change.original, change.new)?;
+    }
+    Ok(pinned)
+}
+
+/// The kernel algorithm instance an ESP SA of `suite` uses (without the IV generator);
+/// `None` for no encryption.
+pub fn esp_instance_name(suite: CipherSuite) -> Option<&'static str> {
+    match suite {
+        CipherSuite::AesCbc { hmac: Hmac::None, .. } => Some("authenc(digest_null,cbc(aes))"),
+        CipherSuite::AesCbc {
+            hmac: Hmac::Sha256, ..
+        } => Some("authenc(hmac(sha256),cbc(aes))"),
+        CipherSuite::AesGcm { .. } => Some("rfc4106(gcm(aes))"),
+        CipherSuite::None => None,
+    }
+}
+
+/// The driver that built the instance of the last SA of `suite`, from /proc/crypto.
+pub fn esp_served_by(suite: CipherSuite) -> Option<String> {
+    let name = esp_instance_name(suite)?;
+    preferred_drivers(&read_proc_crypto(), &[name]).remove(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::KeyBits;
+
+    /// Three `cbc(aes)` drivers as a kernel with aesni_intel lists them after the generic
+    /// one was instantiated, one of them twice (once per module) and one that failed its
+    /// self-test, plus an entry of another algorithm and a `cbc(aes)` of another type.
+    const PROC_CRYPTO: &str = "\
+name         : cbc(aes)
+driver       : cbc-aes-aesni
+module       : aesni_intel
+priority     : 400
+selftest     : passed
+type         : skcipher
+
+name         : cbc(aes)
+driver       : cbc(aes-generic)
+module       : kernel
+priority     : 100
+selftest     : passed
+type         : skcipher
+
+name         : cbc(aes)
+driver       : cbc-aes-aesni
+module       : aesni_intel
+priority     : 400
+selftest     : passed
+type         : skcipher
+
+name         : cbc(aes)
+driver       : cbc-aes-broken
+module       : broken
+priority     : 500
+selftest     : unknown
+type         : skcipher
+
+name         : cbc(aes)
+driver       : cbc-aes-shash
+module       : kernel
+priority     : 900
+selftest     : passed
+type         : shash
+
+name         : authenc(hmac(sha256),cbc(aes))
+driver       : authenc(hmac(sha256-avx2),cbc-aes-aesni)
+module       : authenc
+priority     : 2400
+selftest     : passed
+type         : aead
+";
+
+    fn entries() -> Vec<CryptoEntry> {
+        parse_proc_crypto(PROC_CRYPTO)
+    }
+
+    #[test]
+    fn priorities_list_each_cbc_aes_skcipher_once_sorted() {
+        let listed: Vec<String> = cbc_aes_priorities(&entries())
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(
+            listed,
+            ["cbc(aes-generic)=100", "cbc-aes-aesni=400", "cbc-aes-broken=500"]
+        );
+    }
+
+    #[test]
+    fn choosable_drivers_passed_their_self_test_highest_first() {
+        assert_eq!(
+            choosable_cbc_aes_drivers(&entries()).unwrap(),
+            ["cbc-aes-aesni", "cbc(aes-generic)"]
+        );
+    }
+
+    #[test]
+    fn fewer_than_two_drivers_say_why_none_can_be_chosen() {
+        assert!(matches!(
+            choosable_cbc_aes_drivers(&[]),
+            Err(DriverError::NoDriver)
+        ));
+        let only: Vec<CryptoEntry> = entries()
+            .into_iter()
+            .filter(|e| e.driver != "cbc(aes-generic)")
+            .collect();
+        let e = choosable_cbc_aes_drivers(&only).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cbc-aes-aesni is the only cbc(aes) driver in this kernel"
+        );
+    }
+
+    #[test]
+    fn pinning_raises_one_driver_above_all_and_keeps_the_rest() {
+        let plan = pin_plan(&entries(), "cbc(aes-generic)").unwrap();
+        let generic = plan.iter().find(|c| c.driver == "cbc(aes-generic)").unwrap();
+        assert_eq!((generic.original, generic.new), (100, 600));
+        assert!(plan
+            .iter()
+            .filter(|c| c.driver != "cbc(aes-generic)")
+            .all(|c| c.new == c.original));
+        assert!(plan.iter().all(|c| c.driver != "cbc-aes-shash"), "{plan:?}");
+        let drivers: Vec<&str> = plan.iter().map(|c| c.driver.as_str()).collect();
+        assert_eq!(drivers, ["cbc(aes-generic)", "cbc-aes-aesni", "cbc-aes-broken"]);
+    }
+
+    #[test]
+    fn pinning_a_driver_that_is_gone_changes_nothing() {
+        let e = pin_plan(&entries(), "cbc-aes-padlock").unwrap_err();
+        assert_eq!(e.to_string(), "cbc-aes-padlock is no longer in /proc/crypto");
+    }
+
+    #[test]
+    fn negative_priorities_count_as_zero() {
+        let mut e = entries();
+        e.iter_mut().for_each(|e| e.priority = -5);
+        let plan = pin_plan(&e, "cbc-aes-aesni").unwrap();
+        let aesni = plan.iter().find(|c| c.driver == "cbc-aes-aesni").unwrap();
+        assert_eq!((aesni.original, aesni.new), (0, PIN_MARGIN));
+    }
+
+    #[test]
+    fn esp_instances_are_named_as_the_kernel_builds_them() {
+        let six = CipherSuite::classic_six();
+        assert_eq!(esp_instance_name(six[0]), Some("authenc(digest_null,cbc(aes))"));
+        assert_eq!(esp_instance_name(six[5]), Some("authenc(hmac(sha256),cbc(aes))"));
+        assert_eq!(
+            esp_instance_name(CipherSuite::AesGcm { key: KeyBits::Aes128 }),
+            Some("rfc4106(gcm(aes))")
+        );
+        assert_eq!(esp_instance_name(CipherSuite::None), None);
+        assert_eq!(esp_served_by(CipherSuite::None), None);
+    }
+}
