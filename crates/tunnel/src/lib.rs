@@ -298,8 +298,6 @@ struct Loop {
     endpoint: Endpoint,
     /// The TUN device speaks virtio-net headers with TSO (see `offload`).
     tun_offload: bool,
-    /// Sends use UDP GSO (else `sendmmsg`); may turn false at run time if the kernel refuses.
-    udp_gso: bool,
     tx_bufs: Vec<Vec<u8>>,
     tx_ranges: Vec<Range<usize>>,
     rx_bufs: Vec<Vec<u8>>,
@@ -321,10 +319,10 @@ impl Loop {
         if let Some(cpu) = config.cpu {
             pin_current_thread(cpu).map_err(|e| setup(format!("pin thread to CPU {cpu}"), e))?;
         }
-        let udp = udp::Udp::bind(config.local, config.peer, SOCKET_BUFFER)
+        let mut udp = udp::Udp::bind(config.local, config.peer, SOCKET_BUFFER)
             .map_err(|e| setup(format!("UDP socket {}", config.local), e))?;
         let mut batching = match config.batching {
-            Batching::Gso | Batching::Offload if udp.enable_gro() => config.batching,
+            Batching::Gso | Batching::Offload if udp.enable_offload() => config.batching,
             _ => Batching::Mmsg,
         };
         let create =
@@ -379,7 +377,6 @@ impl Loop {
             udp,
             endpoint,
             tun_offload: batching == Batching::Offload,
-            udp_gso: batching != Batching::Mmsg,
             tx_bufs: vec![vec![0u8; tx_size]; BATCH],
             tx_ranges: vec![0..0; BATCH],
             rx_bufs: vec![vec![0u8; rx_size]; RX_MESSAGES],
@@ -575,21 +572,16 @@ impl Loop {
         };
         self.decrypted.clear();
         for i in 0..got {
-            let meta = self.rx_meta[i];
-            let segment = if meta.segment > 0 { meta.segment } else { meta.len };
-            let mut off = 0;
-            while off < meta.len {
-                let end = (off + segment).min(meta.len);
+            for datagram in self.rx_meta[i].datagrams() {
                 self.stats.datagrams_in += 1;
-                match self.endpoint.decap(&mut self.rx_bufs[i][off..end]) {
+                match self.endpoint.decap(&mut self.rx_bufs[i][datagram.clone()]) {
                     Ok(p) => self.decrypted.push(PacketRef {
                         buf: i,
-                        start: off + p.start,
-                        end: off + p.end,
+                        start: datagram.start + p.start,
+                        end: datagram.start + p.end,
                     }),
                     Err(reason) => self.stats.drops.count(reason),
                 }
-                off = end;
             }
         }
         let decrypted = std::mem::take(&mut self.decrypted);
@@ -646,60 +638,23 @@ impl Loop {
     }
 
     fn send_batch(&mut self, n: usize) {
-        let Loop {
-            udp,
-            udp_gso,
-            tx_bufs,
-            tx_ranges,
-            stats,
-            ..
-        } = self;
-        let datagrams: Vec<&[u8]> = tx_bufs[..n]
+        let datagrams: Vec<&[u8]> = self.tx_bufs[..n]
             .iter()
-            .zip(&tx_ranges[..n])
+            .zip(&self.tx_ranges[..n])
             .map(|(b, r)| &b[r.clone()])
             .collect();
-        if *udp_gso {
-            let mut start = 0;
-            while start < n {
-                let segment = datagrams[start].len();
-                // A run of equal lengths, optionally closed by one shorter datagram.
-                let mut end = start + 1;
-                while end < n && end - start < udp::GSO_MAX_SEGMENTS {
-                    let len = datagrams[end].len();
-                    if len < segment {
-                        end += 1;
-                    }
-                    if len != segment {
-                        break;
-                    }
-                    end += 1;
-                }
-                stats.send_calls += 1;
-                if let Err(e) = udp.send_gso(&datagrams[start..end], segment) {
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP)
-                    ) {
-                        // The kernel refuses GSO here: fall back for good and resend as mmsg
-                        // (TUN offload, if on, stays: it does not depend on UDP GSO).
-                        *udp_gso = false;
-                        stats.batching = Batching::Mmsg;
-                        send_mmsg(udp, &datagrams[start..], stats);
-                        return;
-                    }
-                    stats.errors.send += 1;
-                }
-                start = end;
-            }
-        } else {
-            send_mmsg(udp, &datagrams, stats);
+        let done = self.udp.send_batch(&datagrams);
+        self.stats.send_calls += done.calls;
+        self.stats.errors.send += done.refused;
+        if !self.udp.uses_gso() {
+            // TUN offload, if on, stays: it does not depend on UDP GSO.
+            self.stats.batching = Batching::Mmsg;
         }
     }
 
     /// Receives a batch of datagrams into `rx_bufs`/`rx_meta`.
     fn recv_batch(&mut self) -> Result<Received, TunnelError> {
-        match self.udp.recv_mmsg(&mut self.rx_bufs, &mut self.rx_meta) {
+        match self.udp.recv_batch(&mut self.rx_bufs, &mut self.rx_meta) {
             Ok(0) => Ok(Received::Datagrams(0)),
             Ok(got) => {
                 self.stats.recv_calls += 1;
@@ -721,13 +676,9 @@ impl Loop {
         };
         let mut datagrams = 0;
         for i in 0..got {
-            let meta = self.rx_meta[i];
-            let segment = if meta.segment > 0 { meta.segment } else { meta.len };
-            let mut off = 0;
-            while off < meta.len {
-                let end = (off + segment).min(meta.len);
+            for datagram in self.rx_meta[i].datagrams() {
                 datagrams += 1;
-                let buf = &mut self.rx_bufs[i][off..end];
+                let buf = &mut self.rx_bufs[i][datagram];
                 match self.endpoint.decap(buf) {
                     Ok(payload) => match self.tun.write(&buf[payload.clone()]) {
                         Ok(_) => {
@@ -739,21 +690,10 @@ impl Loop {
                     },
                     Err(reason) => self.stats.drops.count(reason),
                 }
-                off = end;
             }
         }
         self.stats.datagrams_in += datagrams;
         Ok(got)
-    }
-}
-
-fn send_mmsg(udp: &udp::Udp, datagrams: &[&[u8]], stats: &mut TunnelStats) {
-    match udp.send_mmsg(datagrams) {
-        Ok(calls) => stats.send_calls += calls as u64,
-        Err(_) => {
-            stats.send_calls += 1;
-            stats.errors.send += 1;
-        }
     }
 }
 
