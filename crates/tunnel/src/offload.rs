@@ -417,6 +417,47 @@ impl Coalescer {
     }
 }
 
+/// Joins the decrypted packets at `packets` (in `bufs`, in order) into groups as far as
+/// [`Coalescer`] allows, and hands each group to `deliver` (which may rewrite its first
+/// packet in place with [`Coalescer::finish`]); a packet that joins nothing goes alone, as
+/// it came. Unless the suite `authenticated` the packets, a segment joins only once
+/// [`checksums_ok`] verified it: a joined packet reaches the kernel with its checksum
+/// trusted (CHECKSUM_PARTIAL), a lone one meets the kernel's own check. `group` is scratch
+/// space, kept for its allocation.
+pub fn coalesce(
+    bufs: &mut [Vec<u8>],
+    packets: &[PacketRef],
+    authenticated: bool,
+    group: &mut Group,
+    mut deliver: impl FnMut(&Group, &mut [Vec<u8>]),
+) {
+    group.clear();
+    for &at in packets {
+        let pkt = &bufs[at.buf][at.start..at.end];
+        let may_join = authenticated || checksums_ok(pkt);
+        if may_join {
+            let first = group.first.map_or(&[][..], |f| &bufs[f.buf][f.start..f.end]);
+            if Coalescer::push(group, pkt, at, first) {
+                continue;
+            }
+        }
+        if group.first.is_some() {
+            deliver(group, bufs);
+            group.clear();
+        }
+        if !(may_join && Coalescer::push(group, &bufs[at.buf][at.start..at.end], at, &[])) {
+            // Not a TCP data segment (an ACK, say), or not verified: on its own.
+            group.first = Some(at);
+            deliver(group, bufs);
+            group.clear();
+        }
+    }
+    if group.first.is_some() {
+        deliver(group, bufs);
+        group.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,43 +633,34 @@ mod tests {
         ));
     }
 
-    /// Joins `pkts`; returns each group's rebuilt packet (head with vnet header applied and
-    /// payloads appended) so it can be compared with the original stream.
-    fn coalesce(pkts: &mut [Vec<u8>]) -> Vec<(VnetHdr, Vec<u8>)> {
-        let mut groups: Vec<Group> = Vec::new();
-        let mut current = Group::default();
-        for i in 0..pkts.len() {
-            let at = PacketRef {
-                buf: i,
-                start: 0,
-                end: pkts[i].len(),
-            };
-            let first = current.first.map(|f| pkts[f.buf].clone()).unwrap_or_default();
-            if !Coalescer::push(&mut current, &pkts[i], at, &first) {
-                if current.first.is_some() {
-                    groups.push(std::mem::take(&mut current));
-                }
-                if !Coalescer::push(&mut current, &pkts[i], at, &pkts[i].clone()) {
-                    current.first = Some(at);
-                    groups.push(std::mem::take(&mut current));
-                }
-            }
-        }
-        if current.first.is_some() {
-            groups.push(current);
-        }
-        groups
+    /// Joins `pkts` (all authenticated); returns each group's rebuilt packet (head with
+    /// vnet header applied and payloads appended) so it can be compared with the original
+    /// stream.
+    fn join_all(pkts: &mut [Vec<u8>]) -> Vec<(VnetHdr, Vec<u8>)> {
+        join_all_as(pkts, true)
+    }
+
+    fn join_all_as(pkts: &mut [Vec<u8>], authenticated: bool) -> Vec<(VnetHdr, Vec<u8>)> {
+        let refs: Vec<PacketRef> = pkts
             .iter()
-            .map(|g| {
-                let f = g.first.unwrap();
-                let hdr = Coalescer::finish(g, &mut pkts[f.buf]);
-                let mut whole = pkts[f.buf].clone();
-                for m in &g.more {
-                    whole.extend_from_slice(&pkts[m.buf][m.start..m.end]);
-                }
-                (hdr, whole)
+            .enumerate()
+            .map(|(buf, p)| PacketRef {
+                buf,
+                start: 0,
+                end: p.len(),
             })
-            .collect()
+            .collect();
+        let mut joined = Vec::new();
+        coalesce(pkts, &refs, authenticated, &mut Group::default(), |g, bufs| {
+            let f = g.first.unwrap();
+            let hdr = Coalescer::finish(g, &mut bufs[f.buf]);
+            let mut whole = bufs[f.buf].clone();
+            for m in &g.more {
+                whole.extend_from_slice(&bufs[m.buf][m.start..m.end]);
+            }
+            joined.push((hdr, whole));
+        });
+        joined
     }
 
     #[test]
@@ -643,7 +675,7 @@ mod tests {
             })
             .collect();
         let originals = pkts.clone();
-        let groups = coalesce(&mut pkts);
+        let groups = join_all(&mut pkts);
         assert_eq!(groups.len(), 1);
         let (hdr, whole) = &groups[0];
         assert_eq!(hdr.gso_type, GSO_TCPV4);
@@ -670,27 +702,53 @@ mod tests {
         let seg = |seq: u32, flags: u8, len: usize| tcp_packet(seq, flags, &vec![1u8; len], 1);
         // A gap in sequence numbers.
         let mut gap = vec![seg(0, TCP_ACK, 100), seg(200, TCP_ACK, 100)];
-        assert_eq!(coalesce(&mut gap).len(), 2);
+        assert_eq!(join_all(&mut gap).len(), 2);
         // PSH ends a group; the next segment starts another.
         let mut psh = vec![seg(0, TCP_ACK | TCP_PSH, 100), seg(100, TCP_ACK, 100)];
-        assert_eq!(coalesce(&mut psh).len(), 2);
+        assert_eq!(join_all(&mut psh).len(), 2);
         // A shorter segment ends it too; a longer one cannot join.
         let mut short = vec![seg(0, TCP_ACK, 100), seg(100, TCP_ACK, 50), seg(150, TCP_ACK, 50)];
-        assert_eq!(coalesce(&mut short).len(), 2);
+        assert_eq!(join_all(&mut short).len(), 2);
         let mut long = vec![seg(0, TCP_ACK, 100), seg(100, TCP_ACK, 200)];
-        assert_eq!(coalesce(&mut long).len(), 2);
+        assert_eq!(join_all(&mut long).len(), 2);
         // SYN/FIN, pure ACKs and a different window are never joined.
         let mut fin = vec![seg(0, TCP_ACK, 100), seg(100, TCP_ACK | TCP_FIN, 100)];
-        assert_eq!(coalesce(&mut fin).len(), 2);
+        assert_eq!(join_all(&mut fin).len(), 2);
         let mut acks = vec![seg(0, TCP_ACK, 0), seg(0, TCP_ACK, 0)];
-        assert_eq!(coalesce(&mut acks).len(), 2);
+        assert_eq!(join_all(&mut acks).len(), 2);
         let mut window = vec![seg(0, TCP_ACK, 100), seg(100, TCP_ACK, 100)];
         window[1][34] = 9;
-        assert_eq!(coalesce(&mut window).len(), 2);
+        assert_eq!(join_all(&mut window).len(), 2);
         // Nothing beyond an IP packet's 65535 bytes.
         let mut many: Vec<Vec<u8>> = (0..60u32).map(|i| seg(i * 1400, TCP_ACK, 1400)).collect();
-        let groups = coalesce(&mut many);
+        let groups = join_all(&mut many);
         assert_eq!(groups.len(), 2);
         assert!(groups.iter().all(|(_, p)| p.len() <= IP_MAX));
+    }
+
+    #[test]
+    fn without_a_mac_a_segment_joins_only_once_its_checksums_hold() {
+        let stream = |n: u32| -> Vec<Vec<u8>> {
+            (0..n)
+                .map(|i| tcp_packet(i * 100, TCP_ACK, &[7u8; 100], 1))
+                .collect()
+        };
+        // Verified segments join as with a MAC.
+        assert_eq!(join_all_as(&mut stream(4), false).len(), 1);
+        // A corrupted one (its TCP checksum no longer holds) goes alone, unmarked, so the
+        // kernel checks it; with a MAC the tunnel would have dropped it before this point.
+        let mut pkts = stream(4);
+        pkts[2][60] ^= 0x01;
+        let groups = join_all_as(&mut pkts, false);
+        assert_eq!(groups.len(), 3);
+        assert_eq!(
+            groups[1].0,
+            VnetHdr::default(),
+            "no CHECKSUM_PARTIAL on the lone one"
+        );
+        assert_eq!(groups[1].1, pkts[2]);
+        let mut trusted = stream(4);
+        trusted[2][60] ^= 0x01;
+        assert_eq!(join_all_as(&mut trusted, true).len(), 1, "trusted: joined");
     }
 }
