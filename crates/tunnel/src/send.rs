@@ -77,13 +77,10 @@ impl SendPath {
     ) -> io::Result<usize> {
         let mut reads = 0;
         while self.outbox.has_room(self.max_datagram) {
-            let len = match tun.read(self.outbox.next_inner(self.inner_mtu)) {
-                Ok(len) => len,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e),
+            let Some(len) = read_tun(tun, self.outbox.next_inner(self.inner_mtu), stats)? else {
+                break;
             };
             reads += 1;
-            stats.tun_reads += 1;
             self.outbox.seal(len, endpoint, stats);
         }
         Ok(reads)
@@ -107,13 +104,10 @@ impl SendPath {
         let (mtu, max_datagram) = (*inner_mtu, *max_datagram);
         let mut reads = 0;
         while reads < OFFLOAD_READS {
-            let len = match tun.read(tun_read) {
-                Ok(len) => len,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e),
+            let Some(len) = read_tun(tun, tun_read, stats)? else {
+                break;
             };
             reads += 1;
-            stats.tun_reads += 1;
             let Some(hdr) = VnetHdr::parse(&tun_read[..len]) else {
                 stats.errors.offload += 1;
                 continue;
@@ -145,6 +139,18 @@ impl SendPath {
             }
         }
         Ok(reads)
+    }
+}
+
+/// One read from TUN into `buf`, counted; None when nothing is waiting.
+fn read_tun(tun: &Tun, buf: &mut [u8], stats: &mut TunnelStats) -> io::Result<Option<usize>> {
+    match tun.read(buf) {
+        Ok(len) => {
+            stats.tun_reads += 1;
+            Ok(Some(len))
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -87,6 +87,17 @@ fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc:
     }
 }
 
+/// One iovec per slice, for a call that only reads them.
+fn iovecs(slices: &[&[u8]]) -> Vec<libc::iovec> {
+    slices
+        .iter()
+        .map(|d| libc::iovec {
+            iov_base: d.as_ptr().cast_mut().cast(),
+            iov_len: d.len(),
+        })
+        .collect()
+}
+
 fn cvt(rc: libc::c_int) -> io::Result<usize> {
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -171,13 +182,7 @@ impl Udp {
     /// Sends each slice as one datagram with `sendmmsg`; returns the system calls made, and
     /// the error that stopped it, if one did.
     fn send_mmsg(&self, datagrams: &[&[u8]]) -> (u64, io::Result<()>) {
-        let mut iovs: Vec<libc::iovec> = datagrams
-            .iter()
-            .map(|d| libc::iovec {
-                iov_base: d.as_ptr().cast_mut().cast(),
-                iov_len: d.len(),
-            })
-            .collect();
+        let mut iovs = iovecs(datagrams);
         let mut msgs: Vec<libc::mmsghdr> = iovs
             .iter_mut()
             .map(|iov| libc::mmsghdr {
@@ -214,13 +219,7 @@ impl Udp {
     /// stack.
     fn send_gso(&self, datagrams: &[&[u8]]) -> io::Result<()> {
         let segment = datagrams.first().map_or(0, |d| d.len());
-        let mut iovs: Vec<libc::iovec> = datagrams
-            .iter()
-            .map(|d| libc::iovec {
-                iov_base: d.as_ptr().cast_mut().cast(),
-                iov_len: d.len(),
-            })
-            .collect();
+        let mut iovs = iovecs(datagrams);
         let mut h = Self::msghdr(iovs.as_mut_ptr(), iovs.len());
         // Room for one cmsg carrying a u16, 8-byte aligned.
         let mut control = [0u64; 4];
