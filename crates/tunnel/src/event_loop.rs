@@ -156,7 +156,7 @@ impl Loop {
                 .pump(&tun, &mut udp, &mut endpoint, &mut stats)
                 .map_err(|e| io_error("read TUN", e))?;
             let from_net = receive
-                .pump(&udp, &mut endpoint, &tun, &mut stats)
+                .pump(&tun, &udp, &mut endpoint, &mut stats)
                 .map_err(|e| io_error("receive UDP", e))?;
             if from_tun == 0 && from_net == 0 {
                 // SAFETY: fds is a valid array of 3 pollfd for the duration of the call.

@@ -49,9 +49,9 @@ impl ReceivePath {
     /// socket's, and fatal.
     pub fn pump(
         &mut self,
+        tun: &Tun,
         udp: &Udp,
         endpoint: &mut Endpoint,
-        tun: &Tun,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
         let got = match udp.recv_batch(&mut self.bufs, &mut self.received) {

@@ -108,8 +108,8 @@ fn cvt(rc: libc::c_int) -> io::Result<usize> {
 
 impl Udp {
     /// A socket bound to `local` (in the calling thread's namespace) and connected to `peer`:
-    /// it sends only there and receives only from there. Blocking for sends (a full socket buffer waits rather than drops), receives are
-    /// always non-blocking (`MSG_DONTWAIT`).
+    /// it sends only there and receives only from there. Blocking for sends (a full socket
+    /// buffer waits rather than drops), receives are always non-blocking (`MSG_DONTWAIT`).
     pub fn bind(local: SocketAddrV4, peer: SocketAddrV4, buffer_bytes: usize) -> io::Result<Udp> {
         // SAFETY: plain socket(2); owned right after.
         let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
