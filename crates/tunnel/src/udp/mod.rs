@@ -133,8 +133,8 @@ impl Udp {
         Ok(Udp { fd, gso: false })
     }
 
-    /// Asks for coalesced receives and sends (UDP GRO and GSO, which came into the kernel
-    /// together). False, and both off, when the kernel does not offer UDP GRO.
+    /// Asks for coalesced receives and sends (UDP GRO, and GSO, which is older: a kernel with
+    /// GRO has both). False, and both off, when the kernel does not offer UDP GRO.
     pub fn enable_offload(&mut self) -> bool {
         self.gso = setsockopt_int(self.fd.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
         self.gso
