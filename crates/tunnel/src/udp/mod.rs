@@ -1,25 +1,38 @@
 //! The tunnel's UDP socket and its batched system calls.
 //!
-//! Sending: `sendmmsg` (one call, many datagrams) or, where the kernel accepts it, UDP GSO
-//! (`UDP_SEGMENT`: one call and one trip through the stack for up to 64 equal-sized
-//! datagrams). Receiving: `recvmmsg`, with UDP GRO (`UDP_GRO`) so the kernel may hand over
-//! several datagrams coalesced into one buffer with their segment size.
+//! Callers hand over a batch of datagrams; the socket sends them with UDP GSO (`UDP_SEGMENT`:
+//! one call and one trip through the stack for up to 64 equal-sized datagrams) while the
+//! kernel accepts it, and falls back for good to `sendmmsg` (one call, many datagrams) the
+//! first time the kernel refuses it. Receiving: `recvmmsg`, with UDP GRO (`UDP_GRO`) so the
+//! kernel may hand over several datagrams coalesced into one buffer; each [`Received`] says
+//! how to split it.
 //!
 //! The socket is bound and connected to the peer: the kernel hands over only datagrams from
 //! the peer's address and port, so nobody else reaches the decryption (or, for the
 //! unauthenticated suites, the host's IP stack) through it.
+//!
+//! Leaves out: the arithmetic of runs and strides (`batch`, no I/O), and what the datagrams
+//! hold.
+
+mod batch;
 
 use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// Most datagrams one GSO send may carry (the kernel's UDP_MAX_SEGMENTS).
-pub const GSO_MAX_SEGMENTS: usize = 64;
-/// Most bytes one GSO send may carry (an IP packet's length field, less headers).
-pub const GSO_MAX_BYTES: usize = 65_000;
+pub use batch::{Received, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
+
+/// System calls one batch took, and how many of them the socket refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SendCalls {
+    pub calls: u64,
+    pub refused: u64,
+}
 
 pub struct Udp {
     fd: OwnedFd,
+    /// Sends use UDP GSO; turns false for good when the kernel refuses it.
+    gso: bool,
 }
 
 fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
@@ -74,6 +87,17 @@ fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc:
     }
 }
 
+/// One iovec per slice, for a call that only reads them.
+fn iovecs(slices: &[&[u8]]) -> Vec<libc::iovec> {
+    slices
+        .iter()
+        .map(|d| libc::iovec {
+            iov_base: d.as_ptr().cast_mut().cast(),
+            iov_len: d.len(),
+        })
+        .collect()
+}
+
 fn cvt(rc: libc::c_int) -> io::Result<usize> {
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -84,8 +108,8 @@ fn cvt(rc: libc::c_int) -> io::Result<usize> {
 
 impl Udp {
     /// A socket bound to `local` (in the calling thread's namespace) and connected to `peer`:
-    /// it sends only there and receives only from there. Blocking for sends (a full socket buffer waits rather than drops), receives are
-    /// always non-blocking (`MSG_DONTWAIT`).
+    /// it sends only there and receives only from there. Blocking for sends (a full socket
+    /// buffer waits rather than drops), receives are always non-blocking (`MSG_DONTWAIT`).
     pub fn bind(local: SocketAddrV4, peer: SocketAddrV4, buffer_bytes: usize) -> io::Result<Udp> {
         // SAFETY: plain socket(2); owned right after.
         let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -106,12 +130,44 @@ impl Udp {
         }
         with_address(s, local, libc::bind, "bind")?;
         with_address(s, peer, libc::connect, "connect to")?;
-        Ok(Udp { fd })
+        Ok(Udp { fd, gso: false })
     }
 
-    /// Asks for coalesced receives. False when the kernel does not offer UDP GRO.
-    pub fn enable_gro(&self) -> bool {
-        setsockopt_int(self.fd.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
+    /// Asks for coalesced receives and sends (UDP GRO, and GSO, which is older: a kernel with
+    /// GRO has both). False, and both off, when the kernel does not offer UDP GRO.
+    pub fn enable_offload(&mut self) -> bool {
+        self.gso = setsockopt_int(self.fd.as_raw_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        self.gso
+    }
+
+    /// Whether sends still use GSO (false from the start, or since the kernel refused it).
+    pub fn uses_gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Sends each slice as one datagram, in order: in GSO runs while the kernel accepts
+    /// them, else with `sendmmsg`. A run the kernel refuses because of GSO itself is sent
+    /// again without, and GSO stays off from then on.
+    pub fn send_batch(&mut self, datagrams: &[&[u8]]) -> SendCalls {
+        let mut done = SendCalls::default();
+        let mut rest = datagrams;
+        while self.gso && !rest.is_empty() {
+            let run = &rest[..batch::gso_run(rest)];
+            done.calls += 1;
+            match self.send_gso(run) {
+                Err(e) if batch::refuses_gso(&e) => self.gso = false,
+                result => {
+                    done.refused += u64::from(result.is_err());
+                    rest = &rest[run.len()..];
+                }
+            }
+        }
+        if !rest.is_empty() {
+            let (calls, result) = self.send_mmsg(rest);
+            done.calls += calls;
+            done.refused += u64::from(result.is_err());
+        }
+        done
     }
 
     /// A header for the connected socket: no address, no control data.
@@ -123,15 +179,10 @@ impl Udp {
         h
     }
 
-    /// Sends each slice as one datagram with `sendmmsg`; returns system calls made.
-    pub fn send_mmsg(&self, datagrams: &[&[u8]]) -> io::Result<usize> {
-        let mut iovs: Vec<libc::iovec> = datagrams
-            .iter()
-            .map(|d| libc::iovec {
-                iov_base: d.as_ptr().cast_mut().cast(),
-                iov_len: d.len(),
-            })
-            .collect();
+    /// Sends each slice as one datagram with `sendmmsg`; returns the system calls made, and
+    /// the error that stopped it, if one did.
+    fn send_mmsg(&self, datagrams: &[&[u8]]) -> (u64, io::Result<()>) {
+        let mut iovs = iovecs(datagrams);
         let mut msgs: Vec<libc::mmsghdr> = iovs
             .iter_mut()
             .map(|iov| libc::mmsghdr {
@@ -157,22 +208,18 @@ impl Udp {
                 Ok(n) => sent += n,
                 // A queued ICMP error from the peer, reported once and consumed: try again.
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) && calls == 1 => {}
-                Err(e) => return Err(e),
+                Err(e) => return (calls, Err(e)),
             }
         }
-        Ok(calls)
+        (calls, Ok(()))
     }
 
-    /// Sends datagrams of equal length `segment` (the last may be shorter) in one `sendmsg`
-    /// with `UDP_SEGMENT`: the kernel cuts them apart, after one trip through the stack.
-    pub fn send_gso(&self, datagrams: &[&[u8]], segment: usize) -> io::Result<()> {
-        let mut iovs: Vec<libc::iovec> = datagrams
-            .iter()
-            .map(|d| libc::iovec {
-                iov_base: d.as_ptr().cast_mut().cast(),
-                iov_len: d.len(),
-            })
-            .collect();
+    /// Sends one GSO run (see [`batch::gso_run`]) in one `sendmsg` with `UDP_SEGMENT` set to
+    /// the first datagram's length: the kernel cuts them apart after one trip through the
+    /// stack.
+    fn send_gso(&self, datagrams: &[&[u8]]) -> io::Result<()> {
+        let segment = datagrams.first().map_or(0, |d| d.len());
+        let mut iovs = iovecs(datagrams);
         let mut h = Self::msghdr(iovs.as_mut_ptr(), iovs.len());
         // Room for one cmsg carrying a u16, 8-byte aligned.
         let mut control = [0u64; 4];
@@ -206,10 +253,10 @@ impl Udp {
         Err(io::Error::from_raw_os_error(libc::ECONNREFUSED))
     }
 
-    /// Receives up to `bufs.len()` datagrams without blocking. For each, writes its length
-    /// and its GRO segment size (0: not coalesced) into `out`; returns how many arrived
-    /// (0 when none was waiting).
-    pub fn recv_mmsg(&self, bufs: &mut [Vec<u8>], out: &mut [Received]) -> io::Result<usize> {
+    /// Receives into up to `bufs.len()` buffers without blocking, and writes into `out` how
+    /// each splits into datagrams; returns how many buffers were filled (0 when nothing was
+    /// waiting). A segment size from the kernel that cannot be split by is an error.
+    pub fn recv_batch(&self, bufs: &mut [Vec<u8>], out: &mut [Received]) -> io::Result<usize> {
         let n = bufs.len().min(out.len());
         let mut iovs: Vec<libc::iovec> = bufs[..n]
             .iter_mut()
@@ -251,37 +298,111 @@ impl Udp {
             Err(e) => return Err(e),
         };
         for (m, slot) in msgs[..got].iter().zip(out.iter_mut()) {
-            let mut segment = 0usize;
+            let len = m.msg_len as usize;
+            // Without a GRO segment size, the buffer holds one datagram.
+            let mut stride = len;
             // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG macros
             // walk only within it.
             unsafe {
                 let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
                 while !c.is_null() {
                     if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                        segment = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as usize;
+                        let size = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                        stride = usize::try_from(size).unwrap_or(0);
                     }
                     c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
                 }
             }
-            *slot = Received {
-                len: m.msg_len as usize,
-                segment,
-            };
+            *slot = Received::new(len, stride).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         }
         Ok(got)
     }
 }
 
-/// One `recvmmsg` result: `len` bytes, made of datagrams of `segment` bytes each when the
-/// kernel coalesced them (GRO), else one datagram.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Received {
-    pub len: usize,
-    pub segment: usize,
-}
-
 impl AsRawFd for Udp {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+    use std::time::{Duration, Instant};
+
+    /// Two sockets on loopback connected to each other (no root needed).
+    fn pair() -> (Udp, Udp) {
+        let probe = |_| std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let (a, b) = (probe(0), probe(1));
+        let addr = |s: &std::net::UdpSocket| match s.local_addr().unwrap() {
+            std::net::SocketAddr::V4(v4) => v4,
+            other => panic!("{other}"),
+        };
+        let (la, lb) = (addr(&a), addr(&b));
+        drop((a, b));
+        let a = Udp::bind(la, lb, 1 << 20).unwrap();
+        let b = Udp::bind(lb, la, 1 << 20).unwrap();
+        (a, b)
+    }
+
+    /// Every datagram `udp` receives within a second, until `want` arrived.
+    fn receive(udp: &Udp, want: usize) -> Vec<Vec<u8>> {
+        let mut bufs = vec![vec![0u8; 65_536]; 8];
+        let mut meta = vec![Received::default(); 8];
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while got.len() < want && Instant::now() < deadline {
+            let n = udp.recv_batch(&mut bufs, &mut meta).unwrap();
+            for (buf, m) in bufs.iter().zip(&meta[..n]) {
+                got.extend(m.datagrams().map(|d| buf[d].to_vec()));
+            }
+            if n == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        got
+    }
+
+    fn datagrams(lens: &[usize]) -> Vec<Vec<u8>> {
+        lens.iter().enumerate().map(|(i, &n)| vec![i as u8; n]).collect()
+    }
+
+    #[test]
+    fn a_gso_batch_arrives_as_the_datagrams_it_was() {
+        let (mut a, mut b) = pair();
+        assert!(
+            a.enable_offload() && b.enable_offload(),
+            "this kernel has UDP GRO"
+        );
+        let sent = datagrams(&[1000, 1000, 1000, 400, 1000, 1000]);
+        let slices: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+        let done = a.send_batch(&slices);
+        assert_eq!(done, SendCalls { calls: 2, refused: 0 }, "two GSO runs");
+        assert!(a.uses_gso());
+        // Whether loopback hands them over coalesced or not, the split gives them back.
+        assert_eq!(receive(&b, sent.len()), sent);
+    }
+
+    /// `SO_NO_CHECK` makes the kernel refuse every GSO send (EINVAL): a real refusal, no mock.
+    #[test]
+    fn a_refused_gso_send_falls_back_to_mmsg_for_good_and_loses_nothing() {
+        let (mut a, b) = pair();
+        assert!(a.enable_offload());
+        setsockopt_int(a.as_raw_fd(), libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).unwrap();
+        let sent = datagrams(&[700, 700, 700]);
+        let slices: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+        let done = a.send_batch(&slices);
+        assert!(!a.uses_gso(), "GSO stays off after a refusal");
+        assert_eq!(
+            done,
+            SendCalls { calls: 2, refused: 0 },
+            "the refused GSO call and one sendmmsg"
+        );
+        let again = a.send_batch(&slices);
+        assert_eq!(again, SendCalls { calls: 1, refused: 0 }, "straight to sendmmsg");
+        let mut want = sent.clone();
+        want.extend(sent);
+        assert_eq!(receive(&b, want.len()), want);
     }
 }

@@ -1,0 +1,180 @@
+//! The thread of one tunnel end: its set-up (CPU pinning, the connected UDP socket, the TUN
+//! device, which batching the kernel grants), then one loop that runs the send path and the
+//! receive path in turn until both are idle, and only then sleeps in `poll` on the TUN
+//! device, the socket and the stop request. Single-threaded on purpose: the lab shows the
+//! single-core limit of userspace tunnels.
+//!
+//! Leaves out: what each path does (`send`, `receive`), the thread's start and stop from
+//! outside ([`crate::Tunnel`]), the counters' meaning (`stats`).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use tunnel_proto::Endpoint;
+
+use crate::receive::ReceivePath;
+use crate::send::SendPath;
+use crate::tun::Tun;
+use crate::udp::Udp;
+use crate::{pin_current_thread, Batching, ThreadCpu, TunnelConfig, TunnelError, TunnelStats};
+
+const SOCKET_BUFFER: usize = 8 << 20;
+const TXQUEUELEN: u32 = 1000;
+
+/// Stop request: a flag checked every loop, plus an eventfd that wakes a sleeping `poll`.
+pub(crate) struct Stop {
+    flag: AtomicBool,
+    wake: OwnedFd,
+}
+
+impl Stop {
+    pub fn new() -> io::Result<Stop> {
+        // SAFETY: eventfd(2) returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Stop {
+            flag: AtomicBool::new(false),
+            // SAFETY: fresh fd.
+            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub fn request(&self) {
+        self.flag.store(true, Ordering::Release);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a u64 on the stack to an eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn requested(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+}
+
+/// The thread's state: its device, its socket, its endpoint, its two paths and its counts.
+pub(crate) struct Loop {
+    tun_name: String,
+    tun: Tun,
+    udp: Udp,
+    endpoint: Endpoint,
+    send: SendPath,
+    receive: ReceivePath,
+    stats: TunnelStats,
+}
+
+impl Loop {
+    /// Sets up the end in the calling thread (pinned, in its namespace). Asks for
+    /// `config.batching` and takes less where the kernel refuses: no UDP GRO means mmsg, a
+    /// TUN device refusing offload means GSO.
+    pub fn set_up(config: TunnelConfig, endpoint: Endpoint) -> Result<Loop, TunnelError> {
+        let setup = |step: String, source| TunnelError::Setup {
+            step,
+            tun: config.tun_name.clone(),
+            source,
+        };
+        if let Some(cpu) = config.cpu {
+            pin_current_thread(cpu).map_err(|e| setup(format!("pin thread to CPU {cpu}"), e))?;
+        }
+        let mut udp = Udp::bind(config.local, config.peer, SOCKET_BUFFER)
+            .map_err(|e| setup(format!("UDP socket {}", config.local), e))?;
+        let mut batching = match config.batching {
+            Batching::Gso | Batching::Offload if udp.enable_offload() => config.batching,
+            _ => Batching::Mmsg,
+        };
+        let create =
+            |vnet| Tun::create(&config.tun_name, vnet).map_err(|e| setup("create TUN device".into(), e));
+        let tun = if batching == Batching::Offload {
+            let tun = create(true)?;
+            match tun.enable_tso() {
+                Ok(()) => tun,
+                Err(_) => {
+                    // The kernel refuses TUN offload: the same device without headers.
+                    drop(tun);
+                    batching = Batching::Gso;
+                    create(false)?
+                }
+            }
+        } else {
+            create(false)?
+        };
+        tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
+            .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
+        let tun_offload = batching == Batching::Offload;
+        Ok(Loop {
+            send: SendPath::new(config.inner_mtu, &endpoint, tun_offload),
+            receive: ReceivePath::new(batching != Batching::Mmsg, tun_offload),
+            stats: TunnelStats::new(
+                config.tun_name.clone(),
+                endpoint.implementation().info(),
+                batching,
+                config.inner_mtu,
+                config.cpu,
+            ),
+            tun_name: config.tun_name,
+            tun,
+            udp,
+            endpoint,
+        })
+    }
+
+    /// Moves packets both ways until `stop` is requested; returns what it did. The TUN
+    /// device and the socket close when it returns.
+    pub fn run(self, stop: &Stop) -> Result<TunnelStats, TunnelError> {
+        let Loop {
+            tun_name,
+            tun,
+            mut udp,
+            mut endpoint,
+            mut send,
+            mut receive,
+            mut stats,
+        } = self;
+        let io_error = |during, source| TunnelError::Io {
+            during,
+            tun: tun_name.clone(),
+            source,
+        };
+        let cpu0 = ThreadCpu::now();
+        let t0 = Instant::now();
+        let pollfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [
+            pollfd(tun.as_raw_fd()),
+            pollfd(udp.as_raw_fd()),
+            pollfd(stop.wake.as_raw_fd()),
+        ];
+        while !stop.requested() {
+            // Work until both sides are empty, only then sleep: under load `poll` is skipped.
+            let from_tun = send
+                .pump(&tun, &mut udp, &mut endpoint, &mut stats)
+                .map_err(|e| io_error("read TUN", e))?;
+            let from_net = receive
+                .pump(&tun, &udp, &mut endpoint, &mut stats)
+                .map_err(|e| io_error("receive UDP", e))?;
+            if from_tun == 0 && from_net == 0 {
+                // SAFETY: fds is a valid array of 3 pollfd for the duration of the call.
+                let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+                if rc < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(io_error("poll", e));
+                    }
+                }
+            }
+        }
+        if !udp.uses_gso() {
+            // GSO was refused (or never on). TUN offload, if on, stays: it does not need it.
+            stats.batching = Batching::Mmsg;
+        }
+        stats.cpu = ThreadCpu::now().since(cpu0);
+        stats.wall_s = t0.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+}

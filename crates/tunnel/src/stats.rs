@@ -1,0 +1,104 @@
+//! What one tunnel end counts: the public [`TunnelStats`] and its parts. The send and receive
+//! paths add to it as they go; the event loop stamps CPU and wall time at stop.
+//!
+//! Leaves out: how the counts are taken (`send`, `receive`) and how they are reported (the
+//! lab's backends).
+
+use serde::{Deserialize, Serialize};
+use tunnel_proto::DropCounters;
+
+use crate::{Batching, ThreadCpu};
+
+/// Payload packets and bytes that went one way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl Flow {
+    pub(crate) fn add(&mut self, packets: usize, bytes: usize) {
+        self.packets += packets as u64;
+        self.bytes += bytes as u64;
+    }
+}
+
+/// Per-packet failures that are not a [`tunnel_proto::DropReason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoErrors {
+    /// Packets read from TUN that could not be encrypted.
+    pub encap: u64,
+    /// Batches (or the rest of one) the socket refused.
+    pub send: u64,
+    /// Decrypted packets the TUN device refused.
+    pub tun_write: u64,
+    /// Packets from TUN (offload) that could not be segmented or checksummed.
+    pub offload: u64,
+}
+
+/// What one end did, from its own thread.
+#[derive(Debug, Clone)]
+pub struct TunnelStats {
+    pub tun_name: String,
+    pub implementation: crypto::ImplementationInfo,
+    /// What was actually used (GSO falls back to mmsg where refused).
+    pub batching: Batching,
+    pub inner_mtu: u32,
+    /// The core the thread was pinned to, if it was.
+    pub pinned_cpu: Option<usize>,
+    /// Read from TUN, encrypted and sent.
+    pub sent: Flow,
+    /// Received, decrypted and written to TUN.
+    pub delivered: Flow,
+    /// Datagrams received (before decryption), GRO bundles counted per datagram.
+    pub datagrams_in: u64,
+    pub drops: DropCounters,
+    pub errors: IoErrors,
+    pub send_calls: u64,
+    pub recv_calls: u64,
+    /// TUN `read`s and `write`s (with offload, one carries up to 64 KiB of segments).
+    pub tun_reads: u64,
+    pub tun_writes: u64,
+    /// The thread's CPU time from the end of set-up to stop.
+    pub cpu: ThreadCpu,
+    pub wall_s: f64,
+}
+
+impl TunnelStats {
+    /// All counters at zero, for an end set up with these choices.
+    pub(crate) fn new(
+        tun_name: String,
+        implementation: crypto::ImplementationInfo,
+        batching: Batching,
+        inner_mtu: u32,
+        pinned_cpu: Option<usize>,
+    ) -> TunnelStats {
+        TunnelStats {
+            tun_name,
+            implementation,
+            batching,
+            inner_mtu,
+            pinned_cpu,
+            sent: Flow::default(),
+            delivered: Flow::default(),
+            datagrams_in: 0,
+            drops: DropCounters::default(),
+            errors: IoErrors::default(),
+            send_calls: 0,
+            recv_calls: 0,
+            tun_reads: 0,
+            tun_writes: 0,
+            cpu: ThreadCpu::default(),
+            wall_s: 0.0,
+        }
+    }
+
+    /// Packets through this end, both ways, per second of its life.
+    pub fn packets_per_s(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            (self.sent.packets + self.delivered.packets) as f64 / self.wall_s
+        } else {
+            0.0
+        }
+    }
+}
