@@ -5,6 +5,7 @@
 //! (filled in as the move settles)
 
 pub mod backend;
+pub mod child;
 pub mod clean;
 pub mod error;
 pub mod local;
