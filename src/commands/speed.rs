@@ -27,13 +27,17 @@ pub fn run(args: speed::SpeedArgs) -> LabResult<()> {
 fn kernel_rows_in_vm(plan: &speed::SpeedPlan, kernel_arg: Option<&str>) -> LabResult<speed::SpeedReport> {
     let kernel = vm::resolve_kernel(kernel_arg)?;
     let accel = vm::detect_accel(&kernel);
-    let run = vm::exec_in_guest(&kernel, accel, speed::kernel::MODULES, &plan.kernel_child_args())?;
-    let report: speed::SpeedReport = serde_json::from_str(&run.report_json).map_err(LabError::failed)?;
+    let run = vm::exec_in_guest::<speed::SpeedReport>(
+        &kernel,
+        accel,
+        speed::kernel::MODULES,
+        &plan.kernel_child_args(),
+    )?;
     eprintln!(
         "ipsec-lab: kernel rows timed in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
         kernel.display(),
         accel.label(),
         run.elapsed.as_secs_f64()
     );
-    Ok(report)
+    Ok(run.report)
 }
