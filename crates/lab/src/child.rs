@@ -158,7 +158,7 @@ impl<T> Finished<T> {
     /// (interrupted where a Ctrl-C ended it before it gave one).
     pub fn succeeded(self) -> Result<T, LabError> {
         match &self.exit {
-            Ok(Exit::Code(0)) => self.report(),
+            Ok(Exit::Code(0)) | Err(_) => self.report(),
             Ok(Exit::Unknown(_)) if self.cancelled => Err(LabError::interrupted()),
             Ok(Exit::Code(code)) => Err(ChildError::ExitCode {
                 name: self.name,
@@ -172,7 +172,6 @@ impl<T> Finished<T> {
                 shown: self.shown,
             }
             .into()),
-            Err(_) => self.report(),
         }
     }
 
