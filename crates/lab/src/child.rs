@@ -80,6 +80,20 @@ pub enum Exit {
     Unknown(String),
 }
 
+impl Exit {
+    /// Says that the child was stopped for running past `timeout`, where it gave no exit
+    /// code.
+    fn past_timeout(self, timeout: Duration) -> Exit {
+        match self {
+            Exit::Unknown(why) => Exit::Unknown(format!(
+                "{why}; stopped after its timeout of {} s",
+                timeout.as_secs()
+            )),
+            code => code,
+        }
+    }
+}
+
 impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -225,7 +239,7 @@ impl Child<'_> {
         let exit = match command.spawn() {
             Ok(child) => {
                 let status = wait_recorded(child, &program, &output, cancel, timeout).await;
-                Ok(match exit_code {
+                let exit = match exit_code {
                     ExitCodeFrom::Status => exit_of_status(status),
                     ExitCodeFrom::File(file) => {
                         let runner = command.get_program().to_string_lossy();
@@ -235,6 +249,10 @@ impl Child<'_> {
                             status,
                         )
                     }
+                };
+                Ok(match timeout.filter(|t| started.elapsed() > *t) {
+                    Some(t) => exit.past_timeout(t),
+                    None => exit,
                 })
             }
             Err(e) => Err(e),
@@ -588,10 +606,11 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
         let e = finished.succeeded().unwrap_err();
         assert_eq!(e.kind, ExitKind::Failed);
+        let e = e.to_string();
         assert!(
-            e.to_string()
-                .starts_with("a sleeping child did not finish (sleep ended with signal: 2"),
+            e.starts_with("a sleeping child did not finish (sleep ended with signal: 2"),
             "{e}"
         );
+        assert!(e.ends_with("; stopped after its timeout of 0 s)"), "{e}");
     }
 }
