@@ -17,6 +17,9 @@
 //! * [`sweep`]: every backend × every suite (`ipsec-lab matrix`), with its child runs (soft
 //!   AES, the VM).
 //! * [`vm`]: a virtme-ng guest booting a stock kernel, running this binary again.
+//! * [`child`]: the one way to run this binary elsewhere (a child with hardware AES
+//!   masked, a VM guest) and read its report back: recorded for `clean`, Ctrl-C passed on,
+//!   a timeout, one mapping of its exit code.
 //! * [`reference`]: iperf3 over the lab's own data path.
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
 //! * Leaves: [`error`] (one error type, one mapping to exit codes), [`signal`] (SIGINT and
@@ -28,6 +31,7 @@
 //! measurement of bytes (crate `traffic`).
 
 pub mod backend;
+pub mod child;
 pub mod clean;
 pub mod error;
 pub mod evidence;

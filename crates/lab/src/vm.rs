@@ -3,27 +3,31 @@
 //! `/boot/vmlinuz-*`), with the host's root filesystem shared read-only, so the binary built
 //! on the host runs unchanged inside. The guest writes its JSON report and exit code into a
 //! private host directory shared read-write (`--rwdir`); the host reads that report back
-//! ([`exec_in_guest`]) and prints it as if the run had happened here.
+//! ([`exec_in_guest`], through [`crate::child`]) and prints it as if the run had happened
+//! here.
 //!
 //! vng hands `--rwdir` and `-r` on to virtme-run inside a command string it splits on
 //! spaces, so those paths are checked ([`vng_safe_path`]): a `TMPDIR` or kernel path with a
 //! space, quote or other shell character is refused (exit 2) rather than split into extra
-//! vng arguments. The guest's console comes back through a pipe and goes to stderr: qemu
-//! never gets the user's stdout or stderr (it would truncate a redirected log).
+//! vng arguments. The guest's console comes back through a pipe and goes to stderr
+//! ([`Output::ToStderr`]): qemu never gets the user's stdout or stderr (it would truncate a
+//! redirected log).
 //!
 //! KVM is used when a KVM guest actually boots (checked once with a short boot and cached),
 //! else TCG emulation; the report's environment says which (`IPSEC_LAB_VIRT`), because TCG
 //! numbers show correctness, not speed.
 
 use std::ffi::OsString;
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use model::{RunPlan, RunReport};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 
-use crate::error::{ExitKind, LabError, LabResult};
+use crate::child::{Child, ExitCodeFrom, Output};
+use crate::error::{LabError, LabResult};
 
 pub const VIRT_KVM: &str = "vm (kvm)";
 pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
@@ -32,6 +36,10 @@ pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
 pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm";
 /// How long a KVM guest may take to print a token before KVM is declared unusable here.
 const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
+/// In the directory shared with the guest: the report the guest's run writes (`--json`),
+/// and its exit code, written by the guest's script.
+const REPORT_FILE: &str = "report.json";
+const RC_FILE: &str = "rc";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accel {
@@ -213,8 +221,8 @@ pub fn guest_dir(prefix: &str) -> LabResult<owner::PrivateDir> {
 }
 
 /// The vng command line booting `kernel` and running `script`, with `outdir` shared rw.
-/// Run from `/` (vng passes its working directory on too); stdin closed, stdout and stderr
-/// piped (see [`wait_forwarding`]).
+/// Run from `/` (vng passes its working directory on too); [`crate::child`] sets where its
+/// output goes.
 pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> Command {
     let mut c = Command::new("vng");
     if accel == Accel::Tcg {
@@ -225,35 +233,7 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
     c.arg("--rwdir").arg(outdir);
     c.args(["--exec", script]);
     c.current_dir("/");
-    c.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     c
-}
-
-/// Runs vng to the end, copying the guest's console (vng's stdout and stderr pipes) to
-/// this process's stderr line by line: the user sees it, and qemu never holds a file of
-/// the user's (it would truncate a redirected log).
-fn wait_forwarding(mut cmd: Command) -> std::io::Result<ExitStatus> {
-    fn forward(pipe: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<()> {
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
-                let mut err = std::io::stderr().lock();
-                let _ = err.write_all(&line);
-                let _ = err.write_all(b"\n");
-            }
-        })
-    }
-    let mut child = cmd.spawn()?;
-    let copies = [child.stdout.take().map(forward), child.stderr.take().map(forward)];
-    let status = child.wait();
-    // The console's last lines before ours; bounded, in case a helper vng started (e.g.
-    // virtiofsd) still holds a pipe.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while copies.iter().flatten().any(|c| !c.is_finished()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    status
 }
 
 /// `--vm auto`: the VM only where this kernel has no ESP.
@@ -311,36 +291,70 @@ pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
     Ok(())
 }
 
+/// A guest booting `kernel` that loads `modules` and runs this binary with `args` plus
+/// `--json` into `outdir` (shared read-write); its exit code comes back through a file.
+/// The console goes to stderr and there is no timeout unless the caller sets them.
+pub fn guest_child<'a>(
+    name: &'a str,
+    kernel: &Path,
+    accel: Accel,
+    outdir: &owner::PrivateDir,
+    modules: &str,
+    args: &[String],
+) -> LabResult<Child<'a>> {
+    let exe = std::env::current_exe().map_err(LabError::failed)?;
+    let mut args = args.to_vec();
+    args.extend(["--json".into(), outdir.join(REPORT_FILE).display().to_string()]);
+    let script = guest_script(&exe, &args, &outdir.join(RC_FILE), accel, modules);
+    Ok(Child {
+        name,
+        command: vng_command(kernel, accel, outdir.path(), &script),
+        exit_code: ExitCodeFrom::File(RC_FILE),
+        report: REPORT_FILE,
+        output: Output::ToStderr,
+        timeout: None,
+    })
+}
+
 /// What a command re-executed in the guest left behind.
 #[derive(Debug)]
-pub struct GuestRun {
+pub struct GuestRun<T> {
     /// The JSON report the guest wrote with `--json`.
-    pub report_json: String,
+    pub report: T,
     /// Boot, run and shutdown.
     pub elapsed: Duration,
 }
 
 /// Re-executes this binary with `args` in a guest booting `kernel`, after loading
-/// `modules`; the guest's run writes its JSON report (`--json`, added here) into a host
-/// directory shared read-write. A non-zero exit code in the guest comes back as the same
-/// kind of error here.
-pub fn exec_in_guest(kernel: &Path, accel: Accel, modules: &str, args: &[String]) -> LabResult<GuestRun> {
+/// `modules`, and reads back the report it wrote. A non-zero exit code in the guest comes
+/// back as the same kind of error here; Ctrl-C is passed on to vng.
+pub fn exec_in_guest<T: DeserializeOwned>(
+    kernel: &Path,
+    accel: Accel,
+    modules: &str,
+    args: &[String],
+) -> LabResult<GuestRun<T>> {
     let outdir = guest_dir("ipsec-lab-vm-")?;
-    let exe = std::env::current_exe().map_err(LabError::failed)?;
-    let mut args = args.to_vec();
-    args.extend(["--json".into(), outdir.join("report.json").display().to_string()]);
-    let script = guest_script(&exe, &args, &outdir.join("rc"), accel, modules);
+    let child = guest_child("the run inside the VM", kernel, accel, &outdir, modules, args)?;
     eprintln!(
         "ipsec-lab: booting {} under virtme-ng ({}); TCG boots take about half a minute",
         kernel.display(),
         accel.label()
     );
-    let started = Instant::now();
-    let status = wait_forwarding(vng_command(kernel, accel, outdir.path(), &script));
-    let elapsed = started.elapsed();
-    let result = collect(outdir.path(), status.map_err(LabError::failed)?.success(), kernel);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LabError::failed)?;
+    let finished = runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
+        let finished = child.run(&outdir, &cancel).await;
+        interrupted.abort();
+        LabResult::Ok(finished)
+    })?;
+    let elapsed = finished.elapsed;
     Ok(GuestRun {
-        report_json: result?,
+        report: finished.succeeded()?,
         elapsed,
     })
 }
@@ -361,8 +375,8 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
     let accel = detect_accel(&kernel);
     let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();
     let guest = guest_args(host_args, kernel_arg.as_deref());
-    let run = exec_in_guest(&kernel, accel, GUEST_MODULES, &guest)?;
-    let mut report: RunReport = serde_json::from_str(&run.report_json).map_err(LabError::failed)?;
+    let run = exec_in_guest::<RunReport>(&kernel, accel, GUEST_MODULES, &guest)?;
+    let mut report = run.report;
     report.notes.push(format!(
         "ran in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
         kernel.display(),
@@ -374,32 +388,6 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
 
 fn os_to_string(s: OsString) -> String {
     s.to_string_lossy().into_owned()
-}
-
-/// The guest's exit code as this binary's error kind, or the report it wrote.
-fn collect(outdir: &Path, vng_ok: bool, kernel: &Path) -> LabResult<String> {
-    let rc = std::fs::read_to_string(outdir.join("rc"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u8>().ok());
-    match rc {
-        Some(0) => {}
-        Some(code) => {
-            return Err(LabError::new(
-                ExitKind::from_code(code),
-                anyhow::anyhow!(
-                    "the run inside the VM failed with exit code {code} (its messages are above)"
-                ),
-            ));
-        }
-        None => {
-            return Err(LabError::failed(anyhow::anyhow!(
-                "the VM ({}) ended without running the lab (vng {}): see its output above",
-                kernel.display(),
-                if vng_ok { "exited 0" } else { "failed" }
-            )))
-        }
-    }
-    std::fs::read_to_string(outdir.join("report.json")).map_err(LabError::failed)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ mod print;
 pub use args::SpeedArgs;
 
 use lab::vm;
-use lab::{LabError, LabResult};
+use lab::LabResult;
 
 pub fn run(args: SpeedArgs) -> LabResult<()> {
     let plan = args.request().validate().map_err(speed::SpeedError::from)?;
@@ -33,13 +33,12 @@ fn kernel_rows_in_vm(plan: &speed::SpeedPlan, kernel_arg: Option<&str>) -> LabRe
     let kernel = vm::resolve_kernel(kernel_arg)?;
     let accel = vm::detect_accel(&kernel);
     let child_args = plan.child_args(speed::SpeedImpl::Kernel);
-    let run = vm::exec_in_guest(&kernel, accel, speed::kernel::MODULES, &child_args)?;
-    let report: speed::SpeedReport = serde_json::from_str(&run.report_json).map_err(LabError::failed)?;
+    let run = vm::exec_in_guest::<speed::SpeedReport>(&kernel, accel, speed::kernel::MODULES, &child_args)?;
     eprintln!(
         "ipsec-lab: kernel rows timed in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
         kernel.display(),
         accel.label(),
         run.elapsed.as_secs_f64()
     );
-    Ok(report)
+    Ok(run.report)
 }

@@ -1,0 +1,616 @@
+//! One way to run this binary elsewhere and read its report back: a child process started
+//! with hardware AES masked (`crypto::soft::command()`) or a virtme-ng guest
+//! ([`crate::vm::vng_command`]). While it runs the child is recorded in the state file (so
+//! `clean` stops it if this process is killed), a Ctrl-C is passed on to it as SIGINT, and
+//! past its timeout it gets a SIGINT, then a kill. It writes its JSON report into a private
+//! directory; its exit code is its own status, or for a guest the file the guest's script
+//! writes `$?` into (vng's status only says whether the VM ran). What went wrong becomes a
+//! [`ChildError`], and from there a [`LabError`] of the kind the exit code stands for.
+//!
+//! Leaves out: what the child runs (its arguments, the guest's script) and what the caller
+//! does with the report.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ExitKind, LabError};
+
+/// How long a child has after its SIGINT (Ctrl-C or its timeout) before it is killed.
+const GRACE: Duration = Duration::from_secs(30);
+/// How long the child's output is still read after it exited: a helper it started (vng's
+/// virtiofsd) may hold the pipe open.
+const DRAIN: Duration = Duration::from_secs(2);
+/// How often the child is checked for having exited.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What becomes of the child's output.
+pub enum Output<'a> {
+    /// Each line of stdout to the callback; stderr is this process's.
+    Lines(&'a (dyn Fn(&str) + Sync)),
+    /// Nothing shown: stdout and stderr go to /dev/null.
+    Discard,
+    /// A VM's console: stdout and stderr copied to this process's stderr line by line, so
+    /// the user sees it and qemu never holds a file of the user's (it would truncate a
+    /// redirected log).
+    ToStderr,
+}
+
+impl Output<'_> {
+    /// Whether the child's own messages reach the user (an error then points to them).
+    fn shown(&self) -> bool {
+        !matches!(self, Output::Discard)
+    }
+}
+
+/// Where the child's exit code comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum ExitCodeFrom {
+    /// Its exit status (a local child).
+    Status,
+    /// A file in the private directory, written by a guest's script.
+    File(&'static str),
+}
+
+/// A child to run: see the module's description.
+pub struct Child<'a> {
+    /// Names it in messages, e.g. "the soft-AES child sweep".
+    pub name: &'a str,
+    /// Program and arguments; stdin, stdout and stderr are set by [`Child::run`].
+    pub command: Command,
+    pub exit_code: ExitCodeFrom,
+    /// The file name of its JSON report in the private directory.
+    pub report: &'a str,
+    pub output: Output<'a>,
+    pub timeout: Option<Duration>,
+}
+
+/// How the child ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    Code(u8),
+    /// No exit code: killed by a signal, or a guest whose script never wrote one; says
+    /// what is known instead.
+    Unknown(String),
+}
+
+impl Exit {
+    /// Says that the child was stopped for running past `timeout`, where it gave no exit
+    /// code.
+    fn past_timeout(self, timeout: Duration) -> Exit {
+        match self {
+            Exit::Unknown(why) => Exit::Unknown(format!(
+                "{why}; stopped after its timeout of {} s",
+                timeout.as_secs()
+            )),
+            code => code,
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(code) => write!(f, "exit code {code}"),
+            Exit::Unknown(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Why a child gave no usable report.
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    #[error("{name} did not start: {source}")]
+    NotStarted { name: String, source: io::Error },
+    #[error("{name} failed with exit code {code}{}", if *.shown { " (its messages are above)" } else { "" })]
+    ExitCode { name: String, code: u8, shown: bool },
+    #[error("{name} did not finish ({why}){}", if *.shown { ": see its output above" } else { "" })]
+    Unfinished { name: String, why: String, shown: bool },
+    #[error("{name} wrote no report ({exit}): {source}")]
+    NoReport {
+        name: String,
+        exit: Exit,
+        source: io::Error,
+    },
+    #[error("{name} wrote a report that does not parse ({exit}): {source}")]
+    BadReport {
+        name: String,
+        exit: Exit,
+        source: serde_json::Error,
+    },
+}
+
+impl ChildError {
+    /// The kind the child's exit code stands for; failed where it gave none.
+    pub fn kind(&self) -> ExitKind {
+        match self {
+            ChildError::ExitCode { code, .. }
+            | ChildError::NoReport {
+                exit: Exit::Code(code @ 1..),
+                ..
+            }
+            | ChildError::BadReport {
+                exit: Exit::Code(code @ 1..),
+                ..
+            } => ExitKind::from_code(*code),
+            _ => ExitKind::Failed,
+        }
+    }
+}
+
+impl From<ChildError> for LabError {
+    fn from(e: ChildError) -> LabError {
+        LabError::new(e.kind(), e)
+    }
+}
+
+/// What a child left: its exit code and report, and how long it took.
+#[derive(Debug)]
+pub struct Finished<T> {
+    name: String,
+    exit: Result<Exit, io::Error>,
+    report: Result<T, ReportError>,
+    shown: bool,
+    cancelled: bool,
+    pub elapsed: Duration,
+}
+
+#[derive(Debug)]
+enum ReportError {
+    Missing(io::Error),
+    Unparsable(serde_json::Error),
+}
+
+impl<T> Finished<T> {
+    /// The report of a child that exited 0; else the error its exit code stands for
+    /// (interrupted where a Ctrl-C ended it before it gave one).
+    pub fn succeeded(self) -> Result<T, LabError> {
+        match &self.exit {
+            Ok(Exit::Code(0)) | Err(_) => self.report(),
+            Ok(Exit::Unknown(_)) if self.cancelled => Err(LabError::interrupted()),
+            Ok(Exit::Code(code)) => Err(ChildError::ExitCode {
+                name: self.name,
+                code: *code,
+                shown: self.shown,
+            }
+            .into()),
+            Ok(Exit::Unknown(why)) => Err(ChildError::Unfinished {
+                name: self.name,
+                why: why.clone(),
+                shown: self.shown,
+            }
+            .into()),
+        }
+    }
+
+    /// The report whatever the exit code (a child sweep writes what it measured also when
+    /// a cell failed or it was interrupted); an error only where there is none.
+    pub fn report(self) -> Result<T, LabError> {
+        let exit = match self.exit {
+            Ok(exit) => exit,
+            Err(source) => {
+                return Err(ChildError::NotStarted {
+                    name: self.name,
+                    source,
+                }
+                .into())
+            }
+        };
+        self.report.map_err(|e| {
+            let name = self.name;
+            match e {
+                ReportError::Missing(source) => ChildError::NoReport { name, exit, source },
+                ReportError::Unparsable(source) => ChildError::BadReport { name, exit, source },
+            }
+            .into()
+        })
+    }
+}
+
+impl Child<'_> {
+    /// Runs the child to its end with `dir` as its private output directory.
+    pub async fn run<T: DeserializeOwned>(
+        self,
+        dir: &owner::PrivateDir,
+        cancel: &CancellationToken,
+    ) -> Finished<T> {
+        let Child {
+            name,
+            mut command,
+            exit_code,
+            report,
+            output,
+            timeout,
+        } = self;
+        let (stdout, stderr) = match output {
+            Output::Lines(_) => (Stdio::piped(), Stdio::inherit()),
+            Output::Discard => (Stdio::null(), Stdio::null()),
+            Output::ToStderr => (Stdio::piped(), Stdio::piped()),
+        };
+        command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+        let program = record_name(&command, name);
+        let started = Instant::now();
+        let exit = match command.spawn() {
+            Ok(child) => {
+                let status = wait_recorded(child, &program, &output, cancel, timeout).await;
+                let exit = match exit_code {
+                    ExitCodeFrom::Status => exit_of_status(status),
+                    ExitCodeFrom::File(file) => {
+                        let runner = command.get_program().to_string_lossy();
+                        exit_of_file(
+                            std::fs::read_to_string(dir.join(file)).ok().as_deref(),
+                            &runner,
+                            status,
+                        )
+                    }
+                };
+                Ok(match timeout.filter(|t| started.elapsed() > *t) {
+                    Some(t) => exit.past_timeout(t),
+                    None => exit,
+                })
+            }
+            Err(e) => Err(e),
+        };
+        Finished {
+            name: name.to_string(),
+            exit,
+            report: read_report(&dir.join(report)),
+            shown: output.shown(),
+            cancelled: cancel.is_cancelled(),
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+/// The child as the state file names it: its program, and what it is for.
+fn record_name(command: &Command, name: &str) -> String {
+    let program = Path::new(command.get_program());
+    let program = program.file_name().unwrap_or(program.as_os_str());
+    format!("{} ({name})", program.to_string_lossy())
+}
+
+fn read_report<T: DeserializeOwned>(path: &Path) -> Result<T, ReportError> {
+    let text = std::fs::read_to_string(path).map_err(ReportError::Missing)?;
+    serde_json::from_str(&text).map_err(ReportError::Unparsable)
+}
+
+/// A local child's exit code, from its status.
+fn exit_of_status(status: io::Result<ExitStatus>) -> Exit {
+    match status {
+        Ok(s) => match s.code() {
+            Some(code) => Exit::Code(code.clamp(0, 255) as u8),
+            None => Exit::Unknown(s.to_string()),
+        },
+        Err(e) => Exit::Unknown(format!("waiting for it failed: {e}")),
+    }
+}
+
+/// A guest's exit code, from the file its script wrote (`text`), or what is known when it
+/// wrote none: how `runner` (vng) ended.
+fn exit_of_file(text: Option<&str>, runner: &str, status: io::Result<ExitStatus>) -> Exit {
+    if let Some(code) = text.and_then(|t| t.trim().parse::<u8>().ok()) {
+        return Exit::Code(code);
+    }
+    let runner = match status {
+        Ok(s) => format!("{runner} ended with {s}"),
+        Err(e) => format!("waiting for {runner} failed: {e}"),
+    };
+    Exit::Unknown(format!("{runner}; the guest wrote no exit code"))
+}
+
+/// Waits for `child` (recorded in the state file meanwhile, so `clean` stops it if this
+/// process is killed) while its output goes where `output` says.
+async fn wait_recorded(
+    mut child: std::process::Child,
+    program: &str,
+    output: &Output<'_>,
+    cancel: &CancellationToken,
+    timeout: Option<Duration>,
+) -> io::Result<ExitStatus> {
+    let record = owner::Record::process(child.id(), program);
+    match owner::record(record.clone()) {
+        Ok(()) => {}
+        // Not root: nothing to record into; the child still ends with this process's tty.
+        Err(e) if e.is_permission() => tracing::debug!("{program} not recorded: {e}"),
+        Err(e) => tracing::warn!("{program} not recorded: {e}"),
+    }
+    let reading = read_output(child.stdout.take(), child.stderr.take(), output);
+    let waiting = wait(child, cancel, timeout);
+    tokio::pin!(reading, waiting);
+    let mut read_all = false;
+    let status = loop {
+        tokio::select! {
+            status = &mut waiting => break status,
+            () = &mut reading, if !read_all => read_all = true,
+        }
+    };
+    if !read_all {
+        let _ = tokio::time::timeout(DRAIN, reading).await;
+    }
+    owner::forget(&record);
+    status
+}
+
+/// Waits for `child`; on Ctrl-C or past `timeout` passes it a SIGINT (it then writes what
+/// it has), and kills it [`GRACE`] later.
+async fn wait(
+    mut child: std::process::Child,
+    cancel: &CancellationToken,
+    timeout: Option<Duration>,
+) -> io::Result<ExitStatus> {
+    let started = Instant::now();
+    let mut signalled: Option<Instant> = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        let overdue = timeout.is_some_and(|t| started.elapsed() > t);
+        match signalled {
+            None if cancel.is_cancelled() || overdue => {
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+                signalled = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > GRACE => {
+                let _ = child.kill();
+            }
+            _ => {}
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Reads the child's pipes to their end, each line where `output` says.
+async fn read_output(
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+    output: &Output<'_>,
+) {
+    fn to_stderr(line: &[u8]) {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(line);
+        let _ = err.write_all(b"\n");
+    }
+    match output {
+        Output::Lines(each) => {
+            each_line(stdout.map(OwnedFd::from), |l| each(&String::from_utf8_lossy(l))).await
+        }
+        Output::ToStderr => {
+            tokio::join!(
+                each_line(stdout.map(OwnedFd::from), to_stderr),
+                each_line(stderr.map(OwnedFd::from), to_stderr)
+            );
+        }
+        Output::Discard => {}
+    }
+}
+
+/// Calls `each` per line of `pipe` (without its newline) until the pipe closes.
+async fn each_line(pipe: Option<OwnedFd>, mut each: impl FnMut(&[u8])) {
+    let Some(pipe) = pipe.and_then(|p| tokio::net::unix::pipe::Receiver::from_owned_fd(p).ok()) else {
+        return;
+    };
+    let mut reader = tokio::io::BufReader::new(pipe);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => each(line.strip_suffix(b"\n").unwrap_or(&line)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn exited(code: i32) -> io::Result<ExitStatus> {
+        Ok(ExitStatus::from_raw(code << 8))
+    }
+
+    #[test]
+    fn a_guests_exit_code_comes_from_its_file() {
+        assert_eq!(exit_of_file(Some("0\n"), "vng", exited(0)), Exit::Code(0));
+        assert_eq!(exit_of_file(Some(" 3\n"), "vng", exited(0)), Exit::Code(3));
+        // vng's own status says only whether the VM ran.
+        assert_eq!(exit_of_file(Some("130\n"), "vng", exited(1)), Exit::Code(130));
+    }
+
+    #[test]
+    fn a_guest_without_an_exit_code_says_how_vng_ended() {
+        for text in [None, Some(""), Some("garbage"), Some("256")] {
+            let exit = exit_of_file(text, "vng", exited(1));
+            assert_eq!(
+                exit.to_string(),
+                "vng ended with exit status: 1; the guest wrote no exit code",
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_local_childs_exit_code_is_its_status() {
+        assert_eq!(exit_of_status(exited(2)), Exit::Code(2));
+        let killed = exit_of_status(Ok(ExitStatus::from_raw(9)));
+        assert!(
+            matches!(&killed, Exit::Unknown(why) if why.contains("signal: 9")),
+            "{killed:?}"
+        );
+    }
+
+    fn finished(exit: Exit, report: Result<u32, ReportError>, cancelled: bool) -> Finished<u32> {
+        Finished {
+            name: "the run inside the VM".into(),
+            exit: Ok(exit),
+            report,
+            shown: true,
+            cancelled,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    fn missing() -> ReportError {
+        ReportError::Missing(io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    #[test]
+    fn exit_codes_become_the_same_kind_of_error() {
+        for (code, kind) in [
+            (1, ExitKind::Failed),
+            (2, ExitKind::Usage),
+            (3, ExitKind::Capability),
+            (130, ExitKind::Interrupted),
+            (101, ExitKind::Failed),
+        ] {
+            let e = finished(Exit::Code(code), Ok(7), false).succeeded().unwrap_err();
+            assert_eq!(e.kind, kind, "{code}");
+            assert_eq!(
+                e.to_string(),
+                format!("the run inside the VM failed with exit code {code} (its messages are above)")
+            );
+        }
+        assert_eq!(finished(Exit::Code(0), Ok(7), false).succeeded().unwrap(), 7);
+    }
+
+    #[test]
+    fn a_sweeps_report_counts_whatever_its_exit_code() {
+        assert_eq!(finished(Exit::Code(130), Ok(7), false).report().unwrap(), 7);
+    }
+
+    #[test]
+    fn a_missing_report_names_the_child_and_how_it_ended() {
+        let e = finished(Exit::Code(0), Err(missing()), false)
+            .succeeded()
+            .unwrap_err();
+        assert_eq!(e.kind, ExitKind::Failed);
+        assert!(
+            e.to_string()
+                .starts_with("the run inside the VM wrote no report (exit code 0): "),
+            "{e}"
+        );
+        let e = finished(Exit::Code(3), Err(missing()), false)
+            .report()
+            .unwrap_err();
+        assert_eq!(e.kind, ExitKind::Capability, "{e}");
+        let unparsable = serde_json::from_str::<u32>("{").unwrap_err();
+        let e = finished(Exit::Code(0), Err(ReportError::Unparsable(unparsable)), false)
+            .report()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("wrote a report that does not parse"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_child_ended_by_ctrl_c_without_an_exit_code_is_interrupted() {
+        let e = finished(
+            Exit::Unknown("vng ended with signal: 2".into()),
+            Err(missing()),
+            true,
+        )
+        .succeeded()
+        .unwrap_err();
+        assert_eq!(e.kind, ExitKind::Interrupted);
+        let e = finished(
+            Exit::Unknown("vng ended with exit status: 1".into()),
+            Err(missing()),
+            false,
+        )
+        .succeeded()
+        .unwrap_err();
+        assert_eq!(e.kind, ExitKind::Failed);
+        assert_eq!(
+            e.to_string(),
+            "the run inside the VM did not finish (vng ended with exit status: 1): see its output above"
+        );
+    }
+
+    #[test]
+    fn a_child_that_did_not_start_says_so() {
+        let f = Finished::<u32> {
+            name: "the soft-AES child sweep".into(),
+            exit: Err(io::Error::from(io::ErrorKind::NotFound)),
+            report: Err(missing()),
+            shown: true,
+            cancelled: false,
+            elapsed: Duration::ZERO,
+        };
+        let e = f.succeeded().unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("the soft-AES child sweep did not start: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_state_file_names_the_program_and_its_purpose() {
+        let c = Command::new("/usr/local/bin/vng");
+        assert_eq!(record_name(&c, "the VM sweep"), "vng (the VM sweep)");
+    }
+
+    /// The whole runner on a real process: a report written, lines counted, the exit
+    /// status read.
+    #[tokio::test]
+    async fn a_child_reports_lines_and_its_file() {
+        let dir = owner::PrivateDir::new("ipl-child-test-").unwrap();
+        let mut command = Command::new("sh");
+        // A failed sweep still writes what it measured: the report counts, exit 3 or not.
+        command
+            .arg("-c")
+            .arg(r#"echo one; echo two; echo 42 > "$0"; exit 3"#)
+            .arg(dir.join("out.json"));
+        let seen = std::sync::Mutex::new(Vec::new());
+        let count = |l: &str| seen.lock().unwrap().push(l.to_string());
+        let finished: Finished<u32> = Child {
+            name: "a test child",
+            command,
+            exit_code: ExitCodeFrom::Status,
+            report: "out.json",
+            output: Output::Lines(&count),
+            timeout: None,
+        }
+        .run(&dir, &CancellationToken::new())
+        .await;
+        assert_eq!(*seen.lock().unwrap(), ["one", "two"]);
+        assert_eq!(finished.exit.as_ref().unwrap(), &Exit::Code(3));
+        assert_eq!(finished.report().unwrap(), 42);
+    }
+
+    #[tokio::test]
+    async fn a_child_past_its_timeout_is_interrupted() {
+        let dir = owner::PrivateDir::new("ipl-child-test-").unwrap();
+        let mut command = Command::new("sleep");
+        command.arg("30");
+        let started = Instant::now();
+        let finished: Finished<u32> = Child {
+            name: "a sleeping child",
+            command,
+            exit_code: ExitCodeFrom::File("rc"),
+            report: "out.json",
+            output: Output::Discard,
+            timeout: Some(Duration::from_millis(100)),
+        }
+        .run(&dir, &CancellationToken::new())
+        .await;
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let e = finished.succeeded().unwrap_err();
+        assert_eq!(e.kind, ExitKind::Failed);
+        let e = e.to_string();
+        assert!(
+            e.starts_with("a sleeping child did not finish (sleep ended with signal: 2"),
+            "{e}"
+        );
+        assert!(e.ends_with("; stopped after its timeout of 0 s)"), "{e}");
+    }
+}

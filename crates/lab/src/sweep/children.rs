@@ -1,0 +1,208 @@
+//! The rows a sweep cannot run in its own process, each run by [`crate::child`]: the
+//! `--crypto soft` rows in a child `ipsec-lab matrix` started with hardware AES masked
+//! (its finished cells counted as it prints them), and with `--vm` the xfrm rows in ONE
+//! virtme-ng boot that runs `ipsec-lab matrix --backends xfrm` (its own plain baseline
+//! included), whose rows and environment come back keyed [`VM`].
+//!
+//! Leaves out: running a row in this process ([`super::rows`]); booting the guest and
+//! reading its exit code ([`crate::vm`], [`crate::child`]).
+
+use std::process::Command;
+use std::time::Duration;
+
+use model::matrix::{MatrixReport, Row, RowKey, RowVariant, HOST, VM};
+use model::{Backend, ByteSize};
+use traffic::CancellationToken;
+
+use super::rows::{refused_row, PlannedRow};
+use super::{SweepPlan, CELL_DONE};
+use crate::child::{Child, ExitCodeFrom, Output};
+use crate::error::LabResult;
+use crate::progress::Progress;
+use crate::vm;
+
+/// Longest a VM sweep may take: boot plus the cells at TCG speed.
+const VM_TIMEOUT_BASE: Duration = Duration::from_secs(180);
+/// The child sweep's report, in its private directory.
+const SOFT_REPORT: &str = "matrix.json";
+
+/// The sweep arguments a child sweep shares with this one.
+fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
+    let ciphers: Vec<String> = args.suites.iter().map(|s| s.name()).collect();
+    vec![
+        "matrix".into(),
+        "--ciphers".into(),
+        ciphers.join(","),
+        "--bytes".into(),
+        bytes.0.to_string(),
+        "--repeat".into(),
+        args.repeat.to_string(),
+        "--mtu".into(),
+        args.mtu.to_string(),
+        "--port".into(),
+        args.port.to_string(),
+        "--no-progress".into(),
+    ]
+}
+
+/// `command` (this binary with hardware AES masked) made the soft-AES child sweep, writing
+/// its report to `json` and a line per finished cell to stdout.
+fn soft_sweep(mut command: Command, args: &SweepPlan, json: &std::path::Path) -> Command {
+    command
+        .args(child_args(args, args.bytes))
+        .args([
+            "--backends",
+            "userspace",
+            "--crypto",
+            "soft",
+            "--no-baseline",
+            "--report-cells",
+            "--json",
+        ])
+        .arg(json);
+    command
+}
+
+/// The `--crypto soft` rows, in a child `ipsec-lab matrix` started with hardware AES masked;
+/// `progress` counts the cells the child reports as finished. Rows that could not run say
+/// why.
+pub(super) async fn soft_child_rows(
+    args: &SweepPlan,
+    rows: &[PlannedRow],
+    cancel: &CancellationToken,
+    progress: &dyn Progress,
+) -> Vec<Row> {
+    let fail = |reason: String| -> Vec<Row> {
+        rows.iter()
+            .map(|r| refused_row(r.key.clone(), &args.suites, &reason))
+            .collect()
+    };
+    if cancel.is_cancelled() {
+        return fail("interrupted".into());
+    }
+    let dir = match owner::PrivateDir::new("ipsec-lab-soft-") {
+        Ok(d) => d,
+        Err(e) => return fail(e.to_string()),
+    };
+    let command = match crypto::soft::command() {
+        Ok(c) => soft_sweep(c, args, &dir.join(SOFT_REPORT)),
+        Err(e) => return fail(e.to_string()),
+    };
+    progress.note("userspace [soft] rows in a child process with hardware AES masked");
+    let count = |line: &str| {
+        if line.trim() == CELL_DONE {
+            progress.cell_finished();
+        }
+    };
+    let child = Child {
+        name: "the soft-AES child sweep",
+        command,
+        exit_code: ExitCodeFrom::Status,
+        report: SOFT_REPORT,
+        output: Output::Lines(&count),
+        timeout: None,
+    };
+    // The child writes what it measured also when a cell failed or it was interrupted.
+    match child.run::<MatrixReport>(&dir, cancel).await.report() {
+        Ok(child) => child.rows,
+        Err(e) => fail(e.to_string()),
+    }
+}
+
+/// With `--vm`, the xfrm rows from ONE VM boot into `report`; a single refused row where
+/// the sweep was interrupted or the VM gave nothing back.
+pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel: &CancellationToken) {
+    let refused = |reason: &str| {
+        refused_row(
+            RowKey::new(Backend::Xfrm, RowVariant::Default, VM),
+            &args.suites,
+            reason,
+        )
+    };
+    if cancel.is_cancelled() {
+        report.rows.push(refused("interrupted"));
+        return;
+    }
+    match vm_sweep(args, cancel).await {
+        Ok(guest) => report.merge(guest),
+        Err(e) => report.rows.push(refused(&format!("the VM sweep failed: {e:#}"))),
+    }
+}
+
+/// The guest's sweep, its rows and environment keyed [`VM`].
+async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<MatrixReport> {
+    let kernel = vm::resolve_kernel(args.vm.as_deref())?;
+    let accel = vm::detect_accel(&kernel);
+    let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
+    let bytes = args.vm_bytes;
+    let mut guest_args = child_args(args, bytes);
+    guest_args.extend(["--backends".into(), "xfrm".into()]);
+    let modules = format!("{} crypto_user", vm::GUEST_MODULES);
+    let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
+    // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
+    child.output = Output::Discard;
+    // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
+    let cells = (args.suites.len() as u64 * 2 + 1) * u64::from(args.repeat);
+    child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
+    eprintln!(
+        "ipsec-lab: xfrm rows in a VM booting {} ({}); TCG boots take about half a minute",
+        kernel.display(),
+        accel.label()
+    );
+    let finished = child.run::<MatrixReport>(&outdir, cancel).await;
+    let elapsed = finished.elapsed;
+    let mut guest = finished.report()?;
+    for row in &mut guest.rows {
+        row.key.environment = VM.into();
+    }
+    if let Some(env) = guest.environments.remove(HOST) {
+        guest.environments.insert(VM.into(), env);
+    }
+    guest.notes.retain(|n| !n.starts_with("payload seed"));
+    guest.notes.push(format!(
+        "(vm) rows: one boot of {} ({}), boot, sweep and shutdown took {:.0} s",
+        kernel.display(),
+        accel.label(),
+        elapsed.as_secs_f64()
+    ));
+    Ok(guest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::plan;
+    use super::*;
+
+    #[test]
+    fn child_sweeps_get_the_same_sizes() {
+        let a = plan().validate().unwrap();
+        let c = child_args(&a, a.bytes);
+        let joined = c.join(" ");
+        assert!(joined.contains("--bytes 4000000 --repeat 2"), "{joined}");
+        assert!(joined.contains("aes-128-cbc,aes-192-cbc"), "{joined}");
+    }
+
+    #[test]
+    fn the_soft_child_sweeps_only_soft_rows_and_reports_its_cells() {
+        let a = plan().validate().unwrap();
+        let c = soft_sweep(
+            Command::new("ipsec-lab"),
+            &a,
+            std::path::Path::new("/tmp/d/matrix.json"),
+        );
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let joined = args.join(" ");
+        assert!(args.starts_with(&["matrix".to_string()]), "{joined}");
+        assert!(
+            joined.ends_with(
+                "--backends userspace --crypto soft --no-baseline --report-cells --json /tmp/d/matrix.json"
+            ),
+            "{joined}"
+        );
+        assert_eq!(
+            args.iter().filter(|a| *a == "--no-progress").count(),
+            1,
+            "{joined}"
+        );
+    }
+}

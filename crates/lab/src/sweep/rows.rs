@@ -1,0 +1,293 @@
+//! The sweep's rows: which rows a sweep has and what each needs (or why it cannot run),
+//! running a row cell by cell on this kernel, and turning a run's report into a cell's
+//! measurement.
+//!
+//! Leaves out: the order of the sweep and the topology it shares ([`super`]), choosing the
+//! kernel driver ([`super::drivers`]), rows that run in a child process or a VM
+//! ([`super::children`]).
+
+use model::matrix::{Cell, CellOutcome, Measurement, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST};
+use model::{Backend, CipherSuite, CryptoChoice, RunReport, Summary};
+use netns::{Topology, TopologySpec};
+use traffic::CancellationToken;
+
+use super::SweepPlan;
+use crate::backend;
+use crate::backend::xfrm::ShowKeys;
+use crate::error::ExitKind;
+use crate::evidence::Evidence;
+use crate::progress::Progress;
+use xfrm::driver::{cbc_aes_drivers, esp_served_by, pin_cbc_aes_driver};
+
+#[derive(Debug, Clone)]
+pub(super) enum RowKind {
+    /// Runs in this process, on this kernel.
+    Local {
+        crypto: CryptoChoice,
+        /// The `cbc(aes)` driver raised to the top for this row.
+        driver: Option<String>,
+    },
+    /// Cannot run here: every cell says why.
+    Refused(String),
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct PlannedRow {
+    pub key: RowKey,
+    pub backend: Backend,
+    pub kind: RowKind,
+    pub notes: Vec<String>,
+}
+
+impl PlannedRow {
+    /// A `--crypto soft` row: needs hardware AES masked from process start.
+    pub(super) fn is_soft(&self) -> bool {
+        matches!(
+            self.kind,
+            RowKind::Local {
+                crypto: CryptoChoice::Soft,
+                ..
+            }
+        )
+    }
+
+    /// Whether the row raises a `cbc(aes)` driver.
+    pub(super) fn pins_driver(&self) -> bool {
+        matches!(self.kind, RowKind::Local { driver: Some(_), .. })
+    }
+
+    /// The cells the row measures, out of `suites`.
+    pub(super) fn cells(&self, suites: &[CipherSuite]) -> usize {
+        match (&self.kind, self.backend) {
+            (RowKind::Refused(_), _) => 0,
+            (_, Backend::Plain) => 1,
+            _ => suites.len(),
+        }
+    }
+}
+
+/// A row whose every cell says why it did not run.
+pub(super) fn refused_row(key: RowKey, suites: &[CipherSuite], reason: &str) -> Row {
+    let cells = if key.backend == Backend::Plain {
+        vec![Cell::not_run(CipherSuite::None, reason)]
+    } else {
+        suites.iter().map(|s| Cell::not_run(*s, reason)).collect()
+    };
+    Row {
+        key,
+        cells,
+        notes: vec![],
+    }
+}
+
+/// The rows of this sweep, in table order, each with what it needs or why it cannot run.
+pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
+    let mut rows = Vec::new();
+    let local = |backend, variant, crypto, driver| PlannedRow {
+        key: RowKey::new(backend, variant, HOST),
+        backend,
+        kind: RowKind::Local { crypto, driver },
+        notes: vec![],
+    };
+    if args.baseline {
+        rows.push(local(
+            Backend::Plain,
+            RowVariant::Default,
+            CryptoChoice::Auto,
+            None,
+        ));
+    }
+    if args.has(Backend::Xfrm) && args.vm.is_none() {
+        rows.extend(xfrm_rows(args).await);
+    }
+    if args.has(Backend::Userspace) {
+        for c in &args.crypto {
+            rows.push(local(Backend::Userspace, RowVariant::Crypto(*c), *c, None));
+        }
+    }
+    if args.has(Backend::Openvpn) {
+        rows.push(local(
+            Backend::Openvpn,
+            RowVariant::Default,
+            CryptoChoice::Auto,
+            None,
+        ));
+    }
+    rows
+}
+
+/// The xfrm rows on this kernel: one per `cbc(aes)` driver where crypto_user allows choosing,
+/// else one with the default drivers (and why), or one that says why none can run.
+async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
+    let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
+    let probe_suite = args.suites.first().copied();
+    let probe_plan = probe_suite.and_then(|s| args.plan(Backend::Xfrm, s, CryptoChoice::Auto, 0).ok());
+    if let Some(plan) = probe_plan {
+        if let Err(e) = backend::preflight(&plan).await {
+            return vec![PlannedRow {
+                key: key(RowVariant::Default),
+                backend: Backend::Xfrm,
+                kind: RowKind::Refused(format!("{e:#}")),
+                notes: vec![],
+            }];
+        }
+    }
+    match cbc_aes_drivers() {
+        Ok(drivers) => drivers
+            .into_iter()
+            .map(|d| PlannedRow {
+                key: key(RowVariant::KernelDriver(d.clone())),
+                backend: Backend::Xfrm,
+                kind: RowKind::Local {
+                    crypto: CryptoChoice::Auto,
+                    driver: Some(d),
+                },
+                notes: vec![],
+            })
+            .collect(),
+        Err(why) => vec![PlannedRow {
+            key: key(RowVariant::Default),
+            backend: Backend::Xfrm,
+            kind: RowKind::Local {
+                crypto: CryptoChoice::Auto,
+                driver: None,
+            },
+            notes: vec![format!("default kernel drivers only: {why}")],
+        }],
+    }
+}
+
+/// Runs `row`'s cells on this kernel, on the sweep's `topology` (an xfrm cell makes its own).
+pub(super) async fn run_row(
+    args: &SweepPlan,
+    row: &PlannedRow,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    progress: &dyn Progress,
+) -> Row {
+    let not_run = |reason: &str| Row {
+        notes: row.notes.clone(),
+        ..refused_row(row.key.clone(), &args.suites, reason)
+    };
+    let (crypto, driver) = match &row.kind {
+        RowKind::Refused(reason) => return not_run(reason),
+        RowKind::Local { crypto, driver } => (*crypto, driver.clone()),
+    };
+    // Held for the whole row; dropping it (also on an early return) restores the priorities.
+    let guard = match driver.as_deref().map(pin_cbc_aes_driver).transpose() {
+        Ok(guard) => guard,
+        Err(why) => return not_run(&format!("could not choose the kernel driver: {why}")),
+    };
+    let row_suites = if row.backend == Backend::Plain {
+        vec![CipherSuite::None]
+    } else {
+        args.suites.clone()
+    };
+    let mut notes = row.notes.clone();
+    let mut cells = Vec::new();
+    for suite in row_suites {
+        progress.cell_started(&format!("{} {}", row.key.label(), suite.short_label()));
+        let mut cell = if cancel.is_cancelled() {
+            Cell::not_run(suite, "interrupted")
+        } else {
+            run_cell(args, row.backend, suite, crypto, topology, cancel).await
+        };
+        if let CellOutcome::Measured(m) = &mut cell.outcome {
+            if row.backend == Backend::Xfrm {
+                m.served_by = esp_served_by(suite);
+            }
+            if let Some(d) = &driver {
+                if !m.served_by.as_deref().is_some_and(|s| s.contains(d.as_str())) {
+                    m.notes.push(format!(
+                        "{d} was raised for this row but {} served",
+                        m.served_by.as_deref().unwrap_or("an unknown driver")
+                    ));
+                }
+            }
+        }
+        progress.cell_finished();
+        cells.push(cell);
+    }
+    if let Some(guard) = guard {
+        if let Err(failures) = guard.restore() {
+            notes.push(format!(
+                "could not restore crypto priorities: {}",
+                failures.join("; ")
+            ));
+        }
+    }
+    Row {
+        key: row.key.clone(),
+        cells,
+        notes,
+    }
+}
+
+async fn run_cell(
+    args: &SweepPlan,
+    backend: Backend,
+    suite: CipherSuite,
+    crypto: CryptoChoice,
+    topology: &Topology,
+    cancel: &CancellationToken,
+) -> Cell {
+    let result = async {
+        let plan = args.plan(backend, suite, crypto, args.seed)?;
+        backend::preflight(&plan).await?;
+        if backend == Backend::Xfrm {
+            // The xfrm backend adds addresses and routes to the veths: a fresh topology per
+            // cell keeps cells independent.
+            let spec = TopologySpec {
+                run_id: netns::new_run_id(),
+                mtu: plan.mtu,
+                addressing: plan.addressing,
+            };
+            let fresh = Topology::create(&spec).await?;
+            let report =
+                crate::local::run_on(&plan, &fresh, cancel, ShowKeys(false), &crate::progress::Quiet).await;
+            fresh.destroy()?;
+            report
+        } else {
+            crate::local::run_on(&plan, topology, cancel, ShowKeys(false), &crate::progress::Quiet).await
+        }
+    }
+    .await;
+    match result {
+        Ok((report, evidence)) => Cell {
+            suite,
+            outcome: CellOutcome::Measured(measurement(&report, &evidence)),
+        },
+        Err(e) if e.kind == ExitKind::Interrupted => Cell::not_run(suite, "interrupted"),
+        Err(e) if e.kind == ExitKind::Capability => Cell::not_run(suite, format!("{e:#}")),
+        Err(e) => Cell::not_run(suite, format!("failed: {e:#}")),
+    }
+}
+
+fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
+    let samples: Vec<f64> = report.transfers.iter().map(|t| t.rates.mb_per_s).collect();
+    let cpu = |f: &dyn Fn(&model::Transfer) -> f64| {
+        let v: Vec<f64> = report.transfers.iter().map(|t| f(&t.transfer)).collect();
+        Summary::of(&v).unwrap_or(report.mb_per_s)
+    };
+    Measurement {
+        mb_per_s: report.mb_per_s,
+        samples,
+        cpu: SideCpu {
+            sender_percent: cpu(&|t| t.sender_cpu.percent_of_core),
+            receiver_percent: cpu(&|t| t.receiver_cpu.percent_of_core),
+        },
+        // The tunnel's own CPU at each end, where the backend has one: the userspace
+        // tunnel's threads, the openvpn processes.
+        tunnel_cpu: evidence
+            .tunnel_cpu()
+            .map(|(a_percent, b_percent)| TunnelCpu { a_percent, b_percent }),
+        percent_of_plain: None,
+        served_by: None,
+        notes: report
+            .notes
+            .iter()
+            .chain(report.plan.ignored.iter())
+            .cloned()
+            .collect(),
+    }
+}
