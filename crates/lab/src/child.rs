@@ -213,6 +213,25 @@ impl<T> Finished<T> {
     }
 }
 
+/// [`Child::run`] from synchronous code, on a runtime of its own; SIGINT and SIGTERM are
+/// passed on to the child.
+pub fn run_blocking<T: DeserializeOwned>(
+    child: Child<'_>,
+    dir: &owner::PrivateDir,
+) -> Result<Finished<T>, LabError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LabError::failed)?;
+    runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
+        let finished = child.run(dir, &cancel).await;
+        interrupted.abort();
+        Ok(finished)
+    })
+}
+
 impl Child<'_> {
     /// Runs the child to its end with `dir` as its private output directory.
     pub async fn run<T: DeserializeOwned>(

@@ -16,6 +16,8 @@
 //!   derive from the control connection (addresses, MTU, the tunnel network).
 //! * [`sweep`]: every backend × every suite (`ipsec-lab matrix`), with its child runs (soft
 //!   AES, the VM).
+//! * [`speed`]: `ipsec-lab speed`'s rows timed elsewhere (soft AES in a child, the kernel's
+//!   in a VM); the measuring is crate `speed`'s.
 //! * [`vm`]: a virtme-ng guest booting a stock kernel, running this binary again.
 //! * [`child`]: the one way to run this binary elsewhere (a child with hardware AES
 //!   masked, a VM guest) and read its report back: recorded for `clean`, Ctrl-C passed on,
@@ -41,6 +43,7 @@ pub mod reference;
 pub mod remote;
 pub mod session;
 pub mod signal;
+pub mod speed;
 pub mod sweep;
 pub mod vm;
 

@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use model::{RunPlan, RunReport};
 use serde::de::DeserializeOwned;
-use tokio_util::sync::CancellationToken;
 
 use crate::child::{Child, ExitCodeFrom, Output};
 use crate::error::{LabError, LabResult};
@@ -341,17 +340,7 @@ pub fn exec_in_guest<T: DeserializeOwned>(
         kernel.display(),
         accel.label()
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(LabError::failed)?;
-    let finished = runtime.block_on(async {
-        let cancel = CancellationToken::new();
-        let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
-        let finished = child.run(&outdir, &cancel).await;
-        interrupted.abort();
-        LabResult::Ok(finished)
-    })?;
+    let finished = crate::child::run_blocking(child, &outdir)?;
     let elapsed = finished.elapsed;
     Ok(GuestRun {
         report: finished.succeeded()?,

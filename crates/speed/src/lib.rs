@@ -22,7 +22,7 @@ pub mod suite;
 pub use measure::single_core_mb_per_s;
 pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError};
 pub use report::{Record, SpeedReport, Units};
-pub use run::{measure, measure_with, NoProgress, SpeedProgress};
+pub use run::{measure, measure_with, no_soft_rows, NoProgress, SpeedProgress};
 pub use suite::{CryptoOp, SpeedSuite};
 
 /// Block sizes of the full table: openssl's, plus 1400 (a tunnel packet).
@@ -50,14 +50,11 @@ pub enum SpeedError {
         #[source]
         source: ops::OpError,
     },
-    #[error("cannot start the software-AES child process: {0}")]
-    Soft(#[from] crypto::soft::SoftError),
-    #[error("cannot run the software-AES child process: {0}")]
-    ChildSpawn(#[source] std::io::Error),
-    #[error("the software-AES child process failed ({status})")]
-    ChildFailed { status: std::process::ExitStatus },
-    #[error("cannot read the software-AES child's results: {0}")]
-    ChildOutput(#[source] serde_json::Error),
+    #[error(
+        "the soft rows run in a child of the ipsec-lab binary started with hardware AES masked; \
+         this caller cannot start one"
+    )]
+    SoftElsewhere,
 }
 
 impl SpeedError {

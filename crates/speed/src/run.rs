@@ -4,8 +4,6 @@
 //! Tells a [`SpeedProgress`] how far it got; leaves drawing that, and printing the report,
 //! to the binary.
 
-use std::process::Stdio;
-
 use crypto::{CryptoChoice, Implementation};
 use model::Environment;
 
@@ -93,23 +91,6 @@ fn measure_here(
         }
     }
     Ok(records)
-}
-
-/// Runs the soft rows in a child of this binary started with hardware AES masked, and reads
-/// its JSON report back.
-fn measure_in_soft_child(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
-    let mut cmd = crypto::soft::command()?;
-    cmd.args(plan.child_args(SpeedImpl::Crypto(CryptoChoice::Soft)))
-        .args(["--json", "-"]);
-    let out = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(SpeedError::ChildSpawn)?;
-    if !out.status.success() {
-        return Err(SpeedError::ChildFailed { status: out.status });
-    }
-    serde_json::from_slice(&out.stdout).map_err(SpeedError::ChildOutput)
 }
 
 fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Tally) {
@@ -224,17 +205,24 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
 
 /// Measures what `plan` asks for, showing no progress.
 pub fn measure(plan: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
-    measure_with(plan, None, &mut NoProgress)
+    measure_with(plan, None, &mut no_soft_rows, &mut NoProgress)
+}
+
+/// For callers that cannot start a child with hardware AES masked: soft rows are refused.
+pub fn no_soft_rows(_: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
+    Err(SpeedError::SoftElsewhere)
 }
 
 /// Measures what `plan` asks for, telling `progress` how far it got; with `guest`, the
 /// kernel rows are that report's (a run of [`SpeedPlan::child_args`] elsewhere, e.g. the
-/// VM) instead of this kernel's.
-pub fn measure_with(
+/// VM) instead of this kernel's. `soft_rows` times the soft rows where this process has
+/// hardware AES (they need a process started with it masked: a child of the binary).
+pub fn measure_with<E: From<SpeedError>>(
     plan: &SpeedPlan,
     guest: Option<SpeedReport>,
+    soft_rows: &mut dyn FnMut(&SpeedPlan) -> Result<SpeedReport, E>,
     progress: &mut dyn SpeedProgress,
-) -> Result<SpeedReport, SpeedError> {
+) -> Result<SpeedReport, E> {
     let method = Method::new(plan.seconds, plan.repeats, plan.threads);
     let mut report = SpeedReport {
         schema_version: SPEED_SCHEMA_VERSION,
@@ -268,7 +256,7 @@ pub fn measure_with(
             // Masked already (this is the child, or the user set the variable): time here.
             SpeedImpl::Crypto(CryptoChoice::Soft) if !crypto::soft::active() => {
                 progress.timing("soft in a child process with hardware AES masked");
-                let child = measure_in_soft_child(plan)?;
+                let child = soft_rows(plan)?;
                 report.records.extend(child.records);
                 report.skipped.extend(child.skipped);
             }
@@ -361,7 +349,7 @@ mod tests {
     fn progress_hears_every_cell_once_skipped_kernel_rows_included() {
         let plan = request(&["rustcrypto", "kernel"], 0.01).validate().unwrap();
         let mut recorder = Recorder::default();
-        measure_with(&plan, None, &mut recorder).unwrap();
+        measure_with(&plan, None, &mut no_soft_rows, &mut recorder).unwrap();
         assert_eq!(recorder.started, Some(8));
         assert_eq!(
             recorder.done, 8,
