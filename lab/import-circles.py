@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Finds import circles between the files of a Rust crate (use crate::..., use super::...)."""
+"""Finds import circles between the files of Rust crates: file A uses an item of file B
+(`use crate::..`, `use super::..`, `use child::..`) while B uses one of A, directly or
+round a longer loop. Re-exports (`pub use`) are not uses. Usage: import-circles.py SRC...
+(each a crate's src directory); prints one line per circle, nothing when there is none."""
 import os, re, sys
 
 def module_file(root, parts):
@@ -9,6 +12,10 @@ def module_file(root, parts):
         for cand in (base + ".rs", os.path.join(base, "mod.rs")):
             if os.path.isfile(cand):
                 return cand
+    # An item of the crate root.
+    for cand in ("lib.rs", "main.rs"):
+        if os.path.isfile(os.path.join(root, cand)):
+            return os.path.join(root, cand)
     return None
 
 def mod_path(root, f):
@@ -28,8 +35,18 @@ def edges(root):
             text = text.split("#[cfg(test)]")[0]
             here = mod_path(root, f)
             deps = set()
-            for m in re.finditer(r"\buse\s+((?:crate|super)(?:::\w+)*)(?:::\{([^;]*)\})?", text):
+            children = {os.path.basename(x)[:-3] if x.endswith(".rs") else x
+                        for x in os.listdir(d)} if name in ("lib.rs", "main.rs", "mod.rs") else set()
+            # A re-export (`pub use`) shows a module's items from its parent; it is not a use.
+            text = re.sub(r"\bpub(\([^)]*\))?\s+use\b[^;]*;", "", text)
+            for m in re.finditer(r"\buse\s+((?:crate|super|self|\w+)(?:::\w+)*)(?:::\{([^;]*)\})?", text):
                 path = m.group(1).split("::")
+                if path[0] == "self":
+                    path = ["crate"] + here + path[1:]
+                elif path[0] not in ("crate", "super"):
+                    if path[0] not in children:
+                        continue
+                    path = ["crate"] + here + path
                 names = [n.strip().split("::")[0] for n in (m.group(2) or "").split(",") if n.strip()]
                 if path[0] == "crate":
                     base = path[1:]

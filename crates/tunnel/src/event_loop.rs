@@ -14,11 +14,13 @@ use std::time::Instant;
 
 use tunnel_proto::Endpoint;
 
+use crate::config::{Batching, TunnelConfig, TunnelError};
+use crate::cpu::{pin_current_thread, ThreadCpu};
 use crate::receive::ReceivePath;
 use crate::send::SendPath;
+use crate::stats::TunnelStats;
 use crate::tun::Tun;
 use crate::udp::Udp;
-use crate::{pin_current_thread, Batching, ThreadCpu, TunnelConfig, TunnelError, TunnelStats};
 
 const SOCKET_BUFFER: usize = 8 << 20;
 const TXQUEUELEN: u32 = 1000;

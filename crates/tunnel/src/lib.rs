@@ -13,7 +13,7 @@
 //! # Layout
 //!
 //! * `lib.rs`: the public face: [`Tunnel`] (start a thread, stop it, get its
-//!   [`TunnelStats`]), [`TunnelConfig`], [`Batching`], [`inner_mtu`].
+//!   [`TunnelStats`]).
 //! * `event_loop`: the thread's set-up and its loop, which runs the two paths in turn and
 //!   sleeps in `poll` only when both are idle.
 //! * `send`: TUN → encrypt → UDP, with its own buffers.
@@ -21,11 +21,13 @@
 //! * `udp`: the connected socket; batches out (GSO, or `sendmmsg` where refused) and in
 //!   (`recvmmsg` with GRO, each receive split by its stride).
 //! * `tun`: the TUN device. `offload`: segmenting and joining TCP, no I/O.
-//! * `stats`: the counters. `cpu`: pinning and thread CPU time.
+//! * `config`: where an end sits, how it batches, its errors. `stats`: the counters.
+//!   `cpu`: pinning and thread CPU time.
 //!
 //! Leaves out: the packet format and crypto (`tunnel-proto`, `crypto`), the namespaces and
 //! veth (`netns`), and the traffic that flows through (`traffic`).
 
+mod config;
 mod cpu;
 mod event_loop;
 pub mod offload;
@@ -36,92 +38,17 @@ mod tun;
 mod udp;
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use event_loop::{Loop, Stop};
-use model::CipherSuite;
-use netns::{Namespace, NetnsError};
-use serde::{Deserialize, Serialize};
+use netns::Namespace;
 use tunnel_proto::Endpoint;
 
+pub use config::{inner_mtu, Batching, TunnelConfig, TunnelError, BATCH};
 pub use cpu::{pin_current_thread, ThreadCpu};
 pub use stats::{Flow, IoErrors, TunnelStats};
 pub use tun::Tun;
-
-/// How datagrams leave and arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Batching {
-    /// `sendmmsg`/`recvmmsg`: one system call per batch, one trip through the stack per datagram.
-    Mmsg,
-    /// UDP GSO/GRO: one system call and one trip through the stack per batch of equal-sized
-    /// datagrams. Falls back to [`Batching::Mmsg`] where the kernel refuses it.
-    Gso,
-    /// [`Batching::Gso`] plus TUN offload: TCP super-packets from the TUN device, segmented
-    /// (and each segment encrypted) by the tunnel; decrypted segments joined before the TUN
-    /// write. Falls back to [`Batching::Gso`] where the kernel refuses it.
-    Offload,
-}
-
-/// Datagrams the send path gathers into one batch, at most.
-pub const BATCH: usize = 64;
-
-/// Largest inner (TUN) MTU whose datagrams fit a link of `link_mtu` without fragmenting:
-/// link MTU less IPv4 (20) and UDP (8) headers less the suite's overhead. CBC rounds up to
-/// whole blocks with at least one byte of padding, so its room is counted in blocks.
-pub fn inner_mtu(link_mtu: u32, suite: CipherSuite) -> u32 {
-    let room = link_mtu.saturating_sub(28);
-    match suite {
-        CipherSuite::AesCbc { hmac, .. } => {
-            let mac = if hmac == model::Hmac::Sha256 { 32 } else { 0 };
-            let ct = room.saturating_sub(8 + 16 + mac);
-            (ct / 16 * 16).saturating_sub(1)
-        }
-        _ => room.saturating_sub(Endpoint::max_overhead(suite) as u32),
-    }
-}
-
-/// Where one end of the tunnel sits.
-#[derive(Debug, Clone)]
-pub struct TunnelConfig {
-    /// TUN device name (at most 15 bytes; the lab's start with `ipl`).
-    pub tun_name: String,
-    /// Outer address the UDP socket binds (on the veth).
-    pub local: SocketAddrV4,
-    /// The other end's outer address.
-    pub peer: SocketAddrV4,
-    /// Inner address of the TUN device, and its prefix (the kernel routes the prefix into it).
-    pub inner: Ipv4Addr,
-    pub prefix_len: u8,
-    pub inner_mtu: u32,
-    /// Core to pin the thread to; None leaves it to the scheduler (it is still one thread).
-    pub cpu: Option<usize>,
-    pub batching: Batching,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum TunnelError {
-    #[error(transparent)]
-    Namespace(#[from] NetnsError),
-    #[error("{step} for tunnel {tun}: {source}")]
-    Setup {
-        step: String,
-        tun: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("tunnel {tun}: {during}: {source}")]
-    Io {
-        during: &'static str,
-        tun: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("tunnel thread {tun} panicked")]
-    Panicked { tun: String },
-}
 
 /// A running tunnel end. [`Tunnel::stop`] ends it and returns its statistics; dropping it
 /// stops it too. Either way the thread is joined and its TUN device is gone afterwards.

@@ -11,9 +11,9 @@ use std::io;
 use tunnel_proto::Endpoint;
 
 use crate::offload::{self, Coalescer, Group, PacketRef};
+use crate::stats::TunnelStats;
 use crate::tun::Tun;
 use crate::udp::{self, Received, Udp};
-use crate::TunnelStats;
 
 /// Receive buffers (each a datagram or a GRO bundle) per `recvmmsg`.
 const RX_MESSAGES: usize = 32;

@@ -7,7 +7,8 @@
 use serde::{Deserialize, Serialize};
 use tunnel_proto::DropCounters;
 
-use crate::{Batching, ThreadCpu};
+use crate::config::Batching;
+use crate::cpu::ThreadCpu;
 
 /// Payload packets and bytes that went one way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,8 +14,8 @@ use model::matrix::{MatrixReport, Row, RowKey, RowVariant, HOST, VM};
 use model::{Backend, ByteSize};
 use traffic::CancellationToken;
 
+use super::plan::{SweepPlan, CELL_DONE};
 use super::rows::{refused_row, PlannedRow};
-use super::{SweepPlan, CELL_DONE};
 use crate::child::{Child, ExitCodeFrom, Output};
 use crate::error::LabResult;
 use crate::progress::Progress;

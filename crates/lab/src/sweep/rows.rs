@@ -11,7 +11,7 @@ use model::{Backend, CipherSuite, CryptoChoice, RunReport, Summary};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
-use super::SweepPlan;
+use super::plan::SweepPlan;
 use crate::backend;
 use crate::backend::xfrm::ShowKeys;
 use crate::error::ExitKind;

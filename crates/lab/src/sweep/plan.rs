@@ -1,0 +1,90 @@
+//! A validated sweep: which backends, suites and implementations, how much data, and each
+//! cell's own run plan; everything checked before anything is created.
+
+use model::{Backend, ByteSize, CipherSuite, CryptoChoice, RunPlan, RunRequest};
+
+use crate::error::{LabError, LabResult};
+use crate::vm;
+
+/// A validated sweep: what `ipsec-lab matrix` measures.
+#[derive(Debug, Clone)]
+pub struct SweepPlan {
+    /// Backends to sweep; the plain baseline is measured whatever this says (unless
+    /// `baseline` is off, for the child sweeps a sweep starts itself).
+    pub backends: Vec<Backend>,
+    /// The columns: encrypting suites, without repeats.
+    pub suites: Vec<CipherSuite>,
+    /// Crypto implementations of the userspace backend, one row each.
+    pub crypto: Vec<CryptoChoice>,
+    pub bytes: ByteSize,
+    /// Payload of the VM rows (TCG moves a few MB/s).
+    pub vm_bytes: ByteSize,
+    pub repeat: u32,
+    pub mtu: u32,
+    pub port: u16,
+    /// `--vm [KERNEL]`: the xfrm rows in one VM boot (`Some("")`: the newest kernel in /boot).
+    pub vm: Option<String>,
+    pub baseline: bool,
+    pub seed: u64,
+    /// When the sweep started, in seconds since the epoch (for the report).
+    pub started_unix_s: u64,
+}
+
+/// The line a child sweep prints per finished cell with `--report-cells`.
+pub const CELL_DONE: &str = "ipsec-lab-cell-done";
+
+impl SweepPlan {
+    /// Checks the suites and every cell's plan before anything is created.
+    pub fn validate(mut self) -> LabResult<SweepPlan> {
+        if self.suites.contains(&CipherSuite::None) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--ciphers lists encrypting suites; the unencrypted baseline is the plain row, always measured"
+            )));
+        }
+        if self.suites.is_empty() {
+            self.suites = CipherSuite::classic_six();
+        }
+        let mut unique: Vec<CipherSuite> = Vec::new();
+        for s in &self.suites {
+            if !unique.contains(s) {
+                unique.push(*s);
+            }
+        }
+        self.suites = unique;
+        for b in &self.backends {
+            for s in &self.suites {
+                self.plan(*b, *s, CryptoChoice::Auto, self.seed)?;
+            }
+        }
+        model::check_payload("--vm-bytes", self.vm_bytes)?;
+        if self.vm.is_some() {
+            vm::check_vm_paths(self.vm.as_deref())?;
+        }
+        Ok(self)
+    }
+
+    pub(super) fn plan(
+        &self,
+        backend: Backend,
+        suite: CipherSuite,
+        crypto: CryptoChoice,
+        seed: u64,
+    ) -> LabResult<RunPlan> {
+        Ok(RunRequest {
+            backend,
+            cipher: backend.encrypts().then_some(suite),
+            crypto: (backend == Backend::Userspace).then_some(crypto),
+            bytes: self.bytes,
+            repeat: self.repeat,
+            mtu: self.mtu,
+            port: self.port,
+            seed: Some(seed),
+            ..Default::default()
+        }
+        .validate()?)
+    }
+
+    pub(super) fn has(&self, backend: Backend) -> bool {
+        self.backends.contains(&backend)
+    }
+}

@@ -1,0 +1,82 @@
+//! Where one end of the tunnel sits, how it batches its I/O, and what can go wrong.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use model::CipherSuite;
+use netns::NetnsError;
+use serde::{Deserialize, Serialize};
+use tunnel_proto::Endpoint;
+
+/// How datagrams leave and arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Batching {
+    /// `sendmmsg`/`recvmmsg`: one system call per batch, one trip through the stack per datagram.
+    Mmsg,
+    /// UDP GSO/GRO: one system call and one trip through the stack per batch of equal-sized
+    /// datagrams. Falls back to [`Batching::Mmsg`] where the kernel refuses it.
+    Gso,
+    /// [`Batching::Gso`] plus TUN offload: TCP super-packets from the TUN device, segmented
+    /// (and each segment encrypted) by the tunnel; decrypted segments joined before the TUN
+    /// write. Falls back to [`Batching::Gso`] where the kernel refuses it.
+    Offload,
+}
+
+/// Datagrams the send path gathers into one batch, at most.
+pub const BATCH: usize = 64;
+
+/// Largest inner (TUN) MTU whose datagrams fit a link of `link_mtu` without fragmenting:
+/// link MTU less IPv4 (20) and UDP (8) headers less the suite's overhead. CBC rounds up to
+/// whole blocks with at least one byte of padding, so its room is counted in blocks.
+pub fn inner_mtu(link_mtu: u32, suite: CipherSuite) -> u32 {
+    let room = link_mtu.saturating_sub(28);
+    match suite {
+        CipherSuite::AesCbc { hmac, .. } => {
+            let mac = if hmac == model::Hmac::Sha256 { 32 } else { 0 };
+            let ct = room.saturating_sub(8 + 16 + mac);
+            (ct / 16 * 16).saturating_sub(1)
+        }
+        _ => room.saturating_sub(Endpoint::max_overhead(suite) as u32),
+    }
+}
+
+/// Where one end of the tunnel sits.
+#[derive(Debug, Clone)]
+pub struct TunnelConfig {
+    /// TUN device name (at most 15 bytes; the lab's start with `ipl`).
+    pub tun_name: String,
+    /// Outer address the UDP socket binds (on the veth).
+    pub local: SocketAddrV4,
+    /// The other end's outer address.
+    pub peer: SocketAddrV4,
+    /// Inner address of the TUN device, and its prefix (the kernel routes the prefix into it).
+    pub inner: Ipv4Addr,
+    pub prefix_len: u8,
+    pub inner_mtu: u32,
+    /// Core to pin the thread to; None leaves it to the scheduler (it is still one thread).
+    pub cpu: Option<usize>,
+    pub batching: Batching,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelError {
+    #[error(transparent)]
+    Namespace(#[from] NetnsError),
+    #[error("{step} for tunnel {tun}: {source}")]
+    Setup {
+        step: String,
+        tun: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tunnel {tun}: {during}: {source}")]
+    Io {
+        during: &'static str,
+        tun: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tunnel thread {tun} panicked")]
+    Panicked { tun: String },
+}
