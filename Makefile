@@ -24,6 +24,7 @@ matrix: setup build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 lab/import-circles.py src crates/*/src
 
 # Every test, including the root-only end-to-end ones (CI runs as root).
 test: setup lint

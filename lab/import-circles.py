@@ -2,7 +2,7 @@
 """Finds import circles between the files of Rust crates: file A uses an item of file B
 (`use crate::..`, `use super::..`, `use child::..`) while B uses one of A, directly or
 round a longer loop. Re-exports (`pub use`) are not uses. Usage: import-circles.py SRC...
-(each a crate's src directory); prints one line per circle, nothing when there is none."""
+(each a crate's src directory); prints one line per circle and exits 1, or exits 0."""
 import os, re, sys
 
 def module_file(root, parts):
@@ -80,6 +80,9 @@ def cycles(g):
             visit(n)
     return found
 
+found = 0
 for root in sys.argv[1:]:
     for c in cycles(edges(root)):
-        print(" -> ".join(os.path.relpath(x, root) for x in c))
+        found += 1
+        print(f"{root}: import circle: " + " -> ".join(os.path.relpath(x, root) for x in c))
+sys.exit(1 if found else 0)
