@@ -18,7 +18,7 @@ pub enum EndEvidence {
     None,
     Xfrm(XfrmEvidence),
     Userspace(TunnelEnd),
-    Openvpn(OpenvpnEnd),
+    Openvpn(OpenvpnProcess),
 }
 
 /// A run's evidence, as its report carries it under the backend's name.
@@ -128,7 +128,7 @@ pub struct CryptoReference {
 
 /// One openvpn process over its life.
 #[derive(Debug, Clone, Serialize)]
-pub struct OpenvpnEnd {
+pub struct OpenvpnProcess {
     #[serde(skip)]
     pub side: &'static str,
     pub pid: u32,
@@ -144,7 +144,7 @@ pub struct OpenvpnEvidence {
     pub tun_mtu: u32,
     pub dco: bool,
     /// `a` and `b`.
-    pub ends: BTreeMap<&'static str, OpenvpnEnd>,
+    pub ends: BTreeMap<&'static str, OpenvpnProcess>,
 }
 
 impl EndEvidence {

@@ -24,7 +24,7 @@ use tunnel_proto::{KeyDirection, StaticKey};
 
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::evidence::{OpenvpnEnd as OpenvpnEndEvidence, OpenvpnEvidence};
+use crate::evidence::{OpenvpnEvidence, OpenvpnProcess};
 
 const PORT: u16 = 1194;
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -288,7 +288,7 @@ impl Material {
     }
 
     /// The run's evidence from both ends' processes.
-    pub fn evidence(&self, ends: [OpenvpnEndEvidence; 2]) -> OpenvpnEvidence {
+    pub fn evidence(&self, ends: [OpenvpnProcess; 2]) -> OpenvpnEvidence {
         OpenvpnEvidence {
             version: self.version.clone(),
             mode: self.mode.name(),
@@ -368,9 +368,9 @@ impl OpenvpnEnd {
     }
 
     /// The process's CPU since it was up.
-    pub fn finish(&self) -> OpenvpnEndEvidence {
+    pub fn finish(&self) -> OpenvpnProcess {
         let (user, system) = self.process.cpu().unwrap_or((0.0, 0.0));
-        OpenvpnEndEvidence {
+        OpenvpnProcess {
             side: self.process.end,
             pid: self.process.child.id(),
             cpu: model::CpuUsage::new(user, system, self.started.elapsed().as_secs_f64()),
