@@ -233,7 +233,8 @@ fn a_killed_client_is_cleaned_up_and_a_second_client_hears_busy() {
     lab.nothing_installed().unwrap();
     report(&lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]));
     let mut server = server;
-    assert!(server.stop().success(), "{}", server.log());
+    let status = server.stop();
+    assert!(status.success(), "{status:?}: {}", server.log());
     assert!(server.log().contains("stopping"), "{}", server.log());
 }
 

@@ -84,12 +84,16 @@ impl Lab {
             .expect("serve starts");
         let stderr = child.stderr.take().unwrap();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 sink.lock().unwrap().push_str(&(line + "\n"));
             }
         });
-        let server = Server { child, log };
+        let server = Server {
+            child,
+            log,
+            reader: Some(reader),
+        };
         server.wait_for("listening on", Duration::from_secs(20));
         server
     }
@@ -151,6 +155,8 @@ impl Drop for Lab {
 pub struct Server {
     child: Child,
     log: Arc<Mutex<String>>,
+    /// Copies the server's stderr into `log`; ends at EOF, after the server has exited.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -186,13 +192,19 @@ impl Server {
     }
 
     /// SIGTERM, as a service manager stops it; returns its exit status.
+    /// SIGTERM, then the exit status once the server is gone and its last lines (its
+    /// "stopping") are in the log: the copying thread may still hold them when it exits.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
         )
         .unwrap();
-        self.child.wait().unwrap()
+        let status = self.child.wait().unwrap();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        status
     }
 
     pub fn kill9(&mut self) {
