@@ -22,6 +22,7 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
             tunnel_cpu: None,
             percent_of_plain: None,
             served_by: None,
+            cpu_steal_percent: None,
             notes: vec![],
         }),
     }
@@ -109,7 +110,7 @@ fn flags_exactly_the_regression_and_not_the_noise() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("1 regression(s) beyond the spread and 5 %: userspace [auto] 128"),
+        text(&out).contains("1 regression(s) beyond the noise and 5 %: userspace [auto] 128"),
         "{}",
         text(&out)
     );
@@ -132,6 +133,31 @@ fn flags_exactly_the_regression_and_not_the_noise() {
         "--fail-on-regression",
     ]);
     assert!(out.status.success(), "{}", text(&out));
+    // Five repeats a side reach 95 %: the same regression, its interval at that confidence.
+    let out = run_lab(&[
+        "compare",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--confidence",
+        "95",
+    ]);
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(s.contains("| ratio 95 % CI |"), "{s}");
+    assert_eq!(s.lines().filter(|l| l.contains("REGRESSION")).count(), 1, "{s}");
+    // A confidence that no number of repeats reaches is a usage error.
+    let out = run_lab(&[
+        "compare",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--confidence",
+        "100",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("--confidence 100 is out of range"),
+        "{}",
+        text(&out)
+    );
     let _ = std::fs::remove_file(before);
     let _ = std::fs::remove_file(after);
 }

@@ -1,5 +1,5 @@
 //! `ipsec-lab compare BEFORE AFTER`: what got faster or slower between two matrix results,
-//! beyond the spread of the repeats and a threshold. `--fail-on-regression` turns a flagged
+//! beyond the noise of the repeats (a confidence interval of the ratio) and a threshold. `--fail-on-regression` turns a flagged
 //! regression into exit code 1, for CI pipelines. Results measured under different
 //! conditions are refused (exit 2) unless `--allow-different-conditions`.
 
@@ -16,10 +16,15 @@ pub struct CompareArgs {
     pub before: PathBuf,
     /// The later one.
     pub after: PathBuf,
-    /// Smallest change of a median, in percent, that is flagged (it must also lie outside
-    /// the repeats' min–max spread).
+    /// Smallest change of a median, in percent, that is flagged (it must also lie beyond
+    /// the noise: see --confidence).
     #[arg(long, default_value_t = 5.0)]
     pub threshold: f64,
+    /// Confidence, in percent, of the interval of each cell's ratio after/before; a change
+    /// is beyond the noise where the interval leaves out 1. Three repeats a side reach 90 %;
+    /// 95 % needs four or more.
+    #[arg(long, default_value_t = 90.0)]
+    pub confidence: f64,
     /// Exit with code 1 when a regression is flagged.
     #[arg(long)]
     pub fail_on_regression: bool,
@@ -36,6 +41,12 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
             args.threshold
         )));
     }
+    if !(args.confidence.is_finite() && 50.0 <= args.confidence && args.confidence < 100.0) {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "--confidence {} is out of range: give a percentage from 50 to below 100, such as 90 or 95",
+            args.confidence
+        )));
+    }
     if crate::output::is_std_stream(&args.before) && crate::output::is_std_stream(&args.after) {
         return Err(LabError::usage(anyhow::anyhow!(
             "only one of BEFORE and AFTER can be `-` (stdin)"
@@ -48,6 +59,7 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
         &after,
         CompareOptions {
             threshold: args.threshold / 100.0,
+            confidence: args.confidence / 100.0,
             allow_different_conditions: args.allow_different_conditions,
         },
     )
@@ -59,7 +71,7 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
         .collect();
     if args.fail_on_regression && !regressions.is_empty() {
         return Err(LabError::failed(anyhow::anyhow!(
-            "{} regression(s) beyond the spread and {} %: {}",
+            "{} regression(s) beyond the noise and {} %: {}",
             regressions.len(),
             args.threshold,
             regressions.join(", ")

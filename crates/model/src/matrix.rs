@@ -112,6 +112,10 @@ pub struct Measurement {
     /// The kernel driver that served the SAs, read from /proc/crypto (xfrm only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<String>,
+    /// Share of the machine's CPU time the hypervisor stole while the cell ran, in percent
+    /// (from /proc/stat); high steal means the speed was the neighbours', not the software's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_steal_percent: Option<f64>,
     /// The single-run report's notes and ignored options, for the reader.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -314,6 +318,7 @@ mod tests {
             tunnel_cpu: None,
             percent_of_plain: None,
             served_by: None,
+            cpu_steal_percent: None,
             notes: vec![],
         })
     }

@@ -1,12 +1,15 @@
 //! Two matrix reports → per-cell delta and ratio, and a verdict that flags a change only when
 //! it is both beyond the noise and large enough to matter:
 //!
-//! * beyond the spread: the two cells' min–max ranges over the repeats do not overlap (after
-//!   is entirely below before for a regression, entirely above for an improvement);
+//! * beyond the noise: the confidence interval of the ratio after/before (90 % unless
+//!   asked otherwise; see [`crate::significance`]) leaves out 1. Repeats too few for an
+//!   interval at that confidence (one or two per side) fall back to the repeats' min–max
+//!   ranges not overlapping, and the report says so;
 //! * beyond the threshold: the medians differ by more than `threshold` (default 5 %).
 //!
-//! With one repeat a range is a point, so only the threshold guards against noise; the
-//! report says so. Cells are matched by row key (backend, variant, environment) and suite.
+//! Cells whose repeats are suspiciously identical (a rate limiter, not a measurement) and
+//! cells measured while the hypervisor stole much of the CPU are marked, whatever their
+//! verdict. Cells are matched by row key (backend, variant, environment) and suite.
 //!
 //! Two reports measured under different conditions (payload, repeats, kernel, CPU, VM or
 //! host) do not say whether the software got faster: [`compare`] refuses them unless asked
@@ -15,17 +18,24 @@
 
 use std::fmt::Write as _;
 
-use model::matrix::{MatrixReport, RowKey};
+use model::matrix::{MatrixReport, Measurement, RowKey};
 use model::{CipherSuite, Summary};
 
 use crate::shared::fmt_rate;
+use crate::significance::{ratio_interval, suspiciously_identical, RatioInterval};
 
 pub const DEFAULT_THRESHOLD: f64 = 0.05;
+pub const DEFAULT_CONFIDENCE: f64 = 0.90;
+/// CPU steal above this share of the CPU time, during a cell's repeats, marks the cell: the
+/// hypervisor, not the software, may have set its speed.
+pub const STEAL_MARK_PERCENT: f64 = 5.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompareOptions {
     /// Smallest relative change of the median that is flagged (0.05 = 5 %).
     pub threshold: f64,
+    /// Confidence of the interval that separates a change from noise (0.9 = 90 %).
+    pub confidence: f64,
     /// Compare reports measured under different conditions anyway: cells whose conditions
     /// differ are shown, marked not comparable, and never flagged.
     pub allow_different_conditions: bool,
@@ -35,6 +45,7 @@ impl Default for CompareOptions {
     fn default() -> Self {
         CompareOptions {
             threshold: DEFAULT_THRESHOLD,
+            confidence: DEFAULT_CONFIDENCE,
             allow_different_conditions: false,
         }
     }
@@ -71,13 +82,14 @@ pub struct DifferentConditions(pub Vec<ConditionChange>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Slower beyond the spread and the threshold.
+    /// Slower beyond the noise and the threshold.
     Regression,
-    /// Faster beyond the spread and the threshold.
+    /// Faster beyond the noise and the threshold.
     Improvement,
-    /// The ranges overlap: the change is within the noise of the repeats.
+    /// The interval includes no change (or, with too few repeats, the ranges overlap): the
+    /// change is within the noise of the repeats.
     WithinSpread,
-    /// Beyond the spread but smaller than the threshold.
+    /// Beyond the noise but smaller than the threshold.
     BelowThreshold,
     /// Missing or not run on one side.
     NotComparable(String),
@@ -105,7 +117,11 @@ pub struct CellDelta {
     pub delta_mb_s: Option<f64>,
     /// after / before medians.
     pub ratio: Option<f64>,
+    /// The confidence interval of after / before; None with too few repeats for one.
+    pub interval: Option<RatioInterval>,
     pub verdict: Verdict,
+    /// What the reader should doubt about the cell's numbers, whatever the verdict.
+    pub marks: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,19 +144,29 @@ impl Comparison {
     /// A Markdown table, one line per cell, then the notes.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        let confidence = percent(self.options.confidence);
         let _ = writeln!(
             out,
-            "| row | cipher | before MB/s (min–max) | after MB/s (min–max) | delta | ratio | verdict |\n\
-             |---|---|---:|---:|---:|---:|---|"
+            "| row | cipher | before MB/s (min–max) | after MB/s (min–max) | delta | ratio | ratio {confidence} CI | verdict |\n\
+             |---|---|---:|---:|---:|---:|---:|---|"
         );
         let range = |s: &Option<Summary>| match s {
             Some(s) => format!("{} ({}–{})", fmt_rate(s.median), fmt_rate(s.min), fmt_rate(s.max)),
             None => "—".into(),
         };
         for c in &self.cells {
+            let interval = match (&c.interval, c.ratio) {
+                (Some(i), _) => format!("{:.3}–{:.3}", i.low, i.high),
+                (None, Some(_)) => "too few repeats".into(),
+                (None, None) => "—".into(),
+            };
+            let mut verdict = c.verdict.label();
+            for mark in &c.marks {
+                let _ = write!(verdict, "; {mark}");
+            }
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 c.row.label(),
                 c.suite.short_label(),
                 range(&c.before),
@@ -149,13 +175,15 @@ impl Comparison {
                     .map(|d| format!("{d:+.2}"))
                     .unwrap_or_else(|| "—".into()),
                 c.ratio.map(|r| format!("{r:.3}")).unwrap_or_else(|| "—".into()),
-                c.verdict.label(),
+                interval,
+                verdict,
             );
         }
         let _ = writeln!(
             out,
-            "\n{} regression(s), {} improvement(s); flagged only beyond the repeats' min–max spread and a {:.1} % \
-             threshold.",
+            "\n{} regression(s), {} improvement(s); flagged only where the {confidence} confidence interval of \
+             the ratio leaves out 1 (with too few repeats for one: where the repeats' min–max ranges do not \
+             overlap) and the medians differ by more than {:.1} %.",
             self.regressions().count(),
             self.improvements().count(),
             self.options.threshold * 100.0
@@ -167,22 +195,48 @@ impl Comparison {
     }
 }
 
-/// The verdict for one pair of measured cells.
-pub fn judge(before: &Summary, after: &Summary, options: CompareOptions) -> Verdict {
-    let ratio = after.median / before.median;
-    let slower = after.max < before.min;
-    let faster = after.min > before.max;
-    if !slower && !faster {
-        return Verdict::WithinSpread;
-    }
-    if (ratio - 1.0).abs() <= options.threshold {
-        return Verdict::BelowThreshold;
-    }
-    if slower {
+fn percent(fraction: f64) -> String {
+    format!("{} %", (fraction * 1000.0).round() / 10.0)
+}
+
+/// The verdict for one pair of measured cells, and the interval it rests on (None where
+/// the repeats are too few for one at the asked confidence).
+pub fn judge(
+    before: &Measurement,
+    after: &Measurement,
+    options: CompareOptions,
+) -> (Verdict, Option<RatioInterval>) {
+    let (b, a) = (&before.mb_per_s, &after.mb_per_s);
+    let interval = ratio_interval(&before.samples, &after.samples, options.confidence);
+    let (slower, faster) = match &interval {
+        Some(i) => (i.high < 1.0, i.low > 1.0),
+        None => (a.max < b.min, a.min > b.max),
+    };
+    let ratio = a.median / b.median;
+    let verdict = if !slower && !faster {
+        Verdict::WithinSpread
+    } else if (ratio - 1.0).abs() <= options.threshold {
+        Verdict::BelowThreshold
+    } else if slower {
         Verdict::Regression
     } else {
         Verdict::Improvement
+    };
+    (verdict, interval)
+}
+
+/// What makes a side's numbers doubtful: identical repeats, a hypervisor stealing the CPU.
+fn marks(side: &str, m: &Measurement) -> Vec<String> {
+    let mut marks = Vec::new();
+    if suspiciously_identical(&m.samples) {
+        marks.push(format!(
+            "identical repeats {side} (a rate limiter, not a measurement?)"
+        ));
     }
+    if let Some(steal) = m.cpu_steal_percent.filter(|s| *s > STEAL_MARK_PERCENT) {
+        marks.push(format!("CPU steal {steal:.0} % {side}"));
+    }
+    marks
 }
 
 pub fn compare(
@@ -209,36 +263,50 @@ pub fn compare(
     for (key, suite) in keys {
         let find = |r: &MatrixReport| r.row(&key).and_then(|row| row.cell(suite)).cloned();
         let (b, a) = (find(before), find(after));
-        let bm = b.as_ref().and_then(|c| c.measurement().map(|m| m.mb_per_s));
-        let am = a.as_ref().and_then(|c| c.measurement().map(|m| m.mb_per_s));
-        let verdict = match (&b, &a, bm, am) {
+        let bm = b.as_ref().and_then(|c| c.measurement().cloned());
+        let am = a.as_ref().and_then(|c| c.measurement().cloned());
+        let mut interval = None;
+        let verdict = match (&b, &a, &bm, &am) {
             (None, _, _, _) => Verdict::NotComparable("absent before".into()),
             (_, None, _, _) => Verdict::NotComparable("absent after".into()),
             (_, _, None, _) => Verdict::NotComparable("not run before".into()),
             (_, _, _, None) => Verdict::NotComparable("not run after".into()),
-            (_, _, Some(bs), Some(as_)) if !(is_rate(bs.median) && is_rate(as_.median)) => {
+            (_, _, Some(bs), Some(as_)) if !(is_rate(bs.mb_per_s.median) && is_rate(as_.mb_per_s.median)) => {
                 Verdict::NotComparable("no rate on one side".into())
             }
             _ if !row_changes(&changes, &key.environment).is_empty() => Verdict::NotComparable(format!(
                 "{} differ",
                 row_changes(&changes, &key.environment).join(", ")
             )),
-            (_, _, Some(bs), Some(as_)) => judge(&bs, &as_, options),
-        };
-        let (delta_mb_s, ratio) = match (bm, am) {
-            (Some(b), Some(a)) if is_rate(b.median) && is_rate(a.median) => {
-                (Some(a.median - b.median), Some(a.median / b.median))
+            (_, _, Some(bs), Some(as_)) => {
+                let (verdict, i) = judge(bs, as_, options);
+                interval = i;
+                verdict
             }
+        };
+        let (delta_mb_s, ratio) = match (&bm, &am) {
+            (Some(b), Some(a)) if is_rate(b.mb_per_s.median) && is_rate(a.mb_per_s.median) => (
+                Some(a.mb_per_s.median - b.mb_per_s.median),
+                Some(a.mb_per_s.median / b.mb_per_s.median),
+            ),
             _ => (None, None),
         };
+        let mut cell_marks = Vec::new();
+        for (side, m) in [("before", &bm), ("after", &am)] {
+            if let Some(m) = m {
+                cell_marks.extend(marks(side, m));
+            }
+        }
         cells.push(CellDelta {
             row: key,
             suite,
-            before: bm,
-            after: am,
+            before: bm.map(|m| m.mb_per_s),
+            after: am.map(|m| m.mb_per_s),
             delta_mb_s,
             ratio,
+            interval,
             verdict,
+            marks: cell_marks,
         });
     }
     let mut notes: Vec<String> = changes.iter().map(|c| format!("not comparable: {c}")).collect();
@@ -379,7 +447,8 @@ mod tests {
         let small = c.cells.iter().find(|d| d.row == auto && d.suite == s256).unwrap();
         assert_eq!(small.verdict, Verdict::BelowThreshold);
         let text = c.render();
-        assert!(text.contains("| userspace [auto] | 128 | 310.0 (300.0–320.0) | 155.0 (150.0–160.0) | -155.00 | 0.500 | REGRESSION |"), "{text}");
+        assert!(text.contains("| userspace [auto] | 128 | 310.0 (300.0–320.0) | 155.0 (150.0–160.0) | -155.00 | 0.500 | 0.469–0.533 | REGRESSION |"), "{text}");
+        assert!(text.contains("| ratio 90 % CI |"), "{text}");
         assert!(text.contains("1 regression(s), 0 improvement(s)"));
     }
 
@@ -412,22 +481,71 @@ mod tests {
     }
 
     #[test]
-    fn judge_needs_both_spread_and_threshold() {
-        let s = |v: &[f64]| Summary::of(v).unwrap();
+    fn judge_needs_both_noise_and_threshold() {
+        let m = |v: &[f64]| match fixture::measured(v) {
+            model::matrix::CellOutcome::Measured(m) => m,
+            _ => unreachable!(),
+        };
         let o = CompareOptions {
             threshold: 0.10,
             ..Default::default()
         };
-        assert_eq!(judge(&s(&[100.0]), &s(&[85.0]), o), Verdict::Regression);
-        assert_eq!(judge(&s(&[100.0]), &s(&[95.0]), o), Verdict::BelowThreshold);
+        let verdict = |b: &[f64], a: &[f64]| judge(&m(b), &m(a), o).0;
+        // Too few repeats for a 90 % interval: the ranges decide.
+        assert_eq!(verdict(&[100.0], &[85.0]), Verdict::Regression);
+        assert_eq!(verdict(&[100.0], &[95.0]), Verdict::BelowThreshold);
+        assert_eq!(verdict(&[100.0, 101.0], &[130.0, 131.0]), Verdict::Improvement);
+        assert_eq!(judge(&m(&[100.0, 101.0]), &m(&[130.0, 131.0]), o).1, None);
         assert_eq!(
-            judge(&s(&[80.0, 100.0, 120.0]), &s(&[70.0, 85.0, 90.0]), o),
+            verdict(&[80.0, 100.0, 120.0], &[70.0, 85.0, 90.0]),
             Verdict::WithinSpread
         );
+        // Ten repeats a side: an outlier on each makes the ranges overlap, but the interval
+        // sees the bulk 10 % lower, and 12 % is beyond the threshold.
+        let before = [100.0, 102.0, 98.0, 101.0, 99.0, 103.0, 97.0, 100.5, 99.5, 80.0];
+        let after: Vec<f64> = before.iter().take(9).map(|v| v * 0.88).chain([101.0]).collect();
+        let (v, interval) = judge(&m(&before), &m(&after), o);
+        assert_eq!(v, Verdict::Regression);
+        let interval = interval.unwrap();
+        assert!(interval.high < 1.0 && interval.confidence >= 0.9, "{interval:?}");
+        // The same data at a 5 % threshold: still flagged; at 20 %: below it.
+        let loose = CompareOptions { threshold: 0.20, ..o };
+        assert_eq!(judge(&m(&before), &m(&after), loose).0, Verdict::BelowThreshold);
+        // Noise of ten repeats around the same median: not flagged.
+        let noisy_after = [99.0, 103.0, 97.0, 101.5, 98.0, 102.0, 100.0, 96.0, 104.0, 100.2];
+        assert_eq!(judge(&m(&before), &m(&noisy_after), o).0, Verdict::WithinSpread);
+    }
+
+    #[test]
+    fn identical_repeats_and_cpu_steal_are_marked() {
+        let before = fixture::report();
+        let mut after = before.clone();
+        let auto = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
+        let soft = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST);
+        let s128 = CipherSuite::classic_six()[0];
+        set(&mut after, &auto, s128, &[125.0, 125.0, 125.0]);
+        let row = after.rows.iter_mut().find(|r| r.key == soft).unwrap();
+        let cell = row.cells.iter_mut().find(|c| c.suite == s128).unwrap();
+        if let model::matrix::CellOutcome::Measured(m) = &mut cell.outcome {
+            m.cpu_steal_percent = Some(23.4);
+        }
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
+        let cell = |key: &RowKey| c.cells.iter().find(|d| &d.row == key && d.suite == s128).unwrap();
         assert_eq!(
-            judge(&s(&[100.0, 101.0]), &s(&[130.0, 131.0]), o),
-            Verdict::Improvement
+            cell(&auto).marks,
+            ["identical repeats after (a rate limiter, not a measurement?)"]
         );
+        assert_eq!(cell(&soft).marks, ["CPU steal 23 % after"]);
+        assert!(
+            c.render().contains("| REGRESSION; identical repeats after"),
+            "{}",
+            c.render()
+        );
+        assert!(c
+            .cells
+            .iter()
+            .filter(|d| d.row != auto && d.row != soft)
+            .all(|d| d.marks.is_empty()));
     }
 
     #[test]

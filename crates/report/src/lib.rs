@@ -10,8 +10,8 @@
 //!   environment (an emulated VM's marked as such), drawn with plotters' SVG backend.
 //! * [`html`]: one self-contained page (the chart inline as wide as the window, the
 //!   tables, the conditions), well-formed XHTML so it parses as XML too.
-//! * [`compare`]: two reports → per-cell delta and ratio, flagged only beyond the repeats'
-//!   spread and a threshold.
+//! * [`compare`]: two reports → per-cell delta, ratio and its confidence interval
+//!   ([`significance`]), flagged only beyond the noise and a threshold.
 //!
 //! What every format shows the same way (the cell under a column, rates as printed, the
 //! conditions, what a column stands for) is in `shared`, below all of them.
@@ -24,6 +24,7 @@ pub mod csv;
 pub mod html;
 pub mod markdown;
 mod shared;
+pub mod significance;
 pub mod svg;
 
 use model::matrix::MatrixReport;
@@ -108,6 +109,7 @@ pub(crate) mod fixture {
             tunnel_cpu: None,
             percent_of_plain: None,
             served_by: None,
+            cpu_steal_percent: None,
             notes: vec![],
         })
     }

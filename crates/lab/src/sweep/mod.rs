@@ -29,6 +29,7 @@ mod children;
 mod drivers;
 mod plan;
 mod rows;
+mod steal;
 
 pub use plan::{SweepPlan, CELL_DONE};
 

@@ -12,6 +12,7 @@ use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
 use super::plan::SweepPlan;
+use super::steal::CpuTimes;
 use crate::backend;
 use crate::backend::xfrm::ShowKeys;
 use crate::error::ExitKind;
@@ -231,6 +232,7 @@ async fn run_cell(
     topology: &Topology,
     cancel: &CancellationToken,
 ) -> Cell {
+    let times_before = CpuTimes::now();
     let result = async {
         let plan = args.plan(backend, suite, crypto, args.seed)?;
         backend::preflight(&plan).await?;
@@ -253,10 +255,16 @@ async fn run_cell(
     }
     .await;
     match result {
-        Ok((report, evidence)) => Cell {
-            suite,
-            outcome: CellOutcome::Measured(measurement(&report, &evidence)),
-        },
+        Ok((report, evidence)) => {
+            let mut m = measurement(&report, &evidence);
+            m.cpu_steal_percent = times_before
+                .zip(CpuTimes::now())
+                .and_then(|(before, after)| before.steal_percent_since(&after));
+            Cell {
+                suite,
+                outcome: CellOutcome::Measured(m),
+            }
+        }
         Err(e) if e.kind == ExitKind::Interrupted => Cell::not_run(suite, "interrupted"),
         Err(e) if e.kind == ExitKind::Capability => Cell::not_run(suite, format!("{e:#}")),
         Err(e) => Cell::not_run(suite, format!("failed: {e:#}")),
@@ -283,6 +291,7 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
             .map(|(a_percent, b_percent)| TunnelCpu { a_percent, b_percent }),
         percent_of_plain: None,
         served_by: None,
+        cpu_steal_percent: None,
         notes: report
             .notes
             .iter()
