@@ -23,14 +23,17 @@ pub enum Backend {
     Userspace,
     /// Real OpenVPN 2.x, static key, point-to-point.
     Openvpn,
+    /// Kernel IPsec whose SAs strongSwan's charon negotiated over IKEv2.
+    Strongswan,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 5] = [
         Backend::Plain,
         Backend::Xfrm,
         Backend::Userspace,
         Backend::Openvpn,
+        Backend::Strongswan,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +42,7 @@ impl Backend {
             Backend::Xfrm => "xfrm",
             Backend::Userspace => "userspace",
             Backend::Openvpn => "openvpn",
+            Backend::Strongswan => "strongswan",
         }
     }
 
@@ -352,7 +356,7 @@ impl RunRequest {
                 "--crypto {crypto} (only the userspace backend chooses its crypto implementation)"
             ));
         }
-        if self.backend == Backend::Xfrm && suite == CipherSuite::None {
+        if matches!(self.backend, Backend::Xfrm | Backend::Strongswan) && suite == CipherSuite::None {
             return Err(PlanError::SuiteNotSupported {
                 backend: self.backend,
                 suite,
@@ -367,7 +371,7 @@ impl RunRequest {
             if self.vm.is_some() {
                 return Err(PlanError::PeerWithVm);
             }
-            if self.backend == Backend::Openvpn {
+            if matches!(self.backend, Backend::Openvpn | Backend::Strongswan) {
                 return Err(PlanError::PeerBackend(self.backend));
             }
             // Between real machines only transport mode: its policies select the lab's
@@ -433,7 +437,7 @@ fn seed_from_clock() -> u64 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("unknown backend {0:?}: use plain, xfrm, userspace or openvpn")]
+    #[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn or strongswan")]
     UnknownBackend(String),
     #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
     UnknownCrypto(String),
