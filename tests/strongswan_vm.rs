@@ -65,8 +65,16 @@ fn assert_nothing_left(after: &str) {
         "{after}: namespaces left: {:?}",
         common::lab_namespaces()
     );
-    assert!(charon_pids().is_empty(), "{after}: charon left: {:?}", charon_pids());
-    assert!(run_dirs().is_empty(), "{after}: directories left: {:?}", run_dirs());
+    assert!(
+        charon_pids().is_empty(),
+        "{after}: charon left: {:?}",
+        charon_pids()
+    );
+    assert!(
+        run_dirs().is_empty(),
+        "{after}: directories left: {:?}",
+        run_dirs()
+    );
 }
 
 #[test]
@@ -80,7 +88,11 @@ fn bad_input_and_a_kernel_without_esp_are_refused_before_anything_is_made() {
     let dirs_before = run_dirs();
     let none = run_lab(&["run", "--backend", "strongswan", "--cipher", "none"]);
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
-    assert!(text(&none).contains("cannot carry cipher none"), "{}", text(&none));
+    assert!(
+        text(&none).contains("cannot carry cipher none"),
+        "{}",
+        text(&none)
+    );
     let peer = run_lab(&["run", "--backend", "strongswan", "--peer", "192.0.2.1"]);
     assert_eq!(peer.status.code(), Some(2), "{}", text(&peer));
     assert!(text(&peer).contains("between two hosts"), "{}", text(&peer));
@@ -107,14 +119,29 @@ fn strongswan_backend_in_a_vm() {
 /// the same as the lab's, counters that saw the payload.
 fn run_suite(suite: &str, json: &std::path::Path, want: &[(&str, u64, Option<u64>)]) {
     let out = lab()
-        .args(["run", "--backend", "strongswan", "--cipher", suite, "--bytes", PAYLOAD])
+        .args([
+            "run",
+            "--backend",
+            "strongswan",
+            "--cipher",
+            suite,
+            "--bytes",
+            PAYLOAD,
+        ])
         .args(["--no-progress", "--json"])
         .arg(json)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{suite}: exit {:?}: {}", out.status.code(), text(&out));
+    assert!(
+        out.status.success(),
+        "{suite}: exit {:?}: {}",
+        out.status.code(),
+        text(&out)
+    );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     let d = &report["backend_details"]["strongswan"];
+    // The daemon that negotiated answered on its own VICI socket.
+    assert!(d["version"].as_str().unwrap().starts_with("strongSwan 5."), "{d}");
     let sas = d["sas"].as_array().unwrap();
     assert_eq!(sas.len(), 2, "{suite}: {d}");
     for sa in sas {
@@ -135,7 +162,10 @@ fn run_suite(suite: &str, json: &std::path::Path, want: &[(&str, u64, Option<u64
         "{suite}: counters {d}"
     );
     let notes = report["notes"].to_string();
-    assert!(notes.contains("the same as the lab's xfrm backend installs"), "{notes}");
+    assert!(
+        notes.contains("the same as the lab's xfrm backend installs"),
+        "{notes}"
+    );
     eprintln!(
         "guest: {suite:<24} {:6.2} MB/s  {} ESP packets out  {}",
         report["mb_per_s"]["median"].as_f64().unwrap(),
@@ -179,10 +209,21 @@ async fn wrong_psk() {
         lab_link: Some(link),
     };
     let show = lab::backend::xfrm::ShowKeys(false);
-    let a = End::start(&plan, &secrets, &site(Side::A, &topology.a, &topology.veth_a), show)
-        .await
-        .unwrap();
-    let b = End::start(&plan, &secrets, &site(Side::B, &topology.b, &topology.veth_b), show).await;
+    let a = End::start(
+        &plan,
+        &secrets,
+        &site(Side::A, &topology.a, &topology.veth_a),
+        show,
+    )
+    .await
+    .unwrap();
+    let b = End::start(
+        &plan,
+        &secrets,
+        &site(Side::B, &topology.b, &topology.veth_b),
+        show,
+    )
+    .await;
     let Err(e) = b else {
         panic!("a run with different PSKs came up")
     };
@@ -199,7 +240,15 @@ async fn wrong_psk() {
 /// SIGKILL a run once both charons are recorded; `ipsec-lab clean` then leaves nothing.
 fn killed_run_is_cleaned() {
     let mut child = lab()
-        .args(["run", "--backend", "strongswan", "--cipher", "aes-256-gcm", "--bytes", "200MB"])
+        .args([
+            "run",
+            "--backend",
+            "strongswan",
+            "--cipher",
+            "aes-256-gcm",
+            "--bytes",
+            "200MB",
+        ])
         .arg("--no-progress")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -236,7 +285,11 @@ fn guest_checks() {
     );
     assert_nothing_left("aes-256-cbc-hmac-sha256");
     // The kernel counts GCM's 4-byte salt into the key.
-    run_suite("aes-128-gcm", &out.join("gcm.json"), &[("rfc4106(gcm(aes))", 160, Some(128))]);
+    run_suite(
+        "aes-128-gcm",
+        &out.join("gcm.json"),
+        &[("rfc4106(gcm(aes))", 160, Some(128))],
+    );
     assert_nothing_left("aes-128-gcm");
 
     let rt = tokio::runtime::Builder::new_multi_thread()

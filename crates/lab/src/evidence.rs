@@ -154,7 +154,8 @@ pub struct OpenvpnEvidence {
 /// what the lab's own xfrm backend installs for the same suite.
 #[derive(Debug, Clone, Serialize)]
 pub struct StrongswanEvidence {
-    /// The daemon's version (`swanctl --version --daemon`), e.g. `charon-systemd 5.9.8 (Linux, …)`.
+    /// The daemon's version (`swanctl --version --daemon`), e.g. `strongSwan 5.9.8
+    /// charon-systemd (Linux, 6.1.0-57-amd64, x86_64)`.
     pub version: String,
     pub ike_version: u8,
     pub ike_proposal: String,

@@ -530,6 +530,28 @@ mod tests {
     }
 
     #[test]
+    fn strongswan_needs_an_encrypting_suite_and_runs_locally_only() {
+        let swan = || RunRequest {
+            backend: Backend::Strongswan,
+            ..Default::default()
+        };
+        assert!(swan().validate().is_ok());
+        let none = RunRequest {
+            cipher: Some(CipherSuite::None),
+            ..swan()
+        };
+        assert!(matches!(
+            none.validate(),
+            Err(PlanError::SuiteNotSupported { .. })
+        ));
+        let peer = RunRequest {
+            peer: Some("192.0.2.1".into()),
+            ..swan()
+        };
+        assert_eq!(peer.validate(), Err(PlanError::PeerBackend(Backend::Strongswan)));
+    }
+
+    #[test]
     fn plain_ignores_cipher_options_and_says_so() {
         let plain = || RunRequest {
             backend: Backend::Plain,
@@ -645,6 +667,7 @@ mod tests {
     #[test]
     fn names_parse() {
         assert_eq!("XFRM".parse::<Backend>().unwrap(), Backend::Xfrm);
+        assert_eq!("strongswan".parse::<Backend>().unwrap(), Backend::Strongswan);
         assert!("wireguard".parse::<Backend>().is_err());
         assert_eq!("aws-lc".parse::<CryptoChoice>().unwrap(), CryptoChoice::AwsLc);
         assert!("nonsense".parse::<CryptoChoice>().is_err());

@@ -125,7 +125,9 @@ pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel:
     }
     match vm_sweep(args, cancel).await {
         Ok(guest) => report.merge(guest),
-        Err(e) => report.rows.extend(refused(&format!("the VM sweep failed: {e:#}"))),
+        Err(e) => report
+            .rows
+            .extend(refused(&format!("the VM sweep failed: {e:#}"))),
     }
 }
 

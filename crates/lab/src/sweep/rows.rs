@@ -122,7 +122,10 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
 /// The strongswan row on this kernel, or why it cannot run (strongSwan missing, no ESP).
 async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
     let backend = Backend::Strongswan;
-    let probe = args.suites.first().and_then(|s| args.plan(backend, *s, CryptoChoice::Auto, 0).ok());
+    let probe = args
+        .suites
+        .first()
+        .and_then(|s| args.plan(backend, *s, CryptoChoice::Auto, 0).ok());
     let refused = match probe {
         Some(plan) => backend::preflight(&plan).await.err().map(|e| format!("{e:#}")),
         None => None,
@@ -218,7 +221,7 @@ pub(super) async fn run_row(
             run_cell(args, row.backend, suite, crypto, topology, cancel).await
         };
         if let CellOutcome::Measured(m) = &mut cell.outcome {
-            if row.backend == Backend::Xfrm {
+            if matches!(row.backend, Backend::Xfrm | Backend::Strongswan) {
                 m.served_by = esp_served_by(suite);
             }
             if let Some(d) = &driver {

@@ -102,21 +102,19 @@ impl Charon {
         }
     }
 
-    pub fn log(&self) -> &Path {
-        &self.log
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Runs `swanctl ARGS --uri THIS-CHARON` (at most `timeout`), its configuration from this
-    /// end's directory only. Returns its output; a failure carries the output and charon's log.
+    /// end's directory only. Returns its output; a failure carries the end of it.
     pub fn swanctl(&self, args: &[&str], timeout: Duration) -> LabResult<String> {
-        let swanctl = find_program(SWANCTL).ok_or_else(|| failed(format!("{SWANCTL} not found")))?;
+        self.try_swanctl(args, timeout).map_err(failed)
+    }
+
+    /// [`Charon::swanctl`], its failure as a sentence for the caller to put in context.
+    pub fn try_swanctl(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
+        let swanctl = find_program(SWANCTL).ok_or_else(|| format!("{SWANCTL} not found"))?;
         let out_path = self.dir.join("swanctl.out");
-        let out = File::create(&out_path).map_err(failed)?;
-        let err = out.try_clone().map_err(failed)?;
+        let io = |e: std::io::Error| format!("{SWANCTL} output file {}: {e}", out_path.display());
+        let out = File::create(&out_path).map_err(io)?;
+        let err = out.try_clone().map_err(io)?;
         let mut child = Command::new(swanctl)
             .args(args)
             .args(["--uri", &self.uri])
@@ -126,10 +124,10 @@ impl Charon {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| failed(format!("run {SWANCTL}: {e}")))?;
+            .map_err(|e| format!("run {SWANCTL}: {e}"))?;
         let deadline = Instant::now() + timeout;
         let status = loop {
-            if let Some(status) = child.try_wait().map_err(failed)? {
+            if let Some(status) = child.try_wait().map_err(|e| format!("wait for {SWANCTL}: {e}"))? {
                 break Some(status);
             }
             if Instant::now() > deadline {
@@ -144,21 +142,25 @@ impl Charon {
             Some(s) if s.success() => Ok(output),
             _ => {
                 let how = status.map_or(format!("timed out after {timeout:?}"), |s| s.to_string());
-                Err(failed(format!(
+                Err(format!(
                     "`swanctl {}` failed ({how}):\n{}",
                     args.join(" "),
                     last_lines(&output, 10)
-                )))
+                ))
             }
         }
     }
 
-    /// The daemon's own version line (`swanctl --version --daemon`), e.g. `charon-systemd
-    /// 5.9.8 (Linux, 6.1.0-57-amd64, x86_64)`.
+    /// The daemon's own version line (`swanctl --version --daemon`), e.g. `strongSwan 5.9.8
+    /// charon-systemd (Linux, 6.1.0-57-amd64, x86_64)`.
     pub fn daemon_version(&self) -> String {
-        self.swanctl(&["--version", "--daemon"], Duration::from_secs(10))
+        self.try_swanctl(&["--version", "--daemon"], Duration::from_secs(10))
             .ok()
-            .and_then(|out| out.lines().find(|l| l.starts_with("charon")).map(str::to_string))
+            .and_then(|out| {
+                out.lines()
+                    .find(|l| l.starts_with("strongSwan"))
+                    .map(str::to_string)
+            })
             .unwrap_or_else(|| format!("{DAEMON} (version unknown)"))
     }
 

@@ -181,7 +181,10 @@ mod tests {
             dir: Path::new("/tmp/ipl-strongswan-X/a"),
         };
         let conf = strongswan_conf(&paths);
-        assert!(conf.contains("path = /tmp/ipl-strongswan-X/a/charon.log\n"), "{conf}");
+        assert!(
+            conf.contains("path = /tmp/ipl-strongswan-X/a/charon.log\n"),
+            "{conf}"
+        );
         assert!(
             conf.contains("socket = unix:///tmp/ipl-strongswan-X/a/charon.vici\n"),
             "{conf}"

@@ -122,7 +122,10 @@ mod tests {
     }
 
     fn cbc_hmac(key_bits: u32) -> Vec<InstalledAlgorithm> {
-        vec![alg("cbc(aes)", key_bits, None), alg("hmac(sha256)", 256, Some(128))]
+        vec![
+            alg("cbc(aes)", key_bits, None),
+            alg("hmac(sha256)", 256, Some(128)),
+        ]
     }
 
     #[test]
@@ -132,20 +135,36 @@ mod tests {
             sa("10.0.0.1", "10.0.0.2", 0xc0000009, cbc_hmac(256)),
             sa("198.18.0.1", "198.18.0.2", 0xc0000001, cbc_hmac(256)),
         ];
-        let sas = negotiated_sas(&dump, "198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+        let sas = negotiated_sas(
+            &dump,
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+        );
         assert_eq!(sas.len(), 2);
         assert_eq!(sas[0].counters.spi, Spi(0xc0000001).to_string());
         assert_eq!(sas[0].counters.direction, "a->b (sent by a)");
         assert_eq!(sas[1].counters.direction, "b->a (received by a)");
-        assert_eq!(sas[0].algorithms[1].to_string(), "hmac(sha256) 256-bit key, 128-bit ICV");
+        assert_eq!(
+            sas[0].algorithms[1].to_string(),
+            "hmac(sha256) 256-bit key, 128-bit ICV"
+        );
         let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(Algorithm::from).collect();
         assert!(differences(&sas, &expected).is_empty());
     }
 
     #[test]
     fn a_different_key_size_a_missing_hmac_and_a_missing_sa_are_said() {
-        let dump = [sa("198.18.0.1", "198.18.0.2", 0xc0000001, vec![alg("cbc(aes)", 128, None)])];
-        let sas = negotiated_sas(&dump, "198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+        let dump = [sa(
+            "198.18.0.1",
+            "198.18.0.2",
+            0xc0000001,
+            vec![alg("cbc(aes)", 128, None)],
+        )];
+        let sas = negotiated_sas(
+            &dump,
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+        );
         let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(Algorithm::from).collect();
         let d = differences(&sas, &expected);
         assert_eq!(
