@@ -6,7 +6,8 @@
 //! back over netlink) are the requested suite's and the same as the lab's xfrm backend
 //! installs; a wrong PSK on one end fails with a clear error (exit 1) and leaves nothing;
 //! a run killed with SIGKILL leaves its charons and directory to `ipsec-lab clean`, which
-//! removes them. After each: no lab namespace, no charon process, no run directory.
+//! removes them; `matrix` measures a strongswan row. After each: no lab namespace, no
+//! charon process, no run directory.
 //! On the host: `--cipher none` and `--peer` (exit 2), no ESP (exit 3 naming `--vm`) and
 //! strongSwan missing (exit 3 with the install command) are refused with no directory made.
 //! Needs root, strongSwan, vng and a kernel image in /boot; skips with the reason otherwise.
@@ -280,6 +281,29 @@ fn killed_run_is_cleaned() {
     assert_nothing_left("clean after SIGKILL");
 }
 
+/// The sweep's strongswan row on a kernel with ESP: measured, served by a kernel driver.
+fn matrix_row(json: &std::path::Path) {
+    let out = lab()
+        .args(["matrix", "--backends", "strongswan", "--ciphers", "aes-128-gcm"])
+        .args(["--bytes", "1MB", "--repeat", "1", "--no-progress", "--json"])
+        .arg(json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let row = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"]["backend"] == "strongswan")
+        .unwrap_or_else(|| panic!("no strongswan row: {report}"))
+        .clone();
+    let cell = &row["cells"][0];
+    assert!(cell.to_string().contains("mb_per_s"), "{row}");
+    assert!(cell.to_string().contains("rfc4106"), "served_by: {row}");
+    eprintln!("guest: matrix strongswan row {}", cell);
+}
+
 #[test]
 #[ignore = "runs only inside the VM that strongswan_backend_in_a_vm boots"]
 fn guest_checks() {
@@ -312,6 +336,9 @@ fn guest_checks() {
         .unwrap();
     rt.block_on(wrong_psk());
     assert_nothing_left("wrong PSK");
+
+    matrix_row(&out.join("matrix.json"));
+    assert_nothing_left("matrix");
 
     killed_run_is_cleaned();
 }
