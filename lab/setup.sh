@@ -7,6 +7,8 @@ packages=(
   iproute2          # ip(8): interop tests and inspection
   iperf3            # reference throughput on the same link
   openvpn           # the real userspace VPN the lab compares with
+  charon-systemd    # strongSwan's IKE daemon (the strongswan backend; no pid file)
+  strongswan-swanctl # swanctl, configuring charon over VICI
   util-linux        # setpriv: run the binary without capabilities in tests
   strace            # captures iproute2's netlink requests for fixtures
   qemu-system-x86   # the VM lab: a stock kernel with ESP under virtme-ng

@@ -1,6 +1,6 @@
 //! `ipsec-lab matrix` end to end on the host at small size: plain, userspace [auto] and
-//! [soft] (the latter in the masked child), openvpn, and the xfrm row that cannot run on a
-//! kernel without ESP; the Markdown table checked for every row and column, the SVG and the
+//! [soft] (the latter in the masked child), openvpn, and the xfrm and strongswan rows that
+//! cannot run on a kernel without ESP; the Markdown table checked for every row and column, the SVG and the
 //! HTML page parsed, `report` re-rendering the JSON, and Ctrl-C keeping the measured cells.
 //! Needs root (namespaces), TUN and openvpn; skips with the reason otherwise.
 
@@ -89,12 +89,13 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
     let expected_xfrm = if esp { "xfrm [" } else { "xfrm" };
     assert_eq!(labels[0], "plain (line rate)", "{md}");
     assert!(labels[1].starts_with(expected_xfrm), "{md}");
-    for label in ["userspace [auto]", "userspace [soft]", "openvpn"] {
+    for label in ["userspace [auto]", "userspace [soft]", "openvpn", "strongswan"] {
         assert!(labels.contains(&label), "{label} missing:\n{md}");
     }
     for row in &table[2..] {
         assert_eq!(row.len(), 7, "{row:?}");
-        let measured_expected = row[0] != "xfrm" || esp;
+        // The kernel IPsec rows run only on a kernel with ESP.
+        let measured_expected = !["xfrm", "strongswan"].contains(&row[0].as_str()) || esp;
         for cell in &row[1..] {
             if measured_expected {
                 let v: f64 = cell

@@ -16,7 +16,11 @@ use crate::{output, progress};
 pub struct MatrixArgs {
     /// Backends to sweep, comma-separated. The plain baseline is always measured: it is
     /// what "% of plain" is relative to.
-    #[arg(long, value_delimiter = ',', default_value = "plain,xfrm,userspace,openvpn")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "plain,xfrm,userspace,openvpn,strongswan"
+    )]
     pub backends: Vec<Backend>,
     /// Cipher suites (the columns), comma-separated, e.g. aes-256-gcm,aes-256-cbc-hmac-sha256
     /// [default: the six classic ones, AES-128/192/256-CBC without and with HMAC-SHA256].

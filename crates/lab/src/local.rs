@@ -88,8 +88,8 @@ pub async fn run_on(
         },
     ];
     progress.backend_starting(plan.backend.name());
-    // Declared before the ends, so dropped after them: OpenVPN's processes stop before
-    // their key directory goes.
+    // Declared before the ends, so dropped after them: OpenVPN's and charon's processes
+    // stop before their directory goes.
     let secrets = RunSecrets::generate(plan)?;
     let mut ends = Vec::new();
     let started = async {
@@ -151,6 +151,7 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
     Ok(match (each.next(), each.next()) {
         // End a sees both SAs' counters.
         (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(a),
+        (Some(EndEvidence::Strongswan(a)), _) => Evidence::Strongswan(a),
         (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
             Evidence::Userspace(Box::new(userspace::local_evidence(plan, a, b).await?))
         }

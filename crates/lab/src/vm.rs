@@ -349,10 +349,10 @@ pub fn exec_in_guest<T: DeserializeOwned>(
 }
 
 /// Whether `plan` runs in the VM: `--vm KERNEL` always, `--vm auto` where this kernel
-/// cannot run the xfrm backend.
+/// cannot run kernel IPsec (the xfrm and strongswan backends).
 pub fn wanted(plan: &RunPlan) -> bool {
-    let not_needed =
-        plan.vm_is_auto() && (plan.backend != model::Backend::Xfrm || crate::local::host_has_esp());
+    let kernel_ipsec = matches!(plan.backend, model::Backend::Xfrm | model::Backend::Strongswan);
+    let not_needed = plan.vm_is_auto() && (!kernel_ipsec || crate::local::host_has_esp());
     plan.vm.is_some() && !not_needed
 }
 

@@ -23,14 +23,17 @@ pub enum Backend {
     Userspace,
     /// Real OpenVPN 2.x, static key, point-to-point.
     Openvpn,
+    /// Kernel IPsec whose SAs strongSwan's charon negotiated over IKEv2.
+    Strongswan,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 5] = [
         Backend::Plain,
         Backend::Xfrm,
         Backend::Userspace,
         Backend::Openvpn,
+        Backend::Strongswan,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +42,7 @@ impl Backend {
             Backend::Xfrm => "xfrm",
             Backend::Userspace => "userspace",
             Backend::Openvpn => "openvpn",
+            Backend::Strongswan => "strongswan",
         }
     }
 
@@ -352,7 +356,7 @@ impl RunRequest {
                 "--crypto {crypto} (only the userspace backend chooses its crypto implementation)"
             ));
         }
-        if self.backend == Backend::Xfrm && suite == CipherSuite::None {
+        if matches!(self.backend, Backend::Xfrm | Backend::Strongswan) && suite == CipherSuite::None {
             return Err(PlanError::SuiteNotSupported {
                 backend: self.backend,
                 suite,
@@ -367,7 +371,7 @@ impl RunRequest {
             if self.vm.is_some() {
                 return Err(PlanError::PeerWithVm);
             }
-            if self.backend == Backend::Openvpn {
+            if matches!(self.backend, Backend::Openvpn | Backend::Strongswan) {
                 return Err(PlanError::PeerBackend(self.backend));
             }
             // Between real machines only transport mode: its policies select the lab's
@@ -433,7 +437,7 @@ fn seed_from_clock() -> u64 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("unknown backend {0:?}: use plain, xfrm, userspace or openvpn")]
+    #[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn or strongswan")]
     UnknownBackend(String),
     #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
     UnknownCrypto(String),
@@ -523,6 +527,28 @@ mod tests {
         assert_eq!(plan.suite, CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256));
         assert_eq!(plan.bytes, ByteSize(100_000_000));
         assert!(plan.ignored.is_empty());
+    }
+
+    #[test]
+    fn strongswan_needs_an_encrypting_suite_and_runs_locally_only() {
+        let swan = || RunRequest {
+            backend: Backend::Strongswan,
+            ..Default::default()
+        };
+        assert!(swan().validate().is_ok());
+        let none = RunRequest {
+            cipher: Some(CipherSuite::None),
+            ..swan()
+        };
+        assert!(matches!(
+            none.validate(),
+            Err(PlanError::SuiteNotSupported { .. })
+        ));
+        let peer = RunRequest {
+            peer: Some("192.0.2.1".into()),
+            ..swan()
+        };
+        assert_eq!(peer.validate(), Err(PlanError::PeerBackend(Backend::Strongswan)));
     }
 
     #[test]
@@ -641,6 +667,7 @@ mod tests {
     #[test]
     fn names_parse() {
         assert_eq!("XFRM".parse::<Backend>().unwrap(), Backend::Xfrm);
+        assert_eq!("strongswan".parse::<Backend>().unwrap(), Backend::Strongswan);
         assert!("wireguard".parse::<Backend>().is_err());
         assert_eq!("aws-lc".parse::<CryptoChoice>().unwrap(), CryptoChoice::AwsLc);
         assert!("nonsense".parse::<CryptoChoice>().is_err());

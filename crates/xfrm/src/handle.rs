@@ -23,8 +23,8 @@ use crate::error::{Operation, XfrmError};
 use crate::message::{self, Reply};
 use crate::range::{ReqId, Spi};
 use crate::spec::{
-    mode_from_raw, IpProto, KernelAlgorithm, PolicyDirection, PolicyId, PolicySpec, Prefix, SaId, SaSpec,
-    TrafficSelector,
+    mode_from_raw, IpProto, KernelAlgorithm, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection, SaId,
+    SaSpec, TrafficSelector,
 };
 
 /// Packets and bytes an SA has processed (`ip -s xfrm state`: the "current" lifetime),
@@ -356,13 +356,11 @@ fn alg_name(raw: &[u8]) -> String {
     String::from_utf8_lossy(&raw[..end]).into_owned()
 }
 
-fn sa_info(m: XfrmMessage) -> Option<SaInfo> {
-    let (XfrmMessage::AddSa(m) | XfrmMessage::UpdateSa(m)) = m else {
-        return None;
-    };
-    let info = &m.user_sa_info;
-    let algorithms = m
-        .nlas
+/// The algorithms (names, key and ICV lengths; no key bytes) that `nlas` install. The
+/// kernel reports an HMAC twice, as `XFRMA_ALG_AUTH` (no truncation, for old tools) and as
+/// `XFRMA_ALG_AUTH_TRUNC`: only the latter, which says what the packets carry, is kept.
+fn installed_algorithms(nlas: &[XfrmAttrs]) -> Vec<InstalledAlgorithm> {
+    let all: Vec<InstalledAlgorithm> = nlas
         .iter()
         .filter_map(|nla| match nla {
             XfrmAttrs::EncryptionAlg(a) | XfrmAttrs::AuthenticationAlg(a) => Some(InstalledAlgorithm {
@@ -383,6 +381,35 @@ fn sa_info(m: XfrmMessage) -> Option<SaInfo> {
             _ => None,
         })
         .collect();
+    let truncated = |name: &str| all.iter().any(|a| a.name == name && a.icv_bits.is_some());
+    all.iter()
+        .filter(|a| a.icv_bits.is_some() || !truncated(&a.name))
+        .cloned()
+        .collect()
+}
+
+/// What the lab's own SAs with `protection` install, as a dump of them reports it: the
+/// attributes [`XfrmHandle::add_sa`] sends, read back the way [`XfrmHandle::list_sas`]
+/// reads the kernel's (for comparing SAs someone else negotiated with the lab's).
+pub fn lab_algorithms(protection: &Protection) -> Vec<InstalledAlgorithm> {
+    let mut message = XfrmMessage::AddSa(netlink_packet_xfrm::state::ModifyMessage {
+        nlas: message::protection_attrs(protection),
+        ..Default::default()
+    });
+    let algorithms = match &message {
+        XfrmMessage::AddSa(m) => installed_algorithms(&m.nlas),
+        _ => Vec::new(),
+    };
+    message::scrub(&mut message);
+    algorithms
+}
+
+fn sa_info(m: XfrmMessage) -> Option<SaInfo> {
+    let (XfrmMessage::AddSa(m) | XfrmMessage::UpdateSa(m)) = m else {
+        return None;
+    };
+    let info = &m.user_sa_info;
+    let algorithms = installed_algorithms(&m.nlas);
     Some(SaInfo {
         id: SaId {
             src: ip(info.family, &info.saddr)?,
@@ -443,4 +470,66 @@ fn policy_info(m: XfrmMessage) -> Option<PolicyInfo> {
         selector: traffic_selector(&info.selector),
         template_reqids,
     })
+}
+
+#[cfg(test)]
+mod lab_algorithm_tests {
+    use super::*;
+    use crate::spec::AuthTrunc;
+    use model::{CipherSuite, Hmac, KeyBits};
+
+    fn alg(name: &str, key_bits: u32, icv_bits: Option<u32>) -> InstalledAlgorithm {
+        InstalledAlgorithm {
+            name: name.into(),
+            key_bits,
+            icv_bits,
+        }
+    }
+
+    #[test]
+    fn lab_algorithms_are_what_a_dump_of_the_lab_sa_shows() {
+        let cbc = CipherSuite::AesCbc {
+            key: KeyBits::Aes192,
+            hmac: Hmac::Sha256,
+        };
+        let p = Protection::generate(cbc, AuthTrunc::Bits128).unwrap();
+        assert_eq!(
+            lab_algorithms(&p),
+            [alg("cbc(aes)", 192, None), alg("hmac(sha256)", 256, Some(128))]
+        );
+        let gcm = CipherSuite::AesGcm { key: KeyBits::Aes128 };
+        let p = Protection::generate(gcm, AuthTrunc::Bits128).unwrap();
+        // The kernel counts GCM's 4-byte salt into the key length.
+        assert_eq!(lab_algorithms(&p), [alg("rfc4106(gcm(aes))", 160, Some(128))]);
+    }
+
+    #[test]
+    fn an_hmac_the_kernel_reports_twice_is_listed_once_with_its_truncation() {
+        let auth = |trunc: bool| {
+            let name = {
+                let mut n = [0u8; netlink_packet_xfrm::XFRM_ALG_NAME_LEN];
+                n[..12].copy_from_slice(b"hmac(sha256)");
+                n
+            };
+            if trunc {
+                XfrmAttrs::AuthenticationAlgTrunc(netlink_packet_xfrm::AlgAuth {
+                    alg_name: name,
+                    alg_key_len: 256,
+                    alg_trunc_len: 128,
+                    alg_key: vec![],
+                })
+            } else {
+                XfrmAttrs::AuthenticationAlg(netlink_packet_xfrm::Alg {
+                    alg_name: name,
+                    alg_key_len: 256,
+                    alg_key: vec![],
+                })
+            }
+        };
+        // The order a kernel dump has them in.
+        assert_eq!(
+            installed_algorithms(&[auth(false), auth(true)]),
+            [alg("hmac(sha256)", 256, Some(128))]
+        );
+    }
 }

@@ -23,7 +23,9 @@ pub mod range;
 pub mod spec;
 
 pub use error::{Operation, XfrmError};
-pub use handle::{CleanCounts, InstalledAlgorithm, PolicyInfo, SaCounters, SaInfo, XfrmHandle};
+pub use handle::{
+    lab_algorithms, CleanCounts, InstalledAlgorithm, PolicyInfo, SaCounters, SaInfo, XfrmHandle,
+};
 pub use probe::{probe, AlgorithmReport, Availability, Capabilities};
 pub use range::{ReqId, RunIds, Spi, LAB_POLICY_PRIORITY};
 pub use spec::{

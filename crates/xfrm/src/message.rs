@@ -66,8 +66,17 @@ pub fn add_sa(spec: &SaSpec) -> XfrmMessage {
     if let Some(sel) = &spec.selector {
         info.selector = selector(sel);
     }
+    let nlas = protection_attrs(&spec.protection);
+    XfrmMessage::AddSa(SaModifyMessage {
+        user_sa_info: info,
+        nlas,
+    })
+}
+
+/// The algorithm attributes (keys included) an SA with `protection` carries.
+pub fn protection_attrs(protection: &Protection) -> Vec<XfrmAttrs> {
     let mut nlas = Vec::new();
-    match &spec.protection {
+    match protection {
         Protection::AesCbc { key, auth } => {
             nlas.push(XfrmAttrs::EncryptionAlg(Alg {
                 alg_name: alg_name("cbc(aes)"),
@@ -91,10 +100,7 @@ pub fn add_sa(spec: &SaSpec) -> XfrmMessage {
             alg_key: key.expose().to_vec(),
         })),
     }
-    XfrmMessage::AddSa(SaModifyMessage {
-        user_sa_info: info,
-        nlas,
-    })
+    nlas
 }
 
 fn sa_id(id: &SaId) -> SaDelGetMessage {

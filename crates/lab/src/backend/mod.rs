@@ -15,6 +15,7 @@
 
 pub mod openvpn;
 pub mod site;
+pub mod strongswan;
 pub mod userspace;
 pub mod xfrm;
 
@@ -32,6 +33,8 @@ pub struct RunSecrets {
     pub keys: RunKeys,
     /// OpenVPN's key file or certificates for both ends (local runs only).
     pub openvpn: Option<openvpn::Material>,
+    /// strongSwan's PSK and the charons' directory (local runs only).
+    pub strongswan: Option<strongswan::Material>,
 }
 
 impl RunSecrets {
@@ -41,18 +44,30 @@ impl RunSecrets {
         match plan.backend {
             Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
             Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
-            Backend::Plain | Backend::Openvpn => {}
+            Backend::Plain | Backend::Openvpn | Backend::Strongswan => {}
         }
         let openvpn = match plan.backend {
             Backend::Openvpn => Some(openvpn::Material::create(plan)?),
             _ => None,
         };
-        Ok(RunSecrets { keys, openvpn })
+        let strongswan = match plan.backend {
+            Backend::Strongswan => Some(strongswan::Material::create(plan)?),
+            _ => None,
+        };
+        Ok(RunSecrets {
+            keys,
+            openvpn,
+            strongswan,
+        })
     }
 
     /// What a server received: keys only.
     pub fn received(keys: RunKeys) -> RunSecrets {
-        RunSecrets { keys, openvpn: None }
+        RunSecrets {
+            keys,
+            openvpn: None,
+            strongswan: None,
+        }
     }
 }
 
@@ -63,6 +78,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         Backend::Xfrm => xfrm::preflight(plan).await,
         Backend::Userspace => userspace::preflight(plan).await,
         Backend::Openvpn => openvpn::preflight(plan).await,
+        Backend::Strongswan => strongswan::preflight(plan).await,
     }
 }
 
@@ -72,6 +88,7 @@ pub enum End {
     Xfrm(xfrm::XfrmEnd),
     Userspace(userspace::UserspaceEnd),
     Openvpn(openvpn::OpenvpnEnd),
+    Strongswan(strongswan::StrongswanEnd),
 }
 
 impl End {
@@ -101,10 +118,21 @@ impl End {
                 })?;
                 Ok(End::Openvpn(openvpn::OpenvpnEnd::start(plan, material, site)?))
             }
+            Backend::Strongswan => {
+                let material = secrets.strongswan.as_ref().ok_or_else(|| {
+                    LabError::usage(anyhow::anyhow!(
+                        "the strongswan backend does not run between two hosts"
+                    ))
+                })?;
+                Ok(End::Strongswan(
+                    strongswan::StrongswanEnd::start(plan, material, site).await?,
+                ))
+            }
         }
     }
 
-    /// Waits until the end carries data (OpenVPN's handshake); the others are ready at once.
+    /// Waits until the end carries data (OpenVPN's handshake); the others are ready at once
+    /// (strongSwan's end b waits for IKE in its start).
     pub fn wait_ready(&mut self) -> LabResult<()> {
         match self {
             End::Openvpn(end) => end.wait_ready(),
@@ -119,6 +147,7 @@ impl End {
             End::Xfrm(end) => Ok(EndEvidence::Xfrm(end.evidence().await?)),
             End::Userspace(end) => Ok(EndEvidence::Userspace(end.finish()?)),
             End::Openvpn(end) => Ok(EndEvidence::Openvpn(end.finish())),
+            End::Strongswan(end) => Ok(EndEvidence::Strongswan(end.evidence().await?)),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The rows a sweep cannot run in its own process, each run by [`crate::child`]: the
 //! `--crypto soft` rows in a child `ipsec-lab matrix` started with hardware AES masked
-//! (its finished cells counted as it prints them), and with `--vm` the xfrm rows in ONE
-//! virtme-ng boot that runs `ipsec-lab matrix --backends xfrm` (its own plain baseline
-//! included), whose rows and environment come back keyed [`VM`].
+//! (its finished cells counted as it prints them), and with `--vm` the kernel IPsec rows
+//! (xfrm, strongswan) in ONE virtme-ng boot that runs `ipsec-lab matrix --backends
+//! xfrm,strongswan` (its own plain baseline included), whose rows and environment come
+//! back keyed [`VM`].
 //!
 //! Leaves out: running a row in this process ([`super::rows`]); booting the guest and
 //! reading its exit code ([`crate::vm`], [`crate::child`]).
@@ -112,21 +113,30 @@ pub(super) async fn soft_child_rows(
 /// With `--vm`, the xfrm rows from ONE VM boot into `report`; a single refused row where
 /// the sweep was interrupted or the VM gave nothing back.
 pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel: &CancellationToken) {
-    let refused = |reason: &str| {
-        refused_row(
-            RowKey::new(Backend::Xfrm, RowVariant::Default, VM),
-            &args.suites,
-            reason,
-        )
+    let refused = |reason: &str| -> Vec<Row> {
+        vm_backends(args)
+            .into_iter()
+            .map(|b| refused_row(RowKey::new(b, RowVariant::Default, VM), &args.suites, reason))
+            .collect()
     };
     if cancel.is_cancelled() {
-        report.rows.push(refused("interrupted"));
+        report.rows.extend(refused("interrupted"));
         return;
     }
     match vm_sweep(args, cancel).await {
         Ok(guest) => report.merge(guest),
-        Err(e) => report.rows.push(refused(&format!("the VM sweep failed: {e:#}"))),
+        Err(e) => report
+            .rows
+            .extend(refused(&format!("the VM sweep failed: {e:#}"))),
     }
+}
+
+/// The kernel IPsec backends of the sweep: what the VM runs.
+fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
+    [Backend::Xfrm, Backend::Strongswan]
+        .into_iter()
+        .filter(|b| args.has(*b))
+        .collect()
 }
 
 /// The guest's sweep, its rows and environment keyed [`VM`].
@@ -136,16 +146,18 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let bytes = args.vm_bytes;
     let mut guest_args = child_args(args, bytes);
-    guest_args.extend(["--backends".into(), "xfrm".into()]);
+    let backends: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
+    guest_args.extend(["--backends".into(), backends.join(",")]);
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
     child.output = Output::Discard;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
-    let cells = (args.suites.len() as u64 * 2 + 1) * u64::from(args.repeat);
+    let rows_per_suite = 2 + u64::from(args.has(Backend::Strongswan));
+    let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat);
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
-        "ipsec-lab: xfrm rows in a VM booting {} ({}); TCG boots take about half a minute",
+        "ipsec-lab: kernel IPsec rows in a VM booting {} ({}); TCG boots take about half a minute",
         kernel.display(),
         accel.label()
     );

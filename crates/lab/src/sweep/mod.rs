@@ -12,6 +12,8 @@
 //! * `userspace [CHOICE]`: per `--crypto` choice; `soft` needs hardware AES masked from
 //!   process start, so those rows run in a child `ipsec-lab matrix` started with the mask.
 //! * `openvpn`: real OpenVPN, where the binary is installed.
+//! * `strongswan`: kernel IPsec negotiated by charon, where the kernel has ESP; with `--vm`
+//!   in the same VM boot as the xfrm rows.
 //!
 //! xfrm cells get a fresh topology each (the backend adds inner addresses to the veths);
 //! the others share one. A cell that cannot run, fails, or is not reached before Ctrl-C is
@@ -118,7 +120,7 @@ async fn sweep(
         report.rows.extend(rows);
     }
     progress.sweep_finished();
-    if args.vm.is_some() && args.has(Backend::Xfrm) {
+    if args.vm.is_some() && (args.has(Backend::Xfrm) || args.has(Backend::Strongswan)) {
         children::vm_rows(args, report, cancel).await;
     }
     Ok(())

@@ -114,7 +114,35 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
             None,
         ));
     }
+    if args.has(Backend::Strongswan) && args.vm.is_none() {
+        rows.push(strongswan_row(args).await);
+    }
     rows
+}
+
+/// The strongswan row on this kernel, or why it cannot run (strongSwan missing, no ESP).
+async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
+    let backend = Backend::Strongswan;
+    let probe = args
+        .suites
+        .first()
+        .and_then(|s| args.plan(backend, *s, CryptoChoice::Auto, 0).ok());
+    let refused = match probe {
+        Some(plan) => backend::preflight(&plan).await.err().map(|e| format!("{e:#}")),
+        None => None,
+    };
+    PlannedRow {
+        key: RowKey::new(backend, RowVariant::Default, HOST),
+        backend,
+        kind: match refused {
+            Some(reason) => RowKind::Refused(reason),
+            None => RowKind::Local {
+                crypto: CryptoChoice::Auto,
+                driver: None,
+            },
+        },
+        notes: vec![],
+    }
 }
 
 /// The xfrm rows on this kernel: one per `cbc(aes)` driver where crypto_user allows choosing,
@@ -194,7 +222,7 @@ pub(super) async fn run_row(
             run_cell(args, row.backend, suite, crypto, topology, cancel).await
         };
         if let CellOutcome::Measured(m) = &mut cell.outcome {
-            if row.backend == Backend::Xfrm {
+            if matches!(row.backend, Backend::Xfrm | Backend::Strongswan) {
                 m.served_by = esp_served_by(suite);
             }
             if let Some(d) = &driver {
@@ -236,9 +264,9 @@ async fn run_cell(
     let result = async {
         let plan = args.plan(backend, suite, crypto, args.seed)?;
         backend::preflight(&plan).await?;
-        if backend == Backend::Xfrm {
-            // The xfrm backend adds addresses and routes to the veths: a fresh topology per
-            // cell keeps cells independent.
+        if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
+            // The kernel IPsec backends add addresses and routes to the veths: a fresh
+            // topology per cell keeps cells independent.
             let spec = TopologySpec {
                 run_id: netns::new_run_id(),
                 mtu: plan.mtu,

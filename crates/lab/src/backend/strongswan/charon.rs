@@ -1,0 +1,196 @@
+//! One charon instance (Debian's `charon-systemd`, which writes no pid file) in one end's
+//! namespace, configured only through the files of that end's directory
+//! (`STRONGSWAN_CONF`, `SWANCTL_DIR`), and `swanctl` talking to it over its own VICI
+//! socket. Recorded in the state file while it runs; stopped (SIGTERM, which makes charon
+//! delete its SAs and policies, then SIGKILL) on drop.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use netns::Namespace;
+
+use super::config::Paths;
+use crate::error::{LabError, LabResult};
+
+pub const DAEMON: &str = "charon-systemd";
+pub const SWANCTL: &str = "swanctl";
+/// How long charon may take to open its VICI socket (TCG guests start it slowly).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `name` on PATH or in /usr/sbin, /sbin.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+pub fn failed(what: impl std::fmt::Display) -> LabError {
+    LabError::failed(anyhow::anyhow!("strongswan backend: {what}"))
+}
+
+/// The last `n` lines of `log`, for an error message (the log goes with the run's directory).
+pub fn log_tail(log: &Path, n: usize) -> String {
+    last_lines(&std::fs::read_to_string(log).unwrap_or_default(), n)
+}
+
+/// A running charon. Dropping it stops it.
+pub struct Charon {
+    child: Child,
+    dir: PathBuf,
+    log: PathBuf,
+    uri: String,
+    /// Its record in the state file, forgotten once it has exited.
+    record: owner::Record,
+}
+
+impl Charon {
+    /// Starts charon in `ns` with the configuration in `paths` and waits until its VICI
+    /// socket answers.
+    pub fn start(ns: &Namespace, paths: &Paths<'_>) -> LabResult<Charon> {
+        let daemon = find_program(DAEMON).ok_or_else(|| failed(format!("{DAEMON} not found")))?;
+        let out = File::create(paths.dir.join("charon.out")).map_err(failed)?;
+        let err = out.try_clone().map_err(failed)?;
+        let child = ns
+            .command(daemon)
+            .env("STRONGSWAN_CONF", paths.strongswan_conf())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| failed(format!("start {DAEMON} in {}: {e}", ns.name())))?;
+        let record = owner::Record::process(child.id(), DAEMON);
+        let recorded = owner::record(record.clone());
+        // Built either way, so a failure to record still stops it (on drop).
+        let mut charon = Charon {
+            child,
+            dir: paths.dir.to_path_buf(),
+            log: paths.log(),
+            uri: paths.vici_uri(),
+            record,
+        };
+        recorded?;
+        charon.wait_for_vici(&paths.vici())?;
+        Ok(charon)
+    }
+
+    fn wait_for_vici(&mut self, socket: &Path) -> LabResult<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(failed(format!(
+                    "{DAEMON} exited ({status}) while starting; its log {}:\n{}\n{}",
+                    self.log.display(),
+                    log_tail(&self.log, 12),
+                    log_tail(&self.dir.join("charon.out"), 6)
+                )));
+            }
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(failed(format!(
+                    "{DAEMON} opened no VICI socket within {START_TIMEOUT:?}; its log {}:\n{}",
+                    self.log.display(),
+                    log_tail(&self.log, 12)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs `swanctl ARGS --uri THIS-CHARON` (at most `timeout`), its configuration from this
+    /// end's directory only. Returns its output; a failure carries the end of it.
+    pub fn swanctl(&self, args: &[&str], timeout: Duration) -> LabResult<String> {
+        self.try_swanctl(args, timeout).map_err(failed)
+    }
+
+    /// [`Charon::swanctl`], its failure as a sentence for the caller to put in context.
+    pub fn try_swanctl(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
+        let swanctl = find_program(SWANCTL).ok_or_else(|| format!("{SWANCTL} not found"))?;
+        let out_path = self.dir.join("swanctl.out");
+        let io = |e: std::io::Error| format!("{SWANCTL} output file {}: {e}", out_path.display());
+        let out = File::create(&out_path).map_err(io)?;
+        let err = out.try_clone().map_err(io)?;
+        let mut child = Command::new(swanctl)
+            .args(args)
+            .args(["--uri", &self.uri])
+            .env("STRONGSWAN_CONF", self.dir.join("strongswan.conf"))
+            .env("SWANCTL_DIR", &self.dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("run {SWANCTL}: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(|e| format!("wait for {SWANCTL}: {e}"))? {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+        match status {
+            Some(s) if s.success() => Ok(output),
+            _ => {
+                let how = status.map_or(format!("timed out after {timeout:?}"), |s| s.to_string());
+                Err(format!(
+                    "`swanctl {}` failed ({how}):\n{}",
+                    args.join(" "),
+                    last_lines(&output, 10)
+                ))
+            }
+        }
+    }
+
+    /// The daemon's own version line (`swanctl --version --daemon`), e.g. `strongSwan 5.9.8
+    /// charon-systemd (Linux, 6.1.0-57-amd64, x86_64)`.
+    pub fn daemon_version(&self) -> String {
+        self.try_swanctl(&["--version", "--daemon"], Duration::from_secs(10))
+            .ok()
+            .and_then(|out| {
+                out.lines()
+                    .find(|l| l.starts_with("strongSwan"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| format!("{DAEMON} (version unknown)"))
+    }
+
+    /// SIGTERM (charon then deletes its SAs and policies), SIGKILL after 5 s.
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        // SAFETY: signals our own child by its pid; it has not been reaped yet.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Charon {
+    fn drop(&mut self) {
+        self.stop();
+        owner::forget(&self.record);
+    }
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

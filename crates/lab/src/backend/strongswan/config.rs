@@ -1,0 +1,226 @@
+//! What one charon instance is told, as text: its `strongswan.conf` (every path inside the
+//! end's own directory, an explicit plugin list, nothing read from /etc) and its
+//! `swanctl.conf` (the connection and the PSK). Pure: no IO, so tested byte for byte.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+
+use model::{CipherSuite, Hmac};
+
+/// Connection and CHILD_SA name in swanctl.conf.
+pub const CONN: &str = "lab";
+
+/// The IKE SA's own proposal. IKE carries no payload, so it is fixed: only the ESP proposal
+/// follows the run's suite. Served by the plugins of [`PLUGINS`] (no openssl needed).
+pub const IKE_PROPOSAL: &str = "aes256-sha256-modp2048";
+
+/// charon's plugins: RNG and nonces, IKE's crypto (aes, sha1 for libcharon itself, sha2,
+/// hmac, kdf for prf+, gmp for MODP), the kernel interface, the IKE sockets and VICI.
+/// All from Debian's `libstrongswan`, `strongswan-libcharon` and `strongswan-swanctl`.
+pub const PLUGINS: &str = "random nonce aes sha1 sha2 hmac kdf gmp kernel-netlink socket-default vici";
+
+/// strongSwan's name for `suite` as an ESP proposal, without extended sequence numbers
+/// (the lab's xfrm SAs have none either). `None` for the unencrypted suite.
+pub fn esp_proposal(suite: CipherSuite) -> Option<String> {
+    match suite {
+        CipherSuite::None => None,
+        // `sha256` in an ESP proposal is HMAC-SHA-256-128 (RFC 4868), the lab's truncation.
+        CipherSuite::AesCbc { key, hmac } => Some(match hmac {
+            Hmac::None => format!("aes{}-noesn", key.bits()),
+            Hmac::Sha256 => format!("aes{}-sha256-noesn", key.bits()),
+        }),
+        CipherSuite::AesGcm { key } => Some(format!("aes{}gcm16-noesn", key.bits())),
+    }
+}
+
+/// Where one end's files are, all inside its own directory.
+pub struct Paths<'a> {
+    pub dir: &'a Path,
+}
+
+impl Paths<'_> {
+    pub fn strongswan_conf(&self) -> std::path::PathBuf {
+        self.dir.join("strongswan.conf")
+    }
+    pub fn swanctl_conf(&self) -> std::path::PathBuf {
+        self.dir.join("swanctl.conf")
+    }
+    pub fn vici(&self) -> std::path::PathBuf {
+        self.dir.join("charon.vici")
+    }
+    pub fn log(&self) -> std::path::PathBuf {
+        self.dir.join("charon.log")
+    }
+    /// The URI swanctl is given (`--uri`).
+    pub fn vici_uri(&self) -> String {
+        format!("unix://{}", self.vici().display())
+    }
+}
+
+/// `strongswan.conf` for charon-systemd (its settings namespace) and swanctl: plugins
+/// listed rather than found in /etc/strongswan.d, the VICI socket and a log file in the
+/// end's directory, the journal off, no routes of charon's own (the lab sets its route).
+pub fn strongswan_conf(paths: &Paths<'_>) -> String {
+    format!(
+        "charon-systemd {{
+  load_modular = no
+  load = {PLUGINS}
+  install_routes = no
+  install_virtual_ip = no
+  journal {{
+    default = -1
+  }}
+  filelog {{
+    lab {{
+      path = {log}
+      default = 1
+      ike = 2
+      knl = 2
+      cfg = 2
+    }}
+  }}
+  plugins {{
+    vici {{
+      socket = {vici}
+    }}
+  }}
+}}
+swanctl {{
+  load = random
+}}
+",
+        log = paths.log().display(),
+        vici = paths.vici_uri(),
+    )
+}
+
+/// One end of the IKEv2 connection.
+pub struct Peer {
+    /// IKE identity (`ipl-a`, `ipl-b`).
+    pub id: String,
+    /// Outer address: IKE and ESP travel between the two.
+    pub outer: IpAddr,
+    /// Inner address: the CHILD_SA's traffic selector (the payload's address).
+    pub inner: Ipv4Addr,
+}
+
+/// `swanctl.conf`: one IKEv2 connection from `me` to `peer` with PSK authentication and
+/// one tunnel-mode CHILD_SA between the inner addresses proposing only `esp`. `psk_hex` is
+/// the key as hex digits (no `0x`).
+pub fn swanctl_conf(me: &Peer, peer: &Peer, esp: &str, psk_hex: &str) -> String {
+    format!(
+        "connections {{
+  {CONN} {{
+    version = 2
+    local_addrs = {me_outer}
+    remote_addrs = {peer_outer}
+    proposals = {IKE_PROPOSAL}
+    mobike = no
+    local {{
+      auth = psk
+      id = {me_id}
+    }}
+    remote {{
+      auth = psk
+      id = {peer_id}
+    }}
+    children {{
+      {CONN} {{
+        local_ts = {me_inner}/32
+        remote_ts = {peer_inner}/32
+        esp_proposals = {esp}
+        mode = tunnel
+        start_action = none
+      }}
+    }}
+  }}
+}}
+secrets {{
+  ike-{CONN} {{
+    id-local = {me_id}
+    id-remote = {peer_id}
+    secret = 0x{psk_hex}
+  }}
+}}
+",
+        me_outer = me.outer,
+        peer_outer = peer.outer,
+        me_id = me.id,
+        peer_id = peer.id,
+        me_inner = me.inner,
+        peer_inner = peer.inner,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::KeyBits;
+
+    #[test]
+    fn esp_proposals_name_the_suite_as_strongswan_does() {
+        let cbc = |key, hmac| CipherSuite::AesCbc { key, hmac };
+        assert_eq!(
+            esp_proposal(cbc(KeyBits::Aes128, Hmac::None)).unwrap(),
+            "aes128-noesn"
+        );
+        assert_eq!(
+            esp_proposal(cbc(KeyBits::Aes192, Hmac::Sha256)).unwrap(),
+            "aes192-sha256-noesn"
+        );
+        assert_eq!(
+            esp_proposal(CipherSuite::AesGcm { key: KeyBits::Aes256 }).unwrap(),
+            "aes256gcm16-noesn"
+        );
+        assert_eq!(esp_proposal(CipherSuite::None), None);
+    }
+
+    #[test]
+    fn every_path_charon_uses_is_in_the_ends_directory() {
+        let paths = Paths {
+            dir: Path::new("/tmp/ipl-strongswan-X/a"),
+        };
+        let conf = strongswan_conf(&paths);
+        assert!(
+            conf.contains("path = /tmp/ipl-strongswan-X/a/charon.log\n"),
+            "{conf}"
+        );
+        assert!(
+            conf.contains("socket = unix:///tmp/ipl-strongswan-X/a/charon.vici\n"),
+            "{conf}"
+        );
+        assert!(conf.contains("load_modular = no\n"), "{conf}");
+        // Every absolute path in the file is the end's own.
+        for word in conf.split_whitespace().filter(|w| w.contains('/')) {
+            assert!(word.contains("/tmp/ipl-strongswan-X/a/"), "{word}");
+        }
+    }
+
+    #[test]
+    fn the_connection_joins_the_outer_addresses_and_selects_the_inner_ones() {
+        let a = Peer {
+            id: "ipl-a".into(),
+            outer: "198.18.0.1".parse().unwrap(),
+            inner: Ipv4Addr::new(198, 19, 0, 1),
+        };
+        let b = Peer {
+            id: "ipl-b".into(),
+            outer: "198.18.0.2".parse().unwrap(),
+            inner: Ipv4Addr::new(198, 19, 0, 2),
+        };
+        let conf = swanctl_conf(&a, &b, "aes128-sha256-noesn", "00ff");
+        for line in [
+            "local_addrs = 198.18.0.1\n",
+            "remote_addrs = 198.18.0.2\n",
+            "local_ts = 198.19.0.1/32\n",
+            "remote_ts = 198.19.0.2/32\n",
+            "esp_proposals = aes128-sha256-noesn\n",
+            "proposals = aes256-sha256-modp2048\n",
+            "id = ipl-a\n",
+            "id-remote = ipl-b\n",
+            "secret = 0x00ff\n",
+        ] {
+            assert!(conf.contains(line), "{line:?} in\n{conf}");
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! strongSwan: kernel IPsec whose SAs a real IKE daemon negotiated. One charon per
+//! namespace, each with its own configuration, VICI socket, log and state in its own
+//! directory (nothing of /etc is read, charon-systemd writes no pid file); end b initiates
+//! IKEv2 to end a with PSK authentication and the run's suite as the only ESP proposal, in
+//! tunnel mode between the inner addresses (as the lab's xfrm backend does).
+//!
+//! The row shows what the daemon installed: after the transfers the ESP SAs are read back
+//! over netlink in end a's namespace (crate `xfrm`'s dump) and set beside what the lab's
+//! own xfrm backend installs for the suite ([`xfrm::lab_algorithms`]); any difference is
+//! said in words.
+//!
+//! Evidence (`backend_details.strongswan`, [`StrongswanEvidence`]): `version`,
+//! `ike_version`, `ike_proposal`, `esp_proposal`, `auth`, per SA `spi`, `direction`,
+//! `packets`, `bytes`, `replay_drops`, `integrity_failures`, `reqid`, `mode`, `algorithms`
+//! (`name`, `key_bits`, `icv_bits`), then `lab_xfrm_installs` and `differences`.
+//!
+//! Local runs only: between two hosts it is refused when the plan is validated.
+
+mod charon;
+mod config;
+mod negotiated;
+
+use std::time::{Duration, Instant};
+
+use model::RunPlan;
+use netns::Topology;
+use xfrm::{AuthTrunc, Protection, XfrmHandle};
+use zeroize::Zeroizing;
+
+use super::site::{Hosts, Side, Site};
+use crate::error::{LabError, LabResult};
+use crate::evidence::{Algorithm, StrongswanEvidence};
+use charon::{failed, find_program, Charon};
+use config::{Paths, Peer, CONN, IKE_PROPOSAL};
+
+const INSTALL: &str = "strongSwan is not installed: install it with \
+     `apt-get install charon-systemd strongswan-swanctl` (Debian/Ubuntu; lab/setup.sh does)";
+/// How long the initiator's IKE_SA_INIT and IKE_AUTH exchanges may take.
+const INITIATE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a CHILD_SA may take to appear in the kernel once IKE says it is up.
+const INSTALLED_TIMEOUT: Duration = Duration::from_secs(10);
+const LOAD_TIMEOUT: Duration = Duration::from_secs(20);
+const PSK_BYTES: usize = 32;
+
+/// Refuses, before anything is created: strongSwan missing (with the install command), then
+/// a kernel without ESP or without the suite (as the xfrm backend, naming `--vm`).
+pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
+    if find_program(charon::DAEMON).is_none() || find_program(charon::SWANCTL).is_none() {
+        return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
+    }
+    if config::esp_proposal(plan.suite).is_none() {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "the strongswan backend negotiates encrypted ESP: choose an encrypting suite"
+        )));
+    }
+    super::xfrm::preflight(plan).await
+}
+
+/// What both ends share, made once per run: each end's PSK (the same one, unless a test
+/// gives them different ones) and the run's private directory, one subdirectory per end.
+pub struct Material {
+    esp: String,
+    suite: model::CipherSuite,
+    /// Hex digits of each end's PSK (a, b).
+    psk: [Zeroizing<String>; 2],
+    /// Configurations, sockets and logs of both charons: private, recorded, removed when the
+    /// run ends (after the charons: a local run drops its ends before its secrets).
+    dir: owner::PrivateDir,
+}
+
+impl Material {
+    /// A fresh random PSK for both ends.
+    pub fn create(plan: &RunPlan) -> LabResult<Material> {
+        let psk = xfrm::Secret::random(PSK_BYTES).map_err(LabError::failed)?;
+        let hex = psk.to_hex();
+        Material::with_psks(plan, hex.trim_start_matches("0x"), hex.trim_start_matches("0x"))
+    }
+
+    /// Each end with its own PSK, in hex digits: equal ones for a run, different ones to
+    /// show that authentication fails.
+    pub fn with_psks(plan: &RunPlan, psk_a: &str, psk_b: &str) -> LabResult<Material> {
+        let esp = config::esp_proposal(plan.suite).ok_or_else(|| {
+            LabError::usage(anyhow::anyhow!(
+                "the strongswan backend needs an encrypting suite"
+            ))
+        })?;
+        let valid = |k: &str| !k.is_empty() && k.len() % 2 == 0 && k.bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid(psk_a) || !valid(psk_b) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "a PSK is given as an even number of hex digits"
+            )));
+        }
+        let dir = owner::PrivateDir::new("ipl-strongswan-")?;
+        for side in [Side::A, Side::B] {
+            std::fs::create_dir(dir.join(side.name())).map_err(failed)?;
+        }
+        Ok(Material {
+            esp,
+            suite: plan.suite,
+            psk: [Zeroizing::new(psk_a.into()), Zeroizing::new(psk_b.into())],
+            dir,
+        })
+    }
+
+    fn end_dir(&self, side: Side) -> std::path::PathBuf {
+        self.dir.join(side.name())
+    }
+
+    fn log(&self, side: Side) -> std::path::PathBuf {
+        Paths {
+            dir: &self.end_dir(side),
+        }
+        .log()
+    }
+
+    /// Both charons' last log lines, each headed by its path.
+    fn logs(&self) -> String {
+        [Side::A, Side::B]
+            .iter()
+            .map(|s| {
+                let log = self.log(*s);
+                format!("[{}]\n{}", log.display(), charon::log_tail(&log, 10))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// One end: its charon, and a netlink handle on its namespace. Dropping it stops charon,
+/// which removes the SAs and policies it installed (the lab's namespace goes anyway).
+pub struct StrongswanEnd {
+    charon: Charon,
+    handle: XfrmHandle,
+    hosts: Hosts,
+    esp: String,
+    suite: model::CipherSuite,
+    version: String,
+}
+
+impl StrongswanEnd {
+    /// Starts the end's charon with its configuration loaded. End b, started second,
+    /// initiates and waits until its CHILD_SA is in the kernel.
+    pub async fn start(plan: &RunPlan, material: &Material, site: &Site<'_>) -> LabResult<StrongswanEnd> {
+        let link = site.lab_link.ok_or_else(|| {
+            LabError::usage(anyhow::anyhow!(
+                "the strongswan backend does not run between two hosts"
+            ))
+        })?;
+        let ad = plan.addressing;
+        let peer_of = |side: Side| Peer {
+            id: format!("ipl-{}", side.name()),
+            outer: site.hosts.of(side),
+            inner: match side {
+                Side::A => ad.inner_a,
+                Side::B => ad.inner_b,
+            },
+        };
+        let (me, peer) = (peer_of(site.side), peer_of(site.side.other()));
+        // The inner address lives on the veth; the route's source makes the sender use it,
+        // so its packets match charon's policy (the same as the xfrm backend's tunnel mode).
+        Topology::add_address(site.namespace, link, me.inner, 32).await?;
+        Topology::add_route(site.namespace, peer.inner, 32, link, Some(me.inner)).await?;
+
+        let dir = material.end_dir(site.side);
+        let paths = Paths { dir: &dir };
+        write_private(&paths.strongswan_conf(), &config::strongswan_conf(&paths))?;
+        let psk = &material.psk[site.side as usize];
+        let swanctl = Zeroizing::new(config::swanctl_conf(&me, &peer, &material.esp, psk));
+        write_private(&paths.swanctl_conf(), &swanctl)?;
+        drop(swanctl);
+
+        let charon = Charon::start(site.namespace, &paths)?;
+        charon.swanctl(&["--load-all", "--noprompt"], LOAD_TIMEOUT)?;
+        let version = charon.daemon_version();
+        let handle = XfrmHandle::open_in(&site.namespace.path())?;
+        let end = StrongswanEnd {
+            charon,
+            handle,
+            hosts: site.hosts,
+            esp: material.esp.clone(),
+            suite: material.suite,
+            version,
+        };
+        if site.side == Side::B {
+            end.initiate(material).await?;
+        }
+        Ok(end)
+    }
+
+    /// IKEv2 to the other end, then the CHILD_SA's two SAs in this end's kernel.
+    async fn initiate(&self, material: &Material) -> LabResult<()> {
+        let args = ["--initiate", "--child", CONN, "--ike", CONN, "--timeout"];
+        let timeout = INITIATE_TIMEOUT.as_secs().to_string();
+        let args = [&args[..], &[timeout.as_str()]].concat();
+        if let Err(e) = self
+            .charon
+            .try_swanctl(&args, INITIATE_TIMEOUT + Duration::from_secs(5))
+        {
+            return Err(failed(format!(
+                "IKEv2 from b to a did not establish the CHILD_SA: {e}\ncharon's logs (removed with the run):\n{}",
+                material.logs()
+            )));
+        }
+        let deadline = Instant::now() + INSTALLED_TIMEOUT;
+        loop {
+            let sas = self.handle.list_sas().await?;
+            let found = negotiated::negotiated_sas(&sas, self.hosts.a, self.hosts.b);
+            if found.len() >= 2 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(failed(format!(
+                    "IKE established, but the CHILD_SA's two SAs were not in the kernel after \
+                     {INSTALLED_TIMEOUT:?} ({} found); charon's logs (removed with the run):\n{}",
+                    found.len(),
+                    material.logs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// What charon installed in this end's kernel, beside what the lab's xfrm backend
+    /// installs for the same suite; read after the transfers, so the counters show them.
+    pub async fn evidence(&self) -> LabResult<StrongswanEvidence> {
+        let dump = self.handle.list_sas().await?;
+        let sas = negotiated::negotiated_sas(&dump, self.hosts.a, self.hosts.b);
+        let lab = Protection::generate(self.suite, AuthTrunc::Bits128).map_err(LabError::failed)?;
+        let lab_xfrm_installs: Vec<Algorithm> =
+            xfrm::lab_algorithms(&lab).iter().map(Algorithm::from).collect();
+        let differences = negotiated::differences(&sas, &lab_xfrm_installs);
+        Ok(StrongswanEvidence {
+            version: self.version.clone(),
+            ike_version: 2,
+            ike_proposal: IKE_PROPOSAL.into(),
+            esp_proposal: self.esp.clone(),
+            auth: "psk",
+            sas,
+            lab_xfrm_installs,
+            differences,
+        })
+    }
+}
+
+/// Writes `text` to a new file only root can read (swanctl.conf holds the PSK).
+fn write_private(path: &std::path::Path, text: &str) -> LabResult<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| failed(format!("write {}: {e}", path.display())))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| failed(format!("write {}: {e}", path.display())))
+}
