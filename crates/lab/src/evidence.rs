@@ -19,6 +19,7 @@ pub enum EndEvidence {
     Xfrm(XfrmEvidence),
     Userspace(TunnelEnd),
     Openvpn(OpenvpnProcess),
+    Wireguard(crate::backend::wireguard::WireguardEnd),
 }
 
 /// A run's evidence, as its report carries it under the backend's name.
@@ -30,6 +31,7 @@ pub enum Evidence {
     Xfrm(XfrmEvidence),
     Userspace(Box<UserspaceEvidence>),
     Openvpn(OpenvpnEvidence),
+    Wireguard(crate::backend::wireguard::WireguardEvidence),
     /// A two-host run: this host's end and what the server reported of its own.
     TwoHosts {
         client: EndEvidence,
@@ -184,6 +186,7 @@ impl Evidence {
                 o.ends.get("a")?.cpu.percent_of_core,
                 o.ends.get("b")?.cpu.percent_of_core,
             )),
+            Evidence::Wireguard(w) => w.tunnel_cpu(),
             _ => None,
         }
     }
@@ -193,6 +196,7 @@ impl Evidence {
         match self {
             Evidence::Xfrm(x) => x.lines(),
             Evidence::Userspace(u) => u.lines(),
+            Evidence::Wireguard(w) => w.lines(),
             _ => Vec::new(),
         }
     }

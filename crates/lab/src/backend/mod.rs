@@ -16,6 +16,7 @@
 pub mod openvpn;
 pub mod site;
 pub mod userspace;
+pub mod wireguard;
 pub mod xfrm;
 
 use control::RunKeys;
@@ -32,6 +33,8 @@ pub struct RunSecrets {
     pub keys: RunKeys,
     /// OpenVPN's key file or certificates for both ends (local runs only).
     pub openvpn: Option<openvpn::Material>,
+    /// Both WireGuard ends' key pairs (local runs only).
+    pub wireguard: Option<wireguard::Keys>,
 }
 
 impl RunSecrets {
@@ -41,18 +44,30 @@ impl RunSecrets {
         match plan.backend {
             Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
             Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
-            Backend::Plain | Backend::Openvpn => {}
+            Backend::Plain | Backend::Openvpn | Backend::Wireguard | Backend::WireguardGo => {}
         }
         let openvpn = match plan.backend {
             Backend::Openvpn => Some(openvpn::Material::create(plan)?),
             _ => None,
         };
-        Ok(RunSecrets { keys, openvpn })
+        let wireguard = match plan.backend.is_wireguard() {
+            true => Some(wireguard::Keys::generate()?),
+            false => None,
+        };
+        Ok(RunSecrets {
+            keys,
+            openvpn,
+            wireguard,
+        })
     }
 
     /// What a server received: keys only.
     pub fn received(keys: RunKeys) -> RunSecrets {
-        RunSecrets { keys, openvpn: None }
+        RunSecrets {
+            keys,
+            openvpn: None,
+            wireguard: None,
+        }
     }
 }
 
@@ -63,6 +78,8 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         Backend::Xfrm => xfrm::preflight(plan).await,
         Backend::Userspace => userspace::preflight(plan).await,
         Backend::Openvpn => openvpn::preflight(plan).await,
+        Backend::Wireguard => wireguard::kernel::preflight(plan).await,
+        Backend::WireguardGo => wireguard::go::preflight(plan).await,
     }
 }
 
@@ -72,6 +89,8 @@ pub enum End {
     Xfrm(xfrm::XfrmEnd),
     Userspace(userspace::UserspaceEnd),
     Openvpn(openvpn::OpenvpnEnd),
+    Wireguard(wireguard::kernel::KernelEnd),
+    WireguardGo(wireguard::go::GoEnd),
 }
 
 impl End {
@@ -101,6 +120,18 @@ impl End {
                 })?;
                 Ok(End::Openvpn(openvpn::OpenvpnEnd::start(plan, material, site)?))
             }
+            Backend::Wireguard | Backend::WireguardGo => {
+                let keys = secrets.wireguard.as_ref().ok_or_else(|| {
+                    LabError::usage(anyhow::anyhow!(
+                        "the {} backend does not run between two hosts",
+                        plan.backend
+                    ))
+                })?;
+                Ok(match plan.backend {
+                    Backend::Wireguard => End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?),
+                    _ => End::WireguardGo(wireguard::go::GoEnd::start(plan, keys, site).await?),
+                })
+            }
         }
     }
 
@@ -119,6 +150,8 @@ impl End {
             End::Xfrm(end) => Ok(EndEvidence::Xfrm(end.evidence().await?)),
             End::Userspace(end) => Ok(EndEvidence::Userspace(end.finish()?)),
             End::Openvpn(end) => Ok(EndEvidence::Openvpn(end.finish())),
+            End::Wireguard(end) => Ok(EndEvidence::Wireguard(end.evidence().await?)),
+            End::WireguardGo(end) => Ok(EndEvidence::Wireguard(end.evidence()?)),
         }
     }
 }

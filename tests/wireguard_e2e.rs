@@ -1,0 +1,153 @@
+//! WireGuard on this host: wireguard-go end to end (root, TUN, the wireguard-go binary;
+//! skipped with the reason otherwise), the kernel backend refused with exit 3 naming --vm
+//! where this kernel has no WireGuard, bad suites refused with exit 2 before anything is
+//! made, and the lab's own tunnel carrying the same cipher (chacha20-poly1305). The kernel
+//! backend's run is in tests/wireguard_vm.rs.
+
+mod common;
+
+use common::*;
+
+fn wireguard_go_or_skip(test: &str) -> bool {
+    if !root_or_skip(test) {
+        return false;
+    }
+    let found = std::process::Command::new("wireguard-go")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        testcap::skip(test, "wireguard-go is not installed (apt-get install wireguard-go)");
+    }
+    found
+}
+
+/// UAPI sockets of lab devices (`ipl-wg*`) left in wireguard-go's socket directory.
+fn lab_sockets() -> Vec<String> {
+    std::fs::read_dir("/var/run/wireguard")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("ipl-wg"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn wireguard_go_verified_with_handshake_counters_and_nothing_left() {
+    let test = "wireguard_go_verified_with_handshake_counters_and_nothing_left";
+    if !wireguard_go_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let sockets_before = lab_sockets();
+    let out = run_lab(&[
+        "run",
+        "--backend",
+        "wireguard-go",
+        "--bytes",
+        "5MB",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["plan"]["backend"], "wireguard-go");
+    assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
+    assert_eq!(report["transfers"][0]["verified"], true);
+    let d = &report["backend_details"]["wireguard-go"];
+    assert!(d["implementation"].as_str().unwrap().starts_with("wireguard-go"), "{d}");
+    assert!(d["handshake_s"].as_f64().unwrap() > 0.0, "{d}");
+    // The payload crossed a -> b: a's peer saw at least that much sent, b's received.
+    let (a, b) = (&d["ends"]["a"], &d["ends"]["b"]);
+    assert!(a["tx_bytes"].as_u64().unwrap() >= 5_000_000, "{d}");
+    assert!(b["rx_bytes"].as_u64().unwrap() >= 5_000_000, "{d}");
+    assert!(a["cpu"]["user_s"].as_f64().unwrap() + a["cpu"]["system_s"].as_f64().unwrap() > 0.0);
+    assert!(report["notes"].to_string().contains("handshake in"));
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(host_lab_links(), Vec::<String>::new());
+    assert_eq!(lab_sockets(), sockets_before, "a UAPI socket was left");
+}
+
+#[test]
+fn userspace_tunnel_carries_chacha20_poly1305() {
+    let test = "userspace_tunnel_carries_chacha20_poly1305";
+    if !root_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let out = run_lab(&[
+        "run",
+        "--backend",
+        "userspace",
+        "--cipher",
+        "chacha20-poly1305",
+        "--bytes",
+        "3MB",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
+    assert_eq!(report["transfers"][0]["verified"], true);
+    let d = &report["backend_details"]["userspace"];
+    assert_eq!(d["b"]["drops"]["bad_mac"], 0, "{d}");
+    assert!(d["b"]["delivered"]["bytes"].as_u64().unwrap() >= 3_000_000, "{d}");
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+#[test]
+fn kernel_wireguard_without_the_module_is_refused_naming_vm() {
+    let test = "kernel_wireguard_without_the_module_is_refused_naming_vm";
+    if !root_or_skip(test) {
+        return;
+    }
+    if std::path::Path::new("/sys/module/wireguard").exists() {
+        testcap::skip(test, "this kernel has WireGuard; tests/wireguard_vm.rs runs the backend");
+        return;
+    }
+    let before = lab_namespaces();
+    let out = run_lab(&["run", "--backend", "wireguard", "--bytes", "2MB", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("--vm"), "{}", text(&out));
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+#[test]
+fn suites_wireguard_cannot_carry_are_usage_errors() {
+    for args in [
+        &["run", "--backend", "wireguard", "--cipher", "aes-256-gcm"][..],
+        &["run", "--backend", "wireguard-go", "--key-bits", "128"],
+        &["run", "--backend", "wireguard-go", "--hmac", "sha256"],
+    ] {
+        let out = run_lab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("chacha20-poly1305"), "{args:?}: {}", text(&out));
+    }
+    for backend in ["xfrm", "openvpn"] {
+        let out = run_lab(&["run", "--backend", backend, "--cipher", "chacha20-poly1305"]);
+        assert_eq!(out.status.code(), Some(2), "{backend}: {}", text(&out));
+    }
+    let out = run_lab(&["run", "--backend", "wireguard-go", "--peer", "198.18.0.2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("between two hosts"), "{}", text(&out));
+}
+
+/// End b given a peer key that is not a's: the run fails (exit 1) and leaves nothing.
+#[test]
+fn a_wrong_peer_key_fails_the_run_and_leaves_nothing() {
+    let test = "a_wrong_peer_key_fails_the_run_and_leaves_nothing";
+    if !wireguard_go_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let sockets_before = lab_sockets();
+    common::wireguard::wrong_peer_key_fails(model::Backend::WireguardGo);
+    assert_eq!(lab_sockets(), sockets_before, "a UAPI socket was left");
+}
