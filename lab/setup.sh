@@ -7,6 +7,8 @@ packages=(
   iproute2          # ip(8): interop tests and inspection
   iperf3            # reference throughput on the same link
   openvpn           # the real userspace VPN the lab compares with
+  wireguard-go      # the Go userspace WireGuard (--backend wireguard-go)
+  wireguard-tools   # wg(8): captures the WireGuard fixtures (tests/fixtures/wireguard)
   util-linux        # setpriv: run the binary without capabilities in tests
   strace            # captures iproute2's netlink requests for fixtures
   qemu-system-x86   # the VM lab: a stock kernel with ESP under virtme-ng

@@ -151,3 +151,48 @@ fn a_wrong_peer_key_fails_the_run_and_leaves_nothing() {
     common::wireguard::wrong_peer_key_fails(model::Backend::WireguardGo);
     assert_eq!(lab_sockets(), sockets_before, "a UAPI socket was left");
 }
+
+/// In `matrix`, a WireGuard row's AES cells say why they did not run (never a zero), its
+/// chacha20-poly1305 column is added and measured, and ESP rows get that column "not run".
+#[test]
+fn matrix_gives_wireguard_its_cipher_and_says_why_not_aes() {
+    let test = "matrix_gives_wireguard_its_cipher_and_says_why_not_aes";
+    if !wireguard_go_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let out = run_lab(&[
+        "matrix",
+        "--backends",
+        "plain,xfrm,wireguard-go",
+        "--ciphers",
+        "aes-128-cbc",
+        "--bytes",
+        "2MB",
+        "--repeat",
+        "1",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    let rows = report["rows"].as_array().unwrap();
+    let row = |backend: &str| {
+        rows.iter()
+            .find(|r| r["key"]["backend"] == backend)
+            .unwrap_or_else(|| panic!("no {backend} row: {report}"))
+    };
+    let wg = &row("wireguard-go")["cells"];
+    assert_eq!(wg.as_array().unwrap().len(), 2, "{wg}");
+    assert_eq!(wg[0]["suite"], "aes-128-cbc");
+    assert_eq!(wg[0]["status"], "not_run", "{wg}");
+    assert!(wg[0]["reason"].as_str().unwrap().contains("one cipher"), "{wg}");
+    assert_eq!(wg[1]["suite"], "chacha20-poly1305");
+    assert_eq!(wg[1]["status"], "measured", "{wg}");
+    assert!(wg[1]["mb_per_s"]["median"].as_f64().unwrap() > 0.0, "{wg}");
+    let xfrm = &row("xfrm")["cells"];
+    assert_eq!(xfrm[1]["status"], "not_run", "{xfrm}");
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}

@@ -56,9 +56,19 @@ impl Backend {
         matches!(self, Backend::Wireguard | Backend::WireguardGo)
     }
 
-    /// The suites it can carry; None: any the plan allows.
-    pub fn only_suite(self) -> Option<CipherSuite> {
-        self.is_wireguard().then_some(CipherSuite::ChaCha20Poly1305)
+    /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
+    /// cell that is "not run"); `none` is the plain row's business and not judged here.
+    pub fn suite_refusal(self, suite: CipherSuite) -> Option<&'static str> {
+        let chacha = suite == CipherSuite::ChaCha20Poly1305;
+        match self {
+            b if b.is_wireguard() && !chacha && suite != CipherSuite::None => {
+                Some("WireGuard has one cipher, chacha20-poly1305")
+            }
+            Backend::Xfrm | Backend::Openvpn if chacha => {
+                Some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
+            }
+            _ => None,
+        }
     }
 
     /// Whether the backend encrypts (and so honours --key-bits/--hmac/--cipher).

@@ -136,7 +136,13 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let bytes = args.vm_bytes;
     let mut guest_args = child_args(args, bytes);
-    guest_args.extend(["--backends".into(), "xfrm".into()]);
+    // The rows that need the stock kernel: ESP, and WireGuard's module.
+    let kernel_rows: Vec<&str> = [Backend::Xfrm, Backend::Wireguard]
+        .into_iter()
+        .filter(|b| args.has(*b))
+        .map(Backend::name)
+        .collect();
+    guest_args.extend(["--backends".into(), kernel_rows.join(",")]);
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
