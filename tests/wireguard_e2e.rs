@@ -1,5 +1,6 @@
-//! WireGuard on this host: wireguard-go end to end (root, TUN, the wireguard-go binary;
-//! skipped with the reason otherwise), the kernel backend refused with exit 3 naming --vm
+//! WireGuard on this host: wireguard-go (root, TUN, the wireguard-go binary; skipped with
+//! the reason otherwise) and boringtun (root, TUN) end to end, a wrong peer key failing
+//! the run, the kernel backend refused with exit 3 naming --vm
 //! where this kernel has no WireGuard, bad suites refused with exit 2 before anything is
 //! made, and the lab's own tunnel carrying the same cipher (chacha20-poly1305). The kernel
 //! backend's run is in tests/wireguard_vm.rs.
@@ -40,32 +41,54 @@ fn wireguard_go_verified_with_handshake_counters_and_nothing_left() {
     if !wireguard_go_or_skip(test) {
         return;
     }
+    userspace_wireguard_run("wireguard-go", "wireguard-go");
+}
+
+#[test]
+fn boringtun_verified_with_handshake_counters_thread_cpu_and_nothing_left() {
+    let test = "boringtun_verified_with_handshake_counters_thread_cpu_and_nothing_left";
+    if !root_or_skip(test) {
+        return;
+    }
+    userspace_wireguard_run("boringtun", "boringtun 0.7");
+}
+
+/// A verified 20 MB run of `backend` with its handshake, counters and tunnel CPU reported,
+/// and no namespace, link or UAPI socket left.
+fn userspace_wireguard_run(backend: &str, implementation: &str) {
     let _lock = lab_lock();
     let before = lab_namespaces();
     let sockets_before = lab_sockets();
     let out = run_lab(&[
         "run",
         "--backend",
-        "wireguard-go",
+        backend,
         "--bytes",
-        "5MB",
+        "20MB",
         "--json",
         "-",
         "--no-progress",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
-    assert_eq!(report["plan"]["backend"], "wireguard-go");
+    assert_eq!(report["plan"]["backend"], backend);
     assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
     assert_eq!(report["transfers"][0]["verified"], true);
-    let d = &report["backend_details"]["wireguard-go"];
-    assert!(d["implementation"].as_str().unwrap().starts_with("wireguard-go"), "{d}");
+    let d = &report["backend_details"][backend];
+    assert!(d["implementation"].as_str().unwrap().starts_with(implementation), "{d}");
     assert!(d["handshake_s"].as_f64().unwrap() > 0.0, "{d}");
     // The payload crossed a -> b: a's peer saw at least that much sent, b's received.
     let (a, b) = (&d["ends"]["a"], &d["ends"]["b"]);
-    assert!(a["tx_bytes"].as_u64().unwrap() >= 5_000_000, "{d}");
-    assert!(b["rx_bytes"].as_u64().unwrap() >= 5_000_000, "{d}");
-    assert!(a["cpu"]["user_s"].as_f64().unwrap() + a["cpu"]["system_s"].as_f64().unwrap() > 0.0);
+    assert!(a["tx_bytes"].as_u64().unwrap() >= 20_000_000, "{d}");
+    assert!(b["rx_bytes"].as_u64().unwrap() >= 20_000_000, "{d}");
+    // Clock ticks (10 ms): over both ends a 20 MB transfer costs some.
+    let cpu_s: f64 = [a, b]
+        .iter()
+        .map(|e| e["cpu"]["user_s"].as_f64().unwrap() + e["cpu"]["system_s"].as_f64().unwrap())
+        .sum();
+    assert!(cpu_s > 0.0, "{d}");
+    let age = a["last_handshake_age_s"].as_f64().unwrap();
+    assert!((0.0..60.0).contains(&age), "handshake age {age} s: {d}");
     assert!(report["notes"].to_string().contains("handshake in"));
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
     assert_eq!(host_lab_links(), Vec::<String>::new());
@@ -112,6 +135,7 @@ fn kernel_wireguard_without_the_module_is_refused_naming_vm() {
         testcap::skip(test, "this kernel has WireGuard; tests/wireguard_vm.rs runs the backend");
         return;
     }
+    let _lock = lab_lock();
     let before = lab_namespaces();
     let out = run_lab(&["run", "--backend", "wireguard", "--bytes", "2MB", "--no-progress"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -149,6 +173,7 @@ fn a_wrong_peer_key_fails_the_run_and_leaves_nothing() {
     let _lock = lab_lock();
     let sockets_before = lab_sockets();
     common::wireguard::wrong_peer_key_fails(model::Backend::WireguardGo);
+    common::wireguard::wrong_peer_key_fails(model::Backend::Boringtun);
     assert_eq!(lab_sockets(), sockets_before, "a UAPI socket was left");
 }
 
@@ -165,7 +190,7 @@ fn matrix_gives_wireguard_its_cipher_and_says_why_not_aes() {
     let out = run_lab(&[
         "matrix",
         "--backends",
-        "plain,xfrm,wireguard-go",
+        "plain,xfrm,wireguard-go,boringtun",
         "--ciphers",
         "aes-128-cbc",
         "--bytes",
@@ -192,6 +217,7 @@ fn matrix_gives_wireguard_its_cipher_and_says_why_not_aes() {
     assert_eq!(wg[1]["suite"], "chacha20-poly1305");
     assert_eq!(wg[1]["status"], "measured", "{wg}");
     assert!(wg[1]["mb_per_s"]["median"].as_f64().unwrap() > 0.0, "{wg}");
+    assert_eq!(row("boringtun")["cells"][1]["status"], "measured");
     let xfrm = &row("xfrm")["cells"];
     assert_eq!(xfrm[1]["status"], "not_run", "{xfrm}");
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());

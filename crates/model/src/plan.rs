@@ -28,16 +28,19 @@ pub enum Backend {
     /// wireguard-go (the Go userspace implementation), one process per end, over its UAPI.
     #[serde(rename = "wireguard-go")]
     WireguardGo,
+    /// boringtun (Cloudflare's Rust WireGuard), its device in the lab's process, per end.
+    Boringtun,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 6] = [
+    pub const ALL: [Backend; 7] = [
         Backend::Plain,
         Backend::Xfrm,
         Backend::Userspace,
         Backend::Openvpn,
         Backend::Wireguard,
         Backend::WireguardGo,
+        Backend::Boringtun,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,12 +51,13 @@ impl Backend {
             Backend::Openvpn => "openvpn",
             Backend::Wireguard => "wireguard",
             Backend::WireguardGo => "wireguard-go",
+            Backend::Boringtun => "boringtun",
         }
     }
 
     /// A WireGuard implementation: its one cipher is ChaCha20-Poly1305.
     pub fn is_wireguard(self) -> bool {
-        matches!(self, Backend::Wireguard | Backend::WireguardGo)
+        matches!(self, Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun)
     }
 
     /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
@@ -481,7 +485,7 @@ fn seed_from_clock() -> u64 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn, wireguard or wireguard-go")]
+    #[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn, wireguard, wireguard-go or boringtun")]
     UnknownBackend(String),
     #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
     UnknownCrypto(String),
@@ -695,7 +699,7 @@ mod tests {
         assert_eq!("XFRM".parse::<Backend>().unwrap(), Backend::Xfrm);
         assert_eq!("wireguard".parse::<Backend>().unwrap(), Backend::Wireguard);
         assert_eq!("WireGuard-Go".parse::<Backend>().unwrap(), Backend::WireguardGo);
-        assert!("boringtun".parse::<Backend>().is_err());
+        assert_eq!("boringtun".parse::<Backend>().unwrap(), Backend::Boringtun);
         let json = serde_json::to_string(&Backend::WireguardGo).unwrap();
         assert_eq!(json, "\"wireguard-go\"");
         assert_eq!("aws-lc".parse::<CryptoChoice>().unwrap(), CryptoChoice::AwsLc);

@@ -44,7 +44,7 @@ impl RunSecrets {
         match plan.backend {
             Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
             Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
-            Backend::Plain | Backend::Openvpn | Backend::Wireguard | Backend::WireguardGo => {}
+            Backend::Plain | Backend::Openvpn | Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {}
         }
         let openvpn = match plan.backend {
             Backend::Openvpn => Some(openvpn::Material::create(plan)?),
@@ -80,6 +80,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         Backend::Openvpn => openvpn::preflight(plan).await,
         Backend::Wireguard => wireguard::kernel::preflight(plan).await,
         Backend::WireguardGo => wireguard::go::preflight(plan).await,
+        Backend::Boringtun => wireguard::boring::preflight(plan).await,
     }
 }
 
@@ -91,6 +92,7 @@ pub enum End {
     Openvpn(openvpn::OpenvpnEnd),
     Wireguard(wireguard::kernel::KernelEnd),
     WireguardGo(wireguard::go::GoEnd),
+    Boringtun(wireguard::boring::BoringEnd),
 }
 
 impl End {
@@ -120,7 +122,7 @@ impl End {
                 })?;
                 Ok(End::Openvpn(openvpn::OpenvpnEnd::start(plan, material, site)?))
             }
-            Backend::Wireguard | Backend::WireguardGo => {
+            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
                 let keys = secrets.wireguard.as_ref().ok_or_else(|| {
                     LabError::usage(anyhow::anyhow!(
                         "the {} backend does not run between two hosts",
@@ -129,6 +131,7 @@ impl End {
                 })?;
                 Ok(match plan.backend {
                     Backend::Wireguard => End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?),
+                    Backend::Boringtun => End::Boringtun(wireguard::boring::BoringEnd::start(plan, keys, site).await?),
                     _ => End::WireguardGo(wireguard::go::GoEnd::start(plan, keys, site).await?),
                 })
             }
@@ -152,6 +155,7 @@ impl End {
             End::Openvpn(end) => Ok(EndEvidence::Openvpn(end.finish())),
             End::Wireguard(end) => Ok(EndEvidence::Wireguard(end.evidence().await?)),
             End::WireguardGo(end) => Ok(EndEvidence::Wireguard(end.evidence()?)),
+            End::Boringtun(end) => Ok(EndEvidence::Wireguard(end.evidence()?)),
         }
     }
 }

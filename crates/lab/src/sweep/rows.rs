@@ -114,7 +114,7 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
         ));
     }
     // With --vm the kernel's WireGuard row comes from the VM, like xfrm's.
-    for b in [Backend::Wireguard, Backend::WireguardGo] {
+    for b in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
         if args.has(b) && (b != Backend::Wireguard || args.vm.is_none()) {
             rows.push(local(b, RowVariant::Default, CryptoChoice::Auto, None));
         }

@@ -70,7 +70,7 @@ impl GoEnd {
     pub async fn start(plan: &RunPlan, keys: &Keys, site: &Site<'_>) -> LabResult<GoEnd> {
         let name = ifname(site.side);
         let what = format!("wireguard-go end {} ({name})", site.side.name());
-        let socket = Path::new(SOCKET_DIR).join(format!("{name}.sock"));
+        let socket = socket_path(&name);
         if socket.exists() {
             return Err(LabError::failed(anyhow::anyhow!(
                 "{what}: {} exists already (a killed run's? `ipsec-lab clean` removes what it recorded)",
@@ -105,29 +105,8 @@ impl GoEnd {
         recorded?;
         end.wait_for_socket(&what)?;
         let config = device_config(plan, keys, site, &end.ifname);
-        let reply = end.uapi(&wgnl::uapi::set_request(&config), &what)?;
-        match wgnl::uapi::errno(&reply) {
-            Some(Ok(0)) => {}
-            other => {
-                return Err(LabError::failed(anyhow::anyhow!(
-                    "{what}: wireguard-go refused the configuration: {other:?}"
-                )))
-            }
-        }
-        let (inner, _) = inner_addrs(plan, site.side);
-        set_mtu(site, &end.ifname, inner_mtu(plan)).await?;
-        Topology::add_address(site.namespace, &end.ifname, inner, plan.addressing.prefix_len).await?;
-        Topology::set_link_up(site.namespace, &end.ifname).await?;
-        if site.side == Side::B {
-            let started = start_handshake(plan, site, &what)?;
-            end.handshake = Some(loop {
-                let peers = end.peers(&what)?;
-                if let Some(took) = handshake_done(started, &peers, &what)? {
-                    break took;
-                }
-                tokio::time::sleep(POLL).await;
-            });
-        }
+        uapi_set(&end.socket, &config, &what)?;
+        end.handshake = bring_up(plan, site, &end.ifname, &end.socket, &what).await?;
         end.started = Instant::now();
         Ok(end)
     }
@@ -156,28 +135,8 @@ impl GoEnd {
         Ok(())
     }
 
-    /// One UAPI exchange: the request, then the reply up to its blank line.
-    fn uapi(&self, request: &str, what: &str) -> LabResult<String> {
-        let io = |e: std::io::Error| LabError::failed(anyhow::anyhow!("{what}: UAPI {}: {e}", self.socket.display()));
-        let mut s = UnixStream::connect(&self.socket).map_err(io)?;
-        s.set_read_timeout(Some(UAPI_TIMEOUT)).map_err(io)?;
-        s.write_all(request.as_bytes()).map_err(io)?;
-        let mut reply = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !reply.ends_with(b"\n\n") {
-            let n = s.read(&mut buf).map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            reply.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8(reply)
-            .map_err(|_| LabError::failed(anyhow::anyhow!("{what}: UAPI reply is not text")))
-    }
-
     fn peers(&self, what: &str) -> LabResult<Vec<PeerStats>> {
-        let reply = self.uapi(wgnl::uapi::GET_REQUEST, what)?;
-        wgnl::uapi::peers(&reply).map_err(|e| LabError::failed(anyhow::anyhow!("{what}: UAPI get: {e}")))
+        uapi_peers(&self.socket, what)
     }
 
     /// User and system CPU seconds of the whole process so far (/proc/PID/stat 14 and 15).
@@ -244,4 +203,70 @@ async fn set_mtu(site: &Site<'_>, device: &str, mtu: u32) -> LabResult<()> {
         .execute()
         .await
         .map_err(|e| LabError::failed(anyhow::anyhow!("set mtu {mtu} on {device}: {e}")))
+}
+
+/// One UAPI exchange on `socket`: the request, then the reply up to its blank line.
+pub(super) fn uapi_exchange(socket: &Path, request: &str, what: &str) -> LabResult<String> {
+    let io = |e: std::io::Error| LabError::failed(anyhow::anyhow!("{what}: UAPI {}: {e}", socket.display()));
+    let mut s = UnixStream::connect(socket).map_err(io)?;
+    s.set_read_timeout(Some(UAPI_TIMEOUT)).map_err(io)?;
+    s.write_all(request.as_bytes()).map_err(io)?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"\n\n") {
+        let n = s.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(reply).map_err(|_| LabError::failed(anyhow::anyhow!("{what}: UAPI reply is not text")))
+}
+
+/// Configures the device behind `socket` with `set=1`; an errno other than 0 fails.
+pub(super) fn uapi_set(socket: &Path, config: &wgnl::DeviceConfig, what: &str) -> LabResult<()> {
+    let reply = uapi_exchange(socket, &wgnl::uapi::set_request(config), what)?;
+    match wgnl::uapi::errno(&reply) {
+        Some(Ok(0)) => Ok(()),
+        other => Err(LabError::failed(anyhow::anyhow!(
+            "{what}: the device refused the configuration: {other:?}"
+        ))),
+    }
+}
+
+/// The peers the device behind `socket` reports (`get=1`).
+pub(super) fn uapi_peers(socket: &Path, what: &str) -> LabResult<Vec<PeerStats>> {
+    let reply = uapi_exchange(socket, wgnl::uapi::GET_REQUEST, what)?;
+    wgnl::uapi::peers(&reply).map_err(|e| LabError::failed(anyhow::anyhow!("{what}: UAPI get: {e}")))
+}
+
+/// The UAPI socket of device `ifname`: wireguard-go and boringtun both serve it there.
+pub(super) fn socket_path(ifname: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{ifname}.sock"))
+}
+
+/// Sizes, addresses and raises the device; end b then starts the handshake and returns
+/// how long it took (None for a).
+pub(super) async fn bring_up(
+    plan: &RunPlan,
+    site: &Site<'_>,
+    ifname: &str,
+    socket: &Path,
+    what: &str,
+) -> LabResult<Option<Duration>> {
+    let (inner, _) = inner_addrs(plan, site.side);
+    set_mtu(site, ifname, inner_mtu(plan)).await?;
+    Topology::add_address(site.namespace, ifname, inner, plan.addressing.prefix_len).await?;
+    Topology::set_link_up(site.namespace, ifname).await?;
+    if site.side != Side::B {
+        return Ok(None);
+    }
+    let started = start_handshake(plan, site, what)?;
+    loop {
+        let peers = uapi_peers(socket, what)?;
+        if let Some(took) = handshake_done(started, &peers, what)? {
+            return Ok(Some(took));
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }

@@ -6,6 +6,8 @@
 //!   peer over generic netlink (crate `wgnl`).
 //! * [`go`] (`--backend wireguard-go`): Debian's wireguard-go, one process per end,
 //!   configured over its UAPI socket.
+//! * [`boring`] (`--backend boringtun`): the `boringtun` crate's device in this process,
+//!   one per end, configured over the same UAPI.
 //!
 //! Both ends' x25519 key pairs are fresh per run ([`Keys`], in the run's secrets). The end
 //! started second (b) sends one datagram through its device, which starts the handshake,
@@ -17,8 +19,9 @@
 //! [`WireguardEvidence`]): `implementation`, `cipher`, `listen_port`, `mtu`, `handshake_s`
 //! (from b's first datagram to the handshake b's device reports), and per end the peer's
 //! `rx_bytes`/`tx_bytes` as the device counts them after the transfers, and for wireguard-go
-//! its process's `cpu` (all its threads).
+//! its process's `cpu` (all its threads), for boringtun its device threads' `cpu`.
 
+pub mod boring;
 pub mod go;
 pub mod kernel;
 
@@ -146,7 +149,8 @@ pub struct WireguardEnd {
     pub tx_bytes: u64,
     /// Seconds since the last handshake, when the evidence was read.
     pub last_handshake_age_s: Option<f64>,
-    /// The wireguard-go process (all threads) over its life; None for the kernel.
+    /// The wireguard-go process (all threads), or boringtun's device threads, since the
+    /// handshake; None for the kernel.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuUsage>,
     /// Time to the handshake, measured by the end that started it (b).
@@ -215,7 +219,7 @@ impl WireguardEvidence {
         for (side, e) in &self.ends {
             let cpu = e.cpu.map_or(String::new(), |c| {
                 format!(
-                    "; process {:.2} s user + {:.2} s system ({:.0} % of a core)",
+                    "; tunnel CPU {:.2} s user + {:.2} s system ({:.0} % of a core)",
                     c.user_s, c.system_s, c.percent_of_core
                 )
             });
@@ -232,6 +236,7 @@ impl WireguardEvidence {
 pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> WireguardEvidence {
     let implementation = match plan.backend {
         model::Backend::WireguardGo => go::implementation(),
+        model::Backend::Boringtun => boring::implementation(),
         _ => kernel::implementation(),
     };
     WireguardEvidence::new(plan, implementation, [a, b])
