@@ -42,7 +42,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
-    /// single-threaded tunnel) or openvpn (real OpenVPN).
+    /// single-threaded tunnel), openvpn (real OpenVPN), or WireGuard: wireguard (the kernel's),
+    /// wireguard-go or boringtun (chacha20-poly1305 only).
     #[arg(long, default_value = "xfrm")]
     pub backend: Backend,
     /// AES key size: 128, 192 or 256 [default: 256].

@@ -18,7 +18,10 @@ fn wireguard_go_or_skip(test: &str) -> bool {
         .output()
         .is_ok();
     if !found {
-        testcap::skip(test, "wireguard-go is not installed (apt-get install wireguard-go)");
+        testcap::skip(
+            test,
+            "wireguard-go is not installed (apt-get install wireguard-go)",
+        );
     }
     found
 }
@@ -75,7 +78,10 @@ fn userspace_wireguard_run(backend: &str, implementation: &str) {
     assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
     assert_eq!(report["transfers"][0]["verified"], true);
     let d = &report["backend_details"][backend];
-    assert!(d["implementation"].as_str().unwrap().starts_with(implementation), "{d}");
+    assert!(
+        d["implementation"].as_str().unwrap().starts_with(implementation),
+        "{d}"
+    );
     assert!(d["handshake_s"].as_f64().unwrap() > 0.0, "{d}");
     // The payload crossed a -> b: a's peer saw at least that much sent, b's received.
     let (a, b) = (&d["ends"]["a"], &d["ends"]["b"]);
@@ -132,7 +138,10 @@ fn kernel_wireguard_without_the_module_is_refused_naming_vm() {
         return;
     }
     if std::path::Path::new("/sys/module/wireguard").exists() {
-        testcap::skip(test, "this kernel has WireGuard; tests/wireguard_vm.rs runs the backend");
+        testcap::skip(
+            test,
+            "this kernel has WireGuard; tests/wireguard_vm.rs runs the backend",
+        );
         return;
     }
     let _lock = lab_lock();
@@ -152,7 +161,11 @@ fn suites_wireguard_cannot_carry_are_usage_errors() {
     ] {
         let out = run_lab(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
-        assert!(text(&out).contains("chacha20-poly1305"), "{args:?}: {}", text(&out));
+        assert!(
+            text(&out).contains("chacha20-poly1305"),
+            "{args:?}: {}",
+            text(&out)
+        );
     }
     for backend in ["xfrm", "openvpn"] {
         let out = run_lab(&["run", "--backend", backend, "--cipher", "chacha20-poly1305"]);
@@ -221,4 +234,70 @@ fn matrix_gives_wireguard_its_cipher_and_says_why_not_aes() {
     let xfrm = &row("xfrm")["cells"];
     assert_eq!(xfrm[1]["status"], "not_run", "{xfrm}");
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+/// SIGKILL a run mid-transfer, then `clean`: the UAPI sockets (which a killed boringtun
+/// leaves behind), any wireguard-go process and the namespaces the run recorded all go.
+#[test]
+fn sigkill_then_clean_removes_sockets_processes_and_namespaces() {
+    let test = "sigkill_then_clean_removes_sockets_processes_and_namespaces";
+    if !wireguard_go_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    for (backend, processes) in [("boringtun", 0), ("wireguard-go", 2)] {
+        let mut child = lab()
+            .args(["run", "--backend", backend, "--bytes", "50GB", "--no-progress"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let records = wait_for_records(child.id(), std::time::Duration::from_secs(30), |r| {
+            records_of(r, "namespace").len() == 2
+                && records_of(r, "path").len() == 2
+                && records_of(r, "process").len() == processes
+        })
+        .unwrap_or_else(|| panic!("{backend}: the run recorded its namespaces, sockets and processes"));
+        let field = |kind: &str, name: &str| -> Vec<String> {
+            records_of(&records, kind)
+                .iter()
+                .map(|r| {
+                    r[name]
+                        .as_str()
+                        .map_or_else(|| r[name].to_string(), str::to_string)
+                })
+                .collect()
+        };
+        let (namespaces, sockets, pids) = (
+            field("namespace", "name"),
+            field("path", "path"),
+            field("process", "pid"),
+        );
+        assert!(
+            sockets.iter().all(|s| s.starts_with("/var/run/wireguard/ipl-wg")),
+            "{sockets:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let out = run_lab(&["clean"]);
+        assert!(out.status.success(), "{}", text(&out));
+        for s in &sockets {
+            assert!(
+                !std::path::Path::new(s).exists(),
+                "{backend}: {s} left after clean"
+            );
+        }
+        for p in &pids {
+            assert!(
+                !std::path::Path::new(&format!("/proc/{p}")).exists(),
+                "{backend}: process {p} left"
+            );
+        }
+        let left: Vec<String> = lab_namespaces()
+            .into_iter()
+            .filter(|n| namespaces.contains(n))
+            .collect();
+        assert_eq!(left, Vec::<String>::new(), "{backend}");
+    }
 }

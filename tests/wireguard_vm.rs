@@ -42,7 +42,13 @@ fn guest_checks() {
     assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
     assert_eq!(report["transfers"][0]["verified"], true);
     let d = &report["backend_details"]["wireguard"];
-    assert!(d["implementation"].as_str().unwrap().starts_with("kernel WireGuard"), "{d}");
+    assert!(
+        d["implementation"]
+            .as_str()
+            .unwrap()
+            .starts_with("kernel WireGuard"),
+        "{d}"
+    );
     assert!(d["handshake_s"].as_f64().unwrap() > 0.0, "{d}");
     let (a, b) = (&d["ends"]["a"], &d["ends"]["b"]);
     assert!(a["tx_bytes"].as_u64().unwrap() >= 4_000_000, "{d}");

@@ -15,7 +15,8 @@ use crate::{output, progress};
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
     /// Backends to sweep, comma-separated. The plain baseline is always measured: it is
-    /// what "% of plain" is relative to.
+    /// what "% of plain" is relative to. WireGuard rows (wireguard, wireguard-go, boringtun)
+    /// are added by naming them; they bring a chacha20-poly1305 column.
     #[arg(long, value_delimiter = ',', default_value = "plain,xfrm,userspace,openvpn")]
     pub backends: Vec<Backend>,
     /// Cipher suites (the columns), comma-separated, e.g. aes-256-gcm,aes-256-cbc-hmac-sha256

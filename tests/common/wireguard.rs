@@ -11,7 +11,10 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
     use lab::backend::{End, Hosts, RunSecrets, Side, Site};
     use std::net::IpAddr;
 
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let pids = rt.block_on(async {
         let plan = model::RunRequest {
             backend,
@@ -66,7 +69,11 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
         );
         let pids = wireguard_go_children();
         if backend == model::Backend::WireguardGo {
-            assert_eq!(pids.len(), 1, "a's wireguard-go runs until dropped, b's is gone: {pids:?}");
+            assert_eq!(
+                pids.len(),
+                1,
+                "a's wireguard-go runs until dropped, b's is gone: {pids:?}"
+            );
         }
         // b's device went with its failed start; a's is there until a is dropped.
         assert_eq!(links_in(&topology.b, "ipl-wg"), Vec::<String>::new());
@@ -76,12 +83,18 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
         let names = [topology.a.name().to_string(), topology.b.name().to_string()];
         topology.destroy().unwrap();
         // This run's own namespaces: other runs may be making theirs meanwhile.
-        let left: Vec<String> = lab_namespaces().into_iter().filter(|n| names.contains(n)).collect();
+        let left: Vec<String> = lab_namespaces()
+            .into_iter()
+            .filter(|n| names.contains(n))
+            .collect();
         assert_eq!(left, Vec::<String>::new());
         pids
     });
     for pid in pids {
-        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "wireguard-go {pid} left");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "wireguard-go {pid} left"
+        );
     }
     assert!(wireguard_go_children().is_empty());
 }
@@ -109,7 +122,9 @@ fn wireguard_go_children() -> Vec<u32> {
         .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
         .filter(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let Some(close) = stat.rfind(')') else { return false };
+            let Some(close) = stat.rfind(')') else {
+                return false;
+            };
             let comm_is_wg = stat[..close].ends_with("(wireguard-go");
             let ppid = stat[close + 2..].split_whitespace().nth(1);
             comm_is_wg && ppid == Some(me.as_str())

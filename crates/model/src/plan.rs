@@ -57,7 +57,10 @@ impl Backend {
 
     /// A WireGuard implementation: its one cipher is ChaCha20-Poly1305.
     pub fn is_wireguard(self) -> bool {
-        matches!(self, Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun)
+        matches!(
+            self,
+            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun
+        )
     }
 
     /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
@@ -395,7 +398,8 @@ impl RunRequest {
             });
         }
         // The lab's own tunnel has an AEAD engine for it; ESP and OpenVPN rows are not run.
-        if matches!(self.backend, Backend::Xfrm | Backend::Openvpn) && suite == CipherSuite::ChaCha20Poly1305 {
+        if matches!(self.backend, Backend::Xfrm | Backend::Openvpn) && suite == CipherSuite::ChaCha20Poly1305
+        {
             return Err(PlanError::NoChaCha(self.backend));
         }
         let crypto = self.crypto.unwrap_or(CryptoChoice::Auto);
@@ -485,7 +489,9 @@ fn seed_from_clock() -> u64 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn, wireguard, wireguard-go or boringtun")]
+    #[error(
+        "unknown backend {0:?}: use plain, xfrm, userspace, openvpn, wireguard, wireguard-go or boringtun"
+    )]
     UnknownBackend(String),
     #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
     UnknownCrypto(String),
@@ -714,9 +720,15 @@ mod tests {
             key_bits,
             ..Default::default()
         };
-        assert_eq!(wg(None, None).validate().unwrap().suite, CipherSuite::ChaCha20Poly1305);
         assert_eq!(
-            wg(Some(CipherSuite::ChaCha20Poly1305), None).validate().unwrap().suite,
+            wg(None, None).validate().unwrap().suite,
+            CipherSuite::ChaCha20Poly1305
+        );
+        assert_eq!(
+            wg(Some(CipherSuite::ChaCha20Poly1305), None)
+                .validate()
+                .unwrap()
+                .suite,
             CipherSuite::ChaCha20Poly1305
         );
         for bad in [
@@ -740,6 +752,9 @@ mod tests {
             peer: Some("198.18.0.2".into()),
             ..wg(None, None)
         };
-        assert_eq!(peer.validate().unwrap_err(), PlanError::PeerBackend(Backend::Wireguard));
+        assert_eq!(
+            peer.validate().unwrap_err(),
+            PlanError::PeerBackend(Backend::Wireguard)
+        );
     }
 }

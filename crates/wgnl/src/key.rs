@@ -71,8 +71,7 @@ mod tests {
     #[test]
     fn public_key_matches_rfc7748_vector() {
         // RFC 7748 section 6.1: Alice's private and public keys.
-        let private: [u8; 32] =
-            parse("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
+        let private: [u8; 32] = parse("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
         let pair = KeyPair::from_private(private);
         assert_eq!(
             pair.public.hex(),

@@ -32,7 +32,9 @@ pub enum WgError {
     Random(String),
     #[error("open a generic netlink socket: {0}")]
     Socket(#[source] std::io::Error),
-    #[error("the kernel has no WireGuard generic netlink family (module wireguard not loaded or not built): {0}")]
+    #[error(
+        "the kernel has no WireGuard generic netlink family (module wireguard not loaded or not built): {0}"
+    )]
     NoFamily(String),
     #[error("{what}: {source}")]
     Kernel {

@@ -22,7 +22,9 @@ pub struct PeerStats {
 pub fn peers(message: &WireguardMessage) -> Vec<PeerStats> {
     let mut out = Vec::new();
     for attr in &message.attributes {
-        let WireguardAttribute::Peers(peers) = attr else { continue };
+        let WireguardAttribute::Peers(peers) = attr else {
+            continue;
+        };
         for peer in peers {
             let mut stats = PeerStats {
                 public_key: PublicKey([0; 32]),
@@ -54,7 +56,8 @@ pub(crate) fn handshake_time(seconds: i64, nanos: i64) -> Option<SystemTime> {
     if seconds <= 0 && nanos <= 0 {
         return None;
     }
-    let d = Duration::from_secs(seconds.max(0) as u64) + Duration::from_nanos(nanos.clamp(0, 999_999_999) as u64);
+    let d =
+        Duration::from_secs(seconds.max(0) as u64) + Duration::from_nanos(nanos.clamp(0, 999_999_999) as u64);
     Some(SystemTime::UNIX_EPOCH + d)
 }
 

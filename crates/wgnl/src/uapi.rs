@@ -52,7 +52,9 @@ pub fn peers(reply: &str) -> Result<Vec<PeerStats>, String> {
         }
     };
     for line in reply.lines() {
-        let Some((k, v)) = line.split_once('=') else { continue };
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
         let bad = || format!("bad {k} value {v:?}");
         match k {
             "public_key" => {
@@ -92,7 +94,10 @@ fn parse_key(v: &str) -> Option<[u8; 32]> {
 
 /// Time since the handshake, for a report.
 pub fn since(t: SystemTime) -> f64 {
-    SystemTime::now().duration_since(t).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(t)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 #[cfg(test)]

@@ -44,7 +44,11 @@ impl RunSecrets {
         match plan.backend {
             Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
             Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
-            Backend::Plain | Backend::Openvpn | Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {}
+            Backend::Plain
+            | Backend::Openvpn
+            | Backend::Wireguard
+            | Backend::WireguardGo
+            | Backend::Boringtun => {}
         }
         let openvpn = match plan.backend {
             Backend::Openvpn => Some(openvpn::Material::create(plan)?),
@@ -130,8 +134,12 @@ impl End {
                     ))
                 })?;
                 Ok(match plan.backend {
-                    Backend::Wireguard => End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?),
-                    Backend::Boringtun => End::Boringtun(wireguard::boring::BoringEnd::start(plan, keys, site).await?),
+                    Backend::Wireguard => {
+                        End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?)
+                    }
+                    Backend::Boringtun => {
+                        End::Boringtun(wireguard::boring::BoringEnd::start(plan, keys, site).await?)
+                    }
                     _ => End::WireguardGo(wireguard::go::GoEnd::start(plan, keys, site).await?),
                 })
             }

@@ -156,7 +156,10 @@ mod tests {
             backends: vec![Backend::Xfrm, Backend::Userspace],
             ..plan()
         };
-        assert_eq!(no_wireguard.validate().unwrap().suites, CipherSuite::classic_six());
+        assert_eq!(
+            no_wireguard.validate().unwrap().suites,
+            CipherSuite::classic_six()
+        );
         let none = SweepPlan {
             suites: vec![CipherSuite::None],
             ..plan()

@@ -75,7 +75,9 @@ impl BoringEnd {
             Ok(Ok(d)) => d,
             Ok(Err(e)) => {
                 owner::forget(&record);
-                return Err(LabError::failed(anyhow::anyhow!("{what}: make the device: {e:?}")));
+                return Err(LabError::failed(anyhow::anyhow!(
+                    "{what}: make the device: {e:?}"
+                )));
             }
             Err(e) => {
                 owner::forget(&record);

@@ -15,11 +15,14 @@ use model::RunPlan;
 use netns::Topology;
 use wgnl::PeerStats;
 
-use super::{device_config, handshake_done, ifname, inner_addrs, inner_mtu, start_handshake, Keys, WireguardEnd, POLL};
+use super::{
+    device_config, handshake_done, ifname, inner_addrs, inner_mtu, start_handshake, Keys, WireguardEnd, POLL,
+};
 use crate::backend::site::{Side, Site};
 use crate::error::{LabError, LabResult};
 
-const INSTALL: &str = "wireguard-go is not installed: install it with `apt-get install wireguard-go` (Debian/Ubuntu)";
+const INSTALL: &str =
+    "wireguard-go is not installed: install it with `apt-get install wireguard-go` (Debian/Ubuntu)";
 const SOCKET_DIR: &str = "/var/run/wireguard";
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const UAPI_TIMEOUT: Duration = Duration::from_secs(5);
@@ -51,7 +54,12 @@ pub fn implementation() -> String {
         .arg("--version")
         .output()
         .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| "wireguard-go (version unknown)".into())
 }
 
@@ -145,7 +153,10 @@ impl GoEnd {
         let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some((fields[11].parse::<f64>().ok()? / hz, fields[12].parse::<f64>().ok()? / hz))
+        Some((
+            fields[11].parse::<f64>().ok()? / hz,
+            fields[12].parse::<f64>().ok()? / hz,
+        ))
     }
 
     /// The peer's counters and the process's CPU since the handshake.
@@ -153,7 +164,11 @@ impl GoEnd {
         let what = format!("wireguard-go end {}", self.side.name());
         let mut end = WireguardEnd::from_stats(self.side, &self.ifname, &self.peers(&what)?)?;
         let (user, system) = self.cpu().unwrap_or((0.0, 0.0));
-        end.cpu = Some(model::CpuUsage::new(user, system, self.started.elapsed().as_secs_f64()));
+        end.cpu = Some(model::CpuUsage::new(
+            user,
+            system,
+            self.started.elapsed().as_secs_f64(),
+        ));
         end.handshake_s = self.handshake.map(|d| d.as_secs_f64());
         Ok(end)
     }
@@ -199,7 +214,11 @@ async fn set_mtu(site: &Site<'_>, device: &str, mtu: u32) -> LabResult<()> {
         .map_err(|e| LabError::failed(anyhow::anyhow!("find {device}: {e}")))?
         .ok_or_else(|| LabError::failed(anyhow::anyhow!("wireguard-go made no device {device}")))?;
     h.link()
-        .set(rtnetlink::LinkUnspec::new_with_index(link.header.index).mtu(mtu).build())
+        .set(
+            rtnetlink::LinkUnspec::new_with_index(link.header.index)
+                .mtu(mtu)
+                .build(),
+        )
         .execute()
         .await
         .map_err(|e| LabError::failed(anyhow::anyhow!("set mtu {mtu} on {device}: {e}")))

@@ -11,7 +11,9 @@ use netns::{Namespace, Topology};
 use rtnetlink::LinkWireguard;
 use wgnl::WgHandle;
 
-use super::{device_config, handshake_done, ifname, inner_addrs, inner_mtu, start_handshake, Keys, WireguardEnd, POLL};
+use super::{
+    device_config, handshake_done, ifname, inner_addrs, inner_mtu, start_handshake, Keys, WireguardEnd, POLL,
+};
 use crate::backend::site::{Side, Site};
 use crate::error::{LabError, LabResult};
 
@@ -115,7 +117,9 @@ impl Drop for KernelEnd {
     fn drop(&mut self) {
         let name = self.ifname.clone();
         // Gone with its namespace already, or still there to delete.
-        let Ok(ns) = Namespace::open(&self.namespace) else { return };
+        let Ok(ns) = Namespace::open(&self.namespace) else {
+            return;
+        };
         // Drop cannot await: a thread of its own with its own runtime deletes the link.
         let _ = std::thread::spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {

@@ -52,7 +52,10 @@ pub struct Keys {
 impl Keys {
     pub fn generate() -> LabResult<Keys> {
         let pair = || KeyPair::generate().map_err(LabError::failed);
-        Ok(Keys { a: pair()?, b: pair()? })
+        Ok(Keys {
+            a: pair()?,
+            b: pair()?,
+        })
     }
 
     fn of(&self, side: Side) -> &KeyPair {
