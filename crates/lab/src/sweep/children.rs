@@ -151,7 +151,8 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let cells = (args.suites.len() as u64 * 2 + 1) * u64::from(args.repeat);
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
-        "ipsec-lab: xfrm rows in a VM booting {} ({}); TCG boots take about half a minute",
+        "ipsec-lab: kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
+        kernel_rows.join(", "),
         kernel.display(),
         accel.label()
     );
