@@ -9,6 +9,8 @@ packages=(
   openvpn           # the real userspace VPN the lab compares with
   charon-systemd    # strongSwan's IKE daemon (the strongswan backend; no pid file)
   strongswan-swanctl # swanctl, configuring charon over VICI
+  wireguard-go      # the Go userspace WireGuard (--backend wireguard-go)
+  wireguard-tools   # wg(8): captures the WireGuard fixtures (tests/fixtures/wireguard)
   util-linux        # setpriv: run the binary without capabilities in tests
   strace            # captures iproute2's netlink requests for fixtures
   qemu-system-x86   # the VM lab: a stock kernel with ESP under virtme-ng

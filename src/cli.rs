@@ -42,8 +42,9 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
-    /// single-threaded tunnel), openvpn (real OpenVPN) or strongswan (kernel IPsec
-    /// negotiated by strongSwan's charon over IKEv2).
+    /// single-threaded tunnel), openvpn (real OpenVPN), strongswan (kernel IPsec negotiated
+    /// by strongSwan's charon over IKEv2), or WireGuard: wireguard (the kernel's),
+    /// wireguard-go or boringtun (chacha20-poly1305 only).
     #[arg(long, default_value = "xfrm")]
     pub backend: Backend,
     /// AES key size: 128, 192 or 256 [default: 256].

@@ -215,6 +215,7 @@ async fn wrong_psk() {
         keys: Default::default(),
         openvpn: None,
         strongswan: Some(strongswan::Material::with_psks(&plan, &"11".repeat(32), &"22".repeat(32)).unwrap()),
+        wireguard: None,
     };
     let site = |side, namespace, link| Site {
         side,

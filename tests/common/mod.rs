@@ -2,6 +2,8 @@
 //! printed reason, and a view of what the lab left in the kernel.
 #![allow(dead_code)]
 
+pub mod wireguard;
+
 use std::process::{Command, Output};
 
 pub fn lab() -> Command {

@@ -119,6 +119,8 @@ impl ServerLimits {
     pub fn check(&self, r: &PeerRequest) -> Result<(), RequestError> {
         match (r.backend, r.suite) {
             (Backend::Openvpn, _) => return Err(RequestError::Backend(r.backend)),
+            // Each end would need the other's public key, which the protocol does not carry.
+            (b, _) if b.is_wireguard() => return Err(RequestError::Backend(b)),
             (Backend::Plain, CipherSuite::None) => {}
             (Backend::Plain, s) => return Err(RequestError::PlainSuite(s)),
             (Backend::Xfrm, CipherSuite::None) => return Err(RequestError::XfrmNone),
@@ -540,6 +542,14 @@ mod tests {
             }),
             RequestError::Backend(Backend::Openvpn)
         ));
+        for b in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
+            let r = PeerRequest {
+                backend: b,
+                suite: CipherSuite::ChaCha20Poly1305,
+                ..request()
+            };
+            assert!(matches!(refused(r), RequestError::Backend(got) if got == b));
+        }
         assert!(matches!(
             refused(PeerRequest {
                 crypto: CryptoChoice::Soft,

@@ -122,6 +122,16 @@ impl From<xfrm::XfrmError> for LabError {
 }
 
 /// A failure to record an object in the state file: missing privilege, or a failed run.
+impl From<wgnl::WgError> for LabError {
+    fn from(e: wgnl::WgError) -> LabError {
+        let kind = match e {
+            wgnl::WgError::NoFamily(_) => ExitKind::Capability,
+            _ => ExitKind::Failed,
+        };
+        LabError::new(kind, e)
+    }
+}
+
 impl From<owner::OwnerError> for LabError {
     fn from(e: owner::OwnerError) -> LabError {
         let kind = if e.is_permission() {

@@ -20,6 +20,7 @@ pub enum EndEvidence {
     Userspace(TunnelEnd),
     Openvpn(OpenvpnProcess),
     Strongswan(StrongswanEvidence),
+    Wireguard(crate::backend::wireguard::WireguardEnd),
 }
 
 /// A run's evidence, as its report carries it under the backend's name.
@@ -33,6 +34,7 @@ pub enum Evidence {
     Openvpn(OpenvpnEvidence),
     /// The local lab's strongSwan run: end a's view of what charon negotiated.
     Strongswan(StrongswanEvidence),
+    Wireguard(crate::backend::wireguard::WireguardEvidence),
     /// A two-host run: this host's end and what the server reported of its own.
     TwoHosts {
         client: EndEvidence,
@@ -274,6 +276,7 @@ impl Evidence {
                 o.ends.get("a")?.cpu.percent_of_core,
                 o.ends.get("b")?.cpu.percent_of_core,
             )),
+            Evidence::Wireguard(w) => w.tunnel_cpu(),
             _ => None,
         }
     }
@@ -284,6 +287,7 @@ impl Evidence {
             Evidence::Xfrm(x) => x.lines(),
             Evidence::Userspace(u) => u.lines(),
             Evidence::Strongswan(s) => s.lines(),
+            Evidence::Wireguard(w) => w.lines(),
             _ => Vec::new(),
         }
     }

@@ -6,7 +6,8 @@
 //! * [`backend`]: what carries the payload. A backend starts ONE end ([`backend::End`]) at a
 //!   [`backend::Site`] from the run's [`backend::RunSecrets`]; a local run starts two, a
 //!   two-host run one on each host. One module per backend (`xfrm`, `userspace`,
-//!   `openvpn`, `strongswan`; plain needs none), each with its preflight and its evidence.
+//!   `openvpn`, `strongswan`, `wireguard` with its kernel, wireguard-go and boringtun ends;
+//!   plain needs none), each with its preflight and its evidence.
 //! * [`evidence`]: what the backends show happened, typed; serialised into the report's
 //!   `backend_details`, summarised by its own `lines()`.
 //! * [`session`]: one verified transfer's configuration, idle timeout and record.

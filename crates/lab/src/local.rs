@@ -159,6 +159,9 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
             Some(material) => Evidence::Openvpn(material.evidence([a, b])),
             None => Evidence::None,
         },
+        (Some(EndEvidence::Wireguard(a)), Some(EndEvidence::Wireguard(b))) => {
+            Evidence::Wireguard(backend::wireguard::local_evidence(plan, a, b))
+        }
         _ => Evidence::None,
     })
 }

@@ -32,7 +32,7 @@ pub const VIRT_KVM: &str = "vm (kvm)";
 pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
 /// Modules the xfrm backend needs in the stock kernel (autoloading would find most, but a
 /// probe that fails before a module loads would report a missing capability).
-pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm";
+pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard";
 /// How long a KVM guest may take to print a token before KVM is declared unusable here.
 const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
 /// In the directory shared with the guest: the report the guest's run writes (`--json`),
@@ -349,10 +349,14 @@ pub fn exec_in_guest<T: DeserializeOwned>(
 }
 
 /// Whether `plan` runs in the VM: `--vm KERNEL` always, `--vm auto` where this kernel
-/// cannot run kernel IPsec (the xfrm and strongswan backends).
+/// cannot run what the backend needs of it (ESP for xfrm and strongswan, WireGuard).
 pub fn wanted(plan: &RunPlan) -> bool {
-    let kernel_ipsec = matches!(plan.backend, model::Backend::Xfrm | model::Backend::Strongswan);
-    let not_needed = plan.vm_is_auto() && (!kernel_ipsec || crate::local::host_has_esp());
+    let host_can = || match plan.backend {
+        model::Backend::Xfrm | model::Backend::Strongswan => crate::local::host_has_esp(),
+        model::Backend::Wireguard => crate::backend::wireguard::kernel::host_has_wireguard(),
+        _ => true,
+    };
+    let not_needed = plan.vm_is_auto() && host_can();
     plan.vm.is_some() && !not_needed
 }
 

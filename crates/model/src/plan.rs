@@ -25,15 +25,25 @@ pub enum Backend {
     Openvpn,
     /// Kernel IPsec whose SAs strongSwan's charon negotiated over IKEv2.
     Strongswan,
+    /// Kernel WireGuard: a wireguard link configured over generic netlink.
+    Wireguard,
+    /// wireguard-go (the Go userspace implementation), one process per end, over its UAPI.
+    #[serde(rename = "wireguard-go")]
+    WireguardGo,
+    /// boringtun (Cloudflare's Rust WireGuard), its device in the lab's process, per end.
+    Boringtun,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 5] = [
+    pub const ALL: [Backend; 8] = [
         Backend::Plain,
         Backend::Xfrm,
         Backend::Userspace,
         Backend::Openvpn,
         Backend::Strongswan,
+        Backend::Wireguard,
+        Backend::WireguardGo,
+        Backend::Boringtun,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +53,32 @@ impl Backend {
             Backend::Userspace => "userspace",
             Backend::Openvpn => "openvpn",
             Backend::Strongswan => "strongswan",
+            Backend::Wireguard => "wireguard",
+            Backend::WireguardGo => "wireguard-go",
+            Backend::Boringtun => "boringtun",
+        }
+    }
+
+    /// A WireGuard implementation: its one cipher is ChaCha20-Poly1305.
+    pub fn is_wireguard(self) -> bool {
+        matches!(
+            self,
+            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun
+        )
+    }
+
+    /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
+    /// cell that is "not run"); `none` is the plain row's business and not judged here.
+    pub fn suite_refusal(self, suite: CipherSuite) -> Option<&'static str> {
+        let chacha = suite == CipherSuite::ChaCha20Poly1305;
+        match self {
+            b if b.is_wireguard() && !chacha && suite != CipherSuite::None => {
+                Some("WireGuard has one cipher, chacha20-poly1305")
+            }
+            Backend::Xfrm | Backend::Openvpn | Backend::Strongswan if chacha => {
+                Some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
+            }
+            _ => None,
         }
     }
 
@@ -348,8 +384,28 @@ impl RunRequest {
                 }
                 CipherSuite::None
             }
+            b if b.is_wireguard() => {
+                if self.key_bits.is_some() || self.hmac.is_some() {
+                    return Err(PlanError::WireguardSuite {
+                        backend: b,
+                        suite: cbc,
+                    });
+                }
+                self.cipher.unwrap_or(CipherSuite::ChaCha20Poly1305)
+            }
             _ => self.cipher.unwrap_or(cbc),
         };
+        if self.backend.is_wireguard() && suite != CipherSuite::ChaCha20Poly1305 {
+            return Err(PlanError::WireguardSuite {
+                backend: self.backend,
+                suite,
+            });
+        }
+        // The lab's own tunnel has an AEAD engine for it; ESP and OpenVPN rows are not run.
+        if matches!(self.backend, Backend::Xfrm | Backend::Openvpn) && suite == CipherSuite::ChaCha20Poly1305
+        {
+            return Err(PlanError::NoChaCha(self.backend));
+        }
         let crypto = self.crypto.unwrap_or(CryptoChoice::Auto);
         if self.backend != Backend::Userspace && self.crypto.is_some() {
             ignored.push(format!(
@@ -371,7 +427,7 @@ impl RunRequest {
             if self.vm.is_some() {
                 return Err(PlanError::PeerWithVm);
             }
-            if matches!(self.backend, Backend::Openvpn | Backend::Strongswan) {
+            if matches!(self.backend, Backend::Openvpn | Backend::Strongswan) || self.backend.is_wireguard() {
                 return Err(PlanError::PeerBackend(self.backend));
             }
             // Between real machines only transport mode: its policies select the lab's
@@ -437,7 +493,9 @@ fn seed_from_clock() -> u64 {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn or strongswan")]
+    #[error(
+        "unknown backend {0:?}: use plain, xfrm, userspace, openvpn, strongswan, wireguard, wireguard-go or boringtun"
+    )]
     UnknownBackend(String),
     #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
     UnknownCrypto(String),
@@ -462,6 +520,10 @@ pub enum PlanError {
     CipherConflict,
     #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
     SuiteNotSupported { backend: Backend, suite: CipherSuite },
+    #[error("the {backend} backend cannot carry {suite}: WireGuard has one cipher, chacha20-poly1305 (give no --cipher/--key-bits/--hmac, or --cipher chacha20-poly1305)")]
+    WireguardSuite { backend: Backend, suite: CipherSuite },
+    #[error("the {0} backend does not run chacha20-poly1305 in this lab: use --backend wireguard, wireguard-go or userspace for it")]
+    NoChaCha(Backend),
     #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
     Peer(String),
     #[error("--peer and --vm do not go together: run `ipsec-lab serve` and `run --peer` on the machines themselves")]
@@ -668,8 +730,58 @@ mod tests {
     fn names_parse() {
         assert_eq!("XFRM".parse::<Backend>().unwrap(), Backend::Xfrm);
         assert_eq!("strongswan".parse::<Backend>().unwrap(), Backend::Strongswan);
-        assert!("wireguard".parse::<Backend>().is_err());
+        assert_eq!("wireguard".parse::<Backend>().unwrap(), Backend::Wireguard);
+        assert_eq!("WireGuard-Go".parse::<Backend>().unwrap(), Backend::WireguardGo);
+        assert_eq!("boringtun".parse::<Backend>().unwrap(), Backend::Boringtun);
+        let json = serde_json::to_string(&Backend::WireguardGo).unwrap();
+        assert_eq!(json, "\"wireguard-go\"");
         assert_eq!("aws-lc".parse::<CryptoChoice>().unwrap(), CryptoChoice::AwsLc);
         assert!("nonsense".parse::<CryptoChoice>().is_err());
+    }
+
+    #[test]
+    fn wireguard_carries_chacha20_poly1305_only() {
+        let wg = |cipher, key_bits| RunRequest {
+            backend: Backend::Wireguard,
+            cipher,
+            key_bits,
+            ..Default::default()
+        };
+        assert_eq!(
+            wg(None, None).validate().unwrap().suite,
+            CipherSuite::ChaCha20Poly1305
+        );
+        assert_eq!(
+            wg(Some(CipherSuite::ChaCha20Poly1305), None)
+                .validate()
+                .unwrap()
+                .suite,
+            CipherSuite::ChaCha20Poly1305
+        );
+        for bad in [
+            wg(Some(CipherSuite::AesGcm { key: KeyBits::Aes256 }), None),
+            wg(None, Some(KeyBits::Aes128)),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(matches!(e, PlanError::WireguardSuite { .. }), "{e}");
+            assert!(e.to_string().contains("chacha20-poly1305"), "{e}");
+        }
+        let chacha = |backend| RunRequest {
+            backend,
+            cipher: Some(CipherSuite::ChaCha20Poly1305),
+            ..Default::default()
+        };
+        assert!(chacha(Backend::Userspace).validate().is_ok());
+        for b in [Backend::Xfrm, Backend::Openvpn] {
+            assert_eq!(chacha(b).validate().unwrap_err(), PlanError::NoChaCha(b));
+        }
+        let peer = RunRequest {
+            peer: Some("198.18.0.2".into()),
+            ..wg(None, None)
+        };
+        assert_eq!(
+            peer.validate().unwrap_err(),
+            PlanError::PeerBackend(Backend::Wireguard)
+        );
     }
 }

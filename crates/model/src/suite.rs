@@ -98,7 +98,7 @@ impl fmt::Display for Hmac {
 }
 
 /// What protects the data. Parsed from names such as `aes-256-cbc-hmac-sha256`,
-/// `aes-128-cbc`, `aes-256-gcm` and `none`.
+/// `aes-128-cbc`, `aes-256-gcm`, `chacha20-poly1305` and `none`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum CipherSuite {
@@ -108,6 +108,8 @@ pub enum CipherSuite {
     AesCbc { key: KeyBits, hmac: Hmac },
     /// AES-GCM (128 or 256; 192 is valid AES-GCM but no ESP stack or OpenVPN uses it).
     AesGcm { key: KeyBits },
+    /// ChaCha20-Poly1305 (256-bit key): WireGuard's only cipher.
+    ChaCha20Poly1305,
 }
 
 impl CipherSuite {
@@ -139,6 +141,7 @@ impl CipherSuite {
                 hmac: Hmac::Sha256,
             } => format!("aes-{key}-cbc-hmac-sha256"),
             CipherSuite::AesGcm { key } => format!("aes-{key}-gcm"),
+            CipherSuite::ChaCha20Poly1305 => CHACHA20_POLY1305.into(),
         }
     }
 
@@ -155,12 +158,13 @@ impl CipherSuite {
                 hmac: Hmac::Sha256,
             } => format!("{key}+HMAC"),
             CipherSuite::AesGcm { key } => format!("GCM-{key}"),
+            CipherSuite::ChaCha20Poly1305 => "ChaCha20".into(),
         }
     }
 
     pub fn key_bits(&self) -> Option<KeyBits> {
         match self {
-            CipherSuite::None => None,
+            CipherSuite::None | CipherSuite::ChaCha20Poly1305 => None,
             CipherSuite::AesCbc { key, .. } | CipherSuite::AesGcm { key } => Some(*key),
         }
     }
@@ -174,6 +178,7 @@ impl CipherSuite {
         matches!(
             self,
             CipherSuite::AesGcm { .. }
+                | CipherSuite::ChaCha20Poly1305
                 | CipherSuite::AesCbc {
                     hmac: Hmac::Sha256,
                     ..
@@ -194,6 +199,9 @@ impl FromStr for CipherSuite {
         let lower = s.trim().to_ascii_lowercase();
         if lower == "none" || lower == "null" {
             return Ok(CipherSuite::None);
+        }
+        if lower == CHACHA20_POLY1305 {
+            return Ok(CipherSuite::ChaCha20Poly1305);
         }
         let bad = || SuiteError::Cipher(s.to_string());
         let rest = lower.strip_prefix("aes-").ok_or_else(bad)?;
@@ -227,6 +235,8 @@ impl From<CipherSuite> for String {
     }
 }
 
+const CHACHA20_POLY1305: &str = "chacha20-poly1305";
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SuiteError {
     #[error("unsupported key size {0:?}: AES keys are 128, 192 or 256 bits")]
@@ -234,7 +244,7 @@ pub enum SuiteError {
     #[error("unknown HMAC {0:?}: use none or sha256")]
     Hmac(String),
     #[error(
-        "unknown cipher {0:?}: use none, aes-{{128,192,256}}-cbc, aes-{{128,192,256}}-cbc-hmac-sha256 or aes-{{128,256}}-gcm"
+        "unknown cipher {0:?}: use none, aes-{{128,192,256}}-cbc, aes-{{128,192,256}}-cbc-hmac-sha256, aes-{{128,256}}-gcm or chacha20-poly1305"
     )]
     Cipher(String),
 }
@@ -249,6 +259,7 @@ mod tests {
         all.push(CipherSuite::None);
         all.push(CipherSuite::AesGcm { key: KeyBits::Aes128 });
         all.push(CipherSuite::AesGcm { key: KeyBits::Aes256 });
+        all.push(CipherSuite::ChaCha20Poly1305);
         for s in all {
             assert_eq!(s.name().parse::<CipherSuite>().unwrap(), s);
             let json = serde_json::to_string(&s).unwrap();

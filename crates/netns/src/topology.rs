@@ -118,6 +118,27 @@ impl Topology {
         })
     }
 
+    /// Sets `device` up inside `ns` (`ip -n NS link set DEVICE up`).
+    pub async fn set_link_up(ns: &Namespace, device: &str) -> Result<(), NetnsError> {
+        let h = ns.rtnetlink().await?;
+        let index = link_index(&h, ns, device).await?;
+        set_up(&h, ns, index, device).await
+    }
+
+    /// Deletes `device` inside `ns` (`ip -n NS link del DEVICE`); a missing one is not an
+    /// error (it went with its process or was never made).
+    pub async fn delete_link(ns: &Namespace, device: &str) -> Result<(), NetnsError> {
+        let h = ns.rtnetlink().await?;
+        let Ok(index) = link_index(&h, ns, device).await else {
+            return Ok(());
+        };
+        h.link()
+            .del(index)
+            .execute()
+            .await
+            .map_err(|e| netlink(ns, format!("delete link {device}"), e))
+    }
+
     /// Deletes both namespaces now, reporting errors (drop does the same, silently).
     pub fn destroy(self) -> Result<(), NetnsError> {
         let ra = delete_by_name(self.a.name());

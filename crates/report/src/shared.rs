@@ -133,6 +133,7 @@ pub fn suite_explained(suite: CipherSuite) -> String {
             hmac: Hmac::Sha256,
         } => format!("AES-{key}-CBC with HMAC-SHA256"),
         CipherSuite::AesGcm { key } => format!("AES-{key}-GCM"),
+        CipherSuite::ChaCha20Poly1305 => "ChaCha20-Poly1305".into(),
     }
 }
 

@@ -63,6 +63,7 @@ impl SpeedSuite {
                 hmac: Hmac::Sha256,
             } => Some(SpeedSuite::AesCbcHmacSha256(key)),
             CipherSuite::AesGcm { key } => AeadAlgorithm::aes_gcm(key).map(SpeedSuite::Aead),
+            CipherSuite::ChaCha20Poly1305 => Some(SpeedSuite::Aead(AeadAlgorithm::ChaCha20Poly1305)),
         }
     }
 }

@@ -73,6 +73,16 @@ impl Engine {
                     salt: keys.hmac[..SALT_LEN].try_into().expect("4 bytes"),
                 }
             }
+            // Same framing as GCM: a 96-bit nonce of salt and packet id, a 16-byte tag.
+            CipherSuite::ChaCha20Poly1305 => {
+                let algorithm = AeadAlgorithm::ChaCha20Poly1305;
+                Engine::Gcm {
+                    aead: implementation
+                        .aead(algorithm, &keys.cipher[..algorithm.key_len()])
+                        .map_err(|e| build("ChaCha20-Poly1305", e))?,
+                    salt: keys.hmac[..SALT_LEN].try_into().expect("4 bytes"),
+                }
+            }
         })
     }
 

@@ -232,7 +232,7 @@ impl Endpoint {
             CipherSuite::AesCbc { hmac, .. } => {
                 ID_LEN + IV_LEN + BLOCK + if hmac == model::Hmac::Sha256 { MAC_LEN } else { 0 }
             }
-            CipherSuite::AesGcm { .. } => ID_LEN + TAG_LEN,
+            CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305 => ID_LEN + TAG_LEN,
         }
     }
 
@@ -289,7 +289,7 @@ impl Endpoint {
                     Ok(0..ct_end)
                 }
             }
-            CipherSuite::AesGcm { .. } => {
+            CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305 => {
                 let start = HEADROOM - ID_LEN;
                 let id_bytes = id.to_be_bytes();
                 buf[start..HEADROOM].copy_from_slice(&id_bytes);
@@ -311,7 +311,7 @@ impl Endpoint {
             CipherSuite::AesCbc { hmac, .. } => {
                 HEADROOM + BLOCK + if hmac == model::Hmac::Sha256 { MAC_LEN } else { 0 }
             }
-            CipherSuite::AesGcm { .. } => ID_LEN + TAG_LEN,
+            CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305 => ID_LEN + TAG_LEN,
         };
         if buf.len() < min {
             return Err(DropReason::ShortPacket);
@@ -345,7 +345,7 @@ impl Endpoint {
                 }
                 HEADROOM..ct_end - pad
             }
-            CipherSuite::AesGcm { .. } => {
+            CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305 => {
                 let body_end = buf.len() - TAG_LEN;
                 let (body, tag) = buf[ID_LEN..].split_at_mut(body_end - ID_LEN);
                 let tag: &[u8; TAG_LEN] = (&*tag).try_into().expect("16 bytes");

@@ -15,8 +15,8 @@ const IV: [u8; 16] = [
 /// Expected first datagram (packet id 1) from the `Normal` end for [`PAYLOAD`] and [`IV`],
 /// with key bytes 0, 1, 2, ... 255. Computed by `tests/kat-vectors.sh` with
 /// `openssl enc -aes-N-cbc -K 0001..  -iv a0a1..` and `openssl dgst -sha256 -mac HMAC -macopt
-/// hexkey:4041..5f` over id‖iv‖ct, and Python `cryptography`'s AESGCM with nonce
-/// 40414243‖id and the id as AAD; not by this crate's code.
+/// hexkey:4041..5f` over id‖iv‖ct, and Python `cryptography`'s AESGCM and ChaCha20Poly1305
+/// with nonce 40414243‖id and the id as AAD; not by this crate's code.
 const KAT: &[(&str, &str)] = &[
     ("none", "000000000000000154686520717569636b2062726f776e20666f78206a756d7073206f76657220746865206c617a7920646f67"),
     ("aes-128-cbc", "0000000000000001a0a1a2a3a4a5a6a7a8a9aaabacadaeaf66c79eeb9465863ede43c216978135de45de5a6a4c003c3a2acf0dc47b07b0da59766c539cdf0ae0ff6c02eddeb1b61a"),
@@ -27,6 +27,7 @@ const KAT: &[(&str, &str)] = &[
     ("aes-256-cbc-hmac-sha256", "0000000000000001a0a1a2a3a4a5a6a7a8a9aaabacadaeaf64bac78bf92341822f9cb229d5199006d90c3bab4f7eaa663a51e8c75086e82cabdf122926fa3b24d4f3c9bafa5236b6d1d51fb2dcde3d18c6c10586e5a2badf1a33d883242512f39723360d511a4c8f"),
     ("aes-128-gcm", "0000000000000001e90d197b214bc651b779aa4a84b699c151d52b2ce6f28be0a2d215251552a20b6743e87764d44f038ba4fe9ff5984a06bbb8d9734ab44463e415dc"),
     ("aes-256-gcm", "000000000000000157ca5da3f2c171a9f7d3808c612eb995f3f09d3c6f384c9622dc786ebd7ec166834f8b6ff9ce304358c678a1b421635508ecb8a90b7d2526c4b8e4"),
+    ("chacha20-poly1305", "0000000000000001c5b88ab19e05ec702688b0058c578956ea00193c5e6b3f11c9e3781900d82e0062e27434ae07729b37f55de2ad12bfb4f4f10cfbcf948b24428cac"),
 ];
 
 fn hex(s: &str) -> Vec<u8> {
@@ -57,6 +58,7 @@ fn all_suites() -> Vec<CipherSuite> {
     v.extend(CipherSuite::classic_six());
     v.push(CipherSuite::AesGcm { key: KeyBits::Aes128 });
     v.push(CipherSuite::AesGcm { key: KeyBits::Aes256 });
+    v.push(CipherSuite::ChaCha20Poly1305);
     v
 }
 
@@ -64,6 +66,7 @@ fn authenticated(suite: CipherSuite) -> bool {
     matches!(
         suite,
         CipherSuite::AesGcm { .. }
+            | CipherSuite::ChaCha20Poly1305
             | CipherSuite::AesCbc {
                 hmac: Hmac::Sha256,
                 ..

@@ -17,10 +17,11 @@ for bits in 128 192 256; do
   echo "cbc$bits+hmac: $ID$IV$CT$MAC"
 done
 python3 -c "
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 P=b'The quick brown fox jumps over the lazy dog'
 idb=bytes.fromhex('0000000000000001')
 nonce=bytes.fromhex('40414243')+idb
 for k in [bytes(range(16)), bytes(range(32))]:
     print('gcm%d:'%(len(k)*8), (idb+AESGCM(k).encrypt(nonce,P,idb)).hex())
+print('chacha20-poly1305:', (idb+ChaCha20Poly1305(bytes(range(32))).encrypt(nonce,P,idb)).hex())
 "

@@ -201,6 +201,7 @@ pub fn esp_instance_name(suite: CipherSuite) -> Option<&'static str> {
             hmac: Hmac::Sha256, ..
         } => Some("authenc(hmac(sha256),cbc(aes))"),
         CipherSuite::AesGcm { .. } => Some("rfc4106(gcm(aes))"),
+        CipherSuite::ChaCha20Poly1305 => Some("rfc7539esp(chacha20,poly1305)"),
         CipherSuite::None => None,
     }
 }

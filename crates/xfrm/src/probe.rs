@@ -63,6 +63,8 @@ impl Capabilities {
                 hmac: Hmac::Sha256, ..
             } => &[KernelAlgorithm::CbcAes, KernelAlgorithm::HmacSha256],
             CipherSuite::AesGcm { .. } => &[KernelAlgorithm::Rfc4106GcmAes],
+            // The lab installs no ChaCha20-Poly1305 SAs.
+            CipherSuite::ChaCha20Poly1305 => return false,
         };
         self.esp && needed.iter().all(|a| self.available(*a))
     }

@@ -17,6 +17,7 @@ pub mod openvpn;
 pub mod site;
 pub mod strongswan;
 pub mod userspace;
+pub mod wireguard;
 pub mod xfrm;
 
 use control::RunKeys;
@@ -35,6 +36,8 @@ pub struct RunSecrets {
     pub openvpn: Option<openvpn::Material>,
     /// strongSwan's PSK and the charons' directory (local runs only).
     pub strongswan: Option<strongswan::Material>,
+    /// Both WireGuard ends' key pairs (local runs only).
+    pub wireguard: Option<wireguard::Keys>,
 }
 
 impl RunSecrets {
@@ -44,7 +47,12 @@ impl RunSecrets {
         match plan.backend {
             Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
             Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
-            Backend::Plain | Backend::Openvpn | Backend::Strongswan => {}
+            Backend::Plain
+            | Backend::Openvpn
+            | Backend::Strongswan
+            | Backend::Wireguard
+            | Backend::WireguardGo
+            | Backend::Boringtun => {}
         }
         let openvpn = match plan.backend {
             Backend::Openvpn => Some(openvpn::Material::create(plan)?),
@@ -54,10 +62,15 @@ impl RunSecrets {
             Backend::Strongswan => Some(strongswan::Material::create(plan)?),
             _ => None,
         };
+        let wireguard = match plan.backend.is_wireguard() {
+            true => Some(wireguard::Keys::generate()?),
+            false => None,
+        };
         Ok(RunSecrets {
             keys,
             openvpn,
             strongswan,
+            wireguard,
         })
     }
 
@@ -67,6 +80,7 @@ impl RunSecrets {
             keys,
             openvpn: None,
             strongswan: None,
+            wireguard: None,
         }
     }
 }
@@ -79,6 +93,9 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         Backend::Userspace => userspace::preflight(plan).await,
         Backend::Openvpn => openvpn::preflight(plan).await,
         Backend::Strongswan => strongswan::preflight(plan).await,
+        Backend::Wireguard => wireguard::kernel::preflight(plan).await,
+        Backend::WireguardGo => wireguard::go::preflight(plan).await,
+        Backend::Boringtun => wireguard::boring::preflight(plan).await,
     }
 }
 
@@ -89,6 +106,9 @@ pub enum End {
     Userspace(userspace::UserspaceEnd),
     Openvpn(openvpn::OpenvpnEnd),
     Strongswan(strongswan::StrongswanEnd),
+    Wireguard(wireguard::kernel::KernelEnd),
+    WireguardGo(wireguard::go::GoEnd),
+    Boringtun(wireguard::boring::BoringEnd),
 }
 
 impl End {
@@ -128,6 +148,23 @@ impl End {
                     strongswan::StrongswanEnd::start(plan, material, site).await?,
                 ))
             }
+            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
+                let keys = secrets.wireguard.as_ref().ok_or_else(|| {
+                    LabError::usage(anyhow::anyhow!(
+                        "the {} backend does not run between two hosts",
+                        plan.backend
+                    ))
+                })?;
+                Ok(match plan.backend {
+                    Backend::Wireguard => {
+                        End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?)
+                    }
+                    Backend::Boringtun => {
+                        End::Boringtun(wireguard::boring::BoringEnd::start(plan, keys, site).await?)
+                    }
+                    _ => End::WireguardGo(wireguard::go::GoEnd::start(plan, keys, site).await?),
+                })
+            }
         }
     }
 
@@ -148,6 +185,9 @@ impl End {
             End::Userspace(end) => Ok(EndEvidence::Userspace(end.finish()?)),
             End::Openvpn(end) => Ok(EndEvidence::Openvpn(end.finish())),
             End::Strongswan(end) => Ok(EndEvidence::Strongswan(end.evidence().await?)),
+            End::Wireguard(end) => Ok(EndEvidence::Wireguard(end.evidence().await?)),
+            End::WireguardGo(end) => Ok(EndEvidence::Wireguard(end.evidence()?)),
+            End::Boringtun(end) => Ok(EndEvidence::Wireguard(end.evidence()?)),
         }
     }
 }

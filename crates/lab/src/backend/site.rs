@@ -63,7 +63,12 @@ pub fn data_addr(plan: &RunPlan, hosts: Hosts, side: Side) -> SocketAddr {
     let tunnelled = match plan.backend {
         Backend::Plain => false,
         Backend::Xfrm => plan.mode == IpsecMode::Tunnel,
-        Backend::Userspace | Backend::Openvpn | Backend::Strongswan => true,
+        Backend::Userspace
+        | Backend::Openvpn
+        | Backend::Strongswan
+        | Backend::Wireguard
+        | Backend::WireguardGo
+        | Backend::Boringtun => true,
     };
     let ip = match (tunnelled, side) {
         (true, Side::A) => IpAddr::V4(plan.addressing.inner_a),

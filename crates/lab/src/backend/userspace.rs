@@ -141,6 +141,7 @@ fn speed_suite(suite: CipherSuite) -> Option<speed::SpeedSuite> {
             hmac: Hmac::Sha256,
         } => Some(speed::SpeedSuite::AesCbcHmacSha256(key)),
         CipherSuite::AesGcm { key } => AeadAlgorithm::aes_gcm(key).map(speed::SpeedSuite::Aead),
+        CipherSuite::ChaCha20Poly1305 => Some(speed::SpeedSuite::Aead(AeadAlgorithm::ChaCha20Poly1305)),
     }
 }
 

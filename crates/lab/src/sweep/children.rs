@@ -131,9 +131,9 @@ pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel:
     }
 }
 
-/// The kernel IPsec backends of the sweep: what the VM runs.
-fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
-    [Backend::Xfrm, Backend::Strongswan]
+/// The rows that need the stock kernel (ESP, WireGuard's module): what the VM runs.
+pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
+    [Backend::Xfrm, Backend::Strongswan, Backend::Wireguard]
         .into_iter()
         .filter(|b| args.has(*b))
         .collect()
@@ -146,8 +146,8 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let bytes = args.vm_bytes;
     let mut guest_args = child_args(args, bytes);
-    let backends: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
-    guest_args.extend(["--backends".into(), backends.join(",")]);
+    let kernel_rows: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
+    guest_args.extend(["--backends".into(), kernel_rows.join(",")]);
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
@@ -157,7 +157,8 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat);
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
-        "ipsec-lab: kernel IPsec rows in a VM booting {} ({}); TCG boots take about half a minute",
+        "ipsec-lab: kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
+        kernel_rows.join(", "),
         kernel.display(),
         accel.label()
     );

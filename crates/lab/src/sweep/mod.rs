@@ -120,7 +120,7 @@ async fn sweep(
         report.rows.extend(rows);
     }
     progress.sweep_finished();
-    if args.vm.is_some() && (args.has(Backend::Xfrm) || args.has(Backend::Strongswan)) {
+    if args.vm.is_some() && !children::vm_backends(args).is_empty() {
         children::vm_rows(args, report, cancel).await;
     }
     Ok(())
@@ -151,7 +151,18 @@ mod tests {
 
     #[test]
     fn suites_default_to_the_classic_six_and_none_is_refused() {
-        assert_eq!(plan().validate().unwrap().suites, CipherSuite::classic_six());
+        let mut expected = CipherSuite::classic_six();
+        // The WireGuard rows' one cipher.
+        expected.push(CipherSuite::ChaCha20Poly1305);
+        assert_eq!(plan().validate().unwrap().suites, expected);
+        let no_wireguard = SweepPlan {
+            backends: vec![Backend::Xfrm, Backend::Userspace],
+            ..plan()
+        };
+        assert_eq!(
+            no_wireguard.validate().unwrap().suites,
+            CipherSuite::classic_six()
+        );
         let none = SweepPlan {
             suites: vec![CipherSuite::None],
             ..plan()

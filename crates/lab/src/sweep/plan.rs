@@ -51,8 +51,16 @@ impl SweepPlan {
             }
         }
         self.suites = unique;
+        // WireGuard rows get their one cipher as a column of its own.
+        let chacha = CipherSuite::ChaCha20Poly1305;
+        if self.backends.iter().any(|b| b.is_wireguard()) && !self.suites.contains(&chacha) {
+            self.suites.push(chacha);
+        }
         for b in &self.backends {
             for s in &self.suites {
+                if b.suite_refusal(*s).is_some() {
+                    continue;
+                }
                 self.plan(*b, *s, CryptoChoice::Auto, self.seed)?;
             }
         }

@@ -117,6 +117,12 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     if args.has(Backend::Strongswan) && args.vm.is_none() {
         rows.push(strongswan_row(args).await);
     }
+    // With --vm the kernel's WireGuard row comes from the VM, like xfrm's.
+    for b in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
+        if args.has(b) && (b != Backend::Wireguard || args.vm.is_none()) {
+            rows.push(local(b, RowVariant::Default, CryptoChoice::Auto, None));
+        }
+    }
     rows
 }
 
@@ -218,6 +224,8 @@ pub(super) async fn run_row(
         progress.cell_started(&format!("{} {}", row.key.label(), suite.short_label()));
         let mut cell = if cancel.is_cancelled() {
             Cell::not_run(suite, "interrupted")
+        } else if let Some(why) = row.backend.suite_refusal(suite) {
+            Cell::not_run(suite, why)
         } else {
             run_cell(args, row.backend, suite, crypto, topology, cancel).await
         };

@@ -192,6 +192,7 @@ impl Protection {
             },
             CipherSuite::AesGcm { .. } => Protection::AesGcm { key: enc },
             CipherSuite::None => return Err(SpecError::Unencrypted),
+            CipherSuite::ChaCha20Poly1305 => return Err(SpecError::ChaCha),
         })
     }
 
@@ -252,6 +253,7 @@ fn key_lengths(suite: CipherSuite) -> Result<(usize, Option<usize>), SpecError> 
         )),
         CipherSuite::AesGcm { key: KeyBits::Aes192 } => Err(SpecError::Gcm192),
         CipherSuite::AesGcm { key } => Ok((key.bytes() + GCM_SALT_BYTES, None)),
+        CipherSuite::ChaCha20Poly1305 => Err(SpecError::ChaCha),
     }
 }
 

@@ -1,0 +1,246 @@
+//! WireGuard backends: the same protocol (Noise IK handshake, ChaCha20-Poly1305 data) from
+//! two implementations, each end a device in its namespace with the other end as its one
+//! peer, the payload flowing between the inner addresses.
+//!
+//! * [`kernel`] (`--backend wireguard`): the kernel's module; link over rtnetlink, keys and
+//!   peer over generic netlink (crate `wgnl`).
+//! * [`go`] (`--backend wireguard-go`): Debian's wireguard-go, one process per end,
+//!   configured over its UAPI socket.
+//! * [`boring`] (`--backend boringtun`): the `boringtun` crate's device in this process,
+//!   one per end, configured over the same UAPI.
+//!
+//! Both ends' x25519 key pairs are fresh per run ([`Keys`], in the run's secrets). The end
+//! started second (b) sends one datagram through its device, which starts the handshake,
+//! and waits for it: a run whose ends cannot agree (wrong key) fails there (exit 1) with
+//! nothing left, instead of timing out in the transfer. Between two hosts they are refused:
+//! the public keys would have to cross the control channel (not built yet).
+//!
+//! Evidence (`backend_details.wireguard` / `backend_details.wireguard-go`,
+//! [`WireguardEvidence`]): `implementation`, `cipher`, `listen_port`, `mtu`, `handshake_s`
+//! (from b's first datagram to the handshake b's device reports), and per end the peer's
+//! `rx_bytes`/`tx_bytes` as the device counts them after the transfers, and for wireguard-go
+//! its process's `cpu` (all its threads), for boringtun its device threads' `cpu`.
+
+pub mod boring;
+pub mod go;
+pub mod kernel;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use model::{CpuUsage, RunPlan};
+use serde::Serialize;
+use wgnl::{AllowedIp, DeviceConfig, KeyPair, PeerConfig, PeerStats};
+
+use super::site::{Side, Site};
+use crate::error::{LabError, LabResult};
+
+/// WireGuard's customary port, on both outer addresses.
+pub const PORT: u16 = 51820;
+/// Outer IPv4 (20) + UDP (8) + WireGuard's data header (16) and tag (16).
+pub const OVERHEAD: u32 = 60;
+/// Long enough for a TCG-emulated VM, where one handshake takes a while.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Both ends' key pairs, made once per run.
+pub struct Keys {
+    pub a: KeyPair,
+    pub b: KeyPair,
+}
+
+impl Keys {
+    pub fn generate() -> LabResult<Keys> {
+        let pair = || KeyPair::generate().map_err(LabError::failed);
+        Ok(Keys {
+            a: pair()?,
+            b: pair()?,
+        })
+    }
+
+    fn of(&self, side: Side) -> &KeyPair {
+        match side {
+            Side::A => &self.a,
+            Side::B => &self.b,
+        }
+    }
+}
+
+/// The inner MTU: the link's less WireGuard's overhead, so packets are never fragmented.
+pub fn inner_mtu(plan: &RunPlan) -> u32 {
+    plan.mtu - OVERHEAD
+}
+
+/// An end's device name. wireguard-go's UAPI socket (/var/run/wireguard/NAME.sock) is not
+/// namespaced, so the name carries this process's id (15 characters at most).
+pub fn ifname(side: Side) -> String {
+    format!("ipl-wg{}-{}", std::process::id() % 10_000_000, side.name())
+}
+
+/// What `site`'s device is told: its key, the port, the other end as its one peer.
+pub fn device_config(plan: &RunPlan, keys: &Keys, site: &Site<'_>, ifname: &str) -> DeviceConfig {
+    let other = site.side.other();
+    let peer_inner = match other {
+        Side::A => plan.addressing.inner_a,
+        Side::B => plan.addressing.inner_b,
+    };
+    DeviceConfig {
+        ifname: ifname.to_string(),
+        key: keys.of(site.side).clone(),
+        listen_port: PORT,
+        peer: PeerConfig {
+            public_key: keys.of(other).public,
+            endpoint: SocketAddr::new(site.hosts.of(other), PORT),
+            allowed_ips: vec![AllowedIp {
+                addr: IpAddr::V4(peer_inner),
+                prefix_len: 32,
+            }],
+        },
+    }
+}
+
+/// This end's inner address and the peer's.
+pub fn inner_addrs(plan: &RunPlan, side: Side) -> (std::net::Ipv4Addr, std::net::Ipv4Addr) {
+    let ad = plan.addressing;
+    match side {
+        Side::A => (ad.inner_a, ad.inner_b),
+        Side::B => (ad.inner_b, ad.inner_a),
+    }
+}
+
+/// How often an end asks its device whether the handshake happened.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Sends one datagram to the peer's inner address from inside `site`'s namespace: the
+/// device starts a handshake for it. Returns when it was sent.
+pub fn start_handshake(plan: &RunPlan, site: &Site<'_>, what: &str) -> LabResult<Instant> {
+    let (_, peer_inner) = inner_addrs(plan, site.side);
+    let started = Instant::now();
+    site.namespace
+        .run(move || {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            // The discard port: nothing needs to answer, the handshake is the point.
+            s.send_to(b"ipsec-lab: start the handshake", (peer_inner, 9))
+        })?
+        .map_err(|e| LabError::failed(anyhow::anyhow!("{what}: send the first datagram: {e}")))?;
+    Ok(started)
+}
+
+/// Some(time taken) once the device reports a handshake with its peer; an error past the
+/// timeout (the ends' keys do not match, or a packet cannot pass).
+pub fn handshake_done(started: Instant, peers: &[PeerStats], what: &str) -> LabResult<Option<Duration>> {
+    if peers.iter().any(|p| p.last_handshake.is_some()) {
+        return Ok(Some(started.elapsed()));
+    }
+    if started.elapsed() > HANDSHAKE_TIMEOUT {
+        return Err(LabError::failed(anyhow::anyhow!(
+            "{what}: no WireGuard handshake between the ends within {HANDSHAKE_TIMEOUT:?}: do their keys \
+             match (each end's peer key must be the other end's public key)?"
+        )));
+    }
+    Ok(None)
+}
+
+/// One end, after the transfers: its peer as its device counts it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WireguardEnd {
+    #[serde(skip)]
+    pub side: &'static str,
+    pub interface: String,
+    /// Bytes received from / sent to the peer (WireGuard's own counters, with its framing).
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    /// Seconds since the last handshake, when the evidence was read.
+    pub last_handshake_age_s: Option<f64>,
+    /// The wireguard-go process (all threads), or boringtun's device threads, since the
+    /// handshake; None for the kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUsage>,
+    /// Time to the handshake, measured by the end that started it (b).
+    #[serde(skip)]
+    pub handshake_s: Option<f64>,
+}
+
+impl WireguardEnd {
+    pub fn from_stats(side: Side, interface: &str, peers: &[PeerStats]) -> LabResult<WireguardEnd> {
+        let p = peers.first().ok_or_else(|| {
+            LabError::failed(anyhow::anyhow!("WireGuard device {interface} reports no peer"))
+        })?;
+        Ok(WireguardEnd {
+            side: side.name(),
+            interface: interface.to_string(),
+            rx_bytes: p.rx_bytes,
+            tx_bytes: p.tx_bytes,
+            last_handshake_age_s: p.last_handshake.map(wgnl::uapi::since),
+            cpu: None,
+            handshake_s: None,
+        })
+    }
+}
+
+/// A local WireGuard run's evidence: both ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct WireguardEvidence {
+    pub implementation: String,
+    pub cipher: &'static str,
+    pub listen_port: u16,
+    pub mtu: u32,
+    pub handshake_s: Option<f64>,
+    pub ends: BTreeMap<&'static str, WireguardEnd>,
+}
+
+impl WireguardEvidence {
+    pub fn new(plan: &RunPlan, implementation: String, ends: [WireguardEnd; 2]) -> WireguardEvidence {
+        WireguardEvidence {
+            implementation,
+            cipher: "chacha20-poly1305",
+            listen_port: PORT,
+            mtu: inner_mtu(plan),
+            handshake_s: ends.iter().find_map(|e| e.handshake_s),
+            ends: ends.into_iter().map(|e| (e.side, e)).collect(),
+        }
+    }
+
+    /// The tunnel's CPU per end, where it is a process of its own (wireguard-go).
+    pub fn tunnel_cpu(&self) -> Option<(f64, f64)> {
+        Some((
+            self.ends.get("a")?.cpu?.percent_of_core,
+            self.ends.get("b")?.cpu?.percent_of_core,
+        ))
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{}: chacha20-poly1305, inner MTU {}, handshake {}",
+            self.implementation,
+            self.mtu,
+            match self.handshake_s {
+                Some(s) => format!("in {:.3} s", s),
+                None => "not timed".into(),
+            }
+        )];
+        for (side, e) in &self.ends {
+            let cpu = e.cpu.map_or(String::new(), |c| {
+                format!(
+                    "; tunnel CPU {:.2} s user + {:.2} s system ({:.0} % of a core)",
+                    c.user_s, c.system_s, c.percent_of_core
+                )
+            });
+            lines.push(format!(
+                "WireGuard end {side} ({}): peer rx {} bytes, tx {} bytes{cpu}",
+                e.interface, e.rx_bytes, e.tx_bytes
+            ));
+        }
+        lines
+    }
+}
+
+/// Both ends' evidence as one local run's.
+pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> WireguardEvidence {
+    let implementation = match plan.backend {
+        model::Backend::WireguardGo => go::implementation(),
+        model::Backend::Boringtun => boring::implementation(),
+        _ => kernel::implementation(),
+    };
+    WireguardEvidence::new(plan, implementation, [a, b])
+}

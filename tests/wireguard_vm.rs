@@ -1,0 +1,64 @@
+//! Kernel WireGuard (`--backend wireguard`) on a stock kernel, in ONE virtme-ng boot:
+//! `wireguard_backend_in_a_vm` (on the host) boots the VM and runs `guest_checks` of this
+//! same binary inside it. In the guest: a verified 4 MB run whose report shows the handshake
+//! and each end's peer counters read back over generic netlink, with no namespace or link
+//! left; and a wrong peer key on one end failing the start (exit 1) with both links gone.
+//! Needs root, vng and a kernel image in /boot; skips with the reason otherwise.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// TCG boots in about 30 s; the run takes a few seconds, the wrong-key check 20 s.
+const VM_TIMEOUT: Duration = Duration::from_secs(300);
+
+#[test]
+fn wireguard_backend_in_a_vm() {
+    common::run_guest_test("guest_checks", VM_TIMEOUT);
+}
+
+#[test]
+#[ignore = "runs inside the VM that wireguard_backend_in_a_vm boots"]
+fn guest_checks() {
+    assert!(
+        std::env::var_os(IN_VM).is_some(),
+        "guest_checks runs inside the VM (wireguard_backend_in_a_vm boots it)"
+    );
+    let before = lab_namespaces();
+    let out = run_lab(&[
+        "run",
+        "--backend",
+        "wireguard",
+        "--bytes",
+        "4MB",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
+    assert_eq!(report["transfers"][0]["verified"], true);
+    let d = &report["backend_details"]["wireguard"];
+    assert!(
+        d["implementation"]
+            .as_str()
+            .unwrap()
+            .starts_with("kernel WireGuard"),
+        "{d}"
+    );
+    assert!(d["handshake_s"].as_f64().unwrap() > 0.0, "{d}");
+    let (a, b) = (&d["ends"]["a"], &d["ends"]["b"]);
+    assert!(a["tx_bytes"].as_u64().unwrap() >= 4_000_000, "{d}");
+    assert!(b["rx_bytes"].as_u64().unwrap() >= 4_000_000, "{d}");
+    // What one end sent, the other received (the link drops nothing inside one kernel).
+    assert_eq!(a["tx_bytes"], b["rx_bytes"], "{d}");
+    assert_eq!(a["rx_bytes"], b["tx_bytes"], "{d}");
+    assert!(a["last_handshake_age_s"].as_f64().is_some(), "{d}");
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(host_lab_links(), Vec::<String>::new());
+
+    common::wireguard::wrong_peer_key_fails(model::Backend::Wireguard);
+}
