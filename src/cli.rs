@@ -108,6 +108,10 @@ pub struct RunArgs {
     /// With --peer: the peer sends, this host receives.
     #[arg(long)]
     pub reverse: bool,
+    /// Threads per end of the userspace tunnel, one per queue of a multi-queue TUN device,
+    /// each with its own UDP port and packet-id space (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub tunnel_threads: u16,
 }
 
 impl RunArgs {
@@ -132,6 +136,7 @@ impl RunArgs {
             with_iperf3: self.with_iperf3,
             peer: self.peer.clone(),
             reverse: self.reverse,
+            tunnel_threads: self.tunnel_threads,
         }
     }
 }

@@ -69,6 +69,9 @@ pub struct TunnelEnd {
     pub batching: tunnel::Batching,
     pub tun: String,
     pub pinned_cpu: Option<usize>,
+    /// The queue this thread served, in a multi-queue end's `queues`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u16>,
     pub cpu: CpuUsage,
     pub wall_s: f64,
     pub packets_per_s: f64,
@@ -82,6 +85,10 @@ pub struct TunnelEnd {
     pub recv_calls: u64,
     pub tun_reads: u64,
     pub tun_writes: u64,
+    /// A multi-queue end (`--tunnel-threads N`): each thread's own counts; the fields above
+    /// are their sums (CPU added, so above 100 % of a core where threads ran in parallel).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<TunnelEnd>,
 }
 
 /// A two-host run's tunnel end, as the report shows it.
@@ -235,20 +242,32 @@ impl UserspaceEvidence {
             "userspace tunnel: {}, inner MTU {}, {:?} batching",
             self.implementation.label, self.inner_mtu, self.batching
         )];
-        for (role, s) in [("encrypting", &self.a), ("decrypting", &self.b)] {
+        let threads = |end: &'_ TunnelEnd| -> Vec<TunnelEnd> {
+            if end.queues.is_empty() {
+                vec![end.clone()]
+            } else {
+                end.queues.clone()
+            }
+        };
+        let (a, b) = (threads(&self.a), threads(&self.b));
+        let roles = a.iter().map(|s| ("encrypting", s)).chain(b.iter().map(|s| ("decrypting", s)));
+        for (role, s) in roles {
             let drops: Vec<String> = s
                 .drops
                 .iter()
                 .filter(|(_, n)| **n > 0)
                 .map(|(reason, n)| format!("{reason} {n}"))
                 .collect();
+            let queue = s.queue.map(|q| format!("/{q}")).unwrap_or_default();
             notes.push(format!(
-                "{role} thread {}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s, drops: {}",
+                "{role} thread {}{queue}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s ({} sent, {} delivered), drops: {}",
                 s.tun,
                 s.cpu.user_s,
                 s.cpu.system_s,
                 (s.cpu.user_s + s.cpu.system_s) / s.wall_s.max(1e-9) * 100.0,
                 s.packets_per_s,
+                s.sent.packets,
+                s.delivered.packets,
                 if drops.is_empty() { "none".into() } else { drops.join(", ") }
             ));
         }

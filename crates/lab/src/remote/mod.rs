@@ -108,6 +108,7 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         ignored: Vec::new(),
         peer: None,
         reverse: request.reverse,
+        tunnel_threads: 1,
     }
 }
 
