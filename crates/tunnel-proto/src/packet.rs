@@ -176,12 +176,12 @@ impl IdSpace {
         end: u64::MAX,
     };
 
-    /// Queue `q`'s slice: ids whose top byte is `q`, less id 0 and, as in the whole space,
-    /// the slice's last id.
+    /// Queue `q`'s slice: ids whose top byte is `q`, counted from 1 in the low 56 bits like
+    /// the whole space, less the slice's last id.
     fn queue(q: u8) -> IdSpace {
         let base = u64::from(q) << QUEUE_SHIFT;
         IdSpace {
-            first: base.max(1),
+            first: base | 1,
             end: base | ((1u64 << QUEUE_SHIFT) - 1),
         }
     }
