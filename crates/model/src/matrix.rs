@@ -42,6 +42,18 @@ pub struct RowKey {
     pub variant: RowVariant,
     /// Key into [`MatrixReport::environments`]: [`HOST`] or [`VM`].
     pub environment: String,
+    /// Tunnel threads per end (`matrix --threads`); 1, the default, is left out of the JSON
+    /// so reports from before read and compare as they were.
+    #[serde(default = "one_thread", skip_serializing_if = "is_one_thread")]
+    pub tunnel_threads: u16,
+}
+
+fn one_thread() -> u16 {
+    1
+}
+
+fn is_one_thread(n: &u16) -> bool {
+    *n == 1
 }
 
 impl RowKey {
@@ -50,6 +62,15 @@ impl RowKey {
             backend,
             variant,
             environment: environment.to_string(),
+            tunnel_threads: 1,
+        }
+    }
+
+    /// The same row at `threads` tunnel threads per end.
+    pub fn with_threads(self, threads: u16) -> RowKey {
+        RowKey {
+            tunnel_threads: threads,
+            ..self
         }
     }
 
@@ -61,6 +82,11 @@ impl RowKey {
             (b, RowVariant::Default) => b.name().to_string(),
             (b, RowVariant::Crypto(c)) => format!("{b} [{c}]"),
             (b, RowVariant::KernelDriver(d)) => format!("{b} [{d}]"),
+        };
+        let base = if self.tunnel_threads > 1 {
+            format!("{base} x{} threads", self.tunnel_threads)
+        } else {
+            base
         };
         if self.environment == HOST {
             base

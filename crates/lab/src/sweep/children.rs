@@ -48,6 +48,8 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
 /// `command` (this binary with hardware AES masked) made the soft-AES child sweep, writing
 /// its report to `json` and a line per finished cell to stdout.
 fn soft_sweep(mut command: Command, args: &SweepPlan, json: &std::path::Path) -> Command {
+    let threads: Vec<String> = args.threads.iter().map(u16::to_string).collect();
+    let threads = threads.join(",");
     command
         .args(child_args(args, args.bytes))
         .args([
@@ -55,6 +57,8 @@ fn soft_sweep(mut command: Command, args: &SweepPlan, json: &std::path::Path) ->
             "userspace",
             "--crypto",
             "soft",
+            "--threads",
+            threads.as_str(),
             "--no-baseline",
             "--report-cells",
             "--json",

@@ -134,6 +134,7 @@ mod tests {
             backends: Backend::ALL.to_vec(),
             suites: vec![],
             crypto: vec![CryptoChoice::Auto],
+            threads: vec![1],
             bytes: ByteSize(4_000_000),
             vm_bytes: ByteSize(4_000_000),
             repeat: 2,
