@@ -377,6 +377,21 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_count_is_part_of_the_key_and_label_and_one_is_left_out() {
+        let one = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
+        let two = one.clone().with_threads(2);
+        assert_ne!(one, two);
+        assert_eq!(two.label(), "userspace [auto] x2 threads");
+        assert_eq!(one.label(), "userspace [auto]");
+        let json = serde_json::to_value(&one).unwrap();
+        assert!(json.get("tunnel_threads").is_none(), "{json}");
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), one);
+        let json = serde_json::to_value(&two).unwrap();
+        assert_eq!(json["tunnel_threads"], 2);
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), two);
+    }
+
+    #[test]
     fn labels_follow_the_classic_table() {
         let r = sample();
         let labels: Vec<String> = r.rows.iter().map(Row::label).collect();

@@ -178,6 +178,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_soft_child_gets_the_thread_counts() {
+        let a = SweepPlan {
+            threads: vec![3, 1, 2, 3],
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        let c = soft_sweep(Command::new("ipsec-lab"), &a, std::path::Path::new("/tmp/m.json"));
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(args.join(" ").contains("--threads 1,2,3 "), "{args:?}");
+    }
+
+    #[test]
     fn child_sweeps_get_the_same_sizes() {
         let a = plan().validate().unwrap();
         let c = child_args(&a, a.bytes);
@@ -199,7 +212,7 @@ mod tests {
         assert!(args.starts_with(&["matrix".to_string()]), "{joined}");
         assert!(
             joined.ends_with(
-                "--backends userspace --crypto soft --no-baseline --report-cells --json /tmp/d/matrix.json"
+                "--backends userspace --crypto soft --threads 1 --no-baseline --report-cells --json /tmp/d/matrix.json"
             ),
             "{joined}"
         );
