@@ -89,6 +89,11 @@ pub struct TunnelEnd {
     /// are their sums (CPU added, so above 100 % of a core where threads ran in parallel).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<TunnelEnd>,
+    /// A multi-queue end: how flows were spread over its queues: `ports` (the lab's eBPF
+    /// program: stream i on queue (port + i) mod N), or `flow hash: WHY` where the kernel
+    /// refused the program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steering: Option<String>,
 }
 
 /// A two-host run's tunnel end, as the report shows it.
@@ -250,6 +255,14 @@ impl UserspaceEvidence {
             }
         };
         let (a, b) = (threads(&self.a), threads(&self.b));
+        for (end, s) in [("a", &self.a), ("b", &self.b)] {
+            if let Some(steering) = &s.steering {
+                notes.push(format!(
+                    "end {end}: {} tunnel threads, flows spread by {steering}",
+                    s.queues.len()
+                ));
+            }
+        }
         let roles = a.iter().map(|s| ("encrypting", s)).chain(b.iter().map(|s| ("decrypting", s)));
         for (role, s) in roles {
             let drops: Vec<String> = s

@@ -118,6 +118,12 @@ impl Loop {
             tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
                 .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
         }
+        // Queue 0 of a multi-queue device steers by port; where the kernel refuses, its own
+        // flow hash spreads the flows (and the stats say so).
+        let steering = match config.queue {
+            Some(0) => Some(crate::steer::steer_by_port(tun.as_raw_fd()).map_err(|e| e.to_string())),
+            _ => None,
+        };
         let tun_offload = batching == Batching::Offload;
         Ok(Loop {
             send: SendPath::new(config.inner_mtu, &endpoint, tun_offload),
@@ -129,6 +135,7 @@ impl Loop {
                 config.inner_mtu,
                 config.cpu,
                 config.queue,
+                steering,
             ),
             tun_name: config.tun_name,
             tun,

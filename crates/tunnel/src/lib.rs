@@ -16,7 +16,8 @@
 //!
 //! * `lib.rs`: the public face: [`Tunnel`] (start a thread, stop it, get its
 //!   [`TunnelStats`]).
-//! * `multi`: [`MultiQueue`], N [`Tunnel`]s serving the queues of one TUN device.
+//! * `multi`: [`MultiQueue`], N [`Tunnel`]s serving the queues of one TUN device;
+//!   `steer`: the eBPF program that spreads the lab's flows over the queues by port.
 //! * `event_loop`: the thread's set-up and its loop, which runs the two paths in turn and
 //!   sleeps in `poll` only when both are idle.
 //! * `send`: TUN → encrypt → UDP, with its own buffers.
@@ -38,6 +39,7 @@ pub mod offload;
 mod receive;
 mod send;
 mod stats;
+mod steer;
 mod tun;
 mod udp;
 

@@ -49,6 +49,9 @@ pub struct TunnelStats {
     pub pinned_cpu: Option<usize>,
     /// Which queue of a multi-queue TUN device the thread served (None: a device of its own).
     pub queue: Option<u16>,
+    /// Queue 0 of a multi-queue device: Ok when the port-steering program is attached, else
+    /// why the kernel's flow hash spreads the flows instead. None for the other queues.
+    pub steering: Option<Result<(), String>>,
     /// Read from TUN, encrypted and sent.
     pub sent: Flow,
     /// Received, decrypted and written to TUN.
@@ -76,6 +79,7 @@ impl TunnelStats {
         inner_mtu: u32,
         pinned_cpu: Option<usize>,
         queue: Option<u16>,
+        steering: Option<Result<(), String>>,
     ) -> TunnelStats {
         TunnelStats {
             tun_name,
@@ -84,6 +88,7 @@ impl TunnelStats {
             inner_mtu,
             pinned_cpu,
             queue,
+            steering,
             sent: Flow::default(),
             delivered: Flow::default(),
             datagrams_in: 0,

@@ -1,6 +1,7 @@
 //! Multi-queue tunnel ends between two real namespaces (root and /dev/net/tun needed; skipped
-//! with a reason otherwise): every suite with 2 and 3 queues, verified TCP over many flows
-//! spread by the kernel, crafted datagrams injected into every queue's socket (replayed,
+//! with a reason otherwise): every suite with 2 and 3 queues, verified TCP over six flows
+//! on consecutive ports spread evenly over the queues by the port-steering program, crafted
+//! datagrams injected into every queue's socket (replayed,
 //! tampered, carried over from another queue) dropped and counted by that queue, and nothing
 //! left behind.
 
@@ -14,10 +15,11 @@ use tunnel::{inner_mtu, Batching, MultiQueue, TunnelConfig, TunnelStats};
 use tunnel_proto::{Endpoint, Implementation, KeyDirection, StaticKey, HEADROOM, TAILROOM};
 
 const PORT: u16 = 41_294;
-/// Flows in the transfer: enough that the kernel's hash leaves no queue idle but by a fluke
-/// (all 16 on one of 2 queues: 2^-15).
-const STREAMS: usize = 16;
-const STREAM_BYTES: usize = 160_000;
+/// Flows in the transfer, to ports 5001.. (as the lab's streams): 3 per queue of 2, 2 per
+/// queue of 3.
+const STREAMS: usize = 6;
+const DATA_PORT: u16 = 5001;
+const STREAM_BYTES: usize = 400_000;
 
 fn capable(test: &str) -> bool {
     testcap::root(test) && testcap::tun(test)
@@ -99,12 +101,15 @@ fn tcp_transfer(topo: &Topology) -> bool {
     let receiver = topo
         .b
         .spawn("ipl-test-rx", move || {
-            let l = TcpListener::bind((inner_b, 5001)).unwrap();
+            let listeners: Vec<TcpListener> = (0..STREAMS)
+                .map(|i| TcpListener::bind((inner_b, DATA_PORT + i as u16)).unwrap())
+                .collect();
             ready_tx.send(()).unwrap();
-            let readers: Vec<_> = (0..STREAMS)
-                .map(|_| {
-                    let (mut s, _) = l.accept().unwrap();
+            let readers: Vec<_> = listeners
+                .into_iter()
+                .map(|l| {
                     std::thread::spawn(move || {
+                        let (mut s, _) = l.accept().unwrap();
                         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
                         let mut id = [0u8; 1];
                         s.read_exact(&mut id).unwrap();
@@ -131,8 +136,8 @@ fn tcp_transfer(topo: &Topology) -> bool {
         .map(|stream| {
             topo.a
                 .spawn("ipl-test-tx", move || {
-                    let mut s =
-                        TcpStream::connect_timeout(&(inner_b, 5001).into(), Duration::from_secs(5)).unwrap();
+                    let to = (inner_b, DATA_PORT + stream as u16).into();
+                    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
                     let data: Vec<u8> = (0..STREAM_BYTES).map(|i| pattern(stream, i)).collect();
                     s.write_all(&[stream as u8]).unwrap();
                     s.write_all(&data).unwrap();
@@ -202,10 +207,13 @@ fn every_suite_over_two_and_three_queues_verified_spread_and_nothing_left() {
             let total = (STREAMS * (STREAM_BYTES + 1)) as u64;
             assert!(sent.sent.bytes >= total, "{suite} n={n}: {:?}", sent.sent);
             assert!(delivered.delivered.bytes >= total, "{suite} n={n}: {:?}", delivered.delivered);
-            // The kernel spread the flows: more than one queue carried payload each way.
-            let busy = |v: &[TunnelStats], f: fn(&TunnelStats) -> u64| v.iter().filter(|s| f(s) > 100_000).count();
+            // Steered by port: every queue carried its share of the flows, each way.
+            assert_eq!(a[0].steering, Some(Ok(())), "{suite} n={n}");
+            assert_eq!(b[0].steering, Some(Ok(())), "{suite} n={n}");
+            let share = (STREAMS / usize::from(n) * STREAM_BYTES) as u64;
+            let spread = |v: &[TunnelStats], f: fn(&TunnelStats) -> u64| v.iter().all(|s| f(s) >= share);
             assert!(
-                busy(&a, |s| s.sent.bytes) >= 2 && busy(&b, |s| s.delivered.bytes) >= 2,
+                spread(&a, |s| s.sent.bytes) && spread(&b, |s| s.delivered.bytes),
                 "{suite} n={n}: flows not spread: a sent {:?}, b delivered {:?}",
                 a.iter().map(|s| s.sent.bytes).collect::<Vec<_>>(),
                 b.iter().map(|s| s.delivered.bytes).collect::<Vec<_>>()

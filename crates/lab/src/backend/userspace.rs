@@ -12,7 +12,7 @@
 //! `packets_per_s` (both directions, over the thread's life), `sent`/`delivered` (`packets`,
 //! `bytes` of payload), `datagrams_in`, `drops` by reason, `errors`, `send_calls`,
 //! `recv_calls`, `tun_reads`, `tun_writes` (with N threads: the queues' sums, CPU added, and
-//! `queues`, the same per thread with its `queue` number); and `efficiency`: the encrypting thread's payload
+//! `queues`, the same per thread with its `queue` number, and `steering`); and `efficiency`: the encrypting thread's payload
 //! MB per CPU-second beside the same implementation's single-core speed on 1400-byte packets,
 //! measured in this process after the transfers, also per CPU-second of the thread that
 //! measured it (`crypto_wall_mb_per_s` and `crypto_cpu_share` give the wall-clock figure and
@@ -134,6 +134,11 @@ impl UserspaceEnd {
         let mut end = tunnel_end(&total);
         if queues.len() > 1 {
             end.queues = queues.iter().map(tunnel_end).collect();
+            end.steering = match &queues[0].steering {
+                Some(Ok(())) => Some("ports".into()),
+                Some(Err(why)) => Some(format!("flow hash: {why}")),
+                None => None,
+            };
         }
         Ok(end)
     }
@@ -190,6 +195,7 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
         tun_reads: s.tun_reads,
         tun_writes: s.tun_writes,
         queues: Vec::new(),
+        steering: None,
     }
 }
 
