@@ -176,7 +176,7 @@ async fn transfer_once(
     // Bound before the sender starts, so the sender never races the listener.
     let receiver = topology
         .b
-        .run(move || Receiver::bind(target))?
+        .run(move || Receiver::bind(target, config.streams))?
         .map_err(LabError::failed)?;
     let counter = traffic::Progress::default();
     let (rx_progress, rx_cancel) = (counter.clone(), cancel.clone());

@@ -80,8 +80,11 @@ pub enum TrafficError {
 }
 
 /// The receiving end, bound before the sender starts so that the sender never races it.
+/// Stream i goes to port `base + i` (one listener each): flows that differ by their data
+/// port are what policies (xfrm transport mode) and queue steering (a multi-queue tunnel)
+/// tell apart.
 pub struct Receiver {
-    listener: std::net::TcpListener,
+    listeners: Vec<std::net::TcpListener>,
     /// Accept streams only from this address (a server takes data only from its client).
     only_from: Option<IpAddr>,
 }
@@ -98,18 +101,49 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 impl Receiver {
-    pub fn bind(addr: SocketAddr) -> Result<Receiver, TrafficError> {
-        let io = |source| TrafficError::Io {
+    /// Listens on `addr` and the next `streams - 1` ports. With port 0 the kernel picks the
+    /// first and the others follow it (tried again a few times where one is taken).
+    pub fn bind(addr: SocketAddr, streams: u16) -> Result<Receiver, TrafficError> {
+        let listen = |at: SocketAddr| {
+            let io = |source| TrafficError::Io {
+                action: "listen on",
+                peer: at,
+                source,
+            };
+            let l = std::net::TcpListener::bind(at).map_err(io)?;
+            l.set_nonblocking(true).map_err(io)?;
+            Ok::<_, TrafficError>(l)
+        };
+        let attempts = if addr.port() == 0 { 20 } else { 1 };
+        let mut last = None;
+        for _ in 0..attempts {
+            let first = listen(addr)?;
+            let base = first.local_addr().expect("bound socket has an address");
+            let mut listeners = vec![first];
+            for i in 1..streams {
+                let Some(port) = base.port().checked_add(i) else {
+                    break;
+                };
+                match listen(SocketAddr::new(base.ip(), port)) {
+                    Ok(l) => listeners.push(l),
+                    Err(e) => {
+                        last = Some(e);
+                        break;
+                    }
+                }
+            }
+            if listeners.len() == usize::from(streams.max(1)) {
+                return Ok(Receiver {
+                    listeners,
+                    only_from: None,
+                });
+            }
+        }
+        Err(last.unwrap_or(TrafficError::Io {
             action: "listen on",
             peer: addr,
-            source,
-        };
-        let listener = std::net::TcpListener::bind(addr).map_err(io)?;
-        listener.set_nonblocking(true).map_err(io)?;
-        Ok(Receiver {
-            listener,
-            only_from: None,
-        })
+            source: std::io::Error::other("no room for a port per stream"),
+        }))
     }
 
     /// Closes connections from any address but `peer` unread; they count for nothing.
@@ -120,8 +154,9 @@ impl Receiver {
         }
     }
 
+    /// Where stream 0 connects (stream i: this port + i).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound socket has an address")
+        self.listeners[0].local_addr().expect("bound socket has an address")
     }
 
     /// Accepts `config.streams` connections and verifies each stream to its last byte.
@@ -137,18 +172,26 @@ impl Receiver {
         let stop = cancel.child_token();
         let mut threads: Vec<std::thread::JoinHandle<StreamOutcome>> = Vec::new();
         let local = self.local_addr();
-        let Receiver { listener, only_from } = self;
+        let Receiver { listeners, only_from } = self;
         let accepted = block_on(stop.clone(), async {
-            let listener = TcpListener::from_std(listener).map_err(|source| TrafficError::Io {
-                action: "listen on",
-                peer: local,
-                source,
-            })?;
+            let listeners = listeners
+                .into_iter()
+                .map(TcpListener::from_std)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|source| TrafficError::Io {
+                    action: "listen on",
+                    peer: local,
+                    source,
+                })?;
+            let accept_any = || async {
+                let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
+                futures::future::select_all(accepts).await.0
+            };
             let mut seen = vec![false; usize::from(config.streams)];
             let mut foreign = 0;
             while threads.len() < usize::from(config.streams) {
                 let (mut stream, peer) =
-                    with_timeout(config.idle_timeout, "accept on", local, listener.accept()).await?;
+                    with_timeout(config.idle_timeout, "accept on", local, accept_any()).await?;
                 if only_from.is_some_and(|only| only != canonical(peer.ip())) {
                     foreign += 1;
                     tracing::debug!("receiver {local}: closed a connection from {peer}: not the run's peer");
@@ -254,7 +297,8 @@ fn first_cause(kept: Option<TrafficError>, new: TrafficError) -> TrafficError {
     }
 }
 
-/// Connects `config.streams` times to `peer` and sends each stream's share of the payload.
+/// Connects `config.streams` times, stream i to `peer`'s port + i, and sends each stream's
+/// share of the payload.
 pub fn send(
     peer: SocketAddr,
     config: TransferConfig,
@@ -304,7 +348,8 @@ pub fn send(
     })
 }
 
-async fn send_stream(peer: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
+async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
+    let peer = SocketAddr::new(base.ip(), base.port().wrapping_add(index));
     let io = |action| move |source| TrafficError::Io { action, peer, source };
     let mut stream = with_timeout(config.idle_timeout, "connect to", peer, TcpStream::connect(peer)).await?;
     let len = config.stream_len(index);
@@ -538,7 +583,7 @@ mod tests {
     }
 
     fn loopback_transfer(cfg: TransferConfig) -> (Result<TransferSide, TrafficError>, TransferSide) {
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let progress = Progress::default();
         let rx = std::thread::spawn(move || receiver.run(cfg, progress, CancellationToken::new()));
@@ -612,7 +657,7 @@ mod tests {
     #[test]
     fn one_failed_stream_ends_the_receiver_without_waiting_for_the_timeout() {
         let cfg = config(4_000_000, 3);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         // Stream 0 announces its share but is cut short; streams 1 and 2 never connect.
@@ -634,7 +679,7 @@ mod tests {
     #[test]
     fn a_sender_with_another_seed_is_refused() {
         let cfg = config(100_000, 1);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         let _ = send(addr, TransferConfig { seed: 1, ..cfg }, CancellationToken::new());
@@ -657,7 +702,7 @@ mod tests {
     #[test]
     fn a_stream_cut_short_fails_verification() {
         let cfg = config(100_000, 1);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         // Announce 100 000 bytes, deliver 10: the receiver must call it truncated.
@@ -675,7 +720,7 @@ mod tests {
     #[test]
     fn a_receiver_for_one_peer_closes_connections_from_others() {
         let cfg = config(200_000, 1);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap())
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams)
             .unwrap()
             .only_from("127.0.0.2".parse().unwrap());
         let addr = receiver.local_addr();
@@ -699,9 +744,25 @@ mod tests {
         assert_eq!(rx.join().unwrap().unwrap().bytes, 200_000);
     }
 
+    /// Stream i arrives on the receiver's port + i, one listener per stream.
+    #[test]
+    fn each_stream_connects_to_its_own_port() {
+        let cfg = config(300_000, 3);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let base = receiver.local_addr().port();
+        // Every port is taken by the receiver: binding any of them again fails.
+        for i in 0..3 {
+            assert!(std::net::TcpListener::bind(("127.0.0.1", base + i)).is_err(), "port {}", base + i);
+        }
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        let sent = send(addr, cfg, CancellationToken::new()).unwrap();
+        assert_eq!((rx.join().unwrap().unwrap().bytes, sent.bytes), (300_000, 300_000));
+    }
+
     #[test]
     fn cancel_stops_a_waiting_receiver() {
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
         let cancel = CancellationToken::new();
         let c = cancel.clone();
         let rx = std::thread::spawn(move || receiver.run(config(1000, 1), Progress::default(), c));
