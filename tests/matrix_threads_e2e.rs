@@ -42,13 +42,20 @@ fn userspace_rows_per_thread_count_and_threadless_backends_say_why() {
     let rows = report["rows"].as_array().unwrap();
     let row = |backend: &str, threads: u64| {
         rows.iter()
-            .find(|r| r["key"]["backend"] == backend && r["key"]["tunnel_threads"].as_u64().unwrap_or(1) == threads)
+            .find(|r| {
+                r["key"]["backend"] == backend && r["key"]["tunnel_threads"].as_u64().unwrap_or(1) == threads
+            })
             .unwrap_or_else(|| panic!("no {backend} row at {threads} threads: {rows:?}"))
     };
     for threads in [1u64, 2] {
         let r = row("userspace", threads);
         // One thread leaves the key as reports always had it.
-        assert_eq!(r["key"].get("tunnel_threads").is_some(), threads > 1, "{}", r["key"]);
+        assert_eq!(
+            r["key"].get("tunnel_threads").is_some(),
+            threads > 1,
+            "{}",
+            r["key"]
+        );
         for cell in r["cells"].as_array().unwrap() {
             assert_eq!(cell["status"], "measured", "{threads} threads: {cell}");
             assert!(cell["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
@@ -66,7 +73,10 @@ fn userspace_rows_per_thread_count_and_threadless_backends_say_why() {
     for (backend, why) in [("xfrm", "no tunnel threads"), ("openvpn", "one thread")] {
         for cell in row(backend, 2)["cells"].as_array().unwrap() {
             assert_eq!(cell["status"], "not_run", "{backend}: {cell}");
-            assert!(cell["reason"].as_str().unwrap().contains(why), "{backend}: {cell}");
+            assert!(
+                cell["reason"].as_str().unwrap().contains(why),
+                "{backend}: {cell}"
+            );
         }
     }
     // Every rendering labels the rows by thread count.
@@ -83,7 +93,15 @@ fn bad_thread_counts_exit_2_before_anything_runs() {
     let before = lab_namespaces();
     for bad in ["0", "257", "1,x"] {
         let out = run_lab(&[
-            "matrix", "--backends", "userspace", "--threads", bad, "--bytes", "2MB", "--json", "-",
+            "matrix",
+            "--backends",
+            "userspace",
+            "--threads",
+            bad,
+            "--bytes",
+            "2MB",
+            "--json",
+            "-",
         ]);
         assert_eq!(out.status.code(), Some(2), "--threads {bad}: {}", text(&out));
         assert!(out.stdout.is_empty(), "--threads {bad}: nothing measured");

@@ -66,14 +66,19 @@ fn two_and_three_tunnel_threads_verified_with_per_thread_counts_and_nothing_left
         let d = &report["backend_details"]["userspace"];
         for end in ["a", "b"] {
             let total = &d[end];
-            let queues = total["queues"].as_array().unwrap_or_else(|| panic!("{what} {end}: {total}"));
+            let queues = total["queues"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{what} {end}: {total}"));
             assert_eq!(queues.len() as u64, threads, "{what} {end}");
             let mut cpu_s = 0.0;
             for (i, q) in queues.iter().enumerate() {
                 assert_eq!(q["queue"], i as u64, "{what} {end}");
                 assert_eq!(q["tun"], total["tun"], "{what} {end}: one device");
                 let drops = q["drops"].as_object().unwrap();
-                assert!(drops.values().all(|n| n == 0), "{what} {end} queue {i}: {drops:?}");
+                assert!(
+                    drops.values().all(|n| n == 0),
+                    "{what} {end} queue {i}: {drops:?}"
+                );
                 cpu_s += q["cpu"]["user_s"].as_f64().unwrap() + q["cpu"]["system_s"].as_f64().unwrap();
             }
             // The end's figures are its threads' sums.
@@ -81,7 +86,8 @@ fn two_and_three_tunnel_threads_verified_with_per_thread_counts_and_nothing_left
                 let sum: u64 = queues.iter().map(|q| num(&q[field]["packets"])).sum();
                 assert_eq!(sum, num(&total[field]["packets"]), "{what} {end} {field}");
             }
-            let total_cpu = total["cpu"]["user_s"].as_f64().unwrap() + total["cpu"]["system_s"].as_f64().unwrap();
+            let total_cpu =
+                total["cpu"]["user_s"].as_f64().unwrap() + total["cpu"]["system_s"].as_f64().unwrap();
             assert!((total_cpu - cpu_s).abs() < 1e-6 && cpu_s > 0.0, "{what} {end}");
         }
         // Every payload byte went through a's threads, the 8 streams (ports 5201..5208)
@@ -90,13 +96,23 @@ fn two_and_three_tunnel_threads_verified_with_per_thread_counts_and_nothing_left
         assert_eq!(d["a"]["steering"], "ports", "{what}");
         assert_eq!(d["b"]["steering"], "ports", "{what}");
         for q in d["a"]["queues"].as_array().unwrap() {
-            assert!(num(&q["sent"]["bytes"]) >= 1_000_000, "{what}: a queue left idle: {}", d["a"]);
+            assert!(
+                num(&q["sent"]["bytes"]) >= 1_000_000,
+                "{what}: a queue left idle: {}",
+                d["a"]
+            );
         }
         // The notes name every thread.
         let notes = report["notes"].to_string();
         for i in 0..threads {
-            assert!(notes.contains(&format!("encrypting thread ipl-tun-a/{i}")), "{what}: {notes}");
-            assert!(notes.contains(&format!("decrypting thread ipl-tun-b/{i}")), "{what}: {notes}");
+            assert!(
+                notes.contains(&format!("encrypting thread ipl-tun-a/{i}")),
+                "{what}: {notes}"
+            );
+            assert!(
+                notes.contains(&format!("decrypting thread ipl-tun-b/{i}")),
+                "{what}: {notes}"
+            );
         }
         assert_eq!(leftover_namespaces(&before), Vec::<String>::new(), "{what}");
         assert_eq!(host_lab_links(), Vec::<String>::new(), "{what}");
@@ -113,7 +129,11 @@ fn one_tunnel_thread_is_the_single_queue_tunnel_as_before() {
     let report = run_json(&["--cipher", "aes-128-gcm"]);
     assert_eq!(report["plan"]["tunnel_threads"], 1);
     let d = &report["backend_details"]["userspace"];
-    assert!(d["a"].get("queues").is_none() && d["a"].get("queue").is_none(), "{}", d["a"]);
+    assert!(
+        d["a"].get("queues").is_none() && d["a"].get("queue").is_none(),
+        "{}",
+        d["a"]
+    );
     assert_eq!(report["transfers"][0]["verified"], true);
 }
 
@@ -148,13 +168,25 @@ fn four_streams_run_on_four_threads_per_side_verified() {
     }
     let _lock = lab_lock();
     let out = run_lab(&[
-        "run", "--backend", "plain", "--bytes", "8MB", "-P", "4", "--json", "-", "--no-progress",
+        "run",
+        "--backend",
+        "plain",
+        "--bytes",
+        "8MB",
+        "-P",
+        "4",
+        "--json",
+        "-",
+        "--no-progress",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let t = &report["transfers"][0];
     assert_eq!(t["verified"], true);
     assert_eq!(t["bytes"], 8_000_000);
-    assert_eq!((t["streams"].as_u64(), t["sender_threads"].as_u64()), (Some(4), Some(4)));
+    assert_eq!(
+        (t["streams"].as_u64(), t["sender_threads"].as_u64()),
+        (Some(4), Some(4))
+    );
     assert_eq!(t["receiver_threads"], 4);
 }

@@ -17,7 +17,7 @@ pub const OVERHEAD_REFERENCE_LEN: usize = 1400;
 pub enum EndEvidence {
     None,
     Xfrm(XfrmEvidence),
-    Userspace(TunnelEnd),
+    Userspace(Box<TunnelEnd>),
     Openvpn(OpenvpnProcess),
 }
 
@@ -263,7 +263,10 @@ impl UserspaceEvidence {
                 ));
             }
         }
-        let roles = a.iter().map(|s| ("encrypting", s)).chain(b.iter().map(|s| ("decrypting", s)));
+        let roles = a
+            .iter()
+            .map(|s| ("encrypting", s))
+            .chain(b.iter().map(|s| ("decrypting", s)));
         for (role, s) in roles {
             let drops: Vec<String> = s
                 .drops

@@ -152,7 +152,7 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
         // End a sees both SAs' counters.
         (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(a),
         (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
-            Evidence::Userspace(Box::new(userspace::local_evidence(plan, a, b).await?))
+            Evidence::Userspace(Box::new(userspace::local_evidence(plan, *a, *b).await?))
         }
         (Some(EndEvidence::Openvpn(a)), Some(EndEvidence::Openvpn(b))) => match &secrets.openvpn {
             Some(material) => Evidence::Openvpn(material.evidence([a, b])),

@@ -643,7 +643,11 @@ mod tests {
         }
         let xfrm = req(Backend::Xfrm, 2).validate().unwrap();
         assert_eq!(xfrm.tunnel_threads, 1);
-        assert!(xfrm.ignored[0].starts_with("--tunnel-threads 2"), "{:?}", xfrm.ignored);
+        assert!(
+            xfrm.ignored[0].starts_with("--tunnel-threads 2"),
+            "{:?}",
+            xfrm.ignored
+        );
         let peer = RunRequest {
             peer: Some("198.18.0.2".into()),
             ..req(Backend::Userspace, 2)

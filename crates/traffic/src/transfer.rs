@@ -156,7 +156,9 @@ impl Receiver {
 
     /// Where stream 0 connects (stream i: this port + i).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listeners[0].local_addr().expect("bound socket has an address")
+        self.listeners[0]
+            .local_addr()
+            .expect("bound socket has an address")
     }
 
     /// Accepts `config.streams` connections and verifies each stream to its last byte.
@@ -278,13 +280,18 @@ fn stream_thread<T>(
 
 /// Joins every stream thread (after `stop` if the side is giving up); a thread that
 /// panicked is a bug, passed on.
-fn join_streams<T>(threads: Vec<std::thread::JoinHandle<StreamOutcome<T>>>, stop: &CancellationToken) -> Vec<StreamOutcome<T>> {
+fn join_streams<T>(
+    threads: Vec<std::thread::JoinHandle<StreamOutcome<T>>>,
+    stop: &CancellationToken,
+) -> Vec<StreamOutcome<T>> {
     threads
         .into_iter()
-        .map(|t| t.join().unwrap_or_else(|panic| {
-            stop.cancel();
-            std::panic::resume_unwind(panic)
-        }))
+        .map(|t| {
+            t.join().unwrap_or_else(|panic| {
+                stop.cancel();
+                std::panic::resume_unwind(panic)
+            })
+        })
         .collect()
 }
 
@@ -568,7 +575,6 @@ fn thread_cpu() -> ThreadCpu {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,7 +651,11 @@ mod tests {
         let received = received.unwrap();
         assert_eq!((received.bytes, sent.bytes), (24_000_000, 24_000_000));
         assert_eq!((received.threads, sent.threads), (4, 4));
-        let want = |side| (0..4).map(|i| format!("ipl-{side}-{i}")).collect::<std::collections::BTreeSet<_>>();
+        let want = |side| {
+            (0..4)
+                .map(|i| format!("ipl-{side}-{i}"))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
         assert_eq!(send_names, want("send"));
         assert_eq!(recv_names, want("recv"));
         // The streams' threads are gone with the transfer.
@@ -752,12 +762,19 @@ mod tests {
         let base = receiver.local_addr().port();
         // Every port is taken by the receiver: binding any of them again fails.
         for i in 0..3 {
-            assert!(std::net::TcpListener::bind(("127.0.0.1", base + i)).is_err(), "port {}", base + i);
+            assert!(
+                std::net::TcpListener::bind(("127.0.0.1", base + i)).is_err(),
+                "port {}",
+                base + i
+            );
         }
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         let sent = send(addr, cfg, CancellationToken::new()).unwrap();
-        assert_eq!((rx.join().unwrap().unwrap().bytes, sent.bytes), (300_000, 300_000));
+        assert_eq!(
+            (rx.join().unwrap().unwrap().bytes, sent.bytes),
+            (300_000, 300_000)
+        );
     }
 
     #[test]

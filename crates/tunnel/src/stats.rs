@@ -122,7 +122,9 @@ impl TunnelStats {
         total.queue = None;
         for q in rest {
             total.sent.add(q.sent.packets as usize, q.sent.bytes as usize);
-            total.delivered.add(q.delivered.packets as usize, q.delivered.bytes as usize);
+            total
+                .delivered
+                .add(q.delivered.packets as usize, q.delivered.bytes as usize);
             total.datagrams_in += q.datagrams_in;
             total.drops.add(&q.drops);
             total.errors.encap += q.errors.encap;

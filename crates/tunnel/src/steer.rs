@@ -87,7 +87,10 @@ pub(crate) fn steer_by_port(tun_fd: RawFd) -> io::Result<()> {
     };
     if raw < 0 {
         let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("load the steering program: {e}")));
+        return Err(io::Error::new(
+            e.kind(),
+            format!("load the steering program: {e}"),
+        ));
     }
     // SAFETY: a fresh fd from the kernel.
     let prog = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };

@@ -121,7 +121,10 @@ fn tcp_transfer(topo: &Topology) -> bool {
                             if n == 0 {
                                 break;
                             }
-                            ok &= buf[..n].iter().enumerate().all(|(i, b)| *b == pattern(stream, got + i));
+                            ok &= buf[..n]
+                                .iter()
+                                .enumerate()
+                                .all(|(i, b)| *b == pattern(stream, got + i));
                             got += n;
                         }
                         ok && got == STREAM_BYTES
@@ -190,10 +193,7 @@ fn every_suite_over_two_and_three_queues_verified_spread_and_nothing_left() {
             let (a, b) = start_pair(&topo, "ipl-mq", suite, &key, n);
             let threads = threads_named_like("ipl-mq-");
             assert_eq!(threads.len(), 2 * usize::from(n), "{suite} n={n}: {threads:?}");
-            assert!(
-                tcp_transfer(&topo),
-                "{suite} n={n}: payload corrupted or short"
-            );
+            assert!(tcp_transfer(&topo), "{suite} n={n}: payload corrupted or short");
             let a = a.stop().unwrap();
             let b = b.stop().unwrap();
             for (q, s) in a.iter().chain(&b).enumerate() {
@@ -206,7 +206,11 @@ fn every_suite_over_two_and_three_queues_verified_spread_and_nothing_left() {
             let delivered = TunnelStats::sum(&b).unwrap();
             let total = (STREAMS * (STREAM_BYTES + 1)) as u64;
             assert!(sent.sent.bytes >= total, "{suite} n={n}: {:?}", sent.sent);
-            assert!(delivered.delivered.bytes >= total, "{suite} n={n}: {:?}", delivered.delivered);
+            assert!(
+                delivered.delivered.bytes >= total,
+                "{suite} n={n}: {:?}",
+                delivered.delivered
+            );
             // Steered by port: every queue carried its share of the flows, each way.
             assert_eq!(a[0].steering, Some(Ok(())), "{suite} n={n}");
             assert_eq!(b[0].steering, Some(Ok(())), "{suite} n={n}");
@@ -338,7 +342,12 @@ fn injected_datagrams_are_dropped_and_counted_by_the_queue_they_reach() {
             for (q, s) in b.iter().enumerate() {
                 let tampered = u64::from(suite.authenticates());
                 assert_eq!(
-                    (s.drops.replay, s.drops.bad_mac, s.drops.wrong_queue, s.drops.total()),
+                    (
+                        s.drops.replay,
+                        s.drops.bad_mac,
+                        s.drops.wrong_queue,
+                        s.drops.total()
+                    ),
                     (1, tampered, 1, 2 + tampered),
                     "{suite} n={n} queue {q}: {:?}",
                     s.drops
@@ -386,7 +395,10 @@ fn zero_or_too_many_queues_and_ports_past_65535_are_refused_before_any_device() 
     };
     assert!(MultiQueue::start(&topo.a, cfg(PORT), Vec::new()).is_err());
     let mut too_many = queues(256);
-    too_many.push((Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap(), None));
+    too_many.push((
+        Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap(),
+        None,
+    ));
     assert!(MultiQueue::start(&topo.a, cfg(PORT), too_many).is_err());
     assert!(MultiQueue::start(&topo.a, cfg(65_535), queues(2)).is_err());
     assert!(!link_exists(&topo.a, "ipl-mqbad"));

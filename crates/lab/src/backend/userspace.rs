@@ -114,7 +114,10 @@ impl UserspaceEnd {
                 } else {
                     Endpoint::for_queue(plan.suite, implementation, &key, dir, i as u8)
                 };
-                Ok((endpoint.map_err(LabError::failed)?, pin.then_some(first_cpu + 2 * i)))
+                Ok((
+                    endpoint.map_err(LabError::failed)?,
+                    pin.then_some(first_cpu + 2 * i),
+                ))
             })
             .collect::<LabResult<Vec<_>>>()?;
         let tunnel = MultiQueue::start(site.namespace, config, queues).map_err(LabError::failed)?;
