@@ -42,7 +42,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
-    /// single-threaded tunnel) or openvpn (real OpenVPN).
+    /// tunnel, one thread per end unless --tunnel-threads) or openvpn (real OpenVPN).
     #[arg(long, default_value = "xfrm")]
     pub backend: Backend,
     /// AES key size: 128, 192 or 256 [default: 256].
