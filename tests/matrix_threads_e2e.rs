@@ -67,6 +67,12 @@ fn userspace_rows_per_thread_count_and_threadless_backends_say_why() {
                     format!("encrypting thread ipl-tun-a/{q}:")
                 };
                 assert!(notes.contains(&name), "{threads} threads, no {name}: {notes}");
+                // 2 streams by default (the largest count): each thread carried one.
+                let line = notes.split(&name).nth(1).unwrap();
+                assert!(
+                    !line.contains("(0 sent"),
+                    "{threads} threads, {name} idle: {notes}"
+                );
             }
         }
     }

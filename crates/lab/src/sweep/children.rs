@@ -37,6 +37,8 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
         bytes.0.to_string(),
         "--repeat".into(),
         args.repeat.to_string(),
+        "--parallel".into(),
+        args.parallel.to_string(),
         "--mtu".into(),
         args.mtu.to_string(),
         "--port".into(),

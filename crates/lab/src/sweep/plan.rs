@@ -19,6 +19,9 @@ pub struct SweepPlan {
     /// Tunnel threads per end (`--threads`): the userspace rows once per count; the other
     /// backends' rows at counts above 1 say why they have none.
     pub threads: Vec<u16>,
+    /// TCP streams per transfer in every cell (`-P`; several tunnel threads need at least as
+    /// many streams to have work each).
+    pub parallel: u16,
     pub bytes: ByteSize,
     /// Payload of the VM rows (TCG moves a few MB/s).
     pub vm_bytes: ByteSize,
@@ -92,6 +95,7 @@ impl SweepPlan {
             },
             bytes: self.bytes,
             repeat: self.repeat,
+            parallel: self.parallel,
             mtu: self.mtu,
             port: self.port,
             seed: Some(seed),
