@@ -626,6 +626,9 @@ mod tests {
 
     /// Four streams, four sending threads and four receiving threads, each seen running
     /// under its stream's name while the transfer is under way, and counted in the result.
+    /// (Other tests of this binary run beside it with at most 3 streams: their names fall
+    /// inside these; whether the threads are gone after is not asked for the same reason,
+    /// and `send`/`run` join every one of them before they return.)
     #[test]
     fn each_stream_has_a_thread_of_its_own_on_both_sides() {
         let cfg = config(24_000_000, 4);
@@ -658,8 +661,6 @@ mod tests {
         };
         assert_eq!(send_names, want("send"));
         assert_eq!(recv_names, want("recv"));
-        // The streams' threads are gone with the transfer.
-        assert!(threads_named("ipl-send-").is_empty() && threads_named("ipl-recv-").is_empty());
         assert!(received.cpu.total_s() > 0.0 && sent.cpu.total_s() > 0.0);
     }
 
