@@ -5,7 +5,7 @@ BIN := target/release/ipsec-lab
 # The main use; --vm auto boots a stock kernel only where this one has no ESP.
 RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup build run matrix test lint bench-plain bench-userspace clean
+.PHONY: setup build run matrix test lint bench-plain bench-userspace bench-threads clean
 
 setup:
 	@bash lab/setup.sh
@@ -37,6 +37,10 @@ bench-plain: setup build
 # Plain, the lab's userspace tunnel and real OpenVPN on identical fresh veth pairs, with ratios.
 bench-userspace: setup build
 	bash lab/bench-userspace.sh
+
+# The userspace tunnel at 1 and 2 tunnel threads with -P 2, OpenVPN beside, CPU per thread.
+bench-threads: setup build
+	bash lab/bench-threads.sh
 
 clean:
 	-$(BIN) clean

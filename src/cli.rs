@@ -42,9 +42,9 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
-    /// single-threaded tunnel), openvpn (real OpenVPN), strongswan (kernel IPsec negotiated
-    /// by strongSwan's charon over IKEv2), or WireGuard: wireguard (the kernel's),
-    /// wireguard-go or boringtun (chacha20-poly1305 only).
+    /// tunnel, one thread per end unless --tunnel-threads), openvpn (real OpenVPN),
+    /// strongswan (kernel IPsec negotiated by strongSwan's charon over IKEv2), or WireGuard:
+    /// wireguard (the kernel's), wireguard-go or boringtun (chacha20-poly1305 only).
     #[arg(long, default_value = "xfrm")]
     pub backend: Backend,
     /// AES key size: 128, 192 or 256 [default: 256].
@@ -110,6 +110,10 @@ pub struct RunArgs {
     /// With --peer: the peer sends, this host receives.
     #[arg(long)]
     pub reverse: bool,
+    /// Threads per end of the userspace tunnel, one per queue of a multi-queue TUN device,
+    /// each with its own UDP port and packet-id space (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub tunnel_threads: u16,
 }
 
 impl RunArgs {
@@ -134,6 +138,7 @@ impl RunArgs {
             with_iperf3: self.with_iperf3,
             peer: self.peer.clone(),
             reverse: self.reverse,
+            tunnel_threads: self.tunnel_threads,
         }
     }
 }

@@ -188,6 +188,8 @@ mod tests {
             verified: true,
             sender_cpu: CpuUsage::new(0.1, 0.0, s),
             receiver_cpu: CpuUsage::new(0.05, 0.0, s),
+            sender_threads: 1,
+            receiver_threads: 1,
         };
         let report = RunReport::new(plan, Environment::detect(), vec![t(0.125), t(0.1)]).unwrap();
         let text = table(&report);

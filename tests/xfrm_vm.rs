@@ -230,7 +230,7 @@ async fn interop() {
     let cancel = traffic::CancellationToken::new();
     let receiver = topo
         .b
-        .run(move || traffic::Receiver::bind(target))
+        .run(move || traffic::Receiver::bind(target, config.streams))
         .unwrap()
         .unwrap();
     let rx_cancel = cancel.clone();

@@ -30,6 +30,15 @@ pub struct MatrixArgs {
     /// Crypto implementations of the userspace backend, one row each.
     #[arg(long, value_delimiter = ',', default_value = "auto,soft")]
     pub crypto: Vec<CryptoChoice>,
+    /// Tunnel threads per end, comma-separated, e.g. 1,2,4: the userspace rows once per
+    /// count (`run --tunnel-threads`); other backends' rows at counts above 1 say why they
+    /// have none.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub threads: Vec<u16>,
+    /// TCP streams per transfer in every cell, as `run -P` [default: the largest --threads
+    /// count, so every tunnel thread has a stream to carry].
+    #[arg(long, short = 'P')]
+    pub parallel: Option<u16>,
     /// Payload of each transfer, e.g. 100MB, 4MB; at least 1MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
@@ -75,6 +84,10 @@ impl MatrixArgs {
             backends: self.backends.clone(),
             suites: self.ciphers.clone(),
             crypto: self.crypto.clone(),
+            threads: self.threads.clone(),
+            parallel: self
+                .parallel
+                .unwrap_or_else(|| self.threads.iter().copied().max().unwrap_or(1).max(1)),
             bytes: self.bytes,
             vm_bytes: self.vm_bytes.unwrap_or(self.bytes),
             repeat: self.repeat,

@@ -286,6 +286,7 @@ mod tests {
             bytes: 5,
             seconds: 0.5,
             cpu: model::CpuUsage::new(0.1, 0.2, 0.5),
+            threads: 2,
         };
         for m in [
             hello(),

@@ -17,7 +17,7 @@ pub const OVERHEAD_REFERENCE_LEN: usize = 1400;
 pub enum EndEvidence {
     None,
     Xfrm(XfrmEvidence),
-    Userspace(TunnelEnd),
+    Userspace(Box<TunnelEnd>),
     Openvpn(OpenvpnProcess),
     Strongswan(StrongswanEvidence),
     Wireguard(crate::backend::wireguard::WireguardEnd),
@@ -74,6 +74,9 @@ pub struct TunnelEnd {
     pub batching: tunnel::Batching,
     pub tun: String,
     pub pinned_cpu: Option<usize>,
+    /// The queue this thread served, in a multi-queue end's `queues`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u16>,
     pub cpu: CpuUsage,
     pub wall_s: f64,
     pub packets_per_s: f64,
@@ -87,6 +90,15 @@ pub struct TunnelEnd {
     pub recv_calls: u64,
     pub tun_reads: u64,
     pub tun_writes: u64,
+    /// A multi-queue end (`--tunnel-threads N`): each thread's own counts; the fields above
+    /// are their sums (CPU added, so above 100 % of a core where threads ran in parallel).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<TunnelEnd>,
+    /// A multi-queue end: how flows were spread over its queues: `ports` (the lab's eBPF
+    /// program: stream i on queue (port + i) mod N), or `flow hash: WHY` where the kernel
+    /// refused the program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steering: Option<String>,
 }
 
 /// A two-host run's tunnel end, as the report shows it.
@@ -330,20 +342,43 @@ impl UserspaceEvidence {
             "userspace tunnel: {}, inner MTU {}, {:?} batching",
             self.implementation.label, self.inner_mtu, self.batching
         )];
-        for (role, s) in [("encrypting", &self.a), ("decrypting", &self.b)] {
+        let threads = |end: &'_ TunnelEnd| -> Vec<TunnelEnd> {
+            if end.queues.is_empty() {
+                vec![end.clone()]
+            } else {
+                end.queues.clone()
+            }
+        };
+        let (a, b) = (threads(&self.a), threads(&self.b));
+        for (end, s) in [("a", &self.a), ("b", &self.b)] {
+            if let Some(steering) = &s.steering {
+                notes.push(format!(
+                    "end {end}: {} tunnel threads, flows spread by {steering}",
+                    s.queues.len()
+                ));
+            }
+        }
+        let roles = a
+            .iter()
+            .map(|s| ("encrypting", s))
+            .chain(b.iter().map(|s| ("decrypting", s)));
+        for (role, s) in roles {
             let drops: Vec<String> = s
                 .drops
                 .iter()
                 .filter(|(_, n)| **n > 0)
                 .map(|(reason, n)| format!("{reason} {n}"))
                 .collect();
+            let queue = s.queue.map(|q| format!("/{q}")).unwrap_or_default();
             notes.push(format!(
-                "{role} thread {}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s, drops: {}",
+                "{role} thread {}{queue}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s ({} sent, {} delivered), drops: {}",
                 s.tun,
                 s.cpu.user_s,
                 s.cpu.system_s,
                 (s.cpu.user_s + s.cpu.system_s) / s.wall_s.max(1e-9) * 100.0,
                 s.packets_per_s,
+                s.sent.packets,
+                s.delivered.packets,
                 if drops.is_empty() { "none".into() } else { drops.join(", ") }
             ));
         }

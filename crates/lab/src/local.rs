@@ -153,7 +153,7 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
         (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(a),
         (Some(EndEvidence::Strongswan(a)), _) => Evidence::Strongswan(a),
         (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
-            Evidence::Userspace(Box::new(userspace::local_evidence(plan, a, b).await?))
+            Evidence::Userspace(Box::new(userspace::local_evidence(plan, *a, *b).await?))
         }
         (Some(EndEvidence::Openvpn(a)), Some(EndEvidence::Openvpn(b))) => match &secrets.openvpn {
             Some(material) => Evidence::Openvpn(material.evidence([a, b])),
@@ -180,7 +180,7 @@ async fn transfer_once(
     // Bound before the sender starts, so the sender never races the listener.
     let receiver = topology
         .b
-        .run(move || Receiver::bind(target))?
+        .run(move || Receiver::bind(target, config.streams))?
         .map_err(LabError::failed)?;
     let counter = traffic::Progress::default();
     let (rx_progress, rx_cancel) = (counter.clone(), cancel.clone());

@@ -28,5 +28,7 @@ pub fn record(plan: &RunPlan, received: TransferSide, sent: TransferSide) -> Tra
         verified: true,
         sender_cpu: sent.cpu,
         receiver_cpu: received.cpu,
+        sender_threads: sent.threads,
+        receiver_threads: received.threads,
     }
 }

@@ -42,6 +42,18 @@ pub struct RowKey {
     pub variant: RowVariant,
     /// Key into [`MatrixReport::environments`]: [`HOST`] or [`VM`].
     pub environment: String,
+    /// Tunnel threads per end (`matrix --threads`); 1, the default, is left out of the JSON
+    /// so reports from before read and compare as they were.
+    #[serde(default = "one_thread", skip_serializing_if = "is_one_thread")]
+    pub tunnel_threads: u16,
+}
+
+fn one_thread() -> u16 {
+    1
+}
+
+fn is_one_thread(n: &u16) -> bool {
+    *n == 1
 }
 
 impl RowKey {
@@ -50,6 +62,15 @@ impl RowKey {
             backend,
             variant,
             environment: environment.to_string(),
+            tunnel_threads: 1,
+        }
+    }
+
+    /// The same row at `threads` tunnel threads per end.
+    pub fn with_threads(self, threads: u16) -> RowKey {
+        RowKey {
+            tunnel_threads: threads,
+            ..self
         }
     }
 
@@ -61,6 +82,11 @@ impl RowKey {
             (b, RowVariant::Default) => b.name().to_string(),
             (b, RowVariant::Crypto(c)) => format!("{b} [{c}]"),
             (b, RowVariant::KernelDriver(d)) => format!("{b} [{d}]"),
+        };
+        let base = if self.tunnel_threads > 1 {
+            format!("{base} x{} threads", self.tunnel_threads)
+        } else {
+            base
         };
         if self.environment == HOST {
             base
@@ -353,6 +379,21 @@ mod tests {
             notes: vec![],
         });
         r
+    }
+
+    #[test]
+    fn a_thread_count_is_part_of_the_key_and_label_and_one_is_left_out() {
+        let one = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
+        let two = one.clone().with_threads(2);
+        assert_ne!(one, two);
+        assert_eq!(two.label(), "userspace [auto] x2 threads");
+        assert_eq!(one.label(), "userspace [auto]");
+        let json = serde_json::to_value(&one).unwrap();
+        assert!(json.get("tunnel_threads").is_none(), "{json}");
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), one);
+        let json = serde_json::to_value(&two).unwrap();
+        assert_eq!(json["tunnel_threads"], 2);
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), two);
     }
 
     #[test]

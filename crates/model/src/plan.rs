@@ -235,6 +235,8 @@ pub struct RunRequest {
     pub peer: Option<String>,
     /// With a peer: the peer sends and this host receives.
     pub reverse: bool,
+    /// Threads (TUN queues) per end of the userspace tunnel.
+    pub tunnel_threads: u16,
 }
 
 impl Default for RunRequest {
@@ -257,6 +259,7 @@ impl Default for RunRequest {
             with_iperf3: false,
             peer: None,
             reverse: false,
+            tunnel_threads: 1,
         }
     }
 }
@@ -287,7 +290,18 @@ pub struct RunPlan {
     /// Data flows from the peer to this host (`--reverse`).
     #[serde(default)]
     pub reverse: bool,
+    /// Threads per end of the userspace tunnel, one per queue of a multi-queue TUN device
+    /// (1: the single-threaded tunnel).
+    #[serde(default = "one_thread")]
+    pub tunnel_threads: u16,
 }
+
+fn one_thread() -> u16 {
+    1
+}
+
+/// Most queues the kernel gives one TUN device (`MAX_TAP_QUEUES`), so most tunnel threads.
+pub const MAX_TUNNEL_THREADS: u16 = 256;
 
 /// TCP port `ipsec-lab serve` listens on by default.
 pub const DEFAULT_PEER_PORT: u16 = 5299;
@@ -369,6 +383,19 @@ impl RunRequest {
         }
         if self.port == 0 || u32::from(self.port) + u32::from(self.parallel) > 65535 {
             return Err(PlanError::Port(self.port));
+        }
+        if self.tunnel_threads == 0 || self.tunnel_threads > MAX_TUNNEL_THREADS {
+            return Err(PlanError::TunnelThreads(self.tunnel_threads));
+        }
+        if self.tunnel_threads > 1 {
+            if self.backend != Backend::Userspace {
+                ignored.push(format!(
+                    "--tunnel-threads {} (only the userspace backend has tunnel threads)",
+                    self.tunnel_threads
+                ));
+            } else if self.peer.is_some() {
+                return Err(PlanError::PeerTunnelThreads);
+            }
         }
         if self.cipher.is_some() && (self.key_bits.is_some() || self.hmac.is_some()) {
             return Err(PlanError::CipherConflict);
@@ -460,6 +487,11 @@ impl RunRequest {
             ignored,
             reverse: self.reverse && peer.is_some(),
             peer,
+            tunnel_threads: if self.backend == Backend::Userspace {
+                self.tunnel_threads
+            } else {
+                1
+            },
         })
     }
 }
@@ -516,6 +548,10 @@ pub enum PlanError {
     Mtu(u32),
     #[error("--port {0} leaves no room for the streams: use a port between 1 and 65535 minus --parallel")]
     Port(u16),
+    #[error("--tunnel-threads {0} is out of range: use 1 to {MAX_TUNNEL_THREADS} (the kernel gives a TUN device at most {MAX_TUNNEL_THREADS} queues)")]
+    TunnelThreads(u16),
+    #[error("--tunnel-threads above 1 does not run between two hosts yet: the server starts single-threaded tunnels")]
+    PeerTunnelThreads,
     #[error("--cipher names the whole suite: give either --cipher or --key-bits/--hmac, not both")]
     CipherConflict,
     #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
@@ -673,6 +709,42 @@ mod tests {
         for req in bad {
             assert!(req.clone().validate().is_err(), "{req:?} accepted");
         }
+    }
+
+    #[test]
+    fn tunnel_threads_within_the_kernels_queues_and_only_for_the_userspace_backend() {
+        let req = |backend, tunnel_threads| RunRequest {
+            backend,
+            tunnel_threads,
+            ..Default::default()
+        };
+        assert_eq!(RunRequest::default().validate().unwrap().tunnel_threads, 1);
+        let plan = req(Backend::Userspace, MAX_TUNNEL_THREADS).validate().unwrap();
+        assert_eq!(plan.tunnel_threads, 256);
+        for n in [0, MAX_TUNNEL_THREADS + 1] {
+            assert_eq!(
+                req(Backend::Userspace, n).validate(),
+                Err(PlanError::TunnelThreads(n))
+            );
+            // Out of range is refused whatever the backend.
+            assert_eq!(req(Backend::Xfrm, n).validate(), Err(PlanError::TunnelThreads(n)));
+        }
+        let xfrm = req(Backend::Xfrm, 2).validate().unwrap();
+        assert_eq!(xfrm.tunnel_threads, 1);
+        assert!(
+            xfrm.ignored[0].starts_with("--tunnel-threads 2"),
+            "{:?}",
+            xfrm.ignored
+        );
+        let peer = RunRequest {
+            peer: Some("198.18.0.2".into()),
+            ..req(Backend::Userspace, 2)
+        };
+        assert_eq!(peer.validate(), Err(PlanError::PeerTunnelThreads));
+        // A plan written before the field existed reads as single-threaded.
+        let mut json = serde_json::to_value(&plan).unwrap();
+        json.as_object_mut().unwrap().remove("tunnel_threads");
+        assert_eq!(serde_json::from_value::<RunPlan>(json).unwrap().tunnel_threads, 1);
     }
 
     #[test]

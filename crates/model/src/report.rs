@@ -10,13 +10,21 @@ use crate::stats::Summary;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// What one end measured of one transfer: the bytes it moved, its seconds (the receiver's:
-/// first payload byte to last; the sender's: connect to close) and its thread's CPU. The
-/// same whether measured in this process or reported by a peer.
+/// first payload byte to last; the sender's: connect to close) and its threads' CPU (one
+/// thread per stream, added up). The same whether measured in this process or reported by a
+/// peer.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TransferSide {
     pub bytes: u64,
     pub seconds: f64,
     pub cpu: CpuUsage,
+    /// Threads that moved the streams (and whose CPU `cpu` adds up): one per stream.
+    #[serde(default = "one_thread")]
+    pub threads: u16,
+}
+
+fn one_thread() -> u16 {
+    1
 }
 
 /// CPU time a process or thread spent during the transfer.
@@ -57,6 +65,11 @@ pub struct Transfer {
     pub verified: bool,
     pub sender_cpu: CpuUsage,
     pub receiver_cpu: CpuUsage,
+    /// Threads per side, one per stream (reports from before had one per side).
+    #[serde(default = "one_thread")]
+    pub sender_threads: u16,
+    #[serde(default = "one_thread")]
+    pub receiver_threads: u16,
 }
 
 impl Transfer {
@@ -214,6 +227,8 @@ mod tests {
             verified: true,
             sender_cpu: CpuUsage::new(0.05, 0.06, seconds),
             receiver_cpu: CpuUsage::new(0.02, 0.05, seconds),
+            sender_threads: 1,
+            receiver_threads: 1,
         }
     }
 

@@ -1,6 +1,9 @@
-//! Sender and receiver. Each side runs on the calling thread with its own single-threaded
-//! tokio runtime: the thread may sit in a network namespace (setns is per thread), and all of
-//! that side's work lands on one thread whose CPU time is then exactly the side's cost.
+//! Sender and receiver. Each stream has a thread of its own with its own single-threaded
+//! tokio runtime, so a multi-stream run is not capped by one core of application work. The
+//! stream threads are started by the calling thread, which may sit in a network namespace
+//! (setns is per thread): a new thread starts in its creator's namespaces, so every socket
+//! lands where the caller is. A side's CPU is its threads' CPU added up (the caller's
+//! accepting and waiting included), so it is still exactly the side's cost.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +13,6 @@ use std::time::{Duration, Instant};
 use model::{CpuUsage, TransferSide};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::payload::{PayloadGenerator, Verifier, VerifyError};
@@ -78,8 +80,11 @@ pub enum TrafficError {
 }
 
 /// The receiving end, bound before the sender starts so that the sender never races it.
+/// Stream i goes to port `base + i` (one listener each): flows that differ by their data
+/// port are what policies (xfrm transport mode) and queue steering (a multi-queue tunnel)
+/// tell apart.
 pub struct Receiver {
-    listener: std::net::TcpListener,
+    listeners: Vec<std::net::TcpListener>,
     /// Accept streams only from this address (a server takes data only from its client).
     only_from: Option<IpAddr>,
 }
@@ -96,18 +101,49 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 impl Receiver {
-    pub fn bind(addr: SocketAddr) -> Result<Receiver, TrafficError> {
-        let io = |source| TrafficError::Io {
+    /// Listens on `addr` and the next `streams - 1` ports. With port 0 the kernel picks the
+    /// first and the others follow it (tried again a few times where one is taken).
+    pub fn bind(addr: SocketAddr, streams: u16) -> Result<Receiver, TrafficError> {
+        let listen = |at: SocketAddr| {
+            let io = |source| TrafficError::Io {
+                action: "listen on",
+                peer: at,
+                source,
+            };
+            let l = std::net::TcpListener::bind(at).map_err(io)?;
+            l.set_nonblocking(true).map_err(io)?;
+            Ok::<_, TrafficError>(l)
+        };
+        let attempts = if addr.port() == 0 { 20 } else { 1 };
+        let mut last = None;
+        for _ in 0..attempts {
+            let first = listen(addr)?;
+            let base = first.local_addr().expect("bound socket has an address");
+            let mut listeners = vec![first];
+            for i in 1..streams {
+                let Some(port) = base.port().checked_add(i) else {
+                    break;
+                };
+                match listen(SocketAddr::new(base.ip(), port)) {
+                    Ok(l) => listeners.push(l),
+                    Err(e) => {
+                        last = Some(e);
+                        break;
+                    }
+                }
+            }
+            if listeners.len() == usize::from(streams.max(1)) {
+                return Ok(Receiver {
+                    listeners,
+                    only_from: None,
+                });
+            }
+        }
+        Err(last.unwrap_or(TrafficError::Io {
             action: "listen on",
             peer: addr,
-            source,
-        };
-        let listener = std::net::TcpListener::bind(addr).map_err(io)?;
-        listener.set_nonblocking(true).map_err(io)?;
-        Ok(Receiver {
-            listener,
-            only_from: None,
-        })
+            source: std::io::Error::other("no room for a port per stream"),
+        }))
     }
 
     /// Closes connections from any address but `peer` unread; they count for nothing.
@@ -118,8 +154,11 @@ impl Receiver {
         }
     }
 
+    /// Where stream 0 connects (stream i: this port + i).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound socket has an address")
+        self.listeners[0]
+            .local_addr()
+            .expect("bound socket has an address")
     }
 
     /// Accepts `config.streams` connections and verifies each stream to its last byte.
@@ -131,20 +170,31 @@ impl Receiver {
     ) -> Result<TransferSide, TrafficError> {
         let started_cpu = thread_cpu();
         let wall = Instant::now();
-        let (bytes, seconds) = block_on(cancel, async move {
-            let local = self.local_addr();
-            let listener = TcpListener::from_std(self.listener).map_err(|source| TrafficError::Io {
-                action: "listen on",
-                peer: local,
-                source,
-            })?;
+        // Cancelled by Ctrl-C, or by the first stream that fails, so the others stop too.
+        let stop = cancel.child_token();
+        let mut threads: Vec<std::thread::JoinHandle<StreamOutcome>> = Vec::new();
+        let local = self.local_addr();
+        let Receiver { listeners, only_from } = self;
+        let accepted = block_on(stop.clone(), async {
+            let listeners = listeners
+                .into_iter()
+                .map(TcpListener::from_std)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|source| TrafficError::Io {
+                    action: "listen on",
+                    peer: local,
+                    source,
+                })?;
+            let accept_any = || async {
+                let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
+                futures::future::select_all(accepts).await.0
+            };
             let mut seen = vec![false; usize::from(config.streams)];
-            let mut tasks = JoinSet::new();
             let mut foreign = 0;
-            while tasks.len() < usize::from(config.streams) {
+            while threads.len() < usize::from(config.streams) {
                 let (mut stream, peer) =
-                    with_timeout(config.idle_timeout, "accept on", local, listener.accept()).await?;
-                if self.only_from.is_some_and(|only| only != canonical(peer.ip())) {
+                    with_timeout(config.idle_timeout, "accept on", local, accept_any()).await?;
+                if only_from.is_some_and(|only| only != canonical(peer.ip())) {
                     foreign += 1;
                     tracing::debug!("receiver {local}: closed a connection from {peer}: not the run's peer");
                     if foreign > MAX_FOREIGN_CONNECTIONS {
@@ -153,29 +203,109 @@ impl Receiver {
                     continue;
                 }
                 let header = read_header(&mut stream, peer, &config, &mut seen).await?;
-                tasks.spawn(receive_stream(stream, peer, config, header, progress.clone()));
+                let io = move |source| TrafficError::Io {
+                    action: "hand over the stream from",
+                    peer,
+                    source,
+                };
+                let stream = stream.into_std().map_err(io)?;
+                let (stop, progress) = (stop.clone(), progress.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("ipl-recv-{}", header.index))
+                    .spawn(move || {
+                        stream_thread(&stop, async move {
+                            let stream = TcpStream::from_std(stream).map_err(io)?;
+                            receive_stream(stream, peer, config, header, progress).await
+                        })
+                    })
+                    .map_err(io)?;
+                threads.push(thread);
             }
-            let mut first: Option<Instant> = None;
-            let mut last: Option<Instant> = None;
-            let mut bytes = 0;
-            while let Some(done) = tasks.join_next().await {
-                let stream = done.expect("receive task panicked")?;
-                bytes += stream.bytes;
-                first = Some(first.map_or(stream.first_byte, |f| f.min(stream.first_byte)));
-                last = Some(last.map_or(stream.last_byte, |l| l.max(stream.last_byte)));
+            Ok(())
+        });
+        let outcomes = join_streams(threads, &stop);
+        let mut first: Option<Instant> = None;
+        let mut last: Option<Instant> = None;
+        let mut bytes = 0;
+        let mut cpu = thread_cpu().since(started_cpu);
+        let mut error = accepted.err();
+        for outcome in outcomes {
+            cpu = cpu.plus(outcome.cpu);
+            match outcome.result {
+                Ok(stream) => {
+                    bytes += stream.bytes;
+                    first = Some(first.map_or(stream.first_byte, |f| f.min(stream.first_byte)));
+                    last = Some(last.map_or(stream.last_byte, |l| l.max(stream.last_byte)));
+                }
+                Err(e) => error = Some(first_cause(error, e)),
             }
-            let seconds = match (first, last) {
-                (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
-                _ => 0.0,
-            };
-            Ok((bytes, seconds))
-        })?;
-        let cpu = cpu_since(started_cpu, wall.elapsed().as_secs_f64());
-        Ok(TransferSide { bytes, seconds, cpu })
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let seconds = match (first, last) {
+            (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
+            _ => 0.0,
+        };
+        Ok(TransferSide {
+            bytes,
+            seconds,
+            cpu: cpu.usage(wall.elapsed().as_secs_f64()),
+            threads: config.streams,
+        })
     }
 }
 
-/// Connects `config.streams` times to `peer` and sends each stream's share of the payload.
+/// What one stream's thread did, and the CPU it took.
+struct StreamOutcome<T = StreamResult> {
+    result: Result<T, TrafficError>,
+    cpu: ThreadCpu,
+}
+
+/// Runs one stream's `work` on the calling (fresh) thread; a failure stops the other streams.
+fn stream_thread<T>(
+    stop: &CancellationToken,
+    work: impl std::future::Future<Output = Result<T, TrafficError>>,
+) -> StreamOutcome<T> {
+    let cpu0 = thread_cpu();
+    let result = block_on(stop.clone(), work);
+    if result.is_err() {
+        stop.cancel();
+    }
+    StreamOutcome {
+        result,
+        cpu: thread_cpu().since(cpu0),
+    }
+}
+
+/// Joins every stream thread (after `stop` if the side is giving up); a thread that
+/// panicked is a bug, passed on.
+fn join_streams<T>(
+    threads: Vec<std::thread::JoinHandle<StreamOutcome<T>>>,
+    stop: &CancellationToken,
+) -> Vec<StreamOutcome<T>> {
+    threads
+        .into_iter()
+        .map(|t| {
+            t.join().unwrap_or_else(|panic| {
+                stop.cancel();
+                std::panic::resume_unwind(panic)
+            })
+        })
+        .collect()
+}
+
+/// The error to report of two: the one that is not a consequence of the other (a stream
+/// stopped because another failed reports `Cancelled`).
+fn first_cause(kept: Option<TrafficError>, new: TrafficError) -> TrafficError {
+    match kept {
+        Some(TrafficError::Cancelled) | None => new,
+        Some(kept) => kept,
+    }
+}
+
+/// Connects `config.streams` times, stream i to `peer`'s port + i, and sends each stream's
+/// share of the payload.
 pub fn send(
     peer: SocketAddr,
     config: TransferConfig,
@@ -183,26 +313,50 @@ pub fn send(
 ) -> Result<TransferSide, TrafficError> {
     let started_cpu = thread_cpu();
     let wall = Instant::now();
-    let bytes = block_on(cancel, async move {
-        let mut tasks = JoinSet::new();
-        for i in 0..config.streams {
-            tasks.spawn(send_stream(peer, config, i));
+    let stop = cancel.child_token();
+    let mut threads = Vec::with_capacity(usize::from(config.streams));
+    let mut error = None;
+    for i in 0..config.streams {
+        let own = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("ipl-send-{i}"))
+            .spawn(move || stream_thread(&own, send_stream(peer, config, i)));
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(source) => {
+                stop.cancel();
+                error = Some(TrafficError::Io {
+                    action: "start a stream thread for",
+                    peer,
+                    source,
+                });
+                break;
+            }
         }
-        let mut bytes = 0;
-        while let Some(done) = tasks.join_next().await {
-            bytes += done.expect("send task panicked")?;
+    }
+    let mut bytes = 0;
+    let mut cpu = ThreadCpu::default();
+    for outcome in join_streams(threads, &stop) {
+        cpu = cpu.plus(outcome.cpu);
+        match outcome.result {
+            Ok(n) => bytes += n,
+            Err(e) => error = Some(first_cause(error, e)),
         }
-        Ok(bytes)
-    })?;
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
     let seconds = wall.elapsed().as_secs_f64();
     Ok(TransferSide {
         bytes,
         seconds,
-        cpu: cpu_since(started_cpu, seconds),
+        cpu: cpu.plus(thread_cpu().since(started_cpu)).usage(seconds),
+        threads: config.streams,
     })
 }
 
-async fn send_stream(peer: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
+async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
+    let peer = SocketAddr::new(base.ip(), base.port().wrapping_add(index));
     let io = |action| move |source| TrafficError::Io { action, peer, source };
     let mut stream = with_timeout(config.idle_timeout, "connect to", peer, TcpStream::connect(peer)).await?;
     let len = config.stream_len(index);
@@ -383,10 +537,30 @@ fn block_on<T>(
     })
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct ThreadCpu {
     user_s: f64,
     system_s: f64,
+}
+
+impl ThreadCpu {
+    fn since(self, start: ThreadCpu) -> ThreadCpu {
+        ThreadCpu {
+            user_s: self.user_s - start.user_s,
+            system_s: self.system_s - start.system_s,
+        }
+    }
+
+    fn plus(self, other: ThreadCpu) -> ThreadCpu {
+        ThreadCpu {
+            user_s: self.user_s + other.user_s,
+            system_s: self.system_s + other.system_s,
+        }
+    }
+
+    fn usage(self, wall_s: f64) -> CpuUsage {
+        CpuUsage::new(self.user_s, self.system_s, wall_s)
+    }
 }
 
 /// This thread's CPU time so far (getrusage RUSAGE_THREAD: microsecond resolution).
@@ -399,11 +573,6 @@ fn thread_cpu() -> ThreadCpu {
         user_s: secs(usage.ru_utime),
         system_s: secs(usage.ru_stime),
     }
-}
-
-fn cpu_since(start: ThreadCpu, wall_s: f64) -> CpuUsage {
-    let now = thread_cpu();
-    CpuUsage::new(now.user_s - start.user_s, now.system_s - start.system_s, wall_s)
 }
 
 #[cfg(test)]
@@ -420,7 +589,7 @@ mod tests {
     }
 
     fn loopback_transfer(cfg: TransferConfig) -> (Result<TransferSide, TrafficError>, TransferSide) {
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let progress = Progress::default();
         let rx = std::thread::spawn(move || receiver.run(cfg, progress, CancellationToken::new()));
@@ -445,10 +614,83 @@ mod tests {
         }
     }
 
+    /// Names of this process's threads that start with `prefix`.
+    fn threads_named(prefix: &str) -> std::collections::BTreeSet<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|c| c.trim().to_string())
+            .filter(|c| c.starts_with(prefix))
+            .collect()
+    }
+
+    /// Four streams, four sending threads and four receiving threads, each seen running
+    /// under its stream's name while the transfer is under way, and counted in the result.
+    /// (Other tests of this binary run beside it with at most 3 streams: their names fall
+    /// inside these; whether the threads are gone after is not asked for the same reason,
+    /// and `send`/`run` join every one of them before they return.)
+    #[test]
+    fn each_stream_has_a_thread_of_its_own_on_both_sides() {
+        let cfg = config(24_000_000, 4);
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let (mut send, mut recv) = (Default::default(), Default::default());
+                while !done.load(Ordering::Relaxed) {
+                    let union = |seen: &mut std::collections::BTreeSet<String>, prefix| {
+                        seen.extend(threads_named(prefix));
+                    };
+                    union(&mut send, "ipl-send-");
+                    union(&mut recv, "ipl-recv-");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                (send, recv)
+            })
+        };
+        let (received, sent) = loopback_transfer(cfg);
+        done.store(true, Ordering::Relaxed);
+        let (send_names, recv_names) = watcher.join().unwrap();
+        let received = received.unwrap();
+        assert_eq!((received.bytes, sent.bytes), (24_000_000, 24_000_000));
+        assert_eq!((received.threads, sent.threads), (4, 4));
+        let want = |side| {
+            (0..4)
+                .map(|i| format!("ipl-{side}-{i}"))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert_eq!(send_names, want("send"));
+        assert_eq!(recv_names, want("recv"));
+        assert!(received.cpu.total_s() > 0.0 && sent.cpu.total_s() > 0.0);
+    }
+
+    /// A stream that fails stops the others at once instead of leaving them to time out.
+    #[test]
+    fn one_failed_stream_ends_the_receiver_without_waiting_for_the_timeout() {
+        let cfg = config(4_000_000, 3);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        // Stream 0 announces its share but is cut short; streams 1 and 2 never connect.
+        let t0 = Instant::now();
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        let mut header = Vec::new();
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&VERSION.to_be_bytes());
+        header.extend_from_slice(&0u16.to_be_bytes());
+        header.extend_from_slice(&99u64.to_be_bytes());
+        header.extend_from_slice(&cfg.stream_len(0).to_be_bytes());
+        std::io::Write::write_all(&mut &s, &header).unwrap();
+        drop(s);
+        let err = rx.join().unwrap().unwrap_err();
+        assert!(matches!(err, TrafficError::Verify(_)), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+
     #[test]
     fn a_sender_with_another_seed_is_refused() {
         let cfg = config(100_000, 1);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         let _ = send(addr, TransferConfig { seed: 1, ..cfg }, CancellationToken::new());
@@ -471,7 +713,7 @@ mod tests {
     #[test]
     fn a_stream_cut_short_fails_verification() {
         let cfg = config(100_000, 1);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         // Announce 100 000 bytes, deliver 10: the receiver must call it truncated.
@@ -489,7 +731,7 @@ mod tests {
     #[test]
     fn a_receiver_for_one_peer_closes_connections_from_others() {
         let cfg = config(200_000, 1);
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap())
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams)
             .unwrap()
             .only_from("127.0.0.2".parse().unwrap());
         let addr = receiver.local_addr();
@@ -513,9 +755,32 @@ mod tests {
         assert_eq!(rx.join().unwrap().unwrap().bytes, 200_000);
     }
 
+    /// Stream i arrives on the receiver's port + i, one listener per stream.
+    #[test]
+    fn each_stream_connects_to_its_own_port() {
+        let cfg = config(300_000, 3);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let base = receiver.local_addr().port();
+        // Every port is taken by the receiver: binding any of them again fails.
+        for i in 0..3 {
+            assert!(
+                std::net::TcpListener::bind(("127.0.0.1", base + i)).is_err(),
+                "port {}",
+                base + i
+            );
+        }
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        let sent = send(addr, cfg, CancellationToken::new()).unwrap();
+        assert_eq!(
+            (rx.join().unwrap().unwrap().bytes, sent.bytes),
+            (300_000, 300_000)
+        );
+    }
+
     #[test]
     fn cancel_stops_a_waiting_receiver() {
-        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), 1).unwrap();
         let cancel = CancellationToken::new();
         let c = cancel.clone();
         let rx = std::thread::spawn(move || receiver.run(config(1000, 1), Progress::default(), c));

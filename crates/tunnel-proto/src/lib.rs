@@ -16,6 +16,7 @@ pub mod replay;
 pub use engine::EngineError;
 pub use keys::{KeyDirection, KeyError, StaticKey, STATIC_KEY_LEN};
 pub use packet::{
-    DropCounters, DropReason, EncapError, Endpoint, Implementation, SetupError, HEADROOM, TAILROOM,
+    DropCounters, DropReason, EncapError, Endpoint, Implementation, SetupError, HEADROOM, MAX_QUEUES,
+    TAILROOM,
 };
 pub use replay::{ReplayError, ReplayWindow, WINDOW};

@@ -1,7 +1,12 @@
 //! The data-channel packet format and per-packet processing.
 //!
 //! Every datagram starts with a 64-bit big-endian packet id (never 0, never reused under one
-//! key). After it, per suite:
+//! key). A multi-queue tunnel shares one key among its queues, so each queue sends from its
+//! own slice of the id space: the top byte of every id is the queue's number
+//! ([`Endpoint::for_queue`]). Ids stay unique under the key (GCM nonces never repeat), each
+//! queue's replay window sees only its own sequence, and a datagram carried to another
+//! queue's socket is refused ([`DropReason::WrongQueue`]) before it can move that window.
+//! After the id, per suite:
 //!
 //! | suite               | datagram                                                       |
 //! |---------------------|----------------------------------------------------------------|
@@ -56,10 +61,12 @@ pub enum DropReason {
     TooOld,
     /// Packet id 0, which no sender uses.
     BadPacketId,
+    /// Packet id from another queue's slice of the id space (multi-queue tunnels).
+    WrongQueue,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::ShortPacket,
         DropReason::BadLength,
         DropReason::BadMac,
@@ -67,6 +74,7 @@ impl DropReason {
         DropReason::Replay,
         DropReason::TooOld,
         DropReason::BadPacketId,
+        DropReason::WrongQueue,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +86,7 @@ impl DropReason {
             DropReason::Replay => "replay",
             DropReason::TooOld => "too_old",
             DropReason::BadPacketId => "bad_packet_id",
+            DropReason::WrongQueue => "wrong_queue",
         }
     }
 }
@@ -102,6 +111,7 @@ pub struct DropCounters {
     pub replay: u64,
     pub too_old: u64,
     pub bad_packet_id: u64,
+    pub wrong_queue: u64,
 }
 
 impl DropCounters {
@@ -118,6 +128,7 @@ impl DropCounters {
             DropReason::Replay => self.replay,
             DropReason::TooOld => self.too_old,
             DropReason::BadPacketId => self.bad_packet_id,
+            DropReason::WrongQueue => self.wrong_queue,
         }
     }
 
@@ -130,11 +141,53 @@ impl DropCounters {
             DropReason::Replay => &mut self.replay,
             DropReason::TooOld => &mut self.too_old,
             DropReason::BadPacketId => &mut self.bad_packet_id,
+            DropReason::WrongQueue => &mut self.wrong_queue,
         }
     }
 
     pub fn total(&self) -> u64 {
         DropReason::ALL.iter().map(|r| self.get(*r)).sum()
+    }
+
+    /// Adds another set of counters to these (the queues of one end).
+    pub fn add(&mut self, other: &DropCounters) {
+        for r in DropReason::ALL {
+            *self.slot(r) += other.get(r);
+        }
+    }
+}
+
+/// Most queues one tunnel end may have: the top byte of the packet id names the queue, and
+/// the kernel allows no more queues on one TUN device (`MAX_TAP_QUEUES`).
+pub const MAX_QUEUES: usize = 256;
+const QUEUE_SHIFT: u32 = 56;
+
+/// The packet ids one endpoint sends from and accepts: `first..end`.
+#[derive(Debug, Clone, Copy)]
+struct IdSpace {
+    first: u64,
+    /// One past the last id (`u64::MAX` for the whole space: that id is never sent).
+    end: u64,
+}
+
+impl IdSpace {
+    const WHOLE: IdSpace = IdSpace {
+        first: 1,
+        end: u64::MAX,
+    };
+
+    /// Queue `q`'s slice: ids whose top byte is `q`, counted from 1 in the low 56 bits like
+    /// the whole space, less the slice's last id.
+    fn queue(q: u8) -> IdSpace {
+        let base = u64::from(q) << QUEUE_SHIFT;
+        IdSpace {
+            first: base | 1,
+            end: base | ((1u64 << QUEUE_SHIFT) - 1),
+        }
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        (self.first..self.end).contains(&id)
     }
 }
 
@@ -143,7 +196,7 @@ impl DropCounters {
 pub enum EncapError {
     #[error("buffer of {have} bytes cannot hold a {payload}-byte payload with headroom {HEADROOM} and tailroom {TAILROOM}")]
     BufferTooSmall { have: usize, payload: usize },
-    #[error("packet ids exhausted: this key has sent 2^64-1 packets and must not send more")]
+    #[error("packet ids exhausted: this key has sent every id of its space and must not send more")]
     PacketIdExhausted,
     #[error("reading random IVs from the operating system: {0}")]
     Random(getrandom::Error),
@@ -192,6 +245,7 @@ pub struct Endpoint {
     tx: Engine,
     rx: Engine,
     next_id: u64,
+    ids: IdSpace,
     window: ReplayWindow,
     ivs: IvPool,
 }
@@ -205,12 +259,35 @@ impl Endpoint {
         key: &StaticKey,
         key_direction: KeyDirection,
     ) -> Result<Endpoint, SetupError> {
+        Endpoint::with_ids(suite, implementation, key, key_direction, IdSpace::WHOLE)
+    }
+
+    /// Queue `queue` of a multi-queue end: sends, and accepts, only ids whose top byte is
+    /// `queue` (see the module's documentation). Both ends' queue `q` talk to each other.
+    pub fn for_queue(
+        suite: CipherSuite,
+        implementation: Implementation,
+        key: &StaticKey,
+        key_direction: KeyDirection,
+        queue: u8,
+    ) -> Result<Endpoint, SetupError> {
+        Endpoint::with_ids(suite, implementation, key, key_direction, IdSpace::queue(queue))
+    }
+
+    fn with_ids(
+        suite: CipherSuite,
+        implementation: Implementation,
+        key: &StaticKey,
+        key_direction: KeyDirection,
+        ids: IdSpace,
+    ) -> Result<Endpoint, SetupError> {
         Ok(Endpoint {
             suite,
             implementation,
             tx: Engine::new(suite, implementation, key.send(key_direction))?,
             rx: Engine::new(suite, implementation, key.receive(key_direction))?,
-            next_id: 1,
+            next_id: ids.first,
+            ids,
             window: ReplayWindow::new(),
             ivs: IvPool::new(),
         })
@@ -260,7 +337,7 @@ impl Endpoint {
                 payload: payload_len,
             });
         }
-        if self.next_id == u64::MAX {
+        if self.next_id >= self.ids.end {
             return Err(EncapError::PacketIdExhausted);
         }
         let id = self.next_id;
@@ -318,6 +395,9 @@ impl Endpoint {
         }
         let id_bytes: [u8; ID_LEN] = buf[..ID_LEN].try_into().expect("8 bytes");
         let id = u64::from_be_bytes(id_bytes);
+        if id != 0 && !self.ids.contains(id) {
+            return Err(DropReason::WrongQueue);
+        }
         self.window.check(id)?;
         let payload = match self.suite {
             CipherSuite::None => ID_LEN..buf.len(),

@@ -345,3 +345,55 @@ fn two_peers_over_an_unreliable_network() {
         }
     }
 }
+
+/// Queue `q` of both ends of a multi-queue tunnel.
+fn queue_pair(suite: CipherSuite, imp: Implementation, key: &StaticKey, q: u8) -> (Endpoint, Endpoint) {
+    (
+        Endpoint::for_queue(suite, imp, key, KeyDirection::Normal, q).unwrap(),
+        Endpoint::for_queue(suite, imp, key, KeyDirection::Inverse, q).unwrap(),
+    )
+}
+
+#[test]
+fn queues_send_from_disjoint_id_spaces_and_refuse_each_others_datagrams() {
+    let key = StaticKey::generate().unwrap();
+    let imp = Implementation::new(CryptoChoice::Auto).unwrap();
+    for suite in all_suites() {
+        let (mut a0, mut b0) = queue_pair(suite, imp, &key, 0);
+        let (mut a1, mut b1) = queue_pair(suite, imp, &key, 1);
+        let (mut a255, mut b255) = queue_pair(suite, imp, &key, 255);
+        let d0 = seal(&mut a0, b"zero");
+        let d1 = seal(&mut a1, b"one");
+        let d255 = seal(&mut a255, b"last");
+        // The first id of each queue: its number in the top byte, 1 below (queue 0 as today).
+        assert_eq!(d0[..8], 1u64.to_be_bytes(), "{suite}");
+        assert_eq!(d1[..8], ((1u64 << 56) | 1).to_be_bytes(), "{suite}");
+        assert_eq!(d255[..8], ((255u64 << 56) | 1).to_be_bytes(), "{suite}");
+        // Carried to the other queue's socket: refused before the window, which stays put.
+        assert_eq!(open(&mut b0, &d1), Err(DropReason::WrongQueue), "{suite}");
+        assert_eq!(open(&mut b1, &d0), Err(DropReason::WrongQueue), "{suite}");
+        assert_eq!(open(&mut b1, &d255), Err(DropReason::WrongQueue), "{suite}");
+        assert_eq!(open(&mut b0, &d0).unwrap(), b"zero", "{suite}");
+        assert_eq!(open(&mut b1, &d1).unwrap(), b"one", "{suite}");
+        assert_eq!(open(&mut b255, &d255).unwrap(), b"last", "{suite}");
+        // Each queue keeps its own replay window.
+        assert_eq!(open(&mut b1, &d1), Err(DropReason::Replay), "{suite}");
+        let next0 = seal(&mut a0, b"zero again");
+        assert_eq!(open(&mut b0, &next0).unwrap(), b"zero again", "{suite}");
+        // A single-queue end accepts any id, as before.
+        let (_, mut whole) = pair(suite, imp, &key);
+        assert_eq!(open(&mut whole, &d255).unwrap(), b"last", "{suite}");
+    }
+}
+
+#[test]
+fn wrong_queue_is_counted_under_its_own_name() {
+    let mut drops = DropCounters::default();
+    drops.count(DropReason::WrongQueue);
+    let mut sum = DropCounters::default();
+    sum.add(&drops);
+    sum.add(&drops);
+    assert_eq!(sum.wrong_queue, 2);
+    assert_eq!(sum.total(), 2);
+    assert_eq!(DropReason::WrongQueue.name(), "wrong_queue");
+}

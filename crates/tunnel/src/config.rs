@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use tunnel_proto::Endpoint;
 
 /// How datagrams leave and arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Ordered from the least batching to the most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Batching {
     /// `sendmmsg`/`recvmmsg`: one system call per batch, one trip through the stack per datagram.
@@ -57,6 +58,19 @@ pub struct TunnelConfig {
     /// Core to pin the thread to; None leaves it to the scheduler (it is still one thread).
     pub cpu: Option<usize>,
     pub batching: Batching,
+    /// None: a single-queue TUN device of its own. Some(i): queue i of a multi-queue device
+    /// (see [`crate::MultiQueue`]); queue 0 creates and configures it, the others attach.
+    pub queue: Option<u16>,
+}
+
+impl TunnelConfig {
+    /// The thread's name: the TUN device's, with `/i` for queue i of a multi-queue device.
+    pub fn thread_name(&self) -> String {
+        match self.queue {
+            None => self.tun_name.clone(),
+            Some(i) => format!("{}/{i}", self.tun_name),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

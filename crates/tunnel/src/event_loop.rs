@@ -1,8 +1,9 @@
 //! The thread of one tunnel end: its set-up (CPU pinning, the connected UDP socket, the TUN
 //! device, which batching the kernel grants), then one loop that runs the send path and the
 //! receive path in turn until both are idle, and only then sleeps in `poll` on the TUN
-//! device, the socket and the stop request. Single-threaded on purpose: the lab shows the
-//! single-core limit of userspace tunnels.
+//! device, the socket and the stop request. One thread per end by default: the lab shows the
+//! single-core limit of userspace tunnels. A multi-queue end runs one such loop per queue,
+//! each with its own queue fd, socket and endpoint, sharing nothing.
 //!
 //! Leaves out: what each path does (`send`, `receive`), the thread's start and stop from
 //! outside ([`crate::Tunnel`]), the counters' meaning (`stats`).
@@ -87,9 +88,19 @@ impl Loop {
             Batching::Gso | Batching::Offload if udp.enable_offload() => config.batching,
             _ => Batching::Mmsg,
         };
-        let create =
-            |vnet| Tun::create(&config.tun_name, vnet).map_err(|e| setup("create TUN device".into(), e));
-        let tun = if batching == Batching::Offload {
+        let create = |vnet| {
+            match config.queue {
+                None => Tun::create(&config.tun_name, vnet),
+                Some(_) => Tun::create_queue(&config.tun_name, vnet),
+            }
+            .map_err(|e| setup("create TUN device".into(), e))
+        };
+        // Queues after the first attach to a device queue 0 created, configured and chose the
+        // offload of: the caller passes that choice on, and it is not asked again.
+        let attaching = config.queue.is_some_and(|i| i > 0);
+        let tun = if batching == Batching::Offload && attaching {
+            create(true)?
+        } else if batching == Batching::Offload {
             let tun = create(true)?;
             match tun.enable_tso() {
                 Ok(()) => tun,
@@ -103,8 +114,16 @@ impl Loop {
         } else {
             create(false)?
         };
-        tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
-            .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
+        if !attaching {
+            tun.configure(config.inner, config.prefix_len, config.inner_mtu, TXQUEUELEN)
+                .map_err(|e| setup(format!("configure {}/{}", config.inner, config.prefix_len), e))?;
+        }
+        // Queue 0 of a multi-queue device steers by port; where the kernel refuses, its own
+        // flow hash spreads the flows (and the stats say so).
+        let steering = match config.queue {
+            Some(0) => Some(crate::steer::steer_by_port(tun.as_raw_fd()).map_err(|e| e.to_string())),
+            _ => None,
+        };
         let tun_offload = batching == Batching::Offload;
         Ok(Loop {
             send: SendPath::new(config.inner_mtu, &endpoint, tun_offload),
@@ -115,6 +134,8 @@ impl Loop {
                 batching,
                 config.inner_mtu,
                 config.cpu,
+                config.queue,
+                steering,
             ),
             tun_name: config.tun_name,
             tun,
@@ -125,6 +146,11 @@ impl Loop {
 
     /// Moves packets both ways until `stop` is requested; returns what it did. The TUN
     /// device and the socket close when it returns.
+    /// What set-up got from the kernel (GSO may still fall back to mmsg while running).
+    pub fn batching(&self) -> Batching {
+        self.stats.batching
+    }
+
     pub fn run(self, stop: &Stop) -> Result<TunnelStats, TunnelError> {
         let Loop {
             tun_name,

@@ -1,5 +1,7 @@
 //! The userspace tunnel's event loop: ONE thread per end, pinned to one core, owning a TUN
-//! device and a UDP socket, moving every packet through [`tunnel_proto::Endpoint`].
+//! device and a UDP socket, moving every packet through [`tunnel_proto::Endpoint`]. Or, with
+//! [`MultiQueue`], one such thread per queue of a multi-queue TUN device, each with its own
+//! socket, port pair and packet-id space.
 //!
 //! The thread enters its network namespace first, so the TUN device and the socket are
 //! created there. I/O is batched so that crypto, not system calls, is the limit. With
@@ -14,6 +16,8 @@
 //!
 //! * `lib.rs`: the public face: [`Tunnel`] (start a thread, stop it, get its
 //!   [`TunnelStats`]).
+//! * `multi`: [`MultiQueue`], N [`Tunnel`]s serving the queues of one TUN device;
+//!   `steer`: the eBPF program that spreads the lab's flows over the queues by port.
 //! * `event_loop`: the thread's set-up and its loop, which runs the two paths in turn and
 //!   sleeps in `poll` only when both are idle.
 //! * `send`: TUN → encrypt → UDP, with its own buffers.
@@ -30,10 +34,12 @@
 mod config;
 mod cpu;
 mod event_loop;
+mod multi;
 pub mod offload;
 mod receive;
 mod send;
 mod stats;
+mod steer;
 mod tun;
 mod udp;
 
@@ -47,6 +53,7 @@ use tunnel_proto::Endpoint;
 
 pub use config::{inner_mtu, Batching, TunnelConfig, TunnelError, BATCH};
 pub use cpu::{pin_current_thread, ThreadCpu};
+pub use multi::MultiQueue;
 pub use stats::{Flow, IoErrors, TunnelStats};
 pub use tun::Tun;
 
@@ -54,6 +61,7 @@ pub use tun::Tun;
 /// stops it too. Either way the thread is joined and its TUN device is gone afterwards.
 pub struct Tunnel {
     tun_name: String,
+    batching: Batching,
     stop: Arc<Stop>,
     thread: Option<JoinHandle<Result<TunnelStats, TunnelError>>>,
 }
@@ -67,10 +75,10 @@ impl Tunnel {
             tun: config.tun_name.clone(),
             source,
         })?);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), TunnelError>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Batching, TunnelError>>();
         let tun_name = config.tun_name.clone();
         let thread_stop = stop.clone();
-        let thread = ns.spawn(&config.tun_name.clone(), move || {
+        let thread = ns.spawn(&config.thread_name(), move || {
             let lp = match Loop::set_up(config, endpoint) {
                 Ok(lp) => lp,
                 Err(e) => {
@@ -83,16 +91,20 @@ impl Tunnel {
                     return Err(msg);
                 }
             };
-            let _ = ready_tx.send(Ok(()));
+            let _ = ready_tx.send(Ok(lp.batching()));
             lp.run(&thread_stop)
         })?;
         let mut tunnel = Tunnel {
             tun_name: tun_name.clone(),
+            batching: Batching::Mmsg,
             stop,
             thread: Some(thread),
         };
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(tunnel),
+            Ok(Ok(batching)) => {
+                tunnel.batching = batching;
+                Ok(tunnel)
+            }
             Ok(Err(e)) => {
                 let _ = tunnel.thread.take().map(JoinHandle::join);
                 Err(e)
@@ -106,6 +118,11 @@ impl Tunnel {
 
     pub fn tun_name(&self) -> &str {
         &self.tun_name
+    }
+
+    /// The batching the kernel granted at set-up.
+    pub fn batching(&self) -> Batching {
+        self.batching
     }
 
     /// Stops the thread, waits for it, and returns what it did. Its TUN device is removed

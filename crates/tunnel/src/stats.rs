@@ -47,6 +47,11 @@ pub struct TunnelStats {
     pub inner_mtu: u32,
     /// The core the thread was pinned to, if it was.
     pub pinned_cpu: Option<usize>,
+    /// Which queue of a multi-queue TUN device the thread served (None: a device of its own).
+    pub queue: Option<u16>,
+    /// Queue 0 of a multi-queue device: Ok when the port-steering program is attached, else
+    /// why the kernel's flow hash spreads the flows instead. None for the other queues.
+    pub steering: Option<Result<(), String>>,
     /// Read from TUN, encrypted and sent.
     pub sent: Flow,
     /// Received, decrypted and written to TUN.
@@ -73,6 +78,8 @@ impl TunnelStats {
         batching: Batching,
         inner_mtu: u32,
         pinned_cpu: Option<usize>,
+        queue: Option<u16>,
+        steering: Option<Result<(), String>>,
     ) -> TunnelStats {
         TunnelStats {
             tun_name,
@@ -80,6 +87,8 @@ impl TunnelStats {
             batching,
             inner_mtu,
             pinned_cpu,
+            queue,
+            steering,
             sent: Flow::default(),
             delivered: Flow::default(),
             datagrams_in: 0,
@@ -101,5 +110,39 @@ impl TunnelStats {
         } else {
             0.0
         }
+    }
+}
+
+impl TunnelStats {
+    /// One end's queues taken together: counters and CPU added, wall time the longest, the
+    /// set-up of the first queue (the queue itself None).
+    pub fn sum(queues: &[TunnelStats]) -> Option<TunnelStats> {
+        let (first, rest) = queues.split_first()?;
+        let mut total = first.clone();
+        total.queue = None;
+        for q in rest {
+            total.sent.add(q.sent.packets as usize, q.sent.bytes as usize);
+            total
+                .delivered
+                .add(q.delivered.packets as usize, q.delivered.bytes as usize);
+            total.datagrams_in += q.datagrams_in;
+            total.drops.add(&q.drops);
+            total.errors.encap += q.errors.encap;
+            total.errors.send += q.errors.send;
+            total.errors.tun_write += q.errors.tun_write;
+            total.errors.offload += q.errors.offload;
+            total.send_calls += q.send_calls;
+            total.recv_calls += q.recv_calls;
+            total.tun_reads += q.tun_reads;
+            total.tun_writes += q.tun_writes;
+            total.cpu.user_s += q.cpu.user_s;
+            total.cpu.system_s += q.cpu.system_s;
+            total.wall_s = total.wall_s.max(q.wall_s);
+            if q.batching != total.batching {
+                // The weakest any queue ended with: mmsg < gso < offload.
+                total.batching = total.batching.min(q.batching);
+            }
+        }
+        Some(total)
     }
 }

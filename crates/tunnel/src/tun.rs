@@ -1,7 +1,8 @@
 //! A TUN device (`/dev/net/tun`, `IFF_TUN | IFF_NO_PI`: bare IP packets, no extra header),
 //! configured with ioctls from the thread that owns it, so it lands in that thread's network
 //! namespace. Not persistent: closing the fd removes the device, so a dropped [`Tun`] leaves
-//! nothing behind, also when the thread panics.
+//! nothing behind, also when the thread panics. A multi-queue device (`IFF_MULTI_QUEUE`) has
+//! one fd per queue, each opened by the thread that serves it; the device goes with the last.
 
 use std::ffi::CString;
 use std::io;
@@ -13,6 +14,8 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// Each packet on the fd is preceded by a `virtio_net_hdr` (see `offload`).
 const IFF_VNET_HDR: libc::c_int = 0x4000;
+/// Every open of the same name attaches one more queue; the kernel spreads flows over them.
+const IFF_MULTI_QUEUE: libc::c_int = 0x0100;
 /// The device may hand over packets whose checksum it must complete, and TCP/IPv4 packets
 /// of up to 64 KiB to be cut into segments (`TUN_F_CSUM | TUN_F_TSO4`).
 const TUN_F_CSUM: libc::c_uint = 0x01;
@@ -69,6 +72,16 @@ impl Tun {
     /// Creates TUN device `name` in the calling thread's namespace, non-blocking; with
     /// `vnet_hdr`, every packet read or written carries a `virtio_net_hdr` in front.
     pub fn create(name: &str, vnet_hdr: bool) -> io::Result<Tun> {
+        Tun::open(name, vnet_hdr, false)
+    }
+
+    /// One queue of multi-queue TUN device `name`: the first call creates the device, each
+    /// further one (with the same `vnet_hdr`) attaches another queue to it.
+    pub fn create_queue(name: &str, vnet_hdr: bool) -> io::Result<Tun> {
+        Tun::open(name, vnet_hdr, true)
+    }
+
+    fn open(name: &str, vnet_hdr: bool, multi_queue: bool) -> io::Result<Tun> {
         // SAFETY: plain open(2) of a device node; the fd is owned right after.
         let raw = unsafe {
             libc::open(
@@ -84,7 +97,8 @@ impl Tun {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut req = ifreq_named(name)?;
         let vnet = if vnet_hdr { IFF_VNET_HDR } else { 0 };
-        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet) as libc::c_short;
+        let mq = if multi_queue { IFF_MULTI_QUEUE } else { 0 };
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet | mq) as libc::c_short;
         ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req, "TUNSETIFF")?;
         Ok(Tun {
             fd,

@@ -55,6 +55,7 @@ fn start_pair(
         inner_mtu: inner_mtu(topo.mtu, suite),
         cpu: None,
         batching,
+        queue: None,
     };
     let a = Tunnel::start(
         &topo.a,

@@ -182,7 +182,7 @@ impl End {
         match self {
             End::Plain => Ok(EndEvidence::None),
             End::Xfrm(end) => Ok(EndEvidence::Xfrm(end.evidence().await?)),
-            End::Userspace(end) => Ok(EndEvidence::Userspace(end.finish()?)),
+            End::Userspace(end) => Ok(EndEvidence::Userspace(Box::new(end.finish()?))),
             End::Openvpn(end) => Ok(EndEvidence::Openvpn(end.finish())),
             End::Strongswan(end) => Ok(EndEvidence::Strongswan(end.evidence().await?)),
             End::Wireguard(end) => Ok(EndEvidence::Wireguard(end.evidence().await?)),

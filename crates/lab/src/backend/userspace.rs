@@ -1,7 +1,9 @@
 //! The lab's own userspace tunnel (OpenVPN-style): one thread per end (pinned where there are
 //! cores to spare) moves every packet between a TUN device and a UDP socket on the veth,
 //! encrypting with the `--crypto` implementation. The payload flows between the inner
-//! addresses (198.19.0.x) through it.
+//! addresses (198.19.0.x) through it. With `--tunnel-threads N` each end has N threads, one
+//! per queue of a multi-queue TUN device, queue i on UDP port 1194 + i with its own packet-id
+//! space (`tunnel::MultiQueue`); the kernel spreads the flows over the queues.
 //!
 //! Evidence (`backend_details.userspace`, [`UserspaceEvidence`]): `suite`, `implementation` (`choice`,
 //! `library`, `hardware_aes`, `label`), `inner_mtu`, `batching` (offload, gso or mmsg, as
@@ -9,7 +11,8 @@
 //! `percent_of_core` over the thread's life), `pinned_cpu` (null: not pinned), `wall_s`,
 //! `packets_per_s` (both directions, over the thread's life), `sent`/`delivered` (`packets`,
 //! `bytes` of payload), `datagrams_in`, `drops` by reason, `errors`, `send_calls`,
-//! `recv_calls`, `tun_reads`, `tun_writes`; and `efficiency`: the encrypting thread's payload
+//! `recv_calls`, `tun_reads`, `tun_writes` (with N threads: the queues' sums, CPU added, and
+//! `queues`, the same per thread with its `queue` number, and `steering`); and `efficiency`: the encrypting thread's payload
 //! MB per CPU-second beside the same implementation's single-core speed on 1400-byte packets,
 //! measured in this process after the transfers, also per CPU-second of the thread that
 //! measured it (`crypto_wall_mb_per_s` and `crypto_cpu_share` give the wall-clock figure and
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 use control::{KeyMaterial, RunKeys};
 use crypto::{AeadAlgorithm, Implementation};
 use model::{CipherSuite, Hmac, RunPlan};
-use tunnel::{inner_mtu, Batching, ThreadCpu, Tunnel, TunnelConfig, TunnelStats};
+use tunnel::{inner_mtu, Batching, MultiQueue, ThreadCpu, TunnelConfig, TunnelStats};
 use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN};
 
 use super::site::{Side, Site};
@@ -58,9 +61,9 @@ pub fn generate_key() -> LabResult<KeyMaterial> {
     KeyMaterial::random(STATIC_KEY_LEN).map_err(LabError::failed)
 }
 
-/// One end of the tunnel: its thread, until [`UserspaceEnd::finish`] stops it.
+/// One end of the tunnel: its threads, until [`UserspaceEnd::finish`] stops them.
 pub struct UserspaceEnd {
-    tunnel: Option<Tunnel>,
+    tunnel: Option<MultiQueue>,
 }
 
 impl UserspaceEnd {
@@ -78,10 +81,11 @@ impl UserspaceEnd {
         let key = StaticKey::from_bytes(array);
         let implementation = implementation(plan)?;
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let (inner, dir, cpu) = match site.side {
+        let (inner, dir, first_cpu) = match site.side {
             Side::A => (plan.addressing.inner_a, KeyDirection::Normal, 0),
             Side::B => (plan.addressing.inner_b, KeyDirection::Inverse, 1),
         };
+        let threads = usize::from(plan.tunnel_threads.max(1));
         let local = v4(site.hosts.of(site.side), "this host's address")?;
         let peer = v4(site.hosts.of(site.side.other()), "the peer's address")?;
         let config = TunnelConfig {
@@ -91,28 +95,55 @@ impl UserspaceEnd {
             inner,
             prefix_len: plan.addressing.prefix_len,
             inner_mtu: inner_mtu(plan.mtu, plan.suite),
-            // Pinned only where each tunnel thread gets a core of its own and two remain for
-            // the sender and receiver. With fewer, a pinned thread waits behind whatever else
-            // runs on its core while the other may be idle: measured on 2 shared cores,
-            // pinning halved the throughput (docs/userspace.md). Unpinned it is still one
-            // thread per end.
-            cpu: (cpus >= 4).then_some(cpu),
+            // Set per queue below.
+            cpu: None,
             // TUN offload (super-packets segmented and joined by the tunnel), UDP GSO/GRO.
             batching: Batching::Offload,
+            queue: None,
         };
-        let endpoint = Endpoint::new(plan.suite, implementation, &key, dir).map_err(LabError::failed)?;
-        let tunnel = Tunnel::start(site.namespace, config, endpoint).map_err(LabError::failed)?;
+        // Pinned only where each tunnel thread gets a core of its own and two remain for the
+        // sender and receiver. With fewer, a pinned thread waits behind whatever else runs
+        // on its core while another may be idle: measured on 2 shared cores, pinning halved
+        // the throughput (docs/userspace.md). Unpinned it is still one thread per queue.
+        let pin = cpus >= 2 * threads + 2;
+        let queues = (0..threads)
+            .map(|i| {
+                // One thread: the whole id space, as the single-queue tunnel always had.
+                let endpoint = if threads == 1 {
+                    Endpoint::new(plan.suite, implementation, &key, dir)
+                } else {
+                    Endpoint::for_queue(plan.suite, implementation, &key, dir, i as u8)
+                };
+                Ok((
+                    endpoint.map_err(LabError::failed)?,
+                    pin.then_some(first_cpu + 2 * i),
+                ))
+            })
+            .collect::<LabResult<Vec<_>>>()?;
+        let tunnel = MultiQueue::start(site.namespace, config, queues).map_err(LabError::failed)?;
         Ok(UserspaceEnd { tunnel: Some(tunnel) })
     }
 
-    /// Stops the thread and returns what it counted.
+    /// Stops the threads and returns what they counted: one thread's counts, or the
+    /// queues' sums with each queue's own.
     pub fn finish(&mut self) -> LabResult<TunnelEnd> {
         let tunnel = self
             .tunnel
             .take()
             .ok_or_else(|| LabError::failed(anyhow::anyhow!("userspace tunnel stopped twice")))?;
-        let stats = tunnel.stop().map_err(LabError::failed)?;
-        Ok(tunnel_end(&stats))
+        let queues = tunnel.stop().map_err(LabError::failed)?;
+        let total = TunnelStats::sum(&queues)
+            .ok_or_else(|| LabError::failed(anyhow::anyhow!("userspace tunnel without a thread")))?;
+        let mut end = tunnel_end(&total);
+        if queues.len() > 1 {
+            end.queues = queues.iter().map(tunnel_end).collect();
+            end.steering = match &queues[0].steering {
+                Some(Ok(())) => Some("ports".into()),
+                Some(Err(why)) => Some(format!("flow hash: {why}")),
+                None => None,
+            };
+        }
+        Ok(end)
     }
 }
 
@@ -151,6 +182,7 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
         batching: s.batching,
         tun: s.tun_name.clone(),
         pinned_cpu: s.pinned_cpu,
+        queue: s.queue,
         cpu: model::CpuUsage::new(s.cpu.user_s, s.cpu.system_s, s.wall_s),
         wall_s: s.wall_s,
         packets_per_s: s.packets_per_s(),
@@ -166,6 +198,8 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
         recv_calls: s.recv_calls,
         tun_reads: s.tun_reads,
         tun_writes: s.tun_writes,
+        queues: Vec::new(),
+        steering: None,
     }
 }
 

@@ -40,7 +40,7 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A receiver on `side` that takes streams only from the other side's data address.
 pub fn receiver(plan: &RunPlan, hosts: Hosts, side: Side) -> LabResult<Receiver> {
     let from = data_addr(plan, hosts, side.other()).ip();
-    Ok(Receiver::bind(data_addr(plan, hosts, side))
+    Ok(Receiver::bind(data_addr(plan, hosts, side), plan.parallel)
         .map_err(LabError::failed)?
         .only_from(from))
 }
@@ -108,6 +108,7 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         ignored: Vec::new(),
         peer: None,
         reverse: request.reverse,
+        tunnel_threads: 1,
     }
 }
 

@@ -38,6 +38,8 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
         bytes.0.to_string(),
         "--repeat".into(),
         args.repeat.to_string(),
+        "--parallel".into(),
+        args.parallel.to_string(),
         "--mtu".into(),
         args.mtu.to_string(),
         "--port".into(),
@@ -49,6 +51,8 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
 /// `command` (this binary with hardware AES masked) made the soft-AES child sweep, writing
 /// its report to `json` and a line per finished cell to stdout.
 fn soft_sweep(mut command: Command, args: &SweepPlan, json: &std::path::Path) -> Command {
+    let threads: Vec<String> = args.threads.iter().map(u16::to_string).collect();
+    let threads = threads.join(",");
     command
         .args(child_args(args, args.bytes))
         .args([
@@ -56,6 +60,8 @@ fn soft_sweep(mut command: Command, args: &SweepPlan, json: &std::path::Path) ->
             "userspace",
             "--crypto",
             "soft",
+            "--threads",
+            threads.as_str(),
             "--no-baseline",
             "--report-cells",
             "--json",
@@ -187,6 +193,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_soft_child_gets_the_thread_counts() {
+        let a = SweepPlan {
+            threads: vec![3, 1, 2, 3],
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        let c = soft_sweep(Command::new("ipsec-lab"), &a, std::path::Path::new("/tmp/m.json"));
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(args.join(" ").contains("--threads 1,2,3 "), "{args:?}");
+    }
+
+    #[test]
     fn child_sweeps_get_the_same_sizes() {
         let a = plan().validate().unwrap();
         let c = child_args(&a, a.bytes);
@@ -208,7 +227,7 @@ mod tests {
         assert!(args.starts_with(&["matrix".to_string()]), "{joined}");
         assert!(
             joined.ends_with(
-                "--backends userspace --crypto soft --no-baseline --report-cells --json /tmp/d/matrix.json"
+                "--backends userspace --crypto soft --threads 1 --no-baseline --report-cells --json /tmp/d/matrix.json"
             ),
             "{joined}"
         );

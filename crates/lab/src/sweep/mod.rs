@@ -50,6 +50,11 @@ use rows::PlannedRow;
 pub async fn run(plan: &SweepPlan, progress: &dyn Progress) -> (MatrixReport, LabResult<()>) {
     let mut report = MatrixReport::new(plan.suites.clone(), plan.bytes, plan.repeat, plan.started_unix_s);
     report.notes.push(format!("payload seed {:#x}", plan.seed));
+    if plan.parallel > 1 {
+        report
+            .notes
+            .push(format!("{} TCP streams per transfer", plan.parallel));
+    }
     let cancel = CancellationToken::new();
     let outcome = match crate::signal::cancel_on_signal(cancel.clone()) {
         Ok(interrupted) => {
@@ -137,6 +142,8 @@ mod tests {
             backends: Backend::ALL.to_vec(),
             suites: vec![],
             crypto: vec![CryptoChoice::Auto],
+            threads: vec![1],
+            parallel: 1,
             bytes: ByteSize(4_000_000),
             vm_bytes: ByteSize(4_000_000),
             repeat: 2,

@@ -16,6 +16,12 @@ pub struct SweepPlan {
     pub suites: Vec<CipherSuite>,
     /// Crypto implementations of the userspace backend, one row each.
     pub crypto: Vec<CryptoChoice>,
+    /// Tunnel threads per end (`--threads`): the userspace rows once per count; the other
+    /// backends' rows at counts above 1 say why they have none.
+    pub threads: Vec<u16>,
+    /// TCP streams per transfer in every cell (`-P`; several tunnel threads need at least as
+    /// many streams to have work each).
+    pub parallel: u16,
     pub bytes: ByteSize,
     /// Payload of the VM rows (TCG moves a few MB/s).
     pub vm_bytes: ByteSize,
@@ -56,12 +62,19 @@ impl SweepPlan {
         if self.backends.iter().any(|b| b.is_wireguard()) && !self.suites.contains(&chacha) {
             self.suites.push(chacha);
         }
+        if self.threads.is_empty() {
+            self.threads = vec![1];
+        }
+        self.threads.sort_unstable();
+        self.threads.dedup();
         for b in &self.backends {
             for s in &self.suites {
                 if b.suite_refusal(*s).is_some() {
                     continue;
                 }
-                self.plan(*b, *s, CryptoChoice::Auto, self.seed)?;
+                for t in &self.threads {
+                    self.plan(*b, *s, CryptoChoice::Auto, *t, self.seed)?;
+                }
             }
         }
         model::check_payload("--vm-bytes", self.vm_bytes)?;
@@ -76,14 +89,21 @@ impl SweepPlan {
         backend: Backend,
         suite: CipherSuite,
         crypto: CryptoChoice,
+        tunnel_threads: u16,
         seed: u64,
     ) -> LabResult<RunPlan> {
         Ok(RunRequest {
             backend,
             cipher: backend.encrypts().then_some(suite),
             crypto: (backend == Backend::Userspace).then_some(crypto),
+            tunnel_threads: if backend == Backend::Userspace {
+                tunnel_threads
+            } else {
+                1
+            },
             bytes: self.bytes,
             repeat: self.repeat,
+            parallel: self.parallel,
             mtu: self.mtu,
             port: self.port,
             seed: Some(seed),

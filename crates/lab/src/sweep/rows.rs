@@ -103,7 +103,11 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     }
     if args.has(Backend::Userspace) {
         for c in &args.crypto {
-            rows.push(local(Backend::Userspace, RowVariant::Crypto(*c), *c, None));
+            for t in &args.threads {
+                let mut row = local(Backend::Userspace, RowVariant::Crypto(*c), *c, None);
+                row.key = row.key.with_threads(*t);
+                rows.push(row);
+            }
         }
     }
     if args.has(Backend::Openvpn) {
@@ -123,6 +127,37 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
             rows.push(local(b, RowVariant::Default, CryptoChoice::Auto, None));
         }
     }
+    rows.extend(threadless_rows(args));
+    rows
+}
+
+/// At every `--threads` count above 1, a row for each backend in the sweep without tunnel
+/// threads, saying why it has no such row.
+fn threadless_rows(args: &SweepPlan) -> Vec<PlannedRow> {
+    let why = |backend| match backend {
+        Backend::Xfrm | Backend::Strongswan | Backend::Wireguard => Some(
+            "the kernel's tunnel has no tunnel threads: each packet is encrypted on the CPU it is on \
+             (one SA pair or peer for every stream here)",
+        ),
+        Backend::Openvpn => Some("OpenVPN 2.6 moves all of a tunnel's packets on its one thread"),
+        Backend::WireguardGo | Backend::Boringtun => {
+            Some("the implementation chooses its own worker threads; the lab does not set their number")
+        }
+        Backend::Plain | Backend::Userspace => None,
+    };
+    let mut rows = Vec::new();
+    for t in args.threads.iter().filter(|t| **t > 1) {
+        for backend in Backend::ALL {
+            if let (true, Some(reason)) = (args.has(backend), why(backend)) {
+                rows.push(PlannedRow {
+                    key: RowKey::new(backend, RowVariant::Default, HOST).with_threads(*t),
+                    backend,
+                    kind: RowKind::Refused(reason.to_string()),
+                    notes: vec![],
+                });
+            }
+        }
+    }
     rows
 }
 
@@ -132,7 +167,7 @@ async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
     let probe = args
         .suites
         .first()
-        .and_then(|s| args.plan(backend, *s, CryptoChoice::Auto, 0).ok());
+        .and_then(|s| args.plan(backend, *s, CryptoChoice::Auto, 1, 0).ok());
     let refused = match probe {
         Some(plan) => backend::preflight(&plan).await.err().map(|e| format!("{e:#}")),
         None => None,
@@ -156,7 +191,7 @@ async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
 async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
     let probe_suite = args.suites.first().copied();
-    let probe_plan = probe_suite.and_then(|s| args.plan(Backend::Xfrm, s, CryptoChoice::Auto, 0).ok());
+    let probe_plan = probe_suite.and_then(|s| args.plan(Backend::Xfrm, s, CryptoChoice::Auto, 1, 0).ok());
     if let Some(plan) = probe_plan {
         if let Err(e) = backend::preflight(&plan).await {
             return vec![PlannedRow {
@@ -227,7 +262,7 @@ pub(super) async fn run_row(
         } else if let Some(why) = row.backend.suite_refusal(suite) {
             Cell::not_run(suite, why)
         } else {
-            run_cell(args, row.backend, suite, crypto, topology, cancel).await
+            run_cell(args, row, suite, crypto, topology, cancel).await
         };
         if let CellOutcome::Measured(m) = &mut cell.outcome {
             if matches!(row.backend, Backend::Xfrm | Backend::Strongswan) {
@@ -262,7 +297,7 @@ pub(super) async fn run_row(
 
 async fn run_cell(
     args: &SweepPlan,
-    backend: Backend,
+    row: &PlannedRow,
     suite: CipherSuite,
     crypto: CryptoChoice,
     topology: &Topology,
@@ -270,7 +305,8 @@ async fn run_cell(
 ) -> Cell {
     let times_before = CpuTimes::now();
     let result = async {
-        let plan = args.plan(backend, suite, crypto, args.seed)?;
+        let backend = row.backend;
+        let plan = args.plan(backend, suite, crypto, row.key.tunnel_threads, args.seed)?;
         backend::preflight(&plan).await?;
         if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
             // The kernel IPsec backends add addresses and routes to the veths: a fresh
