@@ -23,7 +23,7 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(usage)?;
     let limits = limits(&args, listen).map_err(usage)?;
-    lab::require_net_admin()?;
+    require_cap_net_admin()?;
     let config = ServerConfig {
         listen,
         allow,
@@ -31,6 +31,24 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
         limits,
     };
     super::run::runtime()?.block_on(async { serve(config, lab::signal::stop_requested()?).await })
+}
+
+/// A server makes no namespaces (it serves from the one it runs in), so it needs
+/// CAP_NET_ADMIN only, the one capability ipsec-lab-serve.service leaves it.
+fn require_cap_net_admin() -> LabResult<()> {
+    const CAP_NET_ADMIN: u32 = 12;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if effective & (1 << CAP_NET_ADMIN) != 0 {
+        return Ok(());
+    }
+    Err(LabError::capability(anyhow::anyhow!(
+        "serve needs CAP_NET_ADMIN for its TUN devices, routes, SAs and policies: run it as root"
+    )))
 }
 
 /// `ADDR`, `ADDR:PORT`, `:PORT`, `[V6]:PORT`; the port defaults to 5299.

@@ -28,6 +28,34 @@ pub struct Environment {
     /// Where the run happened: "host", or "vm (kvm)" / "vm (tcg: emulated, speeds not representative)".
     pub virtualization: String,
     pub tool_version: String,
+    /// How the binary that measured was built (reports written before it existed lack it).
+    #[serde(default)]
+    pub build: BuildInfo,
+}
+
+/// What `ipsec-lab --version` says: the commit, the build profile and the crypto libraries'
+/// versions. The binary knows them at compile time and hands them in with [`BuildInfo::set`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildInfo {
+    pub commit: String,
+    /// "release" or "debug".
+    pub profile: String,
+    /// "aws-lc-rs 1.19.0, aes 0.9.4, ...", as locked in Cargo.lock.
+    pub crypto_libraries: String,
+}
+
+static BUILD: std::sync::OnceLock<BuildInfo> = std::sync::OnceLock::new();
+
+impl BuildInfo {
+    /// Records this binary's build for every [`Environment::detect`] after it (the first call wins).
+    pub fn set(info: BuildInfo) {
+        let _ = BUILD.set(info);
+    }
+
+    /// The recorded build, or an empty one where the binary did not set it (library tests).
+    pub fn current() -> BuildInfo {
+        BUILD.get().cloned().unwrap_or_default()
+    }
 }
 
 impl Environment {
@@ -57,6 +85,7 @@ impl Environment {
             kernel_drivers: preferred_drivers(&parse_proc_crypto(&crypto), &KERNEL_ALGORITHMS),
             virtualization: std::env::var("IPSEC_LAB_VIRT").unwrap_or_else(|_| "host".into()),
             tool_version: env!("CARGO_PKG_VERSION").into(),
+            build: BuildInfo::current(),
         }
     }
 
