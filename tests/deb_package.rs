@@ -312,7 +312,7 @@ fn the_package_lints_installs_works_and_removes_cleanly() {
     assert_eq!(psk(&root), (0o600, key), "dpkg -r must keep the key");
     let conffile = "/etc/default/ipsec-lab-serve".to_string();
     assert_eq!(
-        root.existing(&[conffile.clone()]),
+        root.existing(std::slice::from_ref(&conffile)),
         [conffile],
         "conffiles stay until purge"
     );

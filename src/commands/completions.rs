@@ -55,6 +55,17 @@ fn script(shell: Shell) -> Vec<u8> {
         .into_bytes()
 }
 
+pub fn man(args: ManArgs) -> LabResult<()> {
+    std::fs::create_dir_all(&args.out)
+        .and_then(|()| clap_mangen::generate_to(crate::cli::Cli::command(), &args.out))
+        .map_err(|e| {
+            LabError::failed(anyhow::anyhow!(
+                "writing man pages to {}: {e}",
+                args.out.display()
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,15 +83,4 @@ mod tests {
             "{registered:?}"
         );
     }
-}
-
-pub fn man(args: ManArgs) -> LabResult<()> {
-    std::fs::create_dir_all(&args.out)
-        .and_then(|()| clap_mangen::generate_to(crate::cli::Cli::command(), &args.out))
-        .map_err(|e| {
-            LabError::failed(anyhow::anyhow!(
-                "writing man pages to {}: {e}",
-                args.out.display()
-            ))
-        })
 }

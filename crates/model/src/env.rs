@@ -206,6 +206,25 @@ mod tests {
     }
 
     #[test]
+    fn reports_from_before_the_build_field_still_read() {
+        let old = r#"{"hostname":"h","kernel_release":"6.1","cpu_model":"c","cpus":2,"crypto_flags":[],
+            "kernel_drivers":{},"virtualization":"host","tool_version":"0.1.0"}"#;
+        let env: Environment = serde_json::from_str(old).unwrap();
+        assert_eq!(env.build, BuildInfo::default());
+        let new = serde_json::to_value(Environment {
+            build: BuildInfo {
+                commit: "abc".into(),
+                profile: "release".into(),
+                crypto_libraries: "aws-lc-rs 1.19.0".into(),
+            },
+            ..env
+        })
+        .unwrap();
+        assert_eq!(new["build"]["commit"], "abc");
+        assert_eq!(new["build"]["profile"], "release");
+    }
+
+    #[test]
     fn cpu_flags_are_filtered_to_crypto_ones() {
         let info = parse_cpuinfo(
             "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 aes avx2 sha_ni vaes\n",
