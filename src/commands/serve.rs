@@ -33,8 +33,9 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
     super::run::runtime()?.block_on(async { serve(config, lab::signal::stop_requested()?).await })
 }
 
-/// A server makes no namespaces (it serves from the one it runs in), so it needs
-/// CAP_NET_ADMIN only, the one capability ipsec-lab-serve.service leaves it.
+/// A server serves from the namespace it runs in, so plain and userspace runs need
+/// CAP_NET_ADMIN only; the xfrm backend's kernel probe also unshares a throw-away
+/// namespace (CAP_SYS_ADMIN, which ipsec-lab-serve.service grants for it).
 fn require_cap_net_admin() -> LabResult<()> {
     const CAP_NET_ADMIN: u32 = 12;
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -82,7 +82,12 @@ impl Lab {
 
     /// Starts `command` (made with `self.topo().b.command`, ending in `serve --listen
     /// SERVER ...`) as the server and waits until it listens.
-    pub fn serve_command(&self, mut command: Command) -> Server {
+    pub fn serve_command(&self, command: Command) -> Server {
+        self.serve_command_within(command, Duration::from_secs(20))
+    }
+
+    /// [`Lab::serve_command`], waiting up to `limit` (a sandboxed start under TCG takes ~30 s).
+    pub fn serve_command_within(&self, mut command: Command, limit: Duration) -> Server {
         let log = Arc::new(Mutex::new(String::new()));
         let mut child = command
             .env("IPSEC_LAB_LOG", "warn")
@@ -101,7 +106,7 @@ impl Lab {
             log,
             reader: Some(reader),
         };
-        server.wait_for("listening on", Duration::from_secs(20));
+        server.wait_for("listening on", limit);
         server
     }
 
