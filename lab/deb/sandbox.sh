@@ -6,7 +6,7 @@
 #
 # Applied the way systemd applies them: the capability bounding set and no_new_privs
 # (setpriv; root's capabilities after exec are then exactly the bounding set), and in a
-# private mount namespace ProtectSystem=strict (every mount read-only but /dev, /proc, /sys,
+# private mount namespace (PrivateMounts) ProtectSystem=strict (every mount read-only but /dev, /proc, /sys,
 # RuntimeDirectory= and ReadWritePaths=), PrivateTmp, ProtectHome, ProtectKernelTunables,
 # ProtectControlGroups, ProtectKernelModules, ProtectKernelLogs, UMask.
 # Seccomp-, cgroup- and namespace-level directives (SystemCallFilter, RestrictAddressFamilies,
@@ -34,7 +34,7 @@ while IFS= read -r line; do
 done <"$unit"
 
 emulated=(CapabilityBoundingSet AmbientCapabilities NoNewPrivileges ProtectSystem RuntimeDirectory
-  RuntimeDirectoryPreserve ReadWritePaths PrivateTmp ProtectHome ProtectKernelTunables
+  RuntimeDirectoryPreserve ReadWritePaths PrivateTmp PrivateMounts ProtectHome ProtectKernelTunables
   ProtectControlGroups ProtectKernelModules ProtectKernelLogs UMask)
 # Checked by tests/deb_package.rs from what the command does (strace), not applied here.
 checked=(SystemCallFilter SystemCallArchitectures RestrictAddressFamilies RestrictNamespaces
