@@ -80,7 +80,8 @@ fn ok(out: Output, what: &str) -> String {
 fn package() -> &'static Path {
     static DEB: OnceLock<PathBuf> = OnceLock::new();
     DEB.get_or_init(|| {
-        let out_dir = std::env::temp_dir().join(format!("ipl-deb-build-{}", std::process::id()));
+        // One place, rebuilt by every run, so the staged binary (~160 MB) never piles up.
+        let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ipl-deb-build");
         let out = Command::new("bash")
             .arg(Path::new(REPO).join("lab/deb/build.sh"))
             .arg(env!("CARGO_BIN_EXE_ipsec-lab"))
