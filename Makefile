@@ -5,7 +5,12 @@ BIN := target/release/ipsec-lab
 # The main use; --vm auto boots a stock kernel only where this one has no ESP.
 RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup build run matrix test lint bench-plain bench-userspace bench-threads clean
+.PHONY: setup build run matrix test lint bench-plain bench-userspace bench-threads clean deb install uninstall
+# make install / uninstall: where (PREFIX) and into which staging root (DESTDIR).
+PREFIX ?= /usr/local
+DESTDIR ?=
+# What `make install` builds first; `make install INSTALL_BUILD= BIN=...` installs a given binary.
+INSTALL_BUILD ?= build
 
 setup:
 	@bash lab/setup.sh
@@ -44,3 +49,31 @@ bench-threads: setup build
 
 clean:
 	-$(BIN) clean
+
+# The Debian package (target/debian/ipsec-lab_VERSION-1_ARCH.deb): binary, man pages,
+# completions, ipsec-lab-serve.service. Installs the pinned cargo-deb on first use.
+deb: build
+	@bash lab/deb/cargo-deb.sh
+	bash lab/deb/build.sh $(BIN) target/debian
+
+# From source: the binary, its man pages and completions, and the service unit.
+install: $(INSTALL_BUILD)
+	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ipsec-lab
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d \
+		$(DESTDIR)$(PREFIX)/lib/systemd/system
+	$(BIN) man --out $(DESTDIR)$(PREFIX)/share/man/man1
+	$(BIN) completions bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ipsec-lab
+	$(BIN) completions zsh >$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ipsec-lab
+	$(BIN) completions fish >$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ipsec-lab.fish
+	sed 's|/usr/bin/ipsec-lab|$(PREFIX)/bin/ipsec-lab|' debian/ipsec-lab-serve.service \
+		>$(DESTDIR)$(PREFIX)/lib/systemd/system/ipsec-lab-serve.service
+	@echo "installed under $(DESTDIR)$(PREFIX); for the service: ipsec-lab psk generate > /etc/ipsec-lab/psk"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ipsec-lab $(DESTDIR)$(PREFIX)/share/man/man1/ipsec-lab.1 \
+		$(DESTDIR)$(PREFIX)/share/man/man1/ipsec-lab-*.1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/ipsec-lab \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ipsec-lab \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ipsec-lab.fish \
+		$(DESTDIR)$(PREFIX)/lib/systemd/system/ipsec-lab-serve.service

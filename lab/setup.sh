@@ -17,6 +17,10 @@ packages=(
   linux-image-amd64
   busybox-static
   python3-pip
+  lintian           # checks the .deb (make deb, tests/deb_package.rs)
+  man-db            # man -l on the generated man pages
+  systemd           # systemd-analyze verify/security on ipsec-lab-serve.service
+  dpkg-dev          # dpkg-shlibdeps: cargo-deb's $auto Depends
 )
 
 missing=()
@@ -34,6 +38,9 @@ if ! command -v vng >/dev/null 2>&1; then
   echo "lab/setup.sh: installing virtme-ng"
   pip install --quiet virtme-ng 2>/dev/null || pip install --quiet --break-system-packages virtme-ng
 fi
+
+# The Debian package's test builds it with the pinned cargo-deb (compiled once: minutes).
+bash "$(dirname "$0")/deb/cargo-deb.sh"
 
 # Tests create namespaces under /run/netns like ip(8) does.
 mkdir -p /run/netns

@@ -11,6 +11,7 @@ use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Hmac, IpsecMode, KeyBi
 #[command(
     name = "ipsec-lab",
     version,
+    long_version = crate::build_info::LONG_VERSION,
     about = "Measures how fast encrypted tunnels move data, per backend, in MB/s"
 )]
 pub struct Cli {
@@ -37,6 +38,11 @@ pub enum Command {
     Report(crate::commands::report::ReportArgs),
     /// What got faster or slower between two matrix results, beyond the noise.
     Compare(crate::commands::compare::CompareArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(crate::commands::completions::CompletionsArgs),
+    /// Write the man pages (for packaging; `make install` and the .deb ship them).
+    #[command(hide = true)]
+    Man(crate::commands::completions::ManArgs),
 }
 
 #[derive(Debug, Args)]

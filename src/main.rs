@@ -5,6 +5,7 @@
 //! `Args`), and each command validates them into a plan before anything touches the
 //! kernel; then one `lab` call, then the report is printed (`output`, `progress`).
 
+mod build_info;
 mod cli;
 mod commands;
 mod output;
@@ -21,6 +22,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    build_info::record();
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Run(args) => commands::run::run(args),
@@ -31,6 +33,8 @@ fn main() -> ExitCode {
         cli::Command::Matrix(args) => commands::matrix::run(args),
         cli::Command::Report(args) => commands::report::run(args),
         cli::Command::Compare(args) => commands::compare::run(args),
+        cli::Command::Completions(args) => commands::completions::completions(args),
+        cli::Command::Man(args) => commands::completions::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

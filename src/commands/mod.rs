@@ -1,5 +1,6 @@
 pub mod clean;
 pub mod compare;
+pub mod completions;
 pub mod matrix;
 pub mod psk;
 pub mod report;

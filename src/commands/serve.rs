@@ -23,7 +23,7 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(usage)?;
     let limits = limits(&args, listen).map_err(usage)?;
-    lab::require_net_admin()?;
+    require_cap_net_admin()?;
     let config = ServerConfig {
         listen,
         allow,
@@ -31,6 +31,25 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
         limits,
     };
     super::run::runtime()?.block_on(async { serve(config, lab::signal::stop_requested()?).await })
+}
+
+/// A server serves from the namespace it runs in, so plain and userspace runs need
+/// CAP_NET_ADMIN only; the xfrm backend's kernel probe also unshares a throw-away
+/// namespace (CAP_SYS_ADMIN, which ipsec-lab-serve.service grants for it).
+fn require_cap_net_admin() -> LabResult<()> {
+    const CAP_NET_ADMIN: u32 = 12;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if effective & (1 << CAP_NET_ADMIN) != 0 {
+        return Ok(());
+    }
+    Err(LabError::capability(anyhow::anyhow!(
+        "serve needs CAP_NET_ADMIN for its TUN devices, routes, SAs and policies: run it as root"
+    )))
 }
 
 /// `ADDR`, `ADDR:PORT`, `:PORT`, `[V6]:PORT`; the port defaults to 5299.

@@ -65,7 +65,6 @@ impl Lab {
     /// `ipsec-lab serve` in namespace b, started through `wrapper` (e.g. `prlimit --nofile=64
     /// --`, which execs it: the child's pid is the server's).
     pub fn serve_wrapped(&self, wrapper: &[&str], extra: &[&str]) -> Server {
-        let log = Arc::new(Mutex::new(String::new()));
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut c = self.topo().b.command(program);
@@ -74,10 +73,23 @@ impl Lab {
             }
             None => self.topo().b.command(env!("CARGO_BIN_EXE_ipsec-lab")),
         };
-        let mut child = command
+        command
             .args(["serve", "--listen", SERVER, "--psk-file"])
             .arg(&self.psk)
-            .args(extra)
+            .args(extra);
+        self.serve_command(command)
+    }
+
+    /// Starts `command` (made with `self.topo().b.command`, ending in `serve --listen
+    /// SERVER ...`) as the server and waits until it listens.
+    pub fn serve_command(&self, command: Command) -> Server {
+        self.serve_command_within(command, Duration::from_secs(20))
+    }
+
+    /// [`Lab::serve_command`], waiting up to `limit` (a sandboxed start under TCG takes ~30 s).
+    pub fn serve_command_within(&self, mut command: Command, limit: Duration) -> Server {
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut child = command
             .env("IPSEC_LAB_LOG", "warn")
             .stderr(Stdio::piped())
             .spawn()
@@ -94,7 +106,7 @@ impl Lab {
             log,
             reader: Some(reader),
         };
-        server.wait_for("listening on", Duration::from_secs(20));
+        server.wait_for("listening on", limit);
         server
     }
 

@@ -28,6 +28,34 @@ pub struct Environment {
     /// Where the run happened: "host", or "vm (kvm)" / "vm (tcg: emulated, speeds not representative)".
     pub virtualization: String,
     pub tool_version: String,
+    /// How the binary that measured was built (reports written before it existed lack it).
+    #[serde(default)]
+    pub build: BuildInfo,
+}
+
+/// What `ipsec-lab --version` says: the commit, the build profile and the crypto libraries'
+/// versions. The binary knows them at compile time and hands them in with [`BuildInfo::set`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildInfo {
+    pub commit: String,
+    /// "release" or "debug".
+    pub profile: String,
+    /// "aws-lc-rs 1.19.0, aes 0.9.4, ...", as locked in Cargo.lock.
+    pub crypto_libraries: String,
+}
+
+static BUILD: std::sync::OnceLock<BuildInfo> = std::sync::OnceLock::new();
+
+impl BuildInfo {
+    /// Records this binary's build for every [`Environment::detect`] after it (the first call wins).
+    pub fn set(info: BuildInfo) {
+        let _ = BUILD.set(info);
+    }
+
+    /// The recorded build, or an empty one where the binary did not set it (library tests).
+    pub fn current() -> BuildInfo {
+        BUILD.get().cloned().unwrap_or_default()
+    }
 }
 
 impl Environment {
@@ -57,6 +85,7 @@ impl Environment {
             kernel_drivers: preferred_drivers(&parse_proc_crypto(&crypto), &KERNEL_ALGORITHMS),
             virtualization: std::env::var("IPSEC_LAB_VIRT").unwrap_or_else(|_| "host".into()),
             tool_version: env!("CARGO_PKG_VERSION").into(),
+            build: BuildInfo::current(),
         }
     }
 
@@ -174,6 +203,25 @@ mod tests {
         assert_eq!(d["cbc(aes)"], "cbc-aes-aesni");
         assert_eq!(d["hmac(sha256)"], "hmac(sha256-avx2)");
         assert!(!d.contains_key("gcm(aes)"));
+    }
+
+    #[test]
+    fn reports_from_before_the_build_field_still_read() {
+        let old = r#"{"hostname":"h","kernel_release":"6.1","cpu_model":"c","cpus":2,"crypto_flags":[],
+            "kernel_drivers":{},"virtualization":"host","tool_version":"0.1.0"}"#;
+        let env: Environment = serde_json::from_str(old).unwrap();
+        assert_eq!(env.build, BuildInfo::default());
+        let new = serde_json::to_value(Environment {
+            build: BuildInfo {
+                commit: "abc".into(),
+                profile: "release".into(),
+                crypto_libraries: "aws-lc-rs 1.19.0".into(),
+            },
+            ..env
+        })
+        .unwrap();
+        assert_eq!(new["build"]["commit"], "abc");
+        assert_eq!(new["build"]["profile"], "release");
     }
 
     #[test]

@@ -137,12 +137,29 @@ impl Namespace {
 
     /// Moves the calling thread into this namespace. Only for threads the caller owns and
     /// will not return to a pool: setns is per thread and sticks.
+    /// A thread already there (the process's own namespace, for a server) stays put: setns
+    /// would only ask for CAP_SYS_ADMIN, which a hardened service does not have.
     pub fn enter_current_thread(&self) -> Result<(), NetnsError> {
+        if self.is_this_threads() {
+            return Ok(());
+        }
         setns(self.handle.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| NetnsError::Sys {
             action: "setns",
             name: self.name.clone(),
             source: e.into(),
         })
+    }
+
+    /// True when the calling thread is in this namespace already (same namespace inode).
+    fn is_this_threads(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (
+            self.handle.metadata(),
+            std::fs::metadata("/proc/thread-self/ns/net"),
+        ) {
+            (Ok(ours), Ok(here)) => ours.dev() == here.dev() && ours.ino() == here.ino(),
+            _ => false,
+        }
     }
 
     /// Spawns a named OS thread that enters this namespace before running `f`. Sockets, TUN

@@ -124,6 +124,7 @@ pub(crate) mod fixture {
             kernel_drivers: [("cbc(aes)".to_string(), "cbc-aes-aesni".to_string())].into(),
             virtualization: virt.into(),
             tool_version: "0.1.0".into(),
+            build: Default::default(),
         }
     }
 

@@ -380,6 +380,7 @@ mod tests {
             kernel_drivers: Default::default(),
             virtualization: "host".into(),
             tool_version: "0.1.0".into(),
+            build: Default::default(),
         }
     }
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the Debian package from an already built binary:
+#
+#   lab/deb/build.sh BINARY OUTDIR
+#
+# The binary writes its own man pages and completions (from its clap definitions), then
+# cargo-deb packs them with the binary as [package.metadata.deb] in Cargo.toml lists. cargo-deb
+# reads everything from "target/release/"; for another binary (the tests package the debug
+# build, so CI builds only once) a staging target directory stands in for target/.
+# Prints the path of the .deb on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bin=$(realpath "$1")
+out=$(realpath -m "$2")
+root=$(pwd)
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+if [[ "$bin" != "$target/release/ipsec-lab" ]]; then
+  target="$out/stage"
+  mkdir -p "$target/release"
+  cp -f "$bin" "$target/release/ipsec-lab"
+fi
+assets="$target/release/deb-assets"
+rm -rf "$assets"
+mkdir -p "$assets/man" "$assets/completions"
+"$bin" man --out "$assets/man"
+gzip -9n "$assets"/man/*.1
+"$bin" completions bash >"$assets/completions/ipsec-lab"
+"$bin" completions zsh >"$assets/completions/_ipsec-lab"
+"$bin" completions fish >"$assets/completions/ipsec-lab.fish"
+
+mkdir -p "$out"
+# --no-build: the binary is the one given, stripped here (the release profile keeps line
+# tables, which would otherwise stay in). DEB_FAST=1 (the tests): lighter compression.
+flags=(--no-build --strip --manifest-path "$root/Cargo.toml" --output "$out")
+[[ -n ${DEB_FAST:-} ]] && flags+=(--fast)
+CARGO_TARGET_DIR="$target" cargo deb "${flags[@]}" | tail -1
