@@ -193,9 +193,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_every_backend_and_the_classic_six() {
+    fn defaults_are_every_backend_but_wireguard_and_the_classic_six() {
         let a = parse(&[]).unwrap();
-        assert_eq!(a.backends, Backend::ALL[..4]);
+        assert_eq!(a.backends, Backend::ALL[..5]);
+        assert!(a.backends.iter().all(|b| !b.is_wireguard()));
         assert_eq!(a.plan(0).unwrap().suites, CipherSuite::classic_six());
         assert_eq!(a.crypto, [CryptoChoice::Auto, CryptoChoice::Soft]);
         assert_eq!(a.repeat, 3);
