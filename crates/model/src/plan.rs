@@ -199,6 +199,9 @@ pub struct RunRequest {
     pub peer: Option<String>,
     /// With a peer: the peer sends and this host receives.
     pub reverse: bool,
+    /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
+    pub encap: Option<crate::encap::EncapKind>,
+    pub encap_port: Option<u16>,
 }
 
 impl Default for RunRequest {
@@ -221,6 +224,8 @@ impl Default for RunRequest {
             with_iperf3: false,
             peer: None,
             reverse: false,
+            encap: None,
+            encap_port: None,
         }
     }
 }
@@ -251,6 +256,9 @@ pub struct RunPlan {
     /// Data flows from the peer to this host (`--reverse`).
     #[serde(default)]
     pub reverse: bool,
+    /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<crate::encap::Encap>,
 }
 
 /// TCP port `ipsec-lab serve` listens on by default.
@@ -366,6 +374,23 @@ impl RunRequest {
             ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
         }
         let peer = self.peer.as_deref().map(str::parse::<Peer>).transpose()?;
+        let encap = match self.encap {
+            Some(kind) => {
+                if self.backend != Backend::Xfrm {
+                    return Err(PlanError::EncapBackend(self.backend));
+                }
+                if peer.is_some() {
+                    return Err(PlanError::EncapPeer);
+                }
+                Some(crate::encap::Encap::from_args(kind, self.encap_port)?)
+            }
+            None => {
+                if self.encap_port.is_some() {
+                    ignored.push("--encap-port (only with --encap udp)".into());
+                }
+                None
+            }
+        };
         let mut mode = self.mode.unwrap_or_default();
         if peer.is_some() {
             if self.vm.is_some() {
@@ -404,6 +429,7 @@ impl RunRequest {
             ignored,
             reverse: self.reverse && peer.is_some(),
             peer,
+            encap,
         })
     }
 }
@@ -472,6 +498,14 @@ pub enum PlanError {
     PeerPort(u16),
     #[error("--mode tunnel is not offered between two hosts: the lab uses transport mode there, whose policies select only its data port")]
     PeerTunnelMode,
+    #[error("unknown encapsulation {0:?}: use udp (ESP in UDP, RFC 3948)")]
+    UnknownEncap(String),
+    #[error("--encap udp needs the xfrm backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate")]
+    EncapBackend(Backend),
+    #[error("--encap-port {0} is not a port: use 1 to 65535 (default 4500)")]
+    EncapPort(u16),
+    #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
+    EncapPeer,
 }
 
 #[cfg(test)]
