@@ -109,6 +109,12 @@ pub struct RunArgs {
     /// With --peer: the peer sends, this host receives.
     #[arg(long)]
     pub reverse: bool,
+    /// Encapsulate ESP for NAT traversal: udp (ESP in UDP, RFC 3948; xfrm backend only).
+    #[arg(long, value_name = "udp")]
+    pub encap: Option<model::EncapKind>,
+    /// UDP port of --encap udp, on both ends [default: 4500].
+    #[arg(long, value_name = "PORT")]
+    pub encap_port: Option<u16>,
 }
 
 impl RunArgs {
@@ -133,6 +139,8 @@ impl RunArgs {
             with_iperf3: self.with_iperf3,
             peer: self.peer.clone(),
             reverse: self.reverse,
+            encap: self.encap,
+            encap_port: self.encap_port,
         }
     }
 }

@@ -107,7 +107,12 @@ mod tests {
         let plan = req(Backend::Xfrm, Some(EncapKind::Udp), None).validate().unwrap();
         assert_eq!(plan.encap, Some(Encap::EspInUdp { port: NATT_PORT }));
         assert_eq!(req(Backend::Xfrm, None, None).validate().unwrap().encap, None);
-        for backend in [Backend::Plain, Backend::Userspace, Backend::Openvpn, Backend::Strongswan] {
+        for backend in [
+            Backend::Plain,
+            Backend::Userspace,
+            Backend::Openvpn,
+            Backend::Strongswan,
+        ] {
             let e = req(backend, Some(EncapKind::Udp), None).validate().unwrap_err();
             assert!(matches!(e, PlanError::EncapBackend(b) if b == backend), "{e}");
         }
@@ -121,6 +126,10 @@ mod tests {
         };
         assert!(matches!(peer.validate(), Err(PlanError::EncapPeer)));
         let stray = req(Backend::Xfrm, None, Some(4501)).validate().unwrap();
-        assert!(stray.ignored.iter().any(|i| i.contains("--encap-port")), "{:?}", stray.ignored);
+        assert!(
+            stray.ignored.iter().any(|i| i.contains("--encap-port")),
+            "{:?}",
+            stray.ignored
+        );
     }
 }

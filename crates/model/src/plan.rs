@@ -500,7 +500,9 @@ pub enum PlanError {
     PeerTunnelMode,
     #[error("unknown encapsulation {0:?}: use udp (ESP in UDP, RFC 3948)")]
     UnknownEncap(String),
-    #[error("--encap udp needs the xfrm backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate")]
+    #[error(
+        "--encap udp needs the xfrm backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate"
+    )]
     EncapBackend(Backend),
     #[error("--encap-port {0} is not a port: use 1 to 65535 (default 4500)")]
     EncapPort(u16),

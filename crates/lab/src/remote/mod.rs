@@ -108,6 +108,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         ignored: Vec::new(),
         peer: None,
         reverse: request.reverse,
+        // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
+        encap: None,
     }
 }
 
