@@ -197,7 +197,7 @@ fn capture(ns: String, stop: Arc<AtomicBool>, data_port: u16) -> Seen {
             }
             continue;
         }
-        let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING as u8;
+        let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING;
         classify(&buf[..n as usize], outgoing, &mut seen, data_port);
         if seen.esp_in_udp > 0 && seen.encap_lines.is_empty() {
             let out = Command::new("ip")
