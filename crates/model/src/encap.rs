@@ -35,7 +35,7 @@ impl FromStr for EncapKind {
 }
 
 /// A run's ESP encapsulation, as the plan and the report record it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Encap {
     /// ESP in UDP (`UDP_ENCAP_ESPINUDP`), both ends using `port` as source and destination.
@@ -57,6 +57,15 @@ impl Encap {
     pub fn overhead(&self) -> usize {
         match self {
             Encap::EspInUdp { .. } => UDP_HEADER_LEN,
+        }
+    }
+}
+
+impl Encap {
+    /// Short form for row labels: `esp-in-udp 4500`.
+    pub fn short_label(&self) -> String {
+        match self {
+            Encap::EspInUdp { port } => format!("esp-in-udp {port}"),
         }
     }
 }
