@@ -50,6 +50,10 @@ fn encap_bad_input_exits_2_and_creates_nothing() {
         (&["run", "--encap", "udp", "--encap-port", "0"][..], "1 to 65535"),
         (&["run", "--encap", "udp", "--encap-port", "70000"][..], "70000"),
         (&["run", "--encap", "udp", "--peer", "192.0.2.1"][..], "--peer"),
+        (
+            &["matrix", "--backends", "userspace", "--encap", "udp"][..],
+            "include xfrm",
+        ),
     ] {
         let out = run_lab(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
