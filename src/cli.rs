@@ -120,6 +120,12 @@ pub struct RunArgs {
     /// each with its own UDP port and packet-id space (1 to 256).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub tunnel_threads: u16,
+    /// Encapsulate ESP for NAT traversal: udp (ESP in UDP, RFC 3948; xfrm backend only).
+    #[arg(long, value_name = "udp")]
+    pub encap: Option<model::EncapKind>,
+    /// UDP port of --encap udp, on both ends [default: 4500].
+    #[arg(long, value_name = "PORT")]
+    pub encap_port: Option<u16>,
 }
 
 impl RunArgs {
@@ -145,6 +151,8 @@ impl RunArgs {
             peer: self.peer.clone(),
             reverse: self.reverse,
             tunnel_threads: self.tunnel_threads,
+            encap: self.encap,
+            encap_port: self.encap_port,
         }
     }
 }

@@ -68,6 +68,12 @@ pub struct MatrixArgs {
     /// No progress bar even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Add an xfrm row with ESP encapsulated: udp (ESP in UDP, RFC 3948).
+    #[arg(long, value_name = "udp")]
+    pub encap: Option<model::EncapKind>,
+    /// UDP port of the --encap row [default: 4500].
+    #[arg(long, value_name = "PORT", requires = "encap")]
+    pub encap_port: Option<u16>,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -95,6 +101,10 @@ impl MatrixArgs {
             port: self.port,
             vm: self.vm.clone(),
             baseline: !self.no_baseline,
+            encap: self
+                .encap
+                .map(|kind| model::Encap::from_args(kind, self.encap_port))
+                .transpose()?,
             seed: seed_from_clock(),
             started_unix_s,
         }

@@ -49,6 +49,9 @@ pub struct XfrmEvidence {
     pub reqid: String,
     pub sas: Vec<SaCounters>,
     pub esp_overhead_bytes_per_packet: usize,
+    /// `ESP in UDP port N` with `--encap udp` (its 8 bytes are in the overhead above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encap: Option<String>,
     /// Algorithm → the kernel driver /proc/crypto shows serving it, after use.
     pub kernel_drivers: BTreeMap<String, String>,
 }
@@ -328,8 +331,15 @@ impl XfrmEvidence {
         } else {
             drivers.join(", ")
         };
+        let encap = match &self.encap {
+            Some(e) => format!(
+                ", {e} (UDP header {} bytes included)",
+                model::encap::UDP_HEADER_LEN
+            ),
+            None => String::new(),
+        };
         lines.push(format!(
-            "{} mode, ESP overhead {} bytes per {OVERHEAD_REFERENCE_LEN}-byte packet, kernel drivers: {drivers}",
+            "{} mode{encap}, ESP overhead {} bytes per {OVERHEAD_REFERENCE_LEN}-byte packet, kernel drivers: {drivers}",
             self.mode, self.esp_overhead_bytes_per_packet,
         ));
         lines
@@ -405,6 +415,7 @@ mod tests {
                 integrity_failures: 0,
             }],
             esp_overhead_bytes_per_packet: 68,
+            encap: None,
             kernel_drivers: [("cbc(aes)".to_string(), "cbc-aes-aesni".to_string())].into(),
         };
         assert_eq!(

@@ -4,6 +4,7 @@
 //! Pure data and validation. Leaves out everything that acts: kernel objects (`netns`,
 //! `xfrm`), traffic (`traffic`) and printing (the `ipsec-lab` binary).
 
+pub mod encap;
 pub mod env;
 pub mod matrix;
 pub mod plan;
@@ -12,6 +13,7 @@ pub mod size;
 pub mod stats;
 pub mod suite;
 
+pub use encap::{Encap, EncapKind, NATT_PORT};
 pub use env::Environment;
 pub use plan::{
     check_payload, parse_seed, Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan,

@@ -32,6 +32,8 @@ pub enum RowVariant {
     Crypto(CryptoChoice),
     /// The xfrm backend with this kernel `cbc(aes)` driver raised to the top priority.
     KernelDriver(String),
+    /// The xfrm backend with ESP encapsulated (`--encap udp`), default drivers.
+    Encap(crate::encap::Encap),
 }
 
 /// Identifies a row: backend, variant and where it ran. Two reports' rows are the same row
@@ -82,6 +84,7 @@ impl RowKey {
             (b, RowVariant::Default) => b.name().to_string(),
             (b, RowVariant::Crypto(c)) => format!("{b} [{c}]"),
             (b, RowVariant::KernelDriver(d)) => format!("{b} [{d}]"),
+            (b, RowVariant::Encap(e)) => format!("{b} [{}]", e.short_label()),
         };
         let base = if self.tunnel_threads > 1 {
             format!("{base} x{} threads", self.tunnel_threads)
@@ -394,6 +397,16 @@ mod tests {
         let json = serde_json::to_value(&two).unwrap();
         assert_eq!(json["tunnel_threads"], 2);
         assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), two);
+    }
+
+    #[test]
+    fn the_encap_row_is_labelled_with_its_port() {
+        let key = RowKey::new(
+            Backend::Xfrm,
+            RowVariant::Encap(crate::encap::Encap::EspInUdp { port: 4500 }),
+            VM,
+        );
+        assert_eq!(key.label(), "xfrm [esp-in-udp 4500] (vm)");
     }
 
     #[test]

@@ -237,6 +237,9 @@ pub struct RunRequest {
     pub reverse: bool,
     /// Threads (TUN queues) per end of the userspace tunnel.
     pub tunnel_threads: u16,
+    /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
+    pub encap: Option<crate::encap::EncapKind>,
+    pub encap_port: Option<u16>,
 }
 
 impl Default for RunRequest {
@@ -260,6 +263,8 @@ impl Default for RunRequest {
             peer: None,
             reverse: false,
             tunnel_threads: 1,
+            encap: None,
+            encap_port: None,
         }
     }
 }
@@ -294,6 +299,9 @@ pub struct RunPlan {
     /// (1: the single-threaded tunnel).
     #[serde(default = "one_thread")]
     pub tunnel_threads: u16,
+    /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<crate::encap::Encap>,
 }
 
 fn one_thread() -> u16 {
@@ -449,6 +457,23 @@ impl RunRequest {
             ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
         }
         let peer = self.peer.as_deref().map(str::parse::<Peer>).transpose()?;
+        let encap = match self.encap {
+            Some(kind) => {
+                if self.backend != Backend::Xfrm {
+                    return Err(PlanError::EncapBackend(self.backend));
+                }
+                if peer.is_some() {
+                    return Err(PlanError::EncapPeer);
+                }
+                Some(crate::encap::Encap::from_args(kind, self.encap_port)?)
+            }
+            None => {
+                if self.encap_port.is_some() {
+                    ignored.push("--encap-port (only with --encap udp)".into());
+                }
+                None
+            }
+        };
         let mut mode = self.mode.unwrap_or_default();
         if peer.is_some() {
             if self.vm.is_some() {
@@ -492,6 +517,7 @@ impl RunRequest {
             } else {
                 1
             },
+            encap,
         })
     }
 }
@@ -570,6 +596,16 @@ pub enum PlanError {
     PeerPort(u16),
     #[error("--mode tunnel is not offered between two hosts: the lab uses transport mode there, whose policies select only its data port")]
     PeerTunnelMode,
+    #[error("unknown encapsulation {0:?}: use udp (ESP in UDP, RFC 3948)")]
+    UnknownEncap(String),
+    #[error(
+        "--encap udp needs the xfrm backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate"
+    )]
+    EncapBackend(Backend),
+    #[error("--encap-port {0} is not a port: use 1 to 65535 (default 4500)")]
+    EncapPort(u16),
+    #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
+    EncapPeer,
 }
 
 #[cfg(test)]

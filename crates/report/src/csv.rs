@@ -48,6 +48,7 @@ pub fn render(report: &MatrixReport) -> String {
             RowVariant::Default => String::new(),
             RowVariant::Crypto(c) => c.to_string(),
             RowVariant::KernelDriver(d) => d.clone(),
+            RowVariant::Encap(e) => e.short_label(),
         };
         let payload = report.payload_of(&row.key.environment);
         for cell in &row.cells {

@@ -264,7 +264,7 @@ impl XfrmHandle {
 
     /// Sends one request and collects the kernel's answer: nothing (ACK), one object, or
     /// a dump. Key bytes in replies (SA dumps carry them) are wiped before returning.
-    async fn transact(
+    pub(crate) async fn transact(
         &self,
         op: Operation,
         request: XfrmMessage,

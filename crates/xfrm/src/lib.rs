@@ -15,6 +15,7 @@
 
 pub mod crypto_user;
 pub mod driver;
+pub mod encap;
 pub mod error;
 pub mod handle;
 pub mod message;
@@ -22,6 +23,7 @@ pub mod probe;
 pub mod range;
 pub mod spec;
 
+pub use encap::{EspInUdpSocket, UdpEncap};
 pub use error::{Operation, XfrmError};
 pub use handle::{
     lab_algorithms, CleanCounts, InstalledAlgorithm, PolicyInfo, SaCounters, SaInfo, XfrmHandle,

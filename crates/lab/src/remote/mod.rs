@@ -109,6 +109,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         peer: None,
         reverse: request.reverse,
         tunnel_threads: 1,
+        // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
+        encap: None,
     }
 }
 

@@ -152,19 +152,27 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let bytes = args.vm_bytes;
     let mut guest_args = child_args(args, bytes);
-    let kernel_rows: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
-    guest_args.extend(["--backends".into(), kernel_rows.join(",")]);
+    let backends: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
+    guest_args.extend(["--backends".into(), backends.join(",")]);
+    if let Some(model::Encap::EspInUdp { port }) = args.encap {
+        guest_args.extend([
+            "--encap".into(),
+            "udp".into(),
+            "--encap-port".into(),
+            port.to_string(),
+        ]);
+    }
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
     child.output = Output::Discard;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
-    let rows_per_suite = 2 + u64::from(args.has(Backend::Strongswan));
+    let rows_per_suite = 2 + u64::from(args.has(Backend::Strongswan)) + u64::from(args.encap.is_some());
     let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat);
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
         "ipsec-lab: kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
-        kernel_rows.join(", "),
+        backends.join(", "),
         kernel.display(),
         accel.label()
     );

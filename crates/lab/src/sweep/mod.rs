@@ -151,6 +151,7 @@ mod tests {
             port: 5201,
             vm: None,
             baseline: true,
+            encap: None,
             seed: 1,
             started_unix_s: 0,
         }
@@ -175,5 +176,17 @@ mod tests {
             ..plan()
         };
         assert_eq!(none.validate().unwrap_err().kind, ExitKind::Usage);
+    }
+
+    #[test]
+    fn an_encap_row_needs_the_xfrm_backend() {
+        let encap = Some(model::Encap::EspInUdp { port: 4500 });
+        assert!(SweepPlan { encap, ..plan() }.validate().is_ok());
+        let without_xfrm = SweepPlan {
+            encap,
+            backends: vec![Backend::Userspace],
+            ..plan()
+        };
+        assert_eq!(without_xfrm.validate().unwrap_err().kind, ExitKind::Usage);
     }
 }

@@ -31,6 +31,8 @@ pub struct SweepPlan {
     /// `--vm [KERNEL]`: the xfrm rows in one VM boot (`Some("")`: the newest kernel in /boot).
     pub vm: Option<String>,
     pub baseline: bool,
+    /// `--encap udp`: one more xfrm row with ESP in UDP.
+    pub encap: Option<model::Encap>,
     pub seed: u64,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
@@ -76,6 +78,11 @@ impl SweepPlan {
                     self.plan(*b, *s, CryptoChoice::Auto, *t, self.seed)?;
                 }
             }
+        }
+        if self.encap.is_some() && !self.has(Backend::Xfrm) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--encap udp adds an xfrm row: include xfrm in --backends"
+            )));
         }
         model::check_payload("--vm-bytes", self.vm_bytes)?;
         if self.vm.is_some() {

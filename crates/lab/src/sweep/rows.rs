@@ -7,7 +7,7 @@
 //! ([`super::children`]).
 
 use model::matrix::{Cell, CellOutcome, Measurement, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST};
-use model::{Backend, CipherSuite, CryptoChoice, RunReport, Summary};
+use model::{Backend, CipherSuite, CryptoChoice, RunPlan, RunReport, Summary};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
@@ -192,16 +192,41 @@ async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
     let probe_suite = args.suites.first().copied();
     let probe_plan = probe_suite.and_then(|s| args.plan(Backend::Xfrm, s, CryptoChoice::Auto, 1, 0).ok());
+    // The ESP-in-UDP row (`--encap udp`) runs with the default drivers.
+    let encap_row = |kind: RowKind| {
+        args.encap.map(move |e| PlannedRow {
+            key: key(RowVariant::Encap(e)),
+            backend: Backend::Xfrm,
+            kind,
+            notes: vec![],
+        })
+    };
     if let Some(plan) = probe_plan {
         if let Err(e) = backend::preflight(&plan).await {
-            return vec![PlannedRow {
+            let reason = format!("{e:#}");
+            let refused = PlannedRow {
                 key: key(RowVariant::Default),
                 backend: Backend::Xfrm,
-                kind: RowKind::Refused(format!("{e:#}")),
+                kind: RowKind::Refused(reason.clone()),
                 notes: vec![],
-            }];
+            };
+            return std::iter::once(refused)
+                .chain(encap_row(RowKind::Refused(reason)))
+                .collect();
         }
     }
+    let local = RowKind::Local {
+        crypto: CryptoChoice::Auto,
+        driver: None,
+    };
+    let mut rows = xfrm_driver_rows();
+    rows.extend(encap_row(local));
+    rows
+}
+
+/// The xfrm rows of the drivers (or the default one, and why).
+fn xfrm_driver_rows() -> Vec<PlannedRow> {
+    let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
     match cbc_aes_drivers() {
         Ok(drivers) => drivers
             .into_iter()
@@ -306,7 +331,14 @@ async fn run_cell(
     let times_before = CpuTimes::now();
     let result = async {
         let backend = row.backend;
-        let plan = args.plan(backend, suite, crypto, row.key.tunnel_threads, args.seed)?;
+        let encap = match row.key.variant {
+            RowVariant::Encap(e) => Some(e),
+            _ => None,
+        };
+        let plan = RunPlan {
+            encap,
+            ..args.plan(backend, suite, crypto, row.key.tunnel_threads, args.seed)?
+        };
         backend::preflight(&plan).await?;
         if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
             // The kernel IPsec backends add addresses and routes to the veths: a fresh

@@ -45,7 +45,11 @@ impl Installed {
         for sa in set.sas() {
             let record = recorded.then(|| sa_record(&sa.id()));
             record_now(&record)?;
-            if let Err(e) = end.handle.add_sa(&sa).await {
+            let added = match &set.encap {
+                Some(encap) => end.handle.add_sa_with_encap(&sa, encap).await,
+                None => end.handle.add_sa(&sa).await,
+            };
+            if let Err(e) = added {
                 forget_now(&record);
                 return Err(LabError::from(e));
             }

@@ -9,7 +9,14 @@
 //! Evidence (`backend_details.xfrm`, [`XfrmEvidence`]): `mode`, `suite`, `reqid`, per-SA
 //! `spi`, `direction`, `packets`, `bytes` (the kernel's counters, read over netlink after
 //! the transfers), `esp_overhead_bytes_per_packet` (computed for a 1400-byte inner packet,
-//! outer IPv4 header included in tunnel mode) and `kernel_drivers` (/proc/crypto after use).
+//! outer IPv4 header included in tunnel mode, UDP header included with `--encap udp`),
+//! `encap` (e.g. `ESP in UDP port 4500`, absent for plain ESP) and `kernel_drivers`
+//! (/proc/crypto after use).
+//!
+//! ESP in UDP (`--encap udp`, RFC 3948): both SAs carry `XFRMA_ENCAP` and each end holds a
+//! UDP socket on its outer address and the encap port with `UDP_ENCAP_ESPINUDP` set, as an
+//! IKE daemon does, for as long as its SAs exist: the kernel decapsulates what arrives
+//! there. The socket is a file of this process, so it goes with it; nothing to record.
 
 mod installed;
 mod set;
@@ -19,7 +26,7 @@ use std::net::IpAddr;
 use control::{KeyMaterial, RunKeys, XfrmKeys};
 use model::{IpsecMode, RunPlan};
 use netns::Topology;
-use xfrm::{AuthTrunc, KeyInput, Protection, ReqId, RunIds, Spi, XfrmHandle};
+use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, UdpEncap, XfrmHandle};
 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
 pub use set::SaSet;
@@ -94,6 +101,9 @@ pub struct XfrmEnd {
     mode: IpsecMode,
     ids: RunIds,
     protection: Protection,
+    encap: Option<model::Encap>,
+    /// Held open for as long as the SAs exist (dropped after them: fields drop in order).
+    _encap_socket: Option<EspInUdpSocket>,
 }
 
 impl XfrmEnd {
@@ -139,6 +149,9 @@ impl XfrmEnd {
             addr_b: hosts.b,
             flows: SaSet::flows(plan, mode, data(sender), data(sender.other())),
             sender,
+            encap: plan
+                .encap
+                .map(|model::Encap::EspInUdp { port }| UdpEncap::symmetric(port)),
         };
         if site.side == Side::A {
             show_keys(&set, show);
@@ -166,12 +179,19 @@ impl XfrmEnd {
                 XfrmHandle::open()?
             }
         };
+        // The socket comes first: once the SAs exist the peer may already be sending.
+        let encap_socket = match plan.encap {
+            Some(model::Encap::EspInUdp { port }) => Some(encap_socket(site, port)?),
+            None => None,
+        };
         let installed = Installed::install(handle, site.side, &set, site.lab_link.is_none()).await?;
         Ok(XfrmEnd {
             installed,
             mode,
             ids,
             protection: set.protection,
+            encap: plan.encap,
+            _encap_socket: encap_socket,
         })
     }
 
@@ -202,20 +222,38 @@ impl XfrmEnd {
             reqid: self.ids.reqid.to_string(),
             sas,
             esp_overhead_bytes_per_packet: self.protection.esp_overhead(OVERHEAD_REFERENCE_LEN)
-                + tunnel_header,
+                + tunnel_header
+                + self.encap.map_or(0, |e| e.overhead()),
+            encap: self.encap.map(|e| e.to_string()),
             kernel_drivers: drivers.into_iter().collect(),
         })
     }
+}
+
+/// This end's `UDP_ENCAP_ESPINUDP` socket on its outer address: where the peer's
+/// ESP-in-UDP packets arrive.
+fn encap_socket(site: &Site<'_>, port: u16) -> LabResult<EspInUdpSocket> {
+    let addr = site.hosts.of(site.side);
+    let socket = match site.lab_link {
+        Some(_) => EspInUdpSocket::bind_in(&site.namespace.path(), addr, port),
+        None => EspInUdpSocket::bind(addr, port),
+    };
+    socket.map_err(|e| {
+        LabError::failed(anyhow::anyhow!(
+            "ESP-in-UDP socket on {addr}:{port} (UDP_ENCAP_ESPINUDP): {e}; choose another --encap-port"
+        ))
+    })
 }
 
 /// Prints the SAs with keys where `--show-keys` asked for it.
 fn show_keys(set: &SaSet, show: ShowKeys) {
     if show.0 {
         for sa in set.sas() {
-            eprintln!(
-                "key: ip xfrm state add {}",
-                sa.iproute2_args_with_keys().join(" ")
-            );
+            let mut args = sa.iproute2_args_with_keys();
+            if let Some(encap) = &set.encap {
+                args.extend(encap.iproute2_args());
+            }
+            eprintln!("key: ip xfrm state add {}", args.join(" "));
         }
     }
 }

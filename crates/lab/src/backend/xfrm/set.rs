@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use model::{IpsecMode, RunPlan};
 use xfrm::{
-    IpProto, PolicyDirection, PolicySpec, Protection, RunIds, SaSpec, Template, TrafficSelector,
+    IpProto, PolicyDirection, PolicySpec, Protection, RunIds, SaSpec, Template, TrafficSelector, UdpEncap,
     LAB_REPLAY_WINDOW,
 };
 
@@ -25,6 +25,8 @@ pub struct SaSet {
     pub flows: Vec<TrafficSelector>,
     /// Which side sends the data.
     pub sender: Side,
+    /// ESP in UDP (`--encap udp`): both SAs wrap their packets in UDP on this port pair.
+    pub encap: Option<UdpEncap>,
 }
 
 impl SaSet {
@@ -109,6 +111,7 @@ mod tests {
             addr_b: b,
             flows: SaSet::flows(plan, IpsecMode::Transport, from, to),
             sender,
+            encap: None,
         }
     }
 
