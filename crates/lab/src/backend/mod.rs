@@ -13,6 +13,7 @@
 //! Adding a backend: a module here with `preflight`, its end type (`start`, `finish`) and
 //! its evidence, a variant of [`End`] and of `model::Backend`.
 
+mod daemon;
 pub mod openvpn;
 pub mod site;
 pub mod strongswan;

@@ -22,6 +22,7 @@ use model::{CipherSuite, Hmac, KeyBits, RunPlan};
 use netns::Namespace;
 use tunnel_proto::{KeyDirection, StaticKey};
 
+use super::daemon;
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
 use crate::evidence::{OpenvpnEvidence, OpenvpnProcess};
@@ -117,29 +118,12 @@ impl Process {
             fields[12].parse::<f64>().ok()? / hz,
         ))
     }
-
-    /// SIGTERM (OpenVPN then closes its TUN device, which removes it), SIGKILL after 3 s.
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        // SAFETY: signals our own child by its pid; it has not been reaped yet.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        self.stop();
+        // OpenVPN closes its TUN device on SIGTERM, which removes it.
+        daemon::stop(&mut self.child, Duration::from_secs(3));
         owner::forget(&self.record);
     }
 }
@@ -203,17 +187,7 @@ fn make_certificate(dir: &Path, name: &str) -> LabResult<(PathBuf, PathBuf, Stri
 }
 
 fn openvpn_version() -> String {
-    Command::new("openvpn")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "unknown".into())
+    daemon::version_line("openvpn").unwrap_or_else(|| "unknown".into())
 }
 
 /// What both ends share, made once per run: the static key or both ends' certificates

@@ -163,29 +163,12 @@ impl Charon {
             })
             .unwrap_or_else(|| format!("{DAEMON} (version unknown)"))
     }
-
-    /// SIGTERM (charon then deletes its SAs and policies), SIGKILL after 5 s.
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        // SAFETY: signals our own child by its pid; it has not been reaped yet.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Drop for Charon {
     fn drop(&mut self) {
-        self.stop();
+        // charon deletes its SAs and policies on SIGTERM.
+        crate::backend::daemon::stop(&mut self.child, Duration::from_secs(5));
         owner::forget(&self.record);
     }
 }

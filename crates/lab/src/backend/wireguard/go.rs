@@ -8,7 +8,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use model::RunPlan;
@@ -50,16 +50,7 @@ pub async fn preflight(_plan: &RunPlan) -> LabResult<()> {
 
 /// `wireguard-go --version`'s first line, for the evidence.
 pub fn implementation() -> String {
-    Command::new("wireguard-go")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(str::to_string)
-        })
+    crate::backend::daemon::version_line("wireguard-go")
         .unwrap_or_else(|| "wireguard-go (version unknown)".into())
 }
 
@@ -173,21 +164,10 @@ impl GoEnd {
         Ok(end)
     }
 
-    /// SIGTERM (wireguard-go closes its TUN, which removes it, and its socket), SIGKILL
-    /// after 3 s; then the socket goes if it is still there.
+    /// wireguard-go closes its TUN (which removes it) and its socket on SIGTERM; the
+    /// socket goes here if it is still there after a SIGKILL.
     fn stop(&mut self) {
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            // SAFETY: signals our own child by its pid; it has not been reaped yet.
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if !matches!(self.child.try_wait(), Ok(Some(_))) {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-            }
-        }
+        crate::backend::daemon::stop(&mut self.child, Duration::from_secs(3));
         let _ = std::fs::remove_file(&self.socket);
     }
 }
