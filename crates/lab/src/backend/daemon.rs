@@ -1,8 +1,23 @@
 //! What the backends that start a real daemon per end (OpenVPN, charon, wireguard-go) share:
-//! stopping it so that it removes what it made, and its version for the evidence.
+//! writing its secret configuration, stopping it so that it removes what it made, and its
+//! version for the evidence.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+/// Writes `text` to a new file (never over an old one) that only its owner can read: keys,
+/// PSKs.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())
+}
 
 /// SIGTERM first, so the daemon removes what it made (its TUN device, its SAs); SIGKILL if
 /// it has not exited within `grace`.

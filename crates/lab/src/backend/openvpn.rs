@@ -133,16 +133,7 @@ fn failed(what: impl std::fmt::Display) -> LabError {
 }
 
 fn write_private(path: &Path, text: &str) -> LabResult<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| failed(format!("write {}: {e}", path.display())))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| failed(format!("write {}: {e}", path.display())))
+    daemon::write_private(path, text).map_err(|e| failed(format!("write {}: {e}", path.display())))
 }
 
 /// A throwaway self-signed EC certificate for `name` in `dir`; returns (cert, key, sha256

@@ -242,16 +242,8 @@ impl StrongswanEnd {
     }
 }
 
-/// Writes `text` to a new file only root can read (swanctl.conf holds the PSK).
+/// swanctl.conf holds the PSK: only root may read it.
 fn write_private(path: &std::path::Path, text: &str) -> LabResult<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| failed(format!("write {}: {e}", path.display())))?;
-    f.write_all(text.as_bytes())
+    crate::backend::daemon::write_private(path, text)
         .map_err(|e| failed(format!("write {}: {e}", path.display())))
 }
