@@ -45,3 +45,34 @@ pub enum WgError {
     #[error("{what}: {detail}")]
     Protocol { what: String, detail: String },
 }
+
+/// The one `wg set` command both captured fixtures (netlink and UAPI) were taken from.
+#[cfg(test)]
+pub(crate) mod captured {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    use crate::{AllowedIp, DeviceConfig, KeyPair, PeerConfig, PublicKey};
+
+    /// 32 bytes counting up from `start`: the fixtures' keys.
+    pub fn pattern(start: u8) -> [u8; 32] {
+        std::array::from_fn(|i| start + i as u8)
+    }
+
+    /// `wg set ipl-wg-a private-key (pattern 0) listen-port 51820 peer (pattern 0x20)
+    /// endpoint 198.18.0.2:51820 allowed-ips 198.19.0.2/32`.
+    pub fn config() -> DeviceConfig {
+        DeviceConfig {
+            ifname: "ipl-wg-a".into(),
+            key: KeyPair::from_private(pattern(0x00)),
+            listen_port: 51820,
+            peer: PeerConfig {
+                public_key: PublicKey(pattern(0x20)),
+                endpoint: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 51820),
+                allowed_ips: vec![AllowedIp {
+                    addr: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
+                    prefix_len: 32,
+                }],
+            },
+        }
+    }
+}

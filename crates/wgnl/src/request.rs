@@ -81,11 +81,8 @@ mod tests {
     //! captured with tests/fixtures/wireguard/capture.sh in the lab's VM. Every byte is
     //! compared except the sequence number (bytes 8..12, from the clock in `wg`); the family
     //! id (bytes 4..6) is the one that kernel gave WireGuard, passed in as genetlink would.
-    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-
     use super::*;
-    use crate::config::{AllowedIp, PeerConfig};
-    use crate::key::{KeyPair, PublicKey};
+    use crate::captured;
 
     fn fixture(name: &str) -> Vec<u8> {
         let path = format!(
@@ -96,10 +93,6 @@ mod tests {
         text.split_whitespace()
             .map(|h| u8::from_str_radix(h, 16).unwrap())
             .collect()
-    }
-
-    fn pattern(start: u8) -> [u8; 32] {
-        std::array::from_fn(|i| start + i as u8)
     }
 
     fn same_but_sequence(built: &[u8], captured: &[u8]) {
@@ -117,19 +110,7 @@ mod tests {
     #[test]
     fn set_device_is_what_wg_set_sends() {
         let captured = fixture("set_device");
-        let config = DeviceConfig {
-            ifname: "ipl-wg-a".into(),
-            key: KeyPair::from_private(pattern(0x00)),
-            listen_port: 51820,
-            peer: PeerConfig {
-                public_key: PublicKey(pattern(0x20)),
-                endpoint: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 51820),
-                allowed_ips: vec![AllowedIp {
-                    addr: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
-                    prefix_len: 32,
-                }],
-            },
-        };
+        let config = captured::config();
         let built = to_bytes(set_device(&config), family_of(&captured), 1);
         same_but_sequence(&built, &captured);
     }

@@ -102,16 +102,10 @@ pub fn since(t: SystemTime) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{AllowedIp, PeerConfig};
-    use crate::key::KeyPair;
-
-    fn pattern(start: u8) -> [u8; 32] {
-        std::array::from_fn(|i| start + i as u8)
-    }
+    use crate::captured::{self, pattern};
 
     #[test]
     fn set_request_is_what_wg_set_writes() {
@@ -122,19 +116,7 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let captured = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let config = DeviceConfig {
-            ifname: "ipl-wg-a".into(),
-            key: KeyPair::from_private(pattern(0x00)),
-            listen_port: 51820,
-            peer: PeerConfig {
-                public_key: PublicKey(pattern(0x20)),
-                endpoint: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), 51820),
-                allowed_ips: vec![AllowedIp {
-                    addr: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
-                    prefix_len: 32,
-                }],
-            },
-        };
+        let config = captured::config();
         assert_eq!(set_request(&config).as_str(), captured);
     }
 
