@@ -263,7 +263,7 @@ fn a_restarted_server_never_removes_what_no_run_recorded() {
     first.kill9();
     // A policy that only looks like the lab's (reqid in its range) and a foreign one: no run
     // recorded either, so a restarted server removes neither. (What a killed server did
-    // record is removed at the next start: tests/remote_vm.rs, where ESP SAs exist.)
+    // record is removed at the next start: tests/vm/remote.rs, where ESP SAs exist.)
     let policy = |reqid: &str, port: &str| {
         let ok = Command::new("ip")
             .args(["-n", lab.topo().b.name(), "xfrm", "policy", "add"])
@@ -319,7 +319,7 @@ fn xfrm_between_hosts_without_esp_exits_3_and_installs_nothing() {
     let caps = lab.rt.block_on(xfrm::probe()).unwrap();
     if caps.esp {
         eprintln!(
-            "skipped: this kernel has ESP; the refusal cannot be observed (tests/remote_vm.rs runs xfrm)"
+            "skipped: this kernel has ESP; the refusal cannot be observed (tests/vm/remote.rs runs xfrm)"
         );
         return;
     }

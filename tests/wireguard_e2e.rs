@@ -3,7 +3,7 @@
 //! the run, the kernel backend refused with exit 3 naming --vm
 //! where this kernel has no WireGuard, bad suites refused with exit 2 before anything is
 //! made, and the lab's own tunnel carrying the same cipher (chacha20-poly1305). The kernel
-//! backend's run is in tests/wireguard_vm.rs.
+//! backend's run is in tests/vm/wireguard.rs.
 
 mod common;
 
@@ -140,7 +140,7 @@ fn kernel_wireguard_without_the_module_is_refused_naming_vm() {
     if std::path::Path::new("/sys/module/wireguard").exists() {
         testcap::skip(
             test,
-            "this kernel has WireGuard; tests/wireguard_vm.rs runs the backend",
+            "this kernel has WireGuard; tests/vm/wireguard.rs runs the backend",
         );
         return;
     }

@@ -152,10 +152,16 @@ pub const IN_VM: &str = "IPSEC_LAB_IN_VM";
 /// serves a whole group of checks; panics if the guest's test fails. Skips, saying why,
 /// when this is already the guest or when root, vng or a kernel image is missing.
 pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
+    run_guest_tests(&[guest_test], timeout)
+}
+
+/// [`run_guest_test`] for several ignored tests (full paths) in the one boot; all run, and
+/// the guest fails if any does.
+pub fn run_guest_tests(guest_tests: &[&str], timeout: std::time::Duration) {
     if std::env::var_os(IN_VM).is_some() {
         return;
     }
-    if !vm_or_skip(guest_test) {
+    if !vm_or_skip(&guest_tests.join(", ")) {
         return;
     }
     let out_dir = private_dir("ipl-vm-test-");
@@ -168,13 +174,8 @@ pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
         .arg(out)
         .args(["--", "env", &format!("{IN_VM}=1")])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            guest_test,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(guest_tests)
+        .args(["--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .unwrap();
@@ -189,4 +190,11 @@ pub fn run_guest_test(guest_test: &str, timeout: std::time::Duration) {
         "the VM group failed (guest exit code {rc:?}); see the guest output above"
     );
     assert_eq!(rc.trim(), "0");
+}
+
+/// Serialises the tests of one binary that boot a VM: two TCG guests at once on a small
+/// machine only make both slow enough to time out.
+pub fn vm_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,30 +1,21 @@
-//! Kernel WireGuard (`--backend wireguard`) on a stock kernel, in ONE virtme-ng boot:
-//! `wireguard_backend_in_a_vm` (on the host) boots the VM and runs `guest_checks` of this
-//! same binary inside it. In the guest: a verified 4 MB run whose report shows the handshake
+//! Kernel WireGuard (`--backend wireguard`) on a stock kernel, checked in the guest
+//! (tests/vm/main.rs boots it). In the guest: a verified 4 MB run whose report shows the handshake
 //! and each end's peer counters read back over generic netlink, with no namespace or link
 //! left; and a wrong peer key on one end failing the start (exit 1) with both links gone.
 //! Needs root, vng and a kernel image in /boot; skips with the reason otherwise.
 
-mod common;
-
-use std::time::Duration;
+use crate::common;
 
 use common::*;
 
 /// TCG boots in about 30 s; the run takes a few seconds, the wrong-key check 20 s.
-const VM_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[test]
-fn wireguard_backend_in_a_vm() {
-    common::run_guest_test("guest_checks", VM_TIMEOUT);
-}
-
-#[test]
-#[ignore = "runs inside the VM that wireguard_backend_in_a_vm boots"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_checks() {
     assert!(
         std::env::var_os(IN_VM).is_some(),
-        "guest_checks runs inside the VM (wireguard_backend_in_a_vm boots it)"
+        "guest_checks runs inside the VM (every_guest_group_in_one_vm_boot boots it)"
     );
     let before = lab_namespaces();
     let out = run_lab(&[

@@ -1,7 +1,6 @@
-//! The kernel IPsec backend on a stock kernel, in ONE virtme-ng boot for the whole group:
-//! `xfrm_backend_in_a_vm` (run on the host) boots the VM and runs this same test binary
-//! inside it with only `guest_checks` selected; `guest_checks` then does every check in
-//! the guest and its verdict comes back as the guest test's exit code.
+//! The kernel IPsec backend on a stock kernel, checked in the guest (tests/vm/main.rs boots it):
+//! `guest_checks` does every check there and its verdict comes back as the guest test's
+//! exit code.
 //!
 //! Inside the guest: all 8 suites (AES-128/192/256-CBC × HMAC none/SHA-256, GCM-128/256)
 //! move a verified 4 MB payload through ESP with the SA counters showing the packets and
@@ -11,7 +10,7 @@
 //! made with iproute2 survive a run and `ipsec-lab clean`, while a lab-range leftover is
 //! removed. Needs root, vng and a kernel image in /boot; skips with the reason otherwise.
 
-mod common;
+use crate::common;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -24,8 +23,6 @@ use xfrm::{
     TrafficSelector, XfrmHandle, LAB_REPLAY_WINDOW,
 };
 
-/// Whole VM group; TCG boots in about 30 s and each 4 MB run takes a few seconds.
-const VM_TIMEOUT: Duration = Duration::from_secs(420);
 const PAYLOAD: &str = "4MB";
 const SUITES: [&str; 8] = [
     "aes-128-cbc",
@@ -37,11 +34,6 @@ const SUITES: [&str; 8] = [
     "aes-128-gcm",
     "aes-256-gcm",
 ];
-
-#[test]
-fn xfrm_backend_in_a_vm() {
-    common::run_guest_test("guest_checks", VM_TIMEOUT);
-}
 
 fn lab() -> &'static str {
     env!("CARGO_BIN_EXE_ipsec-lab")
@@ -73,7 +65,7 @@ fn lab_namespaces() -> Vec<String> {
 /// Root-namespace objects made with iproute2 before the runs: one foreign SA and policy,
 /// and one SA that only looks like the lab's (reqid and SPI in its ranges). No run recorded
 /// any of them, so all must survive the runs and `ipsec-lab clean`, which removes only what
-/// dead runs recorded (tests/plain_e2e.rs and tests/remote_vm.rs check that it does).
+/// dead runs recorded (tests/plain_e2e.rs and tests/vm/remote.rs check that it does).
 fn preexisting() {
     let key = "0x000102030405060708090a0b0c0d0e0f";
     ip(&format!(
@@ -314,10 +306,12 @@ async fn interop() {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by xfrm_backend_in_a_vm"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
-        eprintln!("skipped: guest_checks only runs inside the VM started by xfrm_backend_in_a_vm");
+        eprintln!(
+            "skipped: guest_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+        );
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());

@@ -1,6 +1,5 @@
 //! The xfrm backend between two "hosts" (namespaces, each with its own ipsec-lab process)
-//! on a stock kernel with ESP, in ONE virtme-ng boot: `xfrm_between_hosts_in_a_vm` boots
-//! the VM and runs this test binary inside with only `guest_remote_xfrm` selected.
+//! on a stock kernel with ESP, checked in the guest (tests/vm/main.rs boots it).
 //!
 //! In the guest: verified 2 MB transfers both ways through ESP with the SA counters of
 //! both ends showing the packets; while a run is on, the policies select only TCP on the
@@ -10,21 +9,12 @@
 //! (which wrapped to ports 0..463 in release) is refused and installs no policy at all.
 //! Needs root, vng and a kernel in /boot; skips otherwise.
 
-mod common;
-mod remote_common;
+use crate::{common, remote_common};
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use remote_common::{good_request, hello, hostile, report, Lab, SideConnection};
-
-/// TCG boots in about 30 s; the guest's checks take well under a minute.
-const VM_TIMEOUT: Duration = Duration::from_secs(300);
-
-#[test]
-fn xfrm_between_hosts_in_a_vm() {
-    common::run_guest_test("guest_remote_xfrm", VM_TIMEOUT);
-}
 
 fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -44,7 +34,7 @@ fn sa_packets(side: &serde_json::Value) -> Vec<u64> {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by xfrm_between_hosts_in_a_vm"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_remote_xfrm() {
     let Some(lab) = Lab::new("remote-xfrm-vm") else {
         return;

@@ -1,5 +1,5 @@
-//! The strongswan backend: refusals on this host, and in ONE virtme-ng boot for the rest
-//! (`strongswan_backend_in_a_vm` runs this test binary's `guest_checks` in the guest).
+//! The strongswan backend: refusals on this host, and in the guest for the rest
+//! (tests/vm/main.rs boots it).
 //!
 //! Inside the guest: a CBC without HMAC, a CBC+HMAC and a GCM suite each carry a verified
 //! 2 MB payload through the SAs charon negotiated, whose algorithms and key sizes (read
@@ -12,7 +12,7 @@
 //! strongSwan missing (exit 3 with the install command) are refused with no directory made.
 //! Needs root, strongSwan, vng and a kernel image in /boot; skips with the reason otherwise.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -21,7 +21,6 @@ use std::time::Duration;
 use common::{lab, run_lab, text};
 use serde_json::Value;
 
-const VM_TIMEOUT: Duration = Duration::from_secs(480);
 const PAYLOAD: &str = "2MB";
 
 fn strongswan_or_skip(test: &str) -> bool {
@@ -119,14 +118,6 @@ fn bad_input_no_esp_and_no_strongswan_are_refused_before_anything_is_made() {
         text(&hidden)
     );
     assert_eq!(run_dirs(), dirs_before);
-}
-
-#[test]
-fn strongswan_backend_in_a_vm() {
-    if std::env::var_os(common::IN_VM).is_none() && !strongswan_or_skip("strongswan_backend_in_a_vm") {
-        return;
-    }
-    common::run_guest_test("guest_checks", VM_TIMEOUT);
 }
 
 /// One run: verified payload, SAs with `want` (name, key bits, ICV bits) in both directions,
@@ -306,10 +297,15 @@ fn matrix_row(json: &std::path::Path) {
 }
 
 #[test]
-#[ignore = "runs only inside the VM that strongswan_backend_in_a_vm boots"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
-        eprintln!("skipped: guest_checks only runs inside the VM started by strongswan_backend_in_a_vm");
+        eprintln!(
+            "skipped: guest_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+        );
+        return;
+    }
+    if !strongswan_or_skip("strongswan::guest_checks") {
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());

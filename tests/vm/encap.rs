@@ -1,5 +1,4 @@
-//! ESP in UDP (`--encap udp`, RFC 3948) on a stock kernel, in ONE virtme-ng boot:
-//! `encap_udp_in_a_vm` boots the VM and runs `guest_encap_checks` inside it. There one
+//! ESP in UDP (`--encap udp`, RFC 3948) on a stock kernel, checked in the guest (tests/vm/main.rs boots it). There one
 //! xfrm run with `--encap udp` moves a verified payload while a packet socket in the
 //! run's namespace watches the veth: the ESP travels as UDP 4500 carrying the run's SPIs
 //! (no bare ESP, no plaintext data), `ip xfrm state` shows both SAs with
@@ -8,7 +7,7 @@
 //!
 //! Bad input (`--encap` with a backend other than xfrm, bad ports) is checked on the host.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -21,13 +20,7 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// Boot (about 30 s under TCG) and one small run.
-const VM_TIMEOUT: Duration = Duration::from_secs(300);
 const NATT: u16 = 4500;
-
-#[test]
-fn encap_udp_in_a_vm() {
-    common::run_guest_test("guest_encap_checks", VM_TIMEOUT);
-}
 
 #[test]
 fn encap_bad_input_exits_2_and_creates_nothing() {
@@ -222,10 +215,12 @@ fn capture(ns: String, stop: Arc<AtomicBool>, data_port: u16) -> Seen {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by encap_udp_in_a_vm"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_encap_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
-        eprintln!("skipped: guest_encap_checks only runs inside the VM started by encap_udp_in_a_vm");
+        eprintln!(
+            "skipped: guest_encap_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+        );
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());

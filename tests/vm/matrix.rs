@@ -4,7 +4,7 @@
 //! to be the driver that served, and every priority back as it was afterwards. Small
 //! payloads: TCG moves a few MB/s. Needs root, vng and a kernel image in /boot.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Instant;
@@ -17,6 +17,7 @@ fn xfrm_driver_rows_in_one_vm_boot() {
     if !vm_or_skip(test) {
         return;
     }
+    let _vm = vm_lock();
     let _lock = lab_lock();
     let before = lab_namespaces();
     let json = std::env::temp_dir().join(format!("ipl-matrix-vm-{}.json", std::process::id()));
@@ -101,18 +102,6 @@ fn xfrm_driver_rows_in_one_vm_boot() {
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
-/// A matrix killed with SIGKILL in the middle of a driver row leaves a driver's priority
-/// raised; its state file recorded the originals, so `clean` puts every one back, and a
-/// later matrix restores a killed one's raise before reading any priority (never taking a
-/// raised value for the original). Both inside ONE VM boot, where crypto_user and ESP exist.
-#[test]
-fn sigkill_matrix_during_a_driver_row_then_priorities_are_restored() {
-    run_guest_test(
-        "killed_matrix_priorities_restored_in_guest",
-        std::time::Duration::from_secs(900),
-    );
-}
-
 /// `cbc(aes)` drivers and their priorities in /proc/crypto, sorted.
 fn cbc_aes_priorities() -> Vec<(String, i64)> {
     let text = std::fs::read_to_string("/proc/crypto").unwrap();
@@ -175,7 +164,11 @@ fn kill_matrix_mid_driver_row(dir: &Path, before: &[(String, i64)]) {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by sigkill_matrix_during_a_driver_row_then_priorities_are_restored"]
+/// A matrix killed with SIGKILL in the middle of a driver row leaves a driver's priority
+/// raised; its state file recorded the originals, so `clean` puts every one back, and a
+/// later matrix restores a killed one's raise before reading any priority (never taking a
+/// raised value for the original). In the guest, where crypto_user and ESP exist.
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn killed_matrix_priorities_restored_in_guest() {
     if std::env::var_os(IN_VM).is_none() {
         eprintln!("skipped: runs only inside the VM started by its host-side test");
