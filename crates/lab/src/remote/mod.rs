@@ -111,6 +111,9 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         tunnel_threads: 1,
         // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
         encap: None,
+        // One SA pair and the default drivers (`--sas`, `--pcrypt` are refused with `--peer`).
+        sas: 1,
+        pcrypt: false,
     }
 }
 
