@@ -212,7 +212,8 @@ async fn remove(r: &Record) -> anyhow::Result<Option<String>> {
                 return Ok(None);
             }
             let mut cu = xfrm::crypto_user::CryptoUser::open()?;
-            xfrm::pcrypt::remove(&mut cu, driver, Duration::from_secs(5))?;
+            // Namespaces removed just before free their SAs in a work queue: wait for it.
+            xfrm::pcrypt::remove(&mut cu, driver, Duration::from_secs(15))?;
             Ok(Some(format!("removed crypto instance {driver}")))
         }
         Record::Path { path } => {
