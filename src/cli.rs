@@ -199,6 +199,11 @@ pub struct ServeArgs {
     /// who can reach the tunnel's port from the client's address could then inject packets.
     #[arg(long)]
     pub allow_unauthenticated_suites: bool,
+    /// Most userspace tunnel threads (TUN queues, UDP sockets, threads) a client may ask
+    /// for with `run --peer --tunnel-threads N` (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
+    pub max_tunnel_threads: u16,
 }
 
 #[derive(Debug, Args)]

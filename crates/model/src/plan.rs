@@ -411,15 +411,12 @@ impl RunRequest {
         if self.tunnel_threads == 0 || self.tunnel_threads > MAX_TUNNEL_THREADS {
             return Err(PlanError::TunnelThreads(self.tunnel_threads));
         }
-        if self.tunnel_threads > 1 {
-            if self.backend != Backend::Userspace {
-                ignored.push(format!(
-                    "--tunnel-threads {} (only the userspace backend has tunnel threads)",
-                    self.tunnel_threads
-                ));
-            } else if self.peer.is_some() {
-                return Err(PlanError::PeerTunnelThreads);
-            }
+        // With --peer the server checks the count against its own limit.
+        if self.tunnel_threads > 1 && self.backend != Backend::Userspace {
+            ignored.push(format!(
+                "--tunnel-threads {} (only the userspace backend has tunnel threads)",
+                self.tunnel_threads
+            ));
         }
         if self.cipher.is_some() && (self.key_bits.is_some() || self.hmac.is_some()) {
             return Err(PlanError::CipherConflict);
@@ -595,8 +592,6 @@ pub enum PlanError {
     Port(u16),
     #[error("--tunnel-threads {0} is out of range: use 1 to {MAX_TUNNEL_THREADS} (the kernel gives a TUN device at most {MAX_TUNNEL_THREADS} queues)")]
     TunnelThreads(u16),
-    #[error("--tunnel-threads above 1 does not run between two hosts yet: the server starts single-threaded tunnels")]
-    PeerTunnelThreads,
     #[error("--cipher names the whole suite: give either --cipher or --key-bits/--hmac, not both")]
     CipherConflict,
     #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
@@ -807,7 +802,8 @@ mod tests {
             peer: Some("198.18.0.2".into()),
             ..req(Backend::Userspace, 2)
         };
-        assert_eq!(peer.validate(), Err(PlanError::PeerTunnelThreads));
+        // Between two hosts the server decides how many it allows.
+        assert_eq!(peer.validate().unwrap().tunnel_threads, 2);
         // A plan written before the field existed reads as single-threaded.
         let mut json = serde_json::to_value(&plan).unwrap();
         json.as_object_mut().unwrap().remove("tunnel_threads");
