@@ -295,7 +295,11 @@ fn guest_multi_sa_checks() {
     }
     run.kill().unwrap();
     run.wait().unwrap();
-    assert_eq!(pcrypt_drivers(), [driver.clone()], "the killed run's instance");
+    assert_eq!(
+        pcrypt_drivers(),
+        std::slice::from_ref(&driver),
+        "the killed run's instance"
+    );
     let cleaned = sh(lab().arg("clean"));
     assert!(
         cleaned.contains(&format!("removed crypto instance {driver}")),
