@@ -126,6 +126,14 @@ pub struct RunArgs {
     /// UDP port of --encap udp, on both ends [default: 4500].
     #[arg(long, value_name = "PORT")]
     pub encap_port: Option<u16>,
+    /// xfrm: N SA pairs (1 to 64), stream i on pair i mod N, each pair's policies selecting
+    /// its streams' ports, as multi-SA deployments spread load; needs -P N or more.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub sas: u16,
+    /// xfrm with AES-GCM: instantiate pcrypt(rfc4106(gcm(aes))) over NETLINK_CRYPTO so the
+    /// SAs spread their packets over the CPUs (removed afterwards if the run created it).
+    #[arg(long)]
+    pub pcrypt: bool,
 }
 
 impl RunArgs {
@@ -153,6 +161,8 @@ impl RunArgs {
             tunnel_threads: self.tunnel_threads,
             encap: self.encap,
             encap_port: self.encap_port,
+            sas: self.sas,
+            pcrypt: self.pcrypt,
         }
     }
 }
@@ -189,6 +199,11 @@ pub struct ServeArgs {
     /// who can reach the tunnel's port from the client's address could then inject packets.
     #[arg(long)]
     pub allow_unauthenticated_suites: bool,
+    /// Most userspace tunnel threads (TUN queues, UDP sockets, threads) a client may ask
+    /// for with `run --peer --tunnel-threads N` (1 to 256).
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
+    pub max_tunnel_threads: u16,
 }
 
 #[derive(Debug, Args)]

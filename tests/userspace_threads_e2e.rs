@@ -146,10 +146,6 @@ fn bad_tunnel_thread_counts_exit_2_and_create_nothing() {
         (&["--tunnel-threads", "257"][..], "at most 256 queues"),
         (&["--tunnel-threads", "65536"][..], "65536"),
         (&["--tunnel-threads", "two"][..], "two"),
-        (
-            &["--tunnel-threads", "2", "--peer", "192.0.2.1"][..],
-            "between two hosts",
-        ),
     ] {
         let mut all = vec!["run", "--backend", "userspace", "--bytes", "4MB"];
         all.extend_from_slice(args);

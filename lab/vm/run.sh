@@ -81,7 +81,7 @@ quoted=""
 for a in "$@"; do
     quoted="$quoted $(q "$a")"
 done
-script="modprobe -q -a esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm 2>/dev/null; \
+script="modprobe -q -a esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm crypto_user pcrypt 2>/dev/null; \
 cd $(q "$(pwd)"); IPSEC_LAB_VIRT=$(q "$virt") IPSEC_LAB_VM_OUT=$(q "$outdir") $quoted; echo \$? > $(q "$outdir/rc")"
 
 echo "lab/vm: booting $kernel ($virt), results in $outdir" >&2

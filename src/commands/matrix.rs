@@ -31,8 +31,8 @@ pub struct MatrixArgs {
     #[arg(long, value_delimiter = ',', default_value = "auto,soft")]
     pub crypto: Vec<CryptoChoice>,
     /// Tunnel threads per end, comma-separated, e.g. 1,2,4: the userspace rows once per
-    /// count (`run --tunnel-threads`); other backends' rows at counts above 1 say why they
-    /// have none.
+    /// count (`run --tunnel-threads`), the xfrm rows once per count as SA pairs (`run
+    /// --sas`, "xfrm x2 SAs"); other backends' rows at counts above 1 say why they have none.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub threads: Vec<u16>,
     /// TCP streams per transfer in every cell, as `run -P` [default: the largest --threads
@@ -74,6 +74,10 @@ pub struct MatrixArgs {
     /// UDP port of the --encap row [default: 4500].
     #[arg(long, value_name = "PORT", requires = "encap")]
     pub encap_port: Option<u16>,
+    /// Add an xfrm row whose AES-GCM SAs run on a pcrypt(rfc4106(gcm(aes))) instance
+    /// (`run --pcrypt`), "xfrm [pcrypt]"; its other columns say why they have none.
+    #[arg(long)]
+    pub pcrypt: bool,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -105,6 +109,7 @@ impl MatrixArgs {
                 .encap
                 .map(|kind| model::Encap::from_args(kind, self.encap_port))
                 .transpose()?,
+            pcrypt: self.pcrypt,
             seed: seed_from_clock(),
             started_unix_s,
         }

@@ -97,6 +97,7 @@ fn limits(args: &ServeArgs, listen: SocketAddr) -> Result<ServerLimits, String> 
         max_repeat: args.max_repeat,
         data_ports: args.data_ports,
         allow_unauthenticated: args.allow_unauthenticated_suites,
+        max_tunnel_threads: args.max_tunnel_threads,
     })
 }
 

@@ -39,6 +39,8 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
                 a: wgnl::KeyPair::generate().unwrap(),
                 b: right_keys.b.clone(),
             }),
+            xfrm_more_pairs: Vec::new(),
+            pcrypt: None,
         };
         let ad = topology.addressing;
         let hosts = Hosts {

@@ -207,6 +207,8 @@ async fn wrong_psk() {
         openvpn: None,
         strongswan: Some(strongswan::Material::with_psks(&plan, &"11".repeat(32), &"22".repeat(32)).unwrap()),
         wireguard: None,
+        xfrm_more_pairs: Vec::new(),
+        pcrypt: None,
     };
     let site = |side, namespace, link| Site {
         side,

@@ -34,6 +34,18 @@ pub struct PeerRequest {
     pub seed: u64,
     /// The client's link MTU toward the server; the tunnel uses the smaller of both hosts'.
     pub link_mtu: u32,
+    /// Userspace tunnel threads (TUN queues) per end; absent on the wire when 1, so a
+    /// single-threaded run reads as protocol version 2 always did.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tunnel_threads: u16,
+}
+
+fn one() -> u16 {
+    1
+}
+
+fn is_one(n: &u16) -> bool {
+    *n == 1
 }
 
 /// Smallest and largest link MTU a run accepts (IPv4's minimum datagram, jumbo frames).
@@ -53,6 +65,8 @@ pub struct ServerLimits {
     /// `--allow-unauthenticated-suites`: `none` and AES-CBC without HMAC, whose packets
     /// anyone on the path can forge.
     pub allow_unauthenticated: bool,
+    /// `--max-tunnel-threads`: userspace tunnel threads (TUN queues, UDP sockets) per run.
+    pub max_tunnel_threads: u16,
 }
 
 impl Default for ServerLimits {
@@ -66,6 +80,7 @@ impl Default for ServerLimits {
                 high: 5298,
             },
             allow_unauthenticated: false,
+            max_tunnel_threads: 4,
         }
     }
 }
@@ -106,6 +121,8 @@ pub enum RequestError {
     Ports { first: u16, last: u16, range: PortRange },
     #[error("link MTU {0} is outside {lo}..={hi}", lo = MTU_RANGE.start(), hi = MTU_RANGE.end())]
     Mtu(u32),
+    #[error("{got} tunnel threads is outside this server's limit of 1 to {max} (`ipsec-lab serve --max-tunnel-threads` raises it)")]
+    TunnelThreads { got: u16, max: u16 },
     #[error("the server sent tunnel addresses {0}: not two host addresses of one /30 in the lab's range 198.18.0.0/15")]
     TunnelAddresses(String),
     #[error("the server sent {got} tunnel addresses for the {backend} backend")]
@@ -172,6 +189,13 @@ impl ServerLimits {
         }
         if !MTU_RANGE.contains(&r.link_mtu) {
             return Err(RequestError::Mtu(r.link_mtu));
+        }
+        // Each thread is a TUN queue, a UDP socket and a thread on this host.
+        if r.tunnel_threads == 0 || r.tunnel_threads > self.max_tunnel_threads {
+            return Err(RequestError::TunnelThreads {
+                got: r.tunnel_threads,
+                max: self.max_tunnel_threads,
+            });
         }
         Ok(())
     }
@@ -402,11 +426,38 @@ mod tests {
             data_port: 5201,
             seed: 7,
             link_mtu: 1500,
+            tunnel_threads: 1,
         }
     }
 
     fn refused(r: PeerRequest) -> RequestError {
         ServerLimits::default().check(&r).unwrap_err()
+    }
+
+    /// A client may not make the server create more queues than it allows (256 is the
+    /// kernel's limit, far above a server's default of 4), nor none.
+    #[test]
+    fn tunnel_threads_within_the_servers_limit() {
+        let threads = |n| PeerRequest {
+            tunnel_threads: n,
+            ..request()
+        };
+        ServerLimits::default().check(&threads(4)).unwrap();
+        for n in [0, 5, 256, u16::MAX] {
+            let e = refused(threads(n));
+            assert_eq!(e, RequestError::TunnelThreads { got: n, max: 4 }, "{n}");
+            assert!(e.to_string().contains("--max-tunnel-threads"), "{e}");
+        }
+        let roomy = ServerLimits {
+            max_tunnel_threads: 8,
+            ..ServerLimits::default()
+        };
+        roomy.check(&threads(8)).unwrap();
+        // One thread is left off the wire; an older peer reads the same request.
+        let json = serde_json::to_value(request()).unwrap();
+        assert!(json.get("tunnel_threads").is_none(), "{json}");
+        assert_eq!(serde_json::from_value::<PeerRequest>(json).unwrap(), request());
+        assert_eq!(serde_json::to_value(threads(3)).unwrap()["tunnel_threads"], 3);
     }
 
     #[test]

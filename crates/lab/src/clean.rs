@@ -109,8 +109,10 @@ async fn clean_one(dead: DeadOwner, live: &[Record], summary: &mut CleanSummary)
         Record::XfrmPolicy(_) => 1,
         Record::XfrmSa { .. } => 2,
         Record::Namespace { .. } => 3,
-        Record::DriverPriority { .. } => 4,
-        Record::Path { .. } => 5,
+        // After the SAs and namespaces: an instance an SA still uses cannot be removed.
+        Record::CryptoInstance { .. } => 4,
+        Record::DriverPriority { .. } => 5,
+        Record::Path { .. } => 6,
     });
     let mut left = Vec::new();
     for r in records {
@@ -149,6 +151,7 @@ fn describe(r: &Record) -> String {
         Record::DriverPriority { driver, original } => {
             format!("priority of {driver} (originally {original})")
         }
+        Record::CryptoInstance { driver } => format!("crypto instance {driver}"),
         Record::Path { path } => format!("{}", path.display()),
     }
 }
@@ -203,6 +206,15 @@ async fn remove(r: &Record) -> anyhow::Result<Option<String>> {
         Record::DriverPriority { driver, original } => {
             restore_priority(driver, *original)?;
             Ok(Some(format!("restored {driver} to priority {original}")))
+        }
+        Record::CryptoInstance { driver } => {
+            if !driver_present(driver) {
+                return Ok(None);
+            }
+            let mut cu = xfrm::crypto_user::CryptoUser::open()?;
+            // Namespaces removed just before free their SAs in a work queue: wait for it.
+            xfrm::pcrypt::remove(&mut cu, driver, Duration::from_secs(15))?;
+            Ok(Some(format!("removed crypto instance {driver}")))
         }
         Record::Path { path } => {
             let removed = if path.is_dir() {

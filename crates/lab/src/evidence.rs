@@ -54,6 +54,9 @@ pub struct XfrmEvidence {
     pub encap: Option<String>,
     /// Algorithm → the kernel driver /proc/crypto shows serving it, after use.
     pub kernel_drivers: BTreeMap<String, String>,
+    /// With `--pcrypt`: the pcrypt instance the SAs ran on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pcrypt: Option<crate::backend::xfrm::PcryptEvidence>,
 }
 
 /// An SA's kernel counters after the transfers.
@@ -62,6 +65,9 @@ pub struct SaCounters {
     pub spi: String,
     /// e.g. `a->b (sent by a)`.
     pub direction: String,
+    /// With several SA pairs (`--sas N`): which one, 0 to N-1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pair: Option<u16>,
     pub packets: u64,
     pub bytes: u64,
     pub replay_drops: u32,
@@ -342,6 +348,9 @@ impl XfrmEvidence {
             "{} mode{encap}, ESP overhead {} bytes per {OVERHEAD_REFERENCE_LEN}-byte packet, kernel drivers: {drivers}",
             self.mode, self.esp_overhead_bytes_per_packet,
         ));
+        if let Some(p) = &self.pcrypt {
+            lines.push(p.line());
+        }
         lines
     }
 }
@@ -409,6 +418,7 @@ mod tests {
             sas: vec![SaCounters {
                 spi: "0x1a500101".into(),
                 direction: "a->b (sent by a)".into(),
+                pair: None,
                 packets: 2952,
                 bytes: 4232538,
                 replay_drops: 0,
@@ -417,6 +427,7 @@ mod tests {
             esp_overhead_bytes_per_packet: 68,
             encap: None,
             kernel_drivers: [("cbc(aes)".to_string(), "cbc-aes-aesni".to_string())].into(),
+            pcrypt: None,
         };
         assert_eq!(
             e.lines(),

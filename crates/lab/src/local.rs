@@ -150,7 +150,11 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
     let mut each = each.into_iter();
     Ok(match (each.next(), each.next()) {
         // End a sees both SAs' counters.
-        (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(a),
+        // With --pcrypt, the run's instance as /proc/crypto shows it while the SAs exist.
+        (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(crate::evidence::XfrmEvidence {
+            pcrypt: secrets.pcrypt.as_ref().map(|p| p.evidence()),
+            ..a
+        }),
         (Some(EndEvidence::Strongswan(a)), _) => Evidence::Strongswan(a),
         (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
             Evidence::Userspace(Box::new(userspace::local_evidence(plan, *a, *b).await?))

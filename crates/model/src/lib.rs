@@ -9,6 +9,7 @@ pub mod env;
 pub mod matrix;
 pub mod plan;
 pub mod report;
+pub mod sa_pairs;
 pub mod size;
 pub mod stats;
 pub mod suite;

@@ -34,6 +34,8 @@ pub enum RowVariant {
     KernelDriver(String),
     /// The xfrm backend with ESP encapsulated (`--encap udp`), default drivers.
     Encap(crate::encap::Encap),
+    /// The xfrm backend's AES-GCM SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
+    Pcrypt,
 }
 
 /// Identifies a row: backend, variant and where it ran. Two reports' rows are the same row
@@ -85,11 +87,13 @@ impl RowKey {
             (b, RowVariant::Crypto(c)) => format!("{b} [{c}]"),
             (b, RowVariant::KernelDriver(d)) => format!("{b} [{d}]"),
             (b, RowVariant::Encap(e)) => format!("{b} [{}]", e.short_label()),
+            (b, RowVariant::Pcrypt) => format!("{b} [pcrypt]"),
         };
-        let base = if self.tunnel_threads > 1 {
-            format!("{base} x{} threads", self.tunnel_threads)
-        } else {
-            base
+        // The count is tunnel threads, or for kernel ESP SA pairs (one per stream group).
+        let base = match (self.tunnel_threads, self.backend) {
+            (0 | 1, _) => base,
+            (n, Backend::Xfrm) => format!("{base} x{n} SAs"),
+            (n, _) => format!("{base} x{n} threads"),
         };
         if self.environment == HOST {
             base
@@ -397,6 +401,17 @@ mod tests {
         let json = serde_json::to_value(&two).unwrap();
         assert_eq!(json["tunnel_threads"], 2);
         assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), two);
+    }
+
+    #[test]
+    fn xfrm_counts_are_sa_pairs_and_the_pcrypt_row_says_so() {
+        let two = RowKey::new(Backend::Xfrm, RowVariant::Default, VM).with_threads(2);
+        assert_eq!(two.label(), "xfrm x2 SAs (vm)");
+        let pcrypt = RowKey::new(Backend::Xfrm, RowVariant::Pcrypt, VM);
+        assert_eq!(pcrypt.label(), "xfrm [pcrypt] (vm)");
+        let json = serde_json::to_value(&pcrypt).unwrap();
+        assert_eq!(json["variant"]["kind"], "pcrypt", "{json}");
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), pcrypt);
     }
 
     #[test]

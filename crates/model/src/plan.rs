@@ -240,6 +240,10 @@ pub struct RunRequest {
     /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
     pub encap: Option<crate::encap::EncapKind>,
     pub encap_port: Option<u16>,
+    /// `--sas N` (xfrm): N SA pairs, stream i on pair i mod N, each selected by its port.
+    pub sas: u16,
+    /// `--pcrypt` (xfrm, AES-GCM): the SAs run on a `pcrypt(rfc4106(gcm(aes)))` instance.
+    pub pcrypt: bool,
 }
 
 impl Default for RunRequest {
@@ -265,6 +269,8 @@ impl Default for RunRequest {
             tunnel_threads: 1,
             encap: None,
             encap_port: None,
+            sas: 1,
+            pcrypt: false,
         }
     }
 }
@@ -302,10 +308,20 @@ pub struct RunPlan {
     /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<crate::encap::Encap>,
+    /// xfrm SA pairs (`--sas`), stream i on pair i mod N; 1: one pair for every stream.
+    #[serde(default = "one_thread", skip_serializing_if = "is_one")]
+    pub sas: u16,
+    /// The xfrm SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pcrypt: bool,
 }
 
 fn one_thread() -> u16 {
     1
+}
+
+fn is_one(n: &u16) -> bool {
+    *n == 1
 }
 
 /// Most queues the kernel gives one TUN device (`MAX_TAP_QUEUES`), so most tunnel threads.
@@ -395,15 +411,12 @@ impl RunRequest {
         if self.tunnel_threads == 0 || self.tunnel_threads > MAX_TUNNEL_THREADS {
             return Err(PlanError::TunnelThreads(self.tunnel_threads));
         }
-        if self.tunnel_threads > 1 {
-            if self.backend != Backend::Userspace {
-                ignored.push(format!(
-                    "--tunnel-threads {} (only the userspace backend has tunnel threads)",
-                    self.tunnel_threads
-                ));
-            } else if self.peer.is_some() {
-                return Err(PlanError::PeerTunnelThreads);
-            }
+        // With --peer the server checks the count against its own limit.
+        if self.tunnel_threads > 1 && self.backend != Backend::Userspace {
+            ignored.push(format!(
+                "--tunnel-threads {} (only the userspace backend has tunnel threads)",
+                self.tunnel_threads
+            ));
         }
         if self.cipher.is_some() && (self.key_bits.is_some() || self.hmac.is_some()) {
             return Err(PlanError::CipherConflict);
@@ -474,6 +487,7 @@ impl RunRequest {
                 None
             }
         };
+        let sas = crate::sa_pairs::check(&self, suite, peer.is_some(), &mut ignored)?;
         let mut mode = self.mode.unwrap_or_default();
         if peer.is_some() {
             if self.vm.is_some() {
@@ -518,6 +532,8 @@ impl RunRequest {
                 1
             },
             encap,
+            sas,
+            pcrypt: self.pcrypt,
         })
     }
 }
@@ -576,8 +592,6 @@ pub enum PlanError {
     Port(u16),
     #[error("--tunnel-threads {0} is out of range: use 1 to {MAX_TUNNEL_THREADS} (the kernel gives a TUN device at most {MAX_TUNNEL_THREADS} queues)")]
     TunnelThreads(u16),
-    #[error("--tunnel-threads above 1 does not run between two hosts yet: the server starts single-threaded tunnels")]
-    PeerTunnelThreads,
     #[error("--cipher names the whole suite: give either --cipher or --key-bits/--hmac, not both")]
     CipherConflict,
     #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
@@ -606,6 +620,18 @@ pub enum PlanError {
     EncapPort(u16),
     #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
     EncapPeer,
+    #[error("--sas {0} is out of range: use 1 to {max} SA pairs", max = crate::sa_pairs::MAX_SA_PAIRS)]
+    Sas(u16),
+    #[error("--sas {sas} with {parallel} stream(s): each SA pair needs a stream of its own; add -P {sas}")]
+    SasStreams { sas: u16, parallel: u16 },
+    #[error("--sas above 1 does not run between two hosts yet: the server installs one SA pair")]
+    PeerSas,
+    #[error("--pcrypt needs the xfrm backend (kernel ESP SAs), not {0}")]
+    PcryptBackend(Backend),
+    #[error("--pcrypt wraps rfc4106(gcm(aes)): use --cipher aes-128-gcm or aes-256-gcm, not {0}")]
+    PcryptSuite(CipherSuite),
+    #[error("--pcrypt with --peer is not offered yet: the server does not instantiate crypto templates")]
+    PeerPcrypt,
 }
 
 #[cfg(test)]
@@ -776,7 +802,8 @@ mod tests {
             peer: Some("198.18.0.2".into()),
             ..req(Backend::Userspace, 2)
         };
-        assert_eq!(peer.validate(), Err(PlanError::PeerTunnelThreads));
+        // Between two hosts the server decides how many it allows.
+        assert_eq!(peer.validate().unwrap().tunnel_threads, 2);
         // A plan written before the field existed reads as single-threaded.
         let mut json = serde_json::to_value(&plan).unwrap();
         json.as_object_mut().unwrap().remove("tunnel_threads");

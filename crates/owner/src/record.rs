@@ -47,6 +47,11 @@ pub enum Record {
         spi: u32,
     },
     XfrmPolicy(PolicyRecord),
+    /// A crypto template instance it built over NETLINK_CRYPTO (`pcrypt(...)`), removed
+    /// with CRYPTO_MSG_DELALG.
+    CryptoInstance {
+        driver: String,
+    },
     /// A crypto driver whose priority was changed, with the value it had before.
     DriverPriority {
         driver: String,

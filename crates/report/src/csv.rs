@@ -49,6 +49,7 @@ pub fn render(report: &MatrixReport) -> String {
             RowVariant::Crypto(c) => c.to_string(),
             RowVariant::KernelDriver(d) => d.clone(),
             RowVariant::Encap(e) => e.short_label(),
+            RowVariant::Pcrypt => "pcrypt".into(),
         };
         let payload = report.payload_of(&row.key.environment);
         for cell in &row.cells {

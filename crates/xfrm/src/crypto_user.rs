@@ -5,6 +5,9 @@
 //! * [`update_alg_message`] / [`new_alg_message`]: CRYPTO_MSG_UPDATEALG / CRYPTO_MSG_NEWALG
 //!   requests laid out as `struct crypto_user_alg` (linux/cryptouser.h) plus the
 //!   `CRYPTOCFGA_PRIORITY_VAL` attribute, tested byte for byte.
+//! * [`new_aead_message`] / [`delete_aead_message`]: CRYPTO_MSG_NEWALG / CRYPTO_MSG_DELALG
+//!   for an AEAD template instance such as `pcrypt(rfc4106-gcm-aesni)` (type and mask set:
+//!   the template needs to know it builds an AEAD), tested byte for byte.
 //! * [`CryptoUser`]: a blocking socket that sends them and reads the acknowledgement.
 //! * [`PriorityGuard`]: changes priorities through any [`PriorityControl`] and puts every
 //!   one back when dropped, also when the work in between failed or panicked.
@@ -28,6 +31,11 @@ const NLM_F_ACK: u16 = 0x4;
 const NLMSG_ERROR: u16 = 0x2;
 /// `CRYPTOCFGA_PRIORITY_VAL` (enum crypto_attr_type_t), a `__u32`.
 const CRYPTOCFGA_PRIORITY_VAL: u16 = 1;
+/// `CRYPTO_ALG_TYPE_AEAD` and `CRYPTO_ALG_TYPE_MASK` (linux/crypto.h): `cru_type` and
+/// `cru_mask` of a request for an AEAD. A template such as pcrypt builds an instance only
+/// when `type & mask` names the kind it is asked for.
+pub const CRYPTO_ALG_TYPE_AEAD: u32 = 0x3;
+pub const CRYPTO_ALG_TYPE_MASK: u32 = 0xf;
 
 /// `CRYPTO_MSG_*` message types of linux/cryptouser.h.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,11 +82,20 @@ fn name_field(name: &str) -> Result<[u8; CRYPTO_MAX_NAME], CryptoUserError> {
     Ok(field)
 }
 
-/// One request: `nlmsghdr`, `crypto_user_alg` naming the driver (algorithm name, module,
-/// type and mask left zero: match by driver name, any type), and optionally the priority.
+/// What a request names in `crypto_user_alg`: an algorithm name (`cru_name`, any driver
+/// of it) or one driver (`cru_driver_name`, exact), and the type/mask the kernel matches.
+#[derive(Debug, Clone, Copy)]
+enum Target<'a> {
+    Driver(&'a str),
+    Name(&'a str),
+}
+
+/// One request: `nlmsghdr`, `crypto_user_alg` naming the target (module left empty, refcnt
+/// and flags zero), and optionally the priority.
 fn request(
     kind: CryptoMsg,
-    driver: &str,
+    target: Target<'_>,
+    (alg_type, mask): (u32, u32),
     priority: Option<u32>,
     seq: u32,
 ) -> Result<Vec<u8>, CryptoUserError> {
@@ -90,10 +107,16 @@ fn request(
     m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
     m.extend_from_slice(&seq.to_ne_bytes());
     m.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel
-    m.extend_from_slice(&[0u8; CRYPTO_MAX_NAME]); // cru_name
-    m.extend_from_slice(&name_field(driver)?); // cru_driver_name
+    let (name, driver) = match target {
+        Target::Driver(d) => ([0u8; CRYPTO_MAX_NAME], name_field(d)?),
+        Target::Name(n) => (name_field(n)?, [0u8; CRYPTO_MAX_NAME]),
+    };
+    m.extend_from_slice(&name); // cru_name
+    m.extend_from_slice(&driver); // cru_driver_name
     m.extend_from_slice(&[0u8; CRYPTO_MAX_NAME]); // cru_module_name
-    m.extend_from_slice(&[0u8; 16]); // cru_type, cru_mask, cru_refcnt, cru_flags
+    m.extend_from_slice(&alg_type.to_ne_bytes()); // cru_type
+    m.extend_from_slice(&mask.to_ne_bytes()); // cru_mask
+    m.extend_from_slice(&[0u8; 8]); // cru_refcnt, cru_flags
     if let Some(p) = priority {
         m.extend_from_slice(&((NLA_HDR_LEN + 4) as u16).to_ne_bytes());
         m.extend_from_slice(&CRYPTOCFGA_PRIORITY_VAL.to_ne_bytes());
@@ -107,13 +130,48 @@ fn request(
 /// first removes the instances built on the driver (e.g. `authenc(...,cbc-aes-aesni)`), so
 /// the next SA builds its algorithm anew from the current priorities.
 pub fn update_alg_message(driver: &str, priority: Option<u32>, seq: u32) -> Result<Vec<u8>, CryptoUserError> {
-    request(CryptoMsg::UpdateAlg, driver, priority, seq)
+    request(
+        CryptoMsg::UpdateAlg,
+        Target::Driver(driver),
+        (0, 0),
+        priority,
+        seq,
+    )
 }
 
 /// CRYPTO_MSG_NEWALG for `driver`: instantiates a template instance such as
 /// `cbc(aes-generic)` that no lookup has made yet, so that it can be chosen.
 pub fn new_alg_message(driver: &str, seq: u32) -> Result<Vec<u8>, CryptoUserError> {
-    request(CryptoMsg::NewAlg, driver, None, seq)
+    request(CryptoMsg::NewAlg, Target::Driver(driver), (0, 0), None, seq)
+}
+
+const AEAD: (u32, u32) = (CRYPTO_ALG_TYPE_AEAD, CRYPTO_ALG_TYPE_MASK);
+
+/// CRYPTO_MSG_NEWALG for the AEAD `driver`, e.g. `pcrypt(rfc4106-gcm-aesni)`: the kernel
+/// builds the template instance (the pcrypt template refuses without the AEAD type). As
+/// `crconf add driver "pcrypt(rfc4106-gcm-aesni)" type 3` sends it.
+pub fn new_aead_message(driver: &str, seq: u32) -> Result<Vec<u8>, CryptoUserError> {
+    request(CryptoMsg::NewAlg, Target::Driver(driver), AEAD, None, seq)
+}
+
+/// CRYPTO_MSG_NEWALG for the AEAD algorithm `name` (any driver), e.g. `rfc4106(gcm(aes))`:
+/// makes the kernel build its best instance now if no lookup has yet, so its driver shows
+/// in /proc/crypto.
+pub fn new_aead_by_name_message(name: &str, seq: u32) -> Result<Vec<u8>, CryptoUserError> {
+    request(CryptoMsg::NewAlg, Target::Name(name), AEAD, None, seq)
+}
+
+/// CRYPTO_MSG_DELALG for the AEAD template instance `driver`: the kernel unregisters it
+/// (EBUSY while a transform, such as an SA's, still uses it).
+pub fn delete_aead_message(driver: &str, seq: u32) -> Result<Vec<u8>, CryptoUserError> {
+    request(CryptoMsg::DelAlg, Target::Driver(driver), AEAD, None, seq)
+}
+
+/// Whether a NEWALG made the instance or found it there already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instantiated {
+    Created,
+    Existed,
 }
 
 /// Whatever can set a driver's priority: the kernel ([`CryptoUser`]) or a test double.
@@ -171,6 +229,27 @@ impl CryptoUser {
         self.execute("set priority of", driver, msg)
     }
 
+    /// Instantiates the AEAD `driver` (CRYPTO_MSG_NEWALG), saying whether it was there.
+    pub fn instantiate_aead(&mut self, driver: &str) -> Result<Instantiated, CryptoUserError> {
+        self.seq += 1;
+        let msg = new_aead_message(driver, self.seq)?;
+        created_or_existed(self.execute("instantiate", driver, msg))
+    }
+
+    /// Makes the kernel build the AEAD algorithm `name` if it has not yet.
+    pub fn instantiate_aead_by_name(&mut self, name: &str) -> Result<Instantiated, CryptoUserError> {
+        self.seq += 1;
+        let msg = new_aead_by_name_message(name, self.seq)?;
+        created_or_existed(self.execute("instantiate", name, msg))
+    }
+
+    /// Removes the AEAD template instance `driver` (CRYPTO_MSG_DELALG).
+    pub fn delete_aead(&mut self, driver: &str) -> Result<(), CryptoUserError> {
+        self.seq += 1;
+        let msg = delete_aead_message(driver, self.seq)?;
+        self.execute("remove", driver, msg)
+    }
+
     /// Instantiates `driver` (CRYPTO_MSG_NEWALG); an existing one is not an error.
     pub fn instantiate(&mut self, driver: &str) -> Result<(), CryptoUserError> {
         self.seq += 1;
@@ -185,6 +264,14 @@ impl CryptoUser {
 impl PriorityControl for CryptoUser {
     fn set_priority(&mut self, driver: &str, priority: u32) -> Result<(), CryptoUserError> {
         self.update(driver, Some(priority))
+    }
+}
+
+fn created_or_existed(r: Result<(), CryptoUserError>) -> Result<Instantiated, CryptoUserError> {
+    match r {
+        Ok(()) => Ok(Instantiated::Created),
+        Err(CryptoUserError::Kernel { errno, .. }) if errno == libc::EEXIST => Ok(Instantiated::Existed),
+        Err(e) => Err(e),
     }
 }
 
@@ -310,6 +397,56 @@ mod tests {
         assert!(update_alg_message("", None, 1).is_err());
         assert!(update_alg_message(&"x".repeat(64), None, 1).is_err());
         assert!(update_alg_message(&"x".repeat(63), None, 1).is_ok());
+    }
+
+    /// The header and `crypto_user_alg` as the kernel reads them (linux/cryptouser.h), for
+    /// an AEAD request: type 3 (CRYPTO_ALG_TYPE_AEAD) at offset 208, mask 0xf at 212.
+    fn aead_expected(kind: u16, name: &[u8], driver: &[u8], seq: u32) -> Vec<u8> {
+        let mut e = Vec::new();
+        e.extend_from_slice(&224u32.to_ne_bytes());
+        e.extend_from_slice(&kind.to_ne_bytes());
+        e.extend_from_slice(&0x0005u16.to_ne_bytes());
+        e.extend_from_slice(&seq.to_ne_bytes());
+        e.extend_from_slice(&0u32.to_ne_bytes());
+        for field in [name, driver, b""] {
+            let mut f = [0u8; 64];
+            f[..field.len()].copy_from_slice(field);
+            e.extend_from_slice(&f);
+        }
+        e.extend_from_slice(&3u32.to_ne_bytes());
+        e.extend_from_slice(&0xfu32.to_ne_bytes());
+        e.extend_from_slice(&[0u8; 8]);
+        e
+    }
+
+    /// `crconf add driver "pcrypt(rfc4106-gcm-aesni)" type 3` and `crconf del driver ...`.
+    #[test]
+    fn pcrypt_new_and_delete_requests_match_the_struct_byte_for_byte() {
+        let new = new_aead_message("pcrypt(rfc4106-gcm-aesni)", 9).unwrap();
+        assert_eq!(new, aead_expected(0x10, b"", b"pcrypt(rfc4106-gcm-aesni)", 9));
+        assert_eq!(&new[208..216], &[3, 0, 0, 0, 0xf, 0, 0, 0]);
+        let del = delete_aead_message("pcrypt(rfc4106-gcm-aesni)", 10).unwrap();
+        assert_eq!(del, aead_expected(0x11, b"", b"pcrypt(rfc4106-gcm-aesni)", 10));
+        let by_name = new_aead_by_name_message("rfc4106(gcm(aes))", 11).unwrap();
+        assert_eq!(by_name, aead_expected(0x10, b"rfc4106(gcm(aes))", b"", 11));
+        assert!(new_aead_message(&"p".repeat(64), 1).is_err());
+    }
+
+    #[test]
+    fn an_existing_instance_is_told_apart_from_a_new_one() {
+        let existed = created_or_existed(Err(CryptoUserError::Kernel {
+            op: "instantiate",
+            driver: "pcrypt(x)".into(),
+            errno: libc::EEXIST,
+        }));
+        assert_eq!(existed.unwrap(), Instantiated::Existed);
+        assert_eq!(created_or_existed(Ok(())).unwrap(), Instantiated::Created);
+        let busy = created_or_existed(Err(CryptoUserError::Kernel {
+            op: "instantiate",
+            driver: "pcrypt(x)".into(),
+            errno: libc::EBUSY,
+        }));
+        assert!(busy.is_err());
     }
 
     #[test]

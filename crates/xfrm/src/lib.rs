@@ -19,6 +19,7 @@ pub mod encap;
 pub mod error;
 pub mod handle;
 pub mod message;
+pub mod pcrypt;
 pub mod probe;
 pub mod range;
 pub mod spec;

@@ -410,6 +410,40 @@ mod tests {
         assert_matches_iproute2("policy_out_transport_tcp5201", add_policy(&out));
     }
 
+    /// `--sas N` in tunnel mode: stream 1's policies select its port (out: dport, in:
+    /// sport) and name pair 1's reqid; the rest between the inner addresses stays on pair
+    /// 0 at the next priority.
+    #[test]
+    fn tunnel_policies_of_one_stream_and_the_rest_match_iproute2() {
+        let tmpl = |src, dst, reqid| Template {
+            src,
+            dst,
+            reqid: ReqId(reqid),
+            mode: IpsecMode::Tunnel,
+        };
+        let out = PolicySpec::new(
+            TrafficSelector::port(inner(1), inner(2), IpProto::Tcp, 5202),
+            PolicyDirection::Out,
+            tmpl(a(), b(), 0x1a5002),
+        );
+        assert_matches_iproute2("policy_out_tunnel_tcp5202", add_policy(&out));
+        let inp = PolicySpec::new(
+            TrafficSelector::port(inner(1), inner(2), IpProto::Tcp, 5202).reversed(),
+            PolicyDirection::In,
+            tmpl(b(), a(), 0x1a5002),
+        );
+        assert_matches_iproute2("policy_in_tunnel_tcp_sport5202", add_policy(&inp));
+        let rest = PolicySpec {
+            priority: crate::LAB_POLICY_PRIORITY + 1,
+            ..PolicySpec::new(
+                TrafficSelector::hosts(inner(1), inner(2)),
+                PolicyDirection::Out,
+                tmpl(a(), b(), 0x1a5001),
+            )
+        };
+        assert_matches_iproute2("policy_out_tunnel_priority1001", add_policy(&rest));
+    }
+
     #[test]
     fn sa_delete_and_get_match_iproute2() {
         let id = SaId {

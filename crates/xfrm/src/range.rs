@@ -72,6 +72,27 @@ impl RunIds {
         }
     }
 
+    /// Most SA pairs one run's identifiers stretch to ([`RunIds::pair`]).
+    pub const MAX_PAIRS: u16 = 127;
+
+    /// The identifiers of the run's SA pair `i` (0: these), for runs with several pairs:
+    /// the same slot's SPIs `2i+1`/`2i+2` and the reqid `i` slots on (wrapping inside the
+    /// lab's range), so every pair is told apart by its policies' templates.
+    pub fn pair(&self, i: u16) -> RunIds {
+        assert!(
+            i < Self::MAX_PAIRS,
+            "SA pair {i}: at most {} per run",
+            Self::MAX_PAIRS
+        );
+        let slot = (self.reqid.0 - REQID_FIRST + u32::from(i)) % u32::from(Self::SLOTS);
+        let spi = |n: u32| Spi(self.spi_a_to_b.0 & !0xFF | n);
+        RunIds {
+            reqid: ReqId(REQID_FIRST | slot),
+            spi_a_to_b: spi(2 * u32::from(i) + 1),
+            spi_b_to_a: spi(2 * u32::from(i) + 2),
+        }
+    }
+
     /// A slot from the OS RNG, so leftovers of a crashed run rarely block the next one.
     pub fn random() -> RunIds {
         let slot = getrandom::u32()
@@ -92,6 +113,24 @@ mod tests {
             assert!(ids.reqid.is_lab(), "{ids:?}");
             assert!(ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab(), "{ids:?}");
             assert_ne!(ids.spi_a_to_b, ids.spi_b_to_a);
+        }
+    }
+
+    #[test]
+    fn every_pair_of_a_run_has_its_own_reqid_and_spis_inside_the_lab_ranges() {
+        for slot in [0, 0x7FF, 0xFFF] {
+            let ids = RunIds::for_slot(slot);
+            assert_eq!(ids.pair(0), ids);
+            let pairs: Vec<RunIds> = (0..RunIds::MAX_PAIRS).map(|i| ids.pair(i)).collect();
+            let mut reqids: Vec<ReqId> = pairs.iter().map(|p| p.reqid).collect();
+            let mut spis: Vec<Spi> = pairs.iter().flat_map(|p| [p.spi_a_to_b, p.spi_b_to_a]).collect();
+            assert!(reqids.iter().all(|r| r.is_lab()) && spis.iter().all(|s| s.is_lab()));
+            reqids.sort();
+            reqids.dedup();
+            spis.sort();
+            spis.dedup();
+            assert_eq!(reqids.len(), pairs.len(), "slot {slot}");
+            assert_eq!(spis.len(), 2 * pairs.len(), "slot {slot}");
         }
     }
 

@@ -39,6 +39,11 @@ pub struct RunSecrets {
     pub strongswan: Option<strongswan::Material>,
     /// Both WireGuard ends' key pairs (local runs only).
     pub wireguard: Option<wireguard::Keys>,
+    /// xfrm SA pairs 1 to N-1 with `--sas N` (local runs only).
+    pub xfrm_more_pairs: Vec<control::XfrmKeys>,
+    /// The run's pcrypt instance with `--pcrypt` (local runs only): made before the ends,
+    /// dropped after them (crypto instances are the kernel's, not an end's).
+    pub pcrypt: Option<xfrm::PcryptGuard>,
 }
 
 impl RunSecrets {
@@ -67,11 +72,21 @@ impl RunSecrets {
             true => Some(wireguard::Keys::generate()?),
             false => None,
         };
+        let xfrm_more_pairs = match &keys.xfrm {
+            Some(first) if plan.sas > 1 => xfrm::generate_more_pairs(plan, first)?,
+            _ => Vec::new(),
+        };
+        let pcrypt = match plan.backend == Backend::Xfrm && plan.pcrypt {
+            true => Some(xfrm::PcryptGuard::create()?),
+            false => None,
+        };
         Ok(RunSecrets {
             keys,
             openvpn,
             strongswan,
             wireguard,
+            xfrm_more_pairs,
+            pcrypt,
         })
     }
 
@@ -82,6 +97,8 @@ impl RunSecrets {
             openvpn: None,
             strongswan: None,
             wireguard: None,
+            xfrm_more_pairs: Vec::new(),
+            pcrypt: None,
         }
     }
 }
@@ -124,7 +141,7 @@ impl End {
         match plan.backend {
             Backend::Plain => Ok(End::Plain),
             Backend::Xfrm => Ok(End::Xfrm(
-                xfrm::XfrmEnd::start(plan, &secrets.keys, site, show).await?,
+                xfrm::XfrmEnd::start(plan, &secrets.keys, &secrets.xfrm_more_pairs, site, show).await?,
             )),
             Backend::Userspace => Ok(End::Userspace(userspace::UserspaceEnd::start(
                 plan,

@@ -58,6 +58,7 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
         data_port: plan.port,
         seed: plan.seed,
         link_mtu,
+        tunnel_threads: plan.tunnel_threads,
     }
 }
 
@@ -108,9 +109,17 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         ignored: Vec::new(),
         peer: None,
         reverse: request.reverse,
-        tunnel_threads: 1,
+        // Checked against the server's --max-tunnel-threads; only the userspace tunnel has any.
+        tunnel_threads: if request.backend == model::Backend::Userspace {
+            request.tunnel_threads
+        } else {
+            1
+        },
         // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
         encap: None,
+        // One SA pair and the default drivers (`--sas`, `--pcrypt` are refused with `--peer`).
+        sas: 1,
+        pcrypt: false,
     }
 }
 

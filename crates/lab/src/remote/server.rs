@@ -109,13 +109,14 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
     // Tests and scripts wait for this line before connecting.
     eprintln!(
         "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} bytes, {} streams, {} repeats, \
-         data ports {}{})",
+         {} tunnel threads, data ports {}{})",
         listener.local_addr().map_err(LabError::failed)?,
         control::VERSION,
         control::noise::PATTERN,
         limits.max_bytes,
         limits.max_streams,
         limits.max_repeat,
+        limits.max_tunnel_threads,
         limits.data_ports,
         if limits.allow_unauthenticated {
             ", unauthenticated suites allowed"
@@ -345,14 +346,18 @@ async fn serve_run(
     cancel: &CancellationToken,
 ) -> LabResult<()> {
     eprintln!(
-        "ipsec-lab serve: run: {} {} {} bytes x{}, {} streams from port {}{}",
+        "ipsec-lab serve: run: {} {} {} bytes x{}, {} streams from port {}{}{}",
         request.backend,
         request.suite,
         request.bytes,
         request.repeat,
         request.streams,
         request.data_port,
-        if request.reverse { ", reverse" } else { "" }
+        if request.reverse { ", reverse" } else { "" },
+        match request.tunnel_threads {
+            1 => String::new(),
+            n => format!(", {n} tunnel threads"),
+        }
     );
     let started = start_end(request, &keys, hosts, link_mtu, limits).await;
     drop(keys);

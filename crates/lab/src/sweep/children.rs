@@ -162,12 +162,17 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
             port.to_string(),
         ]);
     }
+    guest_args.extend(vm_row_args(args));
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
     child.output = Output::Discard;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
-    let rows_per_suite = 2 + u64::from(args.has(Backend::Strongswan)) + u64::from(args.encap.is_some());
+    let rows_per_suite = 2
+        + u64::from(args.has(Backend::Strongswan))
+        + u64::from(args.encap.is_some())
+        + u64::from(args.pcrypt)
+        + args.threads.iter().filter(|t| **t > 1).count() as u64;
     let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat);
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
@@ -195,10 +200,39 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     Ok(guest)
 }
 
+/// The guest sweep's xfrm rows beyond the drivers': one per `--threads` count (SA pairs)
+/// and `--pcrypt`.
+fn vm_row_args(args: &SweepPlan) -> Vec<String> {
+    let mut out = Vec::new();
+    if args.threads != [1] {
+        let threads: Vec<String> = args.threads.iter().map(u16::to_string).collect();
+        out.extend(["--threads".into(), threads.join(",")]);
+    }
+    if args.pcrypt {
+        out.push("--pcrypt".into());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::plan;
     use super::*;
+
+    #[test]
+    fn the_vm_sweep_gets_the_counts_and_the_pcrypt_row() {
+        let a = plan().validate().unwrap();
+        assert!(vm_row_args(&a).is_empty());
+        let a = SweepPlan {
+            threads: vec![2, 1],
+            parallel: 2,
+            pcrypt: true,
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(vm_row_args(&a), ["--threads", "1,2", "--pcrypt"]);
+    }
 
     #[test]
     fn the_soft_child_gets_the_thread_counts() {

@@ -152,6 +152,7 @@ mod tests {
             vm: None,
             baseline: true,
             encap: None,
+            pcrypt: false,
             seed: 1,
             started_unix_s: 0,
         }

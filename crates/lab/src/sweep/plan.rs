@@ -16,8 +16,9 @@ pub struct SweepPlan {
     pub suites: Vec<CipherSuite>,
     /// Crypto implementations of the userspace backend, one row each.
     pub crypto: Vec<CryptoChoice>,
-    /// Tunnel threads per end (`--threads`): the userspace rows once per count; the other
-    /// backends' rows at counts above 1 say why they have none.
+    /// Tunnel threads per end (`--threads`): the userspace rows once per count, the xfrm
+    /// rows once per count as SA pairs (`run --sas`); the other backends' rows at counts
+    /// above 1 say why they have none.
     pub threads: Vec<u16>,
     /// TCP streams per transfer in every cell (`-P`; several tunnel threads need at least as
     /// many streams to have work each).
@@ -33,6 +34,8 @@ pub struct SweepPlan {
     pub baseline: bool,
     /// `--encap udp`: one more xfrm row with ESP in UDP.
     pub encap: Option<model::Encap>,
+    /// `--pcrypt`: one more xfrm row, its AES-GCM SAs on a pcrypt instance.
+    pub pcrypt: bool,
     pub seed: u64,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
@@ -75,9 +78,18 @@ impl SweepPlan {
                     continue;
                 }
                 for t in &self.threads {
+                    // An xfrm count above the streams is a row that says why it cannot run.
+                    if *b == Backend::Xfrm && *t > self.parallel {
+                        continue;
+                    }
                     self.plan(*b, *s, CryptoChoice::Auto, *t, self.seed)?;
                 }
             }
+        }
+        if self.pcrypt && !self.has(Backend::Xfrm) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--pcrypt adds an xfrm row: include xfrm in --backends"
+            )));
         }
         if self.encap.is_some() && !self.has(Backend::Xfrm) {
             return Err(LabError::usage(anyhow::anyhow!(
@@ -104,6 +116,12 @@ impl SweepPlan {
             cipher: backend.encrypts().then_some(suite),
             crypto: (backend == Backend::Userspace).then_some(crypto),
             tunnel_threads: if backend == Backend::Userspace {
+                tunnel_threads
+            } else {
+                1
+            },
+            // The kernel's count: SA pairs, one per stream group.
+            sas: if backend == Backend::Xfrm {
                 tunnel_threads
             } else {
                 1

@@ -135,7 +135,7 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
 /// threads, saying why it has no such row.
 fn threadless_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     let why = |backend| match backend {
-        Backend::Xfrm | Backend::Strongswan | Backend::Wireguard => Some(
+        Backend::Strongswan | Backend::Wireguard => Some(
             "the kernel's tunnel has no tunnel threads: each packet is encrypted on the CPU it is on \
              (one SA pair or peer for every stream here)",
         ),
@@ -143,7 +143,8 @@ fn threadless_rows(args: &SweepPlan) -> Vec<PlannedRow> {
         Backend::WireguardGo | Backend::Boringtun => {
             Some("the implementation chooses its own worker threads; the lab does not set their number")
         }
-        Backend::Plain | Backend::Userspace => None,
+        // xfrm's rows at a count are its SA pairs (`xfrm_extra_rows`).
+        Backend::Plain | Backend::Userspace | Backend::Xfrm => None,
     };
     let mut rows = Vec::new();
     for t in args.threads.iter().filter(|t| **t > 1) {
@@ -192,15 +193,6 @@ async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
     let probe_suite = args.suites.first().copied();
     let probe_plan = probe_suite.and_then(|s| args.plan(Backend::Xfrm, s, CryptoChoice::Auto, 1, 0).ok());
-    // The ESP-in-UDP row (`--encap udp`) runs with the default drivers.
-    let encap_row = |kind: RowKind| {
-        args.encap.map(move |e| PlannedRow {
-            key: key(RowVariant::Encap(e)),
-            backend: Backend::Xfrm,
-            kind,
-            notes: vec![],
-        })
-    };
     if let Some(plan) = probe_plan {
         if let Err(e) = backend::preflight(&plan).await {
             let reason = format!("{e:#}");
@@ -211,7 +203,7 @@ async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
                 notes: vec![],
             };
             return std::iter::once(refused)
-                .chain(encap_row(RowKind::Refused(reason)))
+                .chain(xfrm_extra_rows(args, &RowKind::Refused(reason)))
                 .collect();
         }
     }
@@ -220,7 +212,37 @@ async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
         driver: None,
     };
     let mut rows = xfrm_driver_rows();
-    rows.extend(encap_row(local));
+    rows.extend(xfrm_extra_rows(args, &local));
+    rows
+}
+
+/// The xfrm rows beside the driver rows, with the default drivers: ESP in UDP
+/// (`--encap udp`), pcrypt (`--pcrypt`), and one per `--threads` count above 1 with that
+/// many SA pairs (`run --sas`), refused where the sweep has fewer streams than pairs.
+fn xfrm_extra_rows(args: &SweepPlan, kind: &RowKind) -> Vec<PlannedRow> {
+    let row = |key: RowKey, kind: RowKind| PlannedRow {
+        key,
+        backend: Backend::Xfrm,
+        kind,
+        notes: vec![],
+    };
+    let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
+    let mut rows = Vec::new();
+    if let Some(e) = args.encap {
+        rows.push(row(key(RowVariant::Encap(e)), kind.clone()));
+    }
+    if args.pcrypt {
+        rows.push(row(key(RowVariant::Pcrypt), kind.clone()));
+    }
+    for t in args.threads.iter().copied().filter(|t| *t > 1) {
+        let kind = match kind {
+            RowKind::Local { .. } if t > args.parallel => RowKind::Refused(format!(
+                "{t} SA pairs need at least {t} streams (one pair per stream group): give -P {t}"
+            )),
+            k => k.clone(),
+        };
+        rows.push(row(key(RowVariant::Default).with_threads(t), kind));
+    }
     rows
 }
 
@@ -286,12 +308,18 @@ pub(super) async fn run_row(
             Cell::not_run(suite, "interrupted")
         } else if let Some(why) = row.backend.suite_refusal(suite) {
             Cell::not_run(suite, why)
+        } else if row.key.variant == RowVariant::Pcrypt && !matches!(suite, CipherSuite::AesGcm { .. }) {
+            Cell::not_run(
+                suite,
+                "the pcrypt row wraps rfc4106(gcm(aes)): AES-GCM columns only",
+            )
         } else {
             run_cell(args, row, suite, crypto, topology, cancel).await
         };
         if let CellOutcome::Measured(m) = &mut cell.outcome {
             if matches!(row.backend, Backend::Xfrm | Backend::Strongswan) {
-                m.served_by = esp_served_by(suite);
+                // A pcrypt cell names its instance (gone by now, so not in /proc/crypto).
+                m.served_by = m.served_by.take().or_else(|| esp_served_by(suite));
             }
             if let Some(d) = &driver {
                 if !m.served_by.as_deref().is_some_and(|s| s.contains(d.as_str())) {
@@ -337,6 +365,7 @@ async fn run_cell(
         };
         let plan = RunPlan {
             encap,
+            pcrypt: row.key.variant == RowVariant::Pcrypt,
             ..args.plan(backend, suite, crypto, row.key.tunnel_threads, args.seed)?
         };
         backend::preflight(&plan).await?;
@@ -394,7 +423,10 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
             .tunnel_cpu()
             .map(|(a_percent, b_percent)| TunnelCpu { a_percent, b_percent }),
         percent_of_plain: None,
-        served_by: None,
+        served_by: match evidence {
+            Evidence::Xfrm(x) => x.pcrypt.as_ref().map(|p| p.driver.clone()),
+            _ => None,
+        },
         cpu_steal_percent: None,
         notes: report
             .notes

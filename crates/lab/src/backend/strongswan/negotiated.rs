@@ -35,6 +35,7 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
                 counters: SaCounters {
                     spi: sa.id.spi.to_string(),
                     direction: direction.into(),
+                    pair: None,
                     packets: sa.counters.packets,
                     bytes: sa.counters.bytes,
                     replay_drops: sa.counters.replay_drops,

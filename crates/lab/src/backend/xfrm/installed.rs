@@ -67,20 +67,31 @@ impl Installed {
         Ok(end)
     }
 
-    /// The kernel's counters of this end's SAs.
-    pub async fn counters(&self) -> LabResult<Vec<SaCounters>> {
+    /// The kernel's counters of this end's SAs, installed pair by pair (a→b, then b→a);
+    /// with several pairs each says which, and `ports` names the data ports of each pair.
+    pub async fn counters(&self, ports: &[Vec<u16>]) -> LabResult<Vec<SaCounters>> {
         let me = self.side.name();
+        let several = self.sas.len() > 2;
         let mut sas = Vec::new();
-        for (id, direction) in self.sas.iter().zip(["a->b", "b->a"]) {
+        for (i, id) in self.sas.iter().enumerate() {
+            let (pair, direction) = (i / 2, ["a->b", "b->a"][i % 2]);
             let c = self.handle.sa_counters(id).await.map_err(LabError::from)?;
             let role = if direction.starts_with(me) {
                 "sent"
             } else {
                 "received"
             };
+            let which = match ports.get(pair).filter(|_| several) {
+                Some(p) => {
+                    let p: Vec<String> = p.iter().map(u16::to_string).collect();
+                    format!(", SA pair {pair} (port {})", p.join(", "))
+                }
+                None => String::new(),
+            };
             sas.push(SaCounters {
                 spi: id.spi.to_string(),
-                direction: format!("{direction} ({role} by {me})"),
+                direction: format!("{direction} ({role} by {me}){which}"),
+                pair: several.then_some(pair as u16),
                 packets: c.packets,
                 bytes: c.bytes,
                 replay_drops: c.replay_drops,

@@ -13,12 +13,18 @@
 //! `encap` (e.g. `ESP in UDP port 4500`, absent for plain ESP) and `kernel_drivers`
 //! (/proc/crypto after use).
 //!
+//! Several SA pairs (`--sas N`, see [`set`]): stream i on pair i mod N, each pair with its
+//! own reqid, SPIs and keys (a key is never shared between SAs: GCM nonces would repeat);
+//! every SA's counters are in the evidence, with `pair`. `--pcrypt` ([`pcrypt`]): the
+//! AES-GCM SAs on a pcrypt instance made for the run (`pcrypt` in the evidence).
+//!
 //! ESP in UDP (`--encap udp`, RFC 3948): both SAs carry `XFRMA_ENCAP` and each end holds a
 //! UDP socket on its outer address and the encap port with `UDP_ENCAP_ESPINUDP` set, as an
 //! IKE daemon does, for as long as its SAs exist: the kernel decapsulates what arrives
 //! there. The socket is a file of this process, so it goes with it; nothing to record.
 
 mod installed;
+mod pcrypt;
 mod set;
 
 use std::net::IpAddr;
@@ -29,7 +35,8 @@ use netns::Topology;
 use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, UdpEncap, XfrmHandle};
 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
-pub use set::SaSet;
+pub use pcrypt::{PcryptEvidence, PcryptGuard};
+pub use set::{SaPair, SaSet};
 
 use super::site::{data_addr, Side, Site};
 use crate::error::{LabError, LabResult};
@@ -47,6 +54,9 @@ const NO_ESP: &str =
 
 /// Refuses, before anything is created, when the kernel cannot do what the plan asks.
 pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
+    if plan.pcrypt {
+        pcrypt::preflight()?;
+    }
     let caps = xfrm::probe().await?;
     if !caps.esp {
         return Err(LabError::capability(anyhow::anyhow!(NO_ESP)));
@@ -64,8 +74,28 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
 
 /// A run's SA identifiers and keys: fresh from the OS RNG, in the lab's ranges.
 pub fn generate_keys(plan: &RunPlan) -> LabResult<XfrmKeys> {
+    keys_for(plan, RunIds::random())
+}
+
+/// The identifiers and keys of the run's further SA pairs (`--sas N`: pairs 1 to N-1),
+/// each pair's keys fresh: pairs never share a key.
+pub fn generate_more_pairs(plan: &RunPlan, first: &XfrmKeys) -> LabResult<Vec<XfrmKeys>> {
+    let ids = ids_of(first);
+    (1..plan.sas.min(RunIds::MAX_PAIRS))
+        .map(|i| keys_for(plan, ids.pair(i)))
+        .collect()
+}
+
+fn ids_of(k: &XfrmKeys) -> RunIds {
+    RunIds {
+        reqid: ReqId(k.reqid),
+        spi_a_to_b: Spi(k.spi_a_to_b),
+        spi_b_to_a: Spi(k.spi_b_to_a),
+    }
+}
+
+fn keys_for(plan: &RunPlan, ids: RunIds) -> LabResult<XfrmKeys> {
     let p = Protection::generate(plan.suite, AuthTrunc::Bits128).map_err(LabError::usage)?;
-    let ids = RunIds::random();
     let (enc, auth) = match &p {
         Protection::AesCbc { key, auth } => (key, auth.as_ref().map(|a| &a.key)),
         Protection::AesGcm { key } => (key, None),
@@ -99,7 +129,10 @@ fn secret_bytes(s: &xfrm::Secret) -> KeyMaterial {
 pub struct XfrmEnd {
     installed: Installed,
     mode: IpsecMode,
-    ids: RunIds,
+    /// Every pair's reqid, pair 0 first.
+    reqids: Vec<ReqId>,
+    /// Every pair's data ports.
+    ports: Vec<Vec<u16>>,
     protection: Protection,
     encap: Option<model::Encap>,
     /// Held open for as long as the SAs exist (dropped after them: fields drop in order).
@@ -107,9 +140,11 @@ pub struct XfrmEnd {
 }
 
 impl XfrmEnd {
+    /// `more_pairs`: the keys of SA pairs 1 to N-1 with `--sas N` (local runs only).
     pub async fn start(
         plan: &RunPlan,
         keys: &RunKeys,
+        more_pairs: &[XfrmKeys],
         site: &Site<'_>,
         show: ShowKeys,
     ) -> LabResult<XfrmEnd> {
@@ -117,37 +152,27 @@ impl XfrmEnd {
             .xfrm
             .as_ref()
             .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's secrets")))?;
-        let ids = RunIds {
-            reqid: ReqId(k.reqid),
-            spi_a_to_b: Spi(k.spi_a_to_b),
-            spi_b_to_a: Spi(k.spi_b_to_a),
-        };
-        // Only the lab's ranges: a run can never touch SAs it does not own.
-        if !(ids.reqid.is_lab() && ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab()) {
+        if more_pairs.len() + 1 != usize::from(plan.sas) {
             return Err(LabError::usage(anyhow::anyhow!(
-                "reqid/SPIs outside the lab's ranges: {ids:?}"
+                "{} SA pairs planned but keys for {}",
+                plan.sas,
+                more_pairs.len() + 1
             )));
         }
-        let protection = Protection::from_keys(
-            plan.suite,
-            AuthTrunc::Bits128,
-            KeyInput {
-                enc: k.enc.expose(),
-                auth: k.auth.as_ref().map(KeyMaterial::expose),
-            },
-        )
-        .map_err(LabError::usage)?;
+        let pairs = std::iter::once(k)
+            .chain(more_pairs)
+            .map(|k| pair_of(plan, k))
+            .collect::<LabResult<Vec<SaPair>>>()?;
         let mode = plan.mode;
         let hosts = site.hosts;
         let sender = Side::receiver(plan).other();
         let data = |side| data_addr(plan, hosts, side).ip();
         let set = SaSet {
             mode,
-            ids,
-            protection,
             addr_a: hosts.a,
             addr_b: hosts.b,
-            flows: SaSet::flows(plan, mode, data(sender), data(sender.other())),
+            flows: SaSet::flows(plan, mode, data(sender), data(sender.other()), pairs.len()),
+            pairs,
             sender,
             encap: plan
                 .encap
@@ -185,11 +210,20 @@ impl XfrmEnd {
             None => None,
         };
         let installed = Installed::install(handle, site.side, &set, site.lab_link.is_none()).await?;
+        let ports = (0..set.pairs.len())
+            .map(|pair| {
+                (0..plan.parallel)
+                    .filter(|i| usize::from(*i) % set.pairs.len() == pair)
+                    .map(|i| plan.port + i)
+                    .collect()
+            })
+            .collect();
         Ok(XfrmEnd {
             installed,
             mode,
-            ids,
-            protection: set.protection,
+            reqids: set.pairs.iter().map(|p| p.ids.reqid).collect(),
+            ports,
+            protection: set.first().protection.clone(),
             encap: plan.encap,
             _encap_socket: encap_socket,
         })
@@ -197,7 +231,7 @@ impl XfrmEnd {
 
     /// What this end's SAs carried (it sees both directions' counters), and how.
     pub async fn evidence(&self) -> LabResult<XfrmEvidence> {
-        let sas = self.installed.counters().await?;
+        let sas = self.installed.counters(&self.ports).await?;
         let tunnel_header = if self.mode == IpsecMode::Tunnel {
             IPV4_HEADER_LEN
         } else {
@@ -219,15 +253,43 @@ impl XfrmEnd {
         Ok(XfrmEvidence {
             mode: self.mode.name(),
             suite: self.protection.suite().name(),
-            reqid: self.ids.reqid.to_string(),
+            reqid: self
+                .reqids
+                .iter()
+                .map(ReqId::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
             sas,
             esp_overhead_bytes_per_packet: self.protection.esp_overhead(OVERHEAD_REFERENCE_LEN)
                 + tunnel_header
                 + self.encap.map_or(0, |e| e.overhead()),
             encap: self.encap.map(|e| e.to_string()),
             kernel_drivers: drivers.into_iter().collect(),
+            // The run's instance is the local run's to report (`local`); here: none.
+            pcrypt: None,
         })
     }
+}
+
+/// One SA pair from its keys, refused outside the lab's ranges: a run can never touch SAs
+/// it does not own.
+fn pair_of(plan: &RunPlan, k: &XfrmKeys) -> LabResult<SaPair> {
+    let ids = ids_of(k);
+    if !(ids.reqid.is_lab() && ids.spi_a_to_b.is_lab() && ids.spi_b_to_a.is_lab()) {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "reqid/SPIs outside the lab's ranges: {ids:?}"
+        )));
+    }
+    let protection = Protection::from_keys(
+        plan.suite,
+        AuthTrunc::Bits128,
+        KeyInput {
+            enc: k.enc.expose(),
+            auth: k.auth.as_ref().map(KeyMaterial::expose),
+        },
+    )
+    .map_err(LabError::usage)?;
+    Ok(SaPair { ids, protection })
 }
 
 /// This end's `UDP_ENCAP_ESPINUDP` socket on its outer address: where the peer's

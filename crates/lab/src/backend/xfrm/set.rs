@@ -1,12 +1,18 @@
 //! The SAs and policies both ends of one run install, derived from one set of keys and
 //! addresses, so the two halves always match.
+//!
+//! With several SA pairs (`--sas N`) stream i travels on pair i mod N: each pair has its
+//! own reqid, SPIs and keys, and each stream's policies select its data port and name its
+//! pair's reqid in their template, so the kernel sends each stream's packets through its
+//! pair. In tunnel mode a policy for everything else between the inner addresses (one
+//! priority step below) keeps other traffic on pair 0, so nothing leaves in clear.
 
 use std::net::IpAddr;
 
 use model::{IpsecMode, RunPlan};
 use xfrm::{
     IpProto, PolicyDirection, PolicySpec, Protection, RunIds, SaSpec, Template, TrafficSelector, UdpEncap,
-    LAB_REPLAY_WINDOW,
+    LAB_POLICY_PRIORITY, LAB_REPLAY_WINDOW,
 };
 
 use crate::backend::site::Side;
@@ -16,33 +22,83 @@ use crate::backend::site::Side;
 /// namespaces of one process or two machines.
 pub struct SaSet {
     pub mode: IpsecMode,
-    pub ids: RunIds,
-    pub protection: Protection,
+    /// The SA pairs: one for every stream, or one per stream group with `--sas N`.
+    pub pairs: Vec<SaPair>,
     /// Outer addresses: ESP travels between them (in transport mode they carry the data).
     pub addr_a: IpAddr,
     pub addr_b: IpAddr,
-    /// The data flows, each as seen from its sender (sender → receiver).
-    pub flows: Vec<TrafficSelector>,
+    /// The data flows, each as seen from its sender (sender → receiver), with its pair.
+    pub flows: Vec<Flow>,
     /// Which side sends the data.
     pub sender: Side,
     /// ESP in UDP (`--encap udp`): both SAs wrap their packets in UDP on this port pair.
     pub encap: Option<UdpEncap>,
 }
 
+/// One SA pair: its identifiers (reqid, the two SPIs) and its keys.
+#[derive(Clone)]
+pub struct SaPair {
+    pub ids: RunIds,
+    pub protection: Protection,
+}
+
+/// Traffic one pair of policies (out and in at each end) sends through one SA pair.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Flow {
+    pub selector: TrafficSelector,
+    /// Index into [`SaSet::pairs`].
+    pub pair: usize,
+    pub priority: u32,
+}
+
 impl SaSet {
-    /// The run's flows: in tunnel mode everything between the inner addresses; in transport
-    /// mode only TCP to the receiver's data ports (one per stream), so nothing else between
-    /// the two hosts is captured.
-    pub fn flows(plan: &RunPlan, mode: IpsecMode, sender: IpAddr, receiver: IpAddr) -> Vec<TrafficSelector> {
-        match mode {
-            IpsecMode::Tunnel => vec![TrafficSelector::hosts(sender, receiver)],
-            IpsecMode::Transport => (0..plan.parallel)
-                .map(|i| TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.port + i))
+    /// The run's flows over `pairs` SA pairs: in tunnel mode everything between the inner
+    /// addresses; in transport mode only TCP to the receiver's data ports (one per stream),
+    /// so nothing else between the two hosts is captured. With several pairs each stream's
+    /// port is a flow of its own, on pair i mod N.
+    pub fn flows(
+        plan: &RunPlan,
+        mode: IpsecMode,
+        sender: IpAddr,
+        receiver: IpAddr,
+        pairs: usize,
+    ) -> Vec<Flow> {
+        let flow = |selector, pair, priority| Flow {
+            selector,
+            pair,
+            priority,
+        };
+        let per_stream = (0..plan.parallel).map(|i| {
+            let sel = TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.port + i);
+            flow(sel, usize::from(i) % pairs.max(1), LAB_POLICY_PRIORITY)
+        });
+        match (mode, pairs) {
+            (IpsecMode::Tunnel, 0 | 1) => {
+                vec![flow(
+                    TrafficSelector::hosts(sender, receiver),
+                    0,
+                    LAB_POLICY_PRIORITY,
+                )]
+            }
+            // XFRM takes the lowest priority number first: the streams' own policies win,
+            // the rest between the inner addresses falls to pair 0.
+            (IpsecMode::Tunnel, _) => per_stream
+                .chain([flow(
+                    TrafficSelector::hosts(sender, receiver),
+                    0,
+                    LAB_POLICY_PRIORITY + 1,
+                )])
                 .collect(),
+            (IpsecMode::Transport, _) => per_stream.collect(),
         }
     }
 
-    fn sa(&self, src: IpAddr, dst: IpAddr, spi: xfrm::Spi) -> SaSpec {
+    /// The pair every stream shares, or pair 0 of several: the identifiers a report names.
+    pub fn first(&self) -> &SaPair {
+        &self.pairs[0]
+    }
+
+    fn sa(&self, pair: &SaPair, src: IpAddr, dst: IpAddr, spi: xfrm::Spi) -> SaSpec {
         // In transport mode the SA itself may carry only TCP between the two hosts.
         let selector = (self.mode == IpsecMode::Transport).then(|| TrafficSelector {
             proto: Some(IpProto::Tcp),
@@ -52,28 +108,34 @@ impl SaSet {
             src,
             dst,
             spi,
-            reqid: self.ids.reqid,
+            reqid: pair.ids.reqid,
             mode: self.mode,
             replay_window: LAB_REPLAY_WINDOW,
-            protection: self.protection.clone(),
+            protection: pair.protection.clone(),
             selector,
         }
     }
 
-    /// Both SAs (a→b, b→a): each end sends with one and receives with the other.
-    pub fn sas(&self) -> [SaSpec; 2] {
-        [
-            self.sa(self.addr_a, self.addr_b, self.ids.spi_a_to_b),
-            self.sa(self.addr_b, self.addr_a, self.ids.spi_b_to_a),
-        ]
+    /// Every pair's two SAs (a→b, then b→a): each end sends with one of a pair and
+    /// receives with the other.
+    pub fn sas(&self) -> Vec<SaSpec> {
+        self.pairs
+            .iter()
+            .flat_map(|p| {
+                [
+                    self.sa(p, self.addr_a, self.addr_b, p.ids.spi_a_to_b),
+                    self.sa(p, self.addr_b, self.addr_a, p.ids.spi_b_to_a),
+                ]
+            })
+            .collect()
     }
 
     /// The policies of one end: out and in for every flow.
     pub fn policies(&self, side: Side) -> Vec<PolicySpec> {
-        let tmpl = |src, dst| Template {
+        let tmpl = |src, dst, flow: &Flow| Template {
             src,
             dst,
-            reqid: self.ids.reqid,
+            reqid: self.pairs[flow.pair].ids.reqid,
             mode: self.mode,
         };
         let (here, there) = match side {
@@ -83,13 +145,21 @@ impl SaSet {
         let mut out = Vec::new();
         for flow in &self.flows {
             // A flow is written sender → receiver; each end's "out" is what it emits.
+            let sel = flow.selector;
             let (outgoing, incoming) = if side == self.sender {
-                (*flow, flow.reversed())
+                (sel, sel.reversed())
             } else {
-                (flow.reversed(), *flow)
+                (sel.reversed(), sel)
             };
-            out.push(PolicySpec::new(outgoing, PolicyDirection::Out, tmpl(here, there)));
-            out.push(PolicySpec::new(incoming, PolicyDirection::In, tmpl(there, here)));
+            for (selector, direction, t) in [
+                (outgoing, PolicyDirection::Out, tmpl(here, there, flow)),
+                (incoming, PolicyDirection::In, tmpl(there, here, flow)),
+            ] {
+                out.push(PolicySpec {
+                    priority: flow.priority,
+                    ..PolicySpec::new(selector, direction, t)
+                });
+            }
         }
         out
     }
@@ -105,14 +175,87 @@ mod tests {
         let (from, to) = if sender == Side::A { (a, b) } else { (b, a) };
         SaSet {
             mode: IpsecMode::Transport,
-            ids: RunIds::for_slot(1),
-            protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
+            pairs: vec![SaPair {
+                ids: RunIds::for_slot(1),
+                protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
+            }],
             addr_a: a,
             addr_b: b,
-            flows: SaSet::flows(plan, IpsecMode::Transport, from, to),
+            flows: SaSet::flows(plan, IpsecMode::Transport, from, to, 1),
             sender,
             encap: None,
         }
+    }
+
+    /// `--sas 2 -P 3` in tunnel mode: streams 0 and 2 on pair 0, stream 1 on pair 1, each
+    /// by its port at both ends; everything else between the inner addresses on pair 0 one
+    /// priority step below; every pair's SAs with its own SPIs and reqid.
+    #[test]
+    fn several_pairs_select_each_stream_by_port_and_keep_the_rest_on_pair_0() {
+        let plan = model::RunRequest {
+            backend: model::Backend::Xfrm,
+            parallel: 3,
+            sas: 2,
+            port: 6000,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let (a, b): (IpAddr, IpAddr) = ("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+        let (ia, ib): (IpAddr, IpAddr) = ("198.19.0.1".parse().unwrap(), "198.19.0.2".parse().unwrap());
+        let ids = RunIds::for_slot(7);
+        let set = SaSet {
+            mode: IpsecMode::Tunnel,
+            pairs: (0..2)
+                .map(|i| SaPair {
+                    ids: ids.pair(i),
+                    protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
+                })
+                .collect(),
+            addr_a: a,
+            addr_b: b,
+            flows: SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 2),
+            sender: Side::A,
+            encap: None,
+        };
+        let spis: Vec<u32> = set.sas().iter().map(|s| s.spi.0).collect();
+        let pair1 = ids.pair(1);
+        assert_eq!(
+            spis,
+            [
+                ids.spi_a_to_b.0,
+                ids.spi_b_to_a.0,
+                pair1.spi_a_to_b.0,
+                pair1.spi_b_to_a.0
+            ]
+        );
+        assert_eq!(set.sas()[2].reqid, pair1.reqid);
+        let out_a: Vec<(Option<u16>, xfrm::ReqId, u32)> = set
+            .policies(Side::A)
+            .iter()
+            .filter(|p| p.direction == PolicyDirection::Out)
+            .map(|p| (p.selector.dst_port, p.template.reqid, p.priority))
+            .collect();
+        assert_eq!(
+            out_a,
+            [
+                (Some(6000), ids.reqid, LAB_POLICY_PRIORITY),
+                (Some(6001), pair1.reqid, LAB_POLICY_PRIORITY),
+                (Some(6002), ids.reqid, LAB_POLICY_PRIORITY),
+                (None, ids.reqid, LAB_POLICY_PRIORITY + 1),
+            ]
+        );
+        // The receiver's "in" for stream 1 names the data port as destination, pair 1.
+        let in_b: Vec<_> = set
+            .policies(Side::B)
+            .into_iter()
+            .filter(|p| p.direction == PolicyDirection::In && p.selector.dst_port == Some(6001))
+            .collect();
+        assert_eq!(in_b.len(), 1);
+        assert_eq!(in_b[0].template.reqid, pair1.reqid);
+        assert_eq!((in_b[0].template.src, in_b[0].template.dst), (a, b));
+        // One pair: the single hosts policy, as before.
+        assert_eq!(SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 1).len(), 1);
     }
 
     /// Between real hosts nothing but the lab's data may be captured: every policy and SA
