@@ -1,7 +1,7 @@
 //! `ipsec-lab matrix --threads 1,2` on the host at small size: the userspace row once per
 //! thread count, measured, its cells' notes naming every tunnel thread; openvpn (no tunnel
 //! threads) given a row at 2 that says why; xfrm's row at 2 is two SA pairs ("xfrm x2 SAs",
-//! refused here where the host kernel has no ESP; tests/multi_sa_vm.rs runs it); every
+//! refused here where the host kernel has no ESP; tests/vm/multi_sa.rs runs it); every
 //! format shows the rows; bad counts exit 2. Needs root and TUN; skips with the reason
 //! otherwise.
 

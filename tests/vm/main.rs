@@ -13,6 +13,7 @@ mod remote_common;
 
 mod encap;
 mod matrix;
+mod multi_sa;
 mod remote;
 mod strongswan;
 mod wireguard;
@@ -23,9 +24,10 @@ use std::time::Duration;
 /// The guest side of every group, in the order they run (libtest sorts by name). The
 /// groups leave nothing of theirs behind, and xfrm, whose foreign SAs must survive
 /// `ipsec-lab clean`, runs last.
-const GUEST_GROUPS: [&str; 6] = [
+const GUEST_GROUPS: [&str; 7] = [
     "encap::guest_encap_checks",
     "matrix::killed_matrix_priorities_restored_in_guest",
+    "multi_sa::guest_multi_sa_checks",
     "remote::guest_remote_xfrm",
     "strongswan::guest_checks",
     "wireguard::guest_checks",

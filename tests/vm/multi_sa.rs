@@ -1,6 +1,6 @@
 //! The kernel rows beyond one core (`--sas N`, `--pcrypt`) on a stock kernel, in ONE
-//! virtme-ng boot: `multi_sa_and_pcrypt_in_a_vm` boots the VM and runs
-//! `guest_multi_sa_checks` inside it, which
+//! virtme-ng boot (the shared one of tests/vm/main.rs), whose guest runs
+//! `guest_multi_sa_checks`, which
 //! 1. runs `-P 2 --sas 2 --cipher aes-128-gcm --pcrypt`: a verified payload, four SAs (two
 //!    pairs) each with its own SPI and counters, each pair's sending SA carrying its
 //!    stream's share, the SAs served by the run's `pcrypt(...)` instance (in /proc/crypto
@@ -13,21 +13,13 @@
 //!
 //! TCG emulation: these prove correctness, not speed. Bad input is checked on the host.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-
-/// Boot (about 30-60 s under TCG) and three small runs.
-const VM_TIMEOUT: Duration = Duration::from_secs(420);
-
-#[test]
-fn multi_sa_and_pcrypt_in_a_vm() {
-    common::run_guest_test("guest_multi_sa_checks", VM_TIMEOUT);
-}
 
 #[test]
 fn sas_and_pcrypt_bad_input_exits_2_and_creates_nothing() {
@@ -159,11 +151,11 @@ fn sas(x: &serde_json::Value) -> Vec<(u64, String, u64, u64)> {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by multi_sa_and_pcrypt_in_a_vm"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_multi_sa_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
         eprintln!(
-            "skipped: guest_multi_sa_checks only runs inside the VM started by multi_sa_and_pcrypt_in_a_vm"
+            "skipped: guest_multi_sa_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
         );
         return;
     }
