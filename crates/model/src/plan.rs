@@ -3,7 +3,7 @@
 //! it into a [`RunPlan`] or refuses with a [`PlanError`] that says what to do instead.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -185,25 +185,33 @@ impl FromStr for IpsecMode {
     }
 }
 
-/// The lab's address plan. Defaults come from 198.18.0.0/15 (RFC 2544, benchmarking).
+/// The lab's address plan. Defaults come from 198.18.0.0/15 (RFC 2544, benchmarking); the
+/// IPv6 plan (2001:2::/48, RFC 5180) is [`crate::Family::addressing`]'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Addressing {
-    /// Outer (link) addresses of the two ends, /24 on the veth.
-    pub outer_a: Ipv4Addr,
-    pub outer_b: Ipv4Addr,
+    /// Outer (link) addresses of the two ends, /24 (IPv6: /64) on the veth.
+    pub outer_a: IpAddr,
+    pub outer_b: IpAddr,
     /// Inner addresses carried through tunnels (tunnel-mode ESP, TUN devices).
-    pub inner_a: Ipv4Addr,
-    pub inner_b: Ipv4Addr,
+    pub inner_a: IpAddr,
+    pub inner_b: IpAddr,
     pub prefix_len: u8,
+}
+
+impl Addressing {
+    /// The family of the outer addresses (the inner ones are the same family).
+    pub fn family(&self) -> crate::Family {
+        crate::Family::of(self.outer_a)
+    }
 }
 
 impl Default for Addressing {
     fn default() -> Self {
         Addressing {
-            outer_a: Ipv4Addr::new(198, 18, 0, 1),
-            outer_b: Ipv4Addr::new(198, 18, 0, 2),
-            inner_a: Ipv4Addr::new(198, 19, 0, 1),
-            inner_b: Ipv4Addr::new(198, 19, 0, 2),
+            outer_a: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            outer_b: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+            inner_a: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+            inner_b: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
             prefix_len: 24,
         }
     }
@@ -240,6 +248,8 @@ pub struct RunRequest {
     /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
     pub encap: Option<crate::encap::EncapKind>,
     pub encap_port: Option<u16>,
+    /// `-6`/`--family 6`: IPv6 outer and inner addresses.
+    pub family: crate::Family,
 }
 
 impl Default for RunRequest {
@@ -265,6 +275,7 @@ impl Default for RunRequest {
             tunnel_threads: 1,
             encap: None,
             encap_port: None,
+            family: crate::Family::Ipv4,
         }
     }
 }
@@ -302,6 +313,9 @@ pub struct RunPlan {
     /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<crate::encap::Encap>,
+    /// IPv4 or IPv6 (`-6`), outer and inner; reports before it existed were IPv4.
+    #[serde(default)]
+    pub family: crate::Family,
 }
 
 fn one_thread() -> u16 {
@@ -457,6 +471,21 @@ impl RunRequest {
             ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
         }
         let peer = self.peer.as_deref().map(str::parse::<Peer>).transpose()?;
+        if let Some(why) = self.family.refusal(self.backend) {
+            return Err(PlanError::FamilyBackend {
+                backend: self.backend,
+                family: self.family,
+                why,
+            });
+        }
+        if self.family == crate::Family::Ipv6 {
+            if self.mtu < crate::family::MIN_IPV6_MTU {
+                return Err(PlanError::FamilyMtu(self.mtu));
+            }
+            if self.encap.is_some() {
+                return Err(PlanError::FamilyEncap);
+            }
+        }
         let encap = match self.encap {
             Some(kind) => {
                 if self.backend != Backend::Xfrm {
@@ -506,7 +535,7 @@ impl RunRequest {
             mode,
             seed: self.seed.unwrap_or_else(seed_from_clock),
             port: self.port,
-            addressing: Addressing::default(),
+            addressing: self.family.addressing(),
             vm: self.vm,
             with_iperf3: self.with_iperf3,
             ignored,
@@ -518,6 +547,7 @@ impl RunRequest {
                 1
             },
             encap,
+            family: self.family,
         })
     }
 }
@@ -606,6 +636,18 @@ pub enum PlanError {
     EncapPort(u16),
     #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
     EncapPeer,
+    #[error("unknown address family {0:?}: use 4 or 6 (or -4/-6)")]
+    UnknownFamily(String),
+    #[error("the {backend} backend does not run over {family} in this lab: {why}; use plain, xfrm, userspace or openvpn with -6, or run it without -6")]
+    FamilyBackend {
+        backend: Backend,
+        family: crate::Family,
+        why: &'static str,
+    },
+    #[error("--mtu {0} with -6: IPv6 needs 1280 bytes inside the tunnels, so give --mtu {min} or more", min = crate::family::MIN_IPV6_MTU)]
+    FamilyMtu(u32),
+    #[error("--encap udp with -6 is not offered yet: ESP in UDP runs over IPv4")]
+    FamilyEncap,
 }
 
 #[cfg(test)]

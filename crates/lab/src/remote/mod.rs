@@ -61,21 +61,17 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
     }
 }
 
-/// The addresses a two-host run really uses, for its end and its report: the hosts (IPv4,
-/// or 0.0.0.0 where a host is IPv6: `backend_details.remote` names it) and the tunnel's
-/// inner addresses, or the hosts' again where no tunnel carries the data.
+/// The addresses a two-host run really uses, for its end and its report: the hosts (an
+/// IPv4-mapped IPv6 address as its IPv4 address) and the tunnel's inner addresses, or the
+/// hosts' again where no tunnel carries the data.
 pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
-    let outer = |ip: IpAddr| match ip {
-        IpAddr::V4(v) => v,
-        IpAddr::V6(v) => v.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-    };
-    let (outer_a, outer_b) = (outer(hosts.a), outer(hosts.b));
+    let (outer_a, outer_b) = (hosts.a.to_canonical(), hosts.b.to_canonical());
     match tunnel {
         Some(t) => Addressing {
             outer_a,
             outer_b,
-            inner_a: t.client,
-            inner_b: t.server,
+            inner_a: IpAddr::V4(t.client),
+            inner_b: IpAddr::V4(t.server),
             prefix_len: control::request::TUNNEL_PREFIX_LEN,
         },
         None => Addressing {
@@ -83,7 +79,7 @@ pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
             outer_b,
             inner_a: outer_a,
             inner_b: outer_b,
-            prefix_len: 32,
+            prefix_len: if outer_a.is_ipv4() { 32 } else { 128 },
         },
     }
 }
@@ -111,6 +107,7 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         tunnel_threads: 1,
         // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
         encap: None,
+        family: model::Family::of(hosts.b.to_canonical()),
     }
 }
 
