@@ -42,8 +42,8 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
         };
         let ad = topology.addressing;
         let hosts = Hosts {
-            a: IpAddr::V4(ad.outer_a),
-            b: IpAddr::V4(ad.outer_b),
+            a: ad.outer_a,
+            b: ad.outer_b,
         };
         let site_a = Site {
             side: Side::A,
