@@ -43,7 +43,9 @@ fn first_new_namespace(before: &[String], deadline: Instant) -> Option<String> {
 /// an algorithm keep only the algorithm's name (`enc cbc(aes)`).
 fn sa_listing(ns: &str, deadline: Instant) -> Vec<String> {
     while Instant::now() < deadline {
-        let out = Command::new("ip").args(["-n", ns, "-6", "xfrm", "state", "list"]).output();
+        let out = Command::new("ip")
+            .args(["-n", ns, "-6", "xfrm", "state", "list"])
+            .output();
         if let Ok(out) = out {
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             if text.matches("proto esp").count() == 2 {
@@ -89,7 +91,10 @@ fn guest_ipv6_checks() {
         let listing = sa_listing(&ns, deadline);
         let status = run.wait().unwrap();
         assert!(status.success(), "run -6 --mode {mode}: {status}");
-        eprintln!("guest: ip -6 xfrm state in {ns} ({mode}):\n{}", listing.join("\n"));
+        eprintln!(
+            "guest: ip -6 xfrm state in {ns} ({mode}):\n{}",
+            listing.join("\n")
+        );
         assert_eq!(spi_count(&listing), 2, "{listing:?}");
         for want in [
             "src 2001:2::1 dst 2001:2::2",
@@ -104,7 +109,8 @@ fn guest_ipv6_checks() {
             "{listing:?}"
         );
 
-        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let plan = &report["plan"];
         assert_eq!(plan["family"], "ipv6", "{plan}");
         assert_eq!(plan["addressing"]["outer_a"], "2001:2::1", "{plan}");

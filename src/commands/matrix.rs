@@ -74,6 +74,8 @@ pub struct MatrixArgs {
     /// UDP port of the --encap row [default: 4500].
     #[arg(long, value_name = "PORT", requires = "encap")]
     pub encap_port: Option<u16>,
+    #[command(flatten)]
+    pub family: crate::cli::FamilyArgs,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -105,6 +107,7 @@ impl MatrixArgs {
                 .encap
                 .map(|kind| model::Encap::from_args(kind, self.encap_port))
                 .transpose()?,
+            family: self.family.family(),
             seed: seed_from_clock(),
             started_unix_s,
         }

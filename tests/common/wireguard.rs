@@ -9,7 +9,6 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
     use lab::backend::wireguard::Keys;
     use lab::backend::xfrm::ShowKeys;
     use lab::backend::{End, Hosts, RunSecrets, Side, Site};
-    use std::net::IpAddr;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -261,6 +261,7 @@ mod tests {
             data_port: 5201,
             seed: u64::MAX,
             link_mtu: 1500,
+            family: model::Family::Ipv6,
         }
     }
 

@@ -22,6 +22,7 @@ fn seeds() -> Vec<Vec<u8>> {
         data_port: 5201,
         seed: 1,
         link_mtu: 1500,
+        family: model::Family::Ipv6,
     };
     [
         Message::Hello {

@@ -693,6 +693,38 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_plans_take_the_ipv6_addresses_or_are_refused() {
+        let v6 = |backend| RunRequest {
+            backend,
+            family: crate::Family::Ipv6,
+            ..Default::default()
+        };
+        let plan = v6(Backend::Userspace).validate().unwrap();
+        assert_eq!(plan.family, crate::Family::Ipv6);
+        assert_eq!(plan.addressing, crate::Family::Ipv6.addressing());
+        assert_eq!(plan.addressing.family(), crate::Family::Ipv6);
+        assert!(matches!(
+            v6(Backend::Strongswan).validate(),
+            Err(PlanError::FamilyBackend { .. })
+        ));
+        let small = RunRequest {
+            mtu: 1280,
+            ..v6(Backend::Xfrm)
+        };
+        assert_eq!(small.validate(), Err(PlanError::FamilyMtu(1280)));
+        let encap = RunRequest {
+            encap: Some(crate::encap::EncapKind::Udp),
+            ..v6(Backend::Xfrm)
+        };
+        assert_eq!(encap.validate(), Err(PlanError::FamilyEncap));
+        // Reports written before the family existed read as IPv4.
+        let mut json = serde_json::to_value(RunRequest::default().validate().unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("family");
+        let old: RunPlan = serde_json::from_value(json).unwrap();
+        assert_eq!(old.family, crate::Family::Ipv4);
+    }
+
+    #[test]
     fn defaults_validate_to_the_main_use() {
         let plan = RunRequest {
             backend: Backend::Xfrm,

@@ -58,6 +58,7 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
         data_port: plan.port,
         seed: plan.seed,
         link_mtu,
+        family: plan.family,
     }
 }
 
@@ -70,9 +71,9 @@ pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
         Some(t) => Addressing {
             outer_a,
             outer_b,
-            inner_a: IpAddr::V4(t.client),
-            inner_b: IpAddr::V4(t.server),
-            prefix_len: control::request::TUNNEL_PREFIX_LEN,
+            inner_a: t.client,
+            inner_b: t.server,
+            prefix_len: t.prefix_len(),
         },
         None => Addressing {
             outer_a,
@@ -139,8 +140,8 @@ pub fn link_mtu(stream: &TcpStream) -> LabResult<u32> {
     Ok((mtu.max(0) as u32).min(*control::request::MTU_RANGE.end()))
 }
 
-/// The IPv4 routes and addresses of this host (its network namespace): networks a tunnel
-/// must not overlap. Read over rtnetlink, every table.
+/// The IPv4 and IPv6 routes and addresses of this host (its network namespace): networks a
+/// tunnel must not overlap. Read over rtnetlink, every table.
 pub async fn prefixes_in_use() -> LabResult<Vec<Cidr>> {
     use rtnetlink::packet_route::address::AddressAttribute;
     use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute};
@@ -159,10 +160,25 @@ pub async fn prefixes_in_use() -> LabResult<Vec<Cidr>> {
             }
         }
     }
+    let mut routes6 = handle
+        .route()
+        .get(rtnetlink::RouteMessageBuilder::<std::net::Ipv6Addr>::new().build())
+        .execute();
+    while let Some(route) = routes6.try_next().await.map_err(failed)? {
+        let len = route.header.destination_prefix_length;
+        for attr in &route.attributes {
+            if let RouteAttribute::Destination(RouteAddress::Inet6(dst)) = attr {
+                taken.push(Cidr {
+                    addr: IpAddr::V6(*dst),
+                    len,
+                });
+            }
+        }
+    }
     let mut addresses = handle.address().get().execute();
     while let Some(address) = addresses.try_next().await.map_err(failed)? {
         for attr in &address.attributes {
-            if let AddressAttribute::Address(ip @ IpAddr::V4(_)) = attr {
+            if let AddressAttribute::Address(ip) = attr {
                 taken.push(Cidr {
                     addr: *ip,
                     len: address.header.prefix_len,

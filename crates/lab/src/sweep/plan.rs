@@ -33,6 +33,8 @@ pub struct SweepPlan {
     pub baseline: bool,
     /// `--encap udp`: one more xfrm row with ESP in UDP.
     pub encap: Option<model::Encap>,
+    /// `-6`: every row over IPv6; rows of backends without it say why they are not run.
+    pub family: model::Family,
     pub seed: u64,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
@@ -71,7 +73,7 @@ impl SweepPlan {
         self.threads.dedup();
         for b in &self.backends {
             for s in &self.suites {
-                if b.suite_refusal(*s).is_some() {
+                if b.suite_refusal(*s).is_some() || self.family.refusal(*b).is_some() {
                     continue;
                 }
                 for t in &self.threads {
@@ -114,6 +116,7 @@ impl SweepPlan {
             mtu: self.mtu,
             port: self.port,
             seed: Some(seed),
+            family: self.family,
             ..Default::default()
         }
         .validate()?)
