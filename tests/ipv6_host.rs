@@ -124,3 +124,53 @@ fn ipv6_bad_input_exits_2_and_creates_nothing() {
     }
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
+
+/// `matrix -6`: the rows run over IPv6, a backend without it says so in its row (not run,
+/// never measured over IPv4), and the report's conditions name the family.
+#[test]
+fn matrix_over_ipv6_labels_the_family_and_refuses_rows_without_it() {
+    if !root_or_skip("matrix_over_ipv6_labels_the_family_and_refuses_rows_without_it") {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let out = run_lab(&[
+        "matrix",
+        "-6",
+        "--backends",
+        "userspace,strongswan",
+        "--crypto",
+        "auto",
+        "--ciphers",
+        "aes-128-gcm",
+        "--bytes",
+        "1MB",
+        "--repeat",
+        "1",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["family"], "ipv6");
+    let rows = report["rows"].as_array().unwrap();
+    let row = |backend: &str| {
+        rows.iter()
+            .find(|r| r["key"]["backend"] == backend)
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        row("strongswan").contains("not over IPv6"),
+        "{}",
+        row("strongswan")
+    );
+    assert!(row("userspace").contains("mb_per_s"), "{}", row("userspace"));
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        table.contains("links and tunnels over IPv6 (2001:2::/48, RFC 5180)"),
+        "{table}"
+    );
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
