@@ -4,11 +4,14 @@
 //! IPv6 addresses (2001:2::/48) while `ip -6 xfrm state` in the run's namespace is read: both
 //! SAs between 2001:2::1 and 2001:2::2 with the run's algorithms and mode. The report
 //! records the family and the addresses, both SAs counted packets, the overhead counts the
-//! 40-byte IPv6 header in tunnel mode, and nothing is left afterwards.
+//! 40-byte IPv6 header in tunnel mode, and nothing is left afterwards. Then two namespaces
+//! play two IPv6 hosts: `serve --listen [::]:5299` and `run --peer [2001:2::2]:5299 -6
+//! --backend xfrm` (transport mode, as between real hosts).
 //!
 //! IPv6 on the host (plain, userspace, openvpn) and the refusals are in tests/ipv6_host.rs.
 
 mod common;
+mod remote_common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -140,4 +143,51 @@ fn guest_ipv6_checks() {
             report["mb_per_s"]["median"], x["sas"][0]["packets"]
         );
     }
+    two_ipv6_hosts_over_xfrm();
+}
+
+/// The xfrm backend between two "hosts" over IPv6: SAs and port-selecting policies with
+/// IPv6 addresses on both, verified data, both SAs counted at both ends, nothing left.
+fn two_ipv6_hosts_over_xfrm() {
+    let lab = remote_common::Lab::with_addressing("ipv6-xfrm-hosts", model::Family::Ipv6.addressing())
+        .expect("root in the guest");
+    let mut serve = lab.topo().b.command(env!("CARGO_BIN_EXE_ipsec-lab"));
+    serve
+        .args(["serve", "--listen", "[::]:5299", "--psk-file"])
+        .arg(&lab.psk);
+    let mut server = lab.serve_command_within(serve, Duration::from_secs(60));
+    let mut client = lab.topo().a.command(env!("CARGO_BIN_EXE_ipsec-lab"));
+    client
+        .args([
+            "run",
+            "-6",
+            "--peer",
+            "[2001:2::2]:5299",
+            "--no-progress",
+            "--psk-file",
+        ])
+        .arg(&lab.psk)
+        .args(["--backend", "xfrm", "--bytes", "1MB", "--json", "-"]);
+    let out = client.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["transfers"][0]["verified"], true, "{r}");
+    assert_eq!(r["plan"]["family"], "ipv6");
+    assert_eq!(r["plan"]["mode"], "transport");
+    assert_eq!(r["plan"]["addressing"]["outer_b"], "2001:2::2");
+    let d = &r["backend_details"]["xfrm"];
+    for end in ["client", "server"] {
+        let sas = d[end]["sas"].as_array().unwrap_or_else(|| panic!("{end}: {d}"));
+        assert_eq!(sas.len(), 2, "{end}: {d}");
+        assert!(
+            sas.iter().all(|sa| sa["packets"].as_u64().unwrap() > 100),
+            "{end}: {d}"
+        );
+    }
+    lab.nothing_installed().unwrap();
+    assert!(server.stop().success());
+    eprintln!(
+        "guest: two IPv6 hosts over xfrm ok: {} MB/s (TCG)",
+        r["mb_per_s"]["median"]
+    );
 }
