@@ -127,8 +127,8 @@ pub fn swanctl_conf(me: &Peer, peer: &Peer, esp: &str, psk_hex: &str) -> String 
     }}
     children {{
       {CONN} {{
-        local_ts = {me_inner}/32
-        remote_ts = {peer_inner}/32
+        local_ts = {me_inner}/{host}
+        remote_ts = {peer_inner}/{host}
         esp_proposals = {esp}
         mode = tunnel
         start_action = none
@@ -145,6 +145,7 @@ secrets {{
 }}
 ",
         me_outer = me.outer,
+        host = if me.inner.is_ipv4() { 32 } else { 128 },
         peer_outer = peer.outer,
         me_id = me.id,
         peer_id = peer.id,

@@ -68,7 +68,9 @@ impl Keys {
 
 /// The inner MTU: the link's less WireGuard's overhead, so packets are never fragmented.
 pub fn inner_mtu(plan: &RunPlan) -> u32 {
-    plan.mtu - OVERHEAD
+    // OVERHEAD counts IPv4's 20-byte header; IPv6's is 20 bytes longer.
+    let ipv6 = (plan.addressing.family() == model::Family::Ipv6) as u32 * 20;
+    plan.mtu - OVERHEAD - ipv6
 }
 
 /// An end's device name. wireguard-go's UAPI socket (/var/run/wireguard/NAME.sock) is not
