@@ -6,7 +6,8 @@
 //! records the family and the addresses, both SAs counted packets, the overhead counts the
 //! 40-byte IPv6 header in tunnel mode, and nothing is left afterwards. Then two namespaces
 //! play two IPv6 hosts: `serve --listen [::]:5299` and `run --peer [2001:2::2]:5299 -6
-//! --backend xfrm` (transport mode, as between real hosts).
+//! --backend xfrm` (transport mode, as between real hosts); the kernel's WireGuard and
+//! strongSwan over IPv6; and, in the same boot, two (IPv4) hosts with `--encap udp`.
 //!
 //! IPv6 on the host (plain, userspace, openvpn) and the refusals are in tests/ipv6_host.rs.
 
@@ -147,6 +148,7 @@ fn guest_ipv6_checks() {
     for backend in ["wireguard", "strongswan"] {
         other_kernel_backend_over_ipv6(&out, backend);
     }
+    two_hosts_over_esp_in_udp();
 }
 
 /// The xfrm backend between two "hosts" over IPv6: SAs and port-selecting policies with
@@ -240,5 +242,52 @@ fn other_kernel_backend_over_ipv6(out: &std::path::Path, backend: &str) {
     eprintln!(
         "guest: {backend} over IPv6 ok: {} MB/s (TCG)",
         report["mb_per_s"]["median"]
+    );
+}
+
+/// `run --peer --encap udp` (IPv4; ESP in UDP is not offered over IPv6 yet): both hosts'
+/// SAs carry the encapsulation and counted the data, the report says so, nothing is left.
+fn two_hosts_over_esp_in_udp() {
+    let lab = remote_common::Lab::new("encap-hosts").expect("root in the guest");
+    let mut server = lab.serve_command_within(
+        {
+            let mut c = lab.topo().b.command(env!("CARGO_BIN_EXE_ipsec-lab"));
+            c.args(["serve", "--listen", remote_common::SERVER, "--psk-file"])
+                .arg(&lab.psk);
+            c
+        },
+        Duration::from_secs(60),
+    );
+    let out = lab.run(&[
+        "--backend",
+        "xfrm",
+        "--encap",
+        "udp",
+        "--bytes",
+        "1MB",
+        "--json",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["transfers"][0]["verified"], true, "{r}");
+    assert_eq!(
+        r["plan"]["encap"],
+        serde_json::json!({"kind": "esp-in-udp", "port": 4500})
+    );
+    let d = &r["backend_details"]["xfrm"];
+    for end in ["client", "server"] {
+        assert_eq!(d[end]["encap"], "ESP in UDP port 4500", "{end}: {d}");
+        let sas = d[end]["sas"].as_array().unwrap_or_else(|| panic!("{end}: {d}"));
+        assert!(
+            sas.iter().all(|sa| sa["packets"].as_u64().unwrap() > 100),
+            "{end}: {d}"
+        );
+    }
+    lab.nothing_installed().unwrap();
+    assert!(server.stop().success());
+    eprintln!(
+        "guest: two hosts with ESP in UDP ok: {} MB/s (TCG)",
+        r["mb_per_s"]["median"]
     );
 }

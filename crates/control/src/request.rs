@@ -37,6 +37,9 @@ pub struct PeerRequest {
     /// The family of the control connection, which the data and the tunnel use too (`-6`).
     #[serde(default)]
     pub family: Family,
+    /// ESP in UDP (`--encap udp`, xfrm only): both hosts bind this port for decapsulation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<model::Encap>,
 }
 
 /// Smallest and largest link MTU a run accepts (IPv4's minimum datagram, jumbo frames).
@@ -117,6 +120,10 @@ pub enum RequestError {
     ServerMtu { got: u32, ours: u32 },
     #[error("the client asked for an {asked} run over an {connected} connection: the run uses the connection's family")]
     Family { asked: Family, connected: Family },
+    #[error(
+        "ESP in UDP needs the xfrm backend (and a port of 1024 or above, outside the data ports), not {0}"
+    )]
+    Encap(String),
 }
 
 impl ServerLimits {
@@ -177,6 +184,11 @@ impl ServerLimits {
         }
         if !MTU_RANGE.contains(&r.link_mtu) {
             return Err(RequestError::Mtu(r.link_mtu));
+        }
+        if let Some(model::Encap::EspInUdp { port }) = r.encap {
+            if r.backend != Backend::Xfrm || port < 1024 || self.data_ports.contains(port) {
+                return Err(RequestError::Encap(format!("{} on port {port}", r.backend)));
+            }
         }
         Ok(())
     }
@@ -486,6 +498,7 @@ mod tests {
             seed: 7,
             link_mtu: 1500,
             family: Family::Ipv4,
+            encap: None,
         }
     }
 
@@ -826,5 +839,23 @@ mod tests {
         let e = ServerLimits::check_family(&r, "192.0.2.1".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("IPv6 run over an IPv4 connection"), "{e}");
         ServerLimits::check_family(&request(), "::ffff:192.0.2.1".parse().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn esp_in_udp_only_for_xfrm_on_a_port_clear_of_services_and_data() {
+        let xfrm = |port| PeerRequest {
+            backend: Backend::Xfrm,
+            encap: Some(model::Encap::EspInUdp { port }),
+            ..request()
+        };
+        ServerLimits::default().check(&xfrm(4500)).unwrap();
+        for bad in [xfrm(500), xfrm(5201)] {
+            assert!(matches!(refused(bad), RequestError::Encap(_)));
+        }
+        let userspace = PeerRequest {
+            encap: Some(model::Encap::EspInUdp { port: 4500 }),
+            ..request()
+        };
+        assert!(matches!(refused(userspace), RequestError::Encap(_)));
     }
 }

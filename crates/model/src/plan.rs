@@ -491,10 +491,13 @@ impl RunRequest {
                 if self.backend != Backend::Xfrm {
                     return Err(PlanError::EncapBackend(self.backend));
                 }
-                if peer.is_some() {
-                    return Err(PlanError::EncapPeer);
+                let encap = crate::encap::Encap::from_args(kind, self.encap_port)?;
+                // Between real hosts both bind the port: never a system service's.
+                let crate::encap::Encap::EspInUdp { port } = encap;
+                if peer.is_some() && port < 1024 {
+                    return Err(PlanError::EncapPeer(port));
                 }
-                Some(crate::encap::Encap::from_args(kind, self.encap_port)?)
+                Some(encap)
             }
             None => {
                 if self.encap_port.is_some() {
@@ -634,8 +637,8 @@ pub enum PlanError {
     EncapBackend(Backend),
     #[error("--encap-port {0} is not a port: use 1 to 65535 (default 4500)")]
     EncapPort(u16),
-    #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
-    EncapPeer,
+    #[error("--encap-port {0} with --peer: both hosts bind it, so it must be 1024 or above, clear of system services")]
+    EncapPeer(u16),
     #[error("unknown address family {0:?}: use 4 or 6 (or -4/-6)")]
     UnknownFamily(String),
     #[error("the {backend} backend does not run over {family} in this lab: {why}; use plain, xfrm, userspace or openvpn with -6, or run it without -6")]

@@ -59,6 +59,7 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
         seed: plan.seed,
         link_mtu,
         family: plan.family,
+        encap: plan.encap,
     }
 }
 
@@ -106,8 +107,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         peer: None,
         reverse: request.reverse,
         tunnel_threads: 1,
-        // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
-        encap: None,
+        // ESP in UDP where the client asked for it (checked: xfrm only, a port >= 1024).
+        encap: request.encap,
         family: model::Family::of(hosts.b.to_canonical()),
     }
 }
