@@ -134,7 +134,7 @@ mod tests {
             ..req(Backend::Xfrm, Some(EncapKind::Udp), None)
         };
         assert_eq!(
-            peer.validate().unwrap().encap,
+            peer.clone().validate().unwrap().encap,
             Some(Encap::EspInUdp { port: NATT_PORT })
         );
         let low = RunRequest {
