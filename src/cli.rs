@@ -134,6 +134,33 @@ pub struct RunArgs {
     /// SAs spread their packets over the CPUs (removed afterwards if the run created it).
     #[arg(long)]
     pub pcrypt: bool,
+    #[command(flatten)]
+    pub family: FamilyArgs,
+}
+
+/// `-4`/`-6`/`--family 4|6` (iperf3's spelling): the address family of links and tunnels.
+#[derive(Debug, Args)]
+pub struct FamilyArgs {
+    /// Address family of the lab's links and tunnels: 4 (198.18.0.0/15) or 6 (2001:2::/48)
+    /// [default: 4].
+    #[arg(long, value_name = "4|6", conflicts_with_all = ["ipv4", "ipv6"])]
+    pub family: Option<model::Family>,
+    /// IPv6 outer and inner addresses (--family 6).
+    #[arg(short = '6', conflicts_with = "ipv4")]
+    pub ipv6: bool,
+    /// IPv4 outer and inner addresses (--family 4, the default).
+    #[arg(short = '4')]
+    pub ipv4: bool,
+}
+
+impl FamilyArgs {
+    pub fn family(&self) -> model::Family {
+        match (self.family, self.ipv6) {
+            (Some(f), _) => f,
+            (None, true) => model::Family::Ipv6,
+            (None, false) => model::Family::Ipv4,
+        }
+    }
 }
 
 impl RunArgs {
@@ -163,6 +190,7 @@ impl RunArgs {
             encap_port: self.encap_port,
             sas: self.sas,
             pcrypt: self.pcrypt,
+            family: self.family.family(),
         }
     }
 }

@@ -130,13 +130,16 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     let env = &report.environment;
+    // The family and the encapsulation are conditions of the figure, as the MTU is.
+    let encap = plan.encap.map(|e| format!(", {e}")).unwrap_or_default();
     let _ = writeln!(
         out,
-        "\nmeasured on {}, seed {:#x}, mtu {}, {} stream(s)",
+        "\nmeasured on {}, seed {:#x}, mtu {}, {} stream(s), {}{encap}",
         env.describe(),
         plan.seed,
         plan.mtu,
         plan.parallel,
+        plan.family,
     );
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");

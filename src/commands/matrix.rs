@@ -78,6 +78,8 @@ pub struct MatrixArgs {
     /// (`run --pcrypt`), "xfrm [pcrypt]"; its other columns say why they have none.
     #[arg(long)]
     pub pcrypt: bool,
+    #[command(flatten)]
+    pub family: crate::cli::FamilyArgs,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -110,6 +112,7 @@ impl MatrixArgs {
                 .map(|kind| model::Encap::from_args(kind, self.encap_port))
                 .transpose()?,
             pcrypt: self.pcrypt,
+            family: self.family.family(),
             seed: seed_from_clock(),
             started_unix_s,
         }

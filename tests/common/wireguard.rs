@@ -9,7 +9,6 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
     use lab::backend::wireguard::Keys;
     use lab::backend::xfrm::ShowKeys;
     use lab::backend::{End, Hosts, RunSecrets, Side, Site};
-    use std::net::IpAddr;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -44,8 +43,8 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
         };
         let ad = topology.addressing;
         let hosts = Hosts {
-            a: IpAddr::V4(ad.outer_a),
-            b: IpAddr::V4(ad.outer_b),
+            a: ad.outer_a,
+            b: ad.outer_b,
         };
         let site_a = Site {
             side: Side::A,

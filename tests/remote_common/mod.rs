@@ -25,6 +25,11 @@ pub struct Lab {
 
 impl Lab {
     pub fn new(test: &str) -> Option<Lab> {
+        Lab::with_addressing(test, model::Addressing::default())
+    }
+
+    /// A lab whose two "hosts" are addressed from `addressing` (e.g. the IPv6 plan).
+    pub fn with_addressing(test: &str, addressing: model::Addressing) -> Option<Lab> {
         if !common::root_or_skip(test) {
             return None;
         }
@@ -37,7 +42,7 @@ impl Lab {
         let spec = TopologySpec {
             run_id: netns::new_run_id(),
             mtu: 1500,
-            addressing: model::Addressing::default(),
+            addressing,
         };
         let topo = rt.block_on(Topology::create(&spec)).expect("topology");
         let psk = key_file(&format!("{test}-{}", spec.run_id), 0o600);

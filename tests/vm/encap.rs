@@ -42,7 +42,18 @@ fn encap_bad_input_exits_2_and_creates_nothing() {
         (&["run", "--encap", "tcp"][..], "use udp"),
         (&["run", "--encap", "udp", "--encap-port", "0"][..], "1 to 65535"),
         (&["run", "--encap", "udp", "--encap-port", "70000"][..], "70000"),
-        (&["run", "--encap", "udp", "--peer", "192.0.2.1"][..], "--peer"),
+        (
+            &[
+                "run",
+                "--encap",
+                "udp",
+                "--encap-port",
+                "500",
+                "--peer",
+                "192.0.2.1",
+            ][..],
+            "1024 or above",
+        ),
         (
             &["matrix", "--backends", "userspace", "--encap", "udp"][..],
             "include xfrm",

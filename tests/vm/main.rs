@@ -12,6 +12,7 @@ mod common;
 mod remote_common;
 
 mod encap;
+mod ipv6;
 mod matrix;
 mod multi_sa;
 mod remote;
@@ -24,8 +25,9 @@ use std::time::Duration;
 /// The guest side of every group, in the order they run (libtest sorts by name). The
 /// groups leave nothing of theirs behind, and xfrm, whose foreign SAs must survive
 /// `ipsec-lab clean`, runs last.
-const GUEST_GROUPS: [&str; 7] = [
+const GUEST_GROUPS: [&str; 8] = [
     "encap::guest_encap_checks",
+    "ipv6::guest_ipv6_checks",
     "matrix::killed_matrix_priorities_restored_in_guest",
     "multi_sa::guest_multi_sa_checks",
     "remote::guest_remote_xfrm",

@@ -199,8 +199,8 @@ async fn wrong_psk() {
     let topology = netns::Topology::create(&spec).await.unwrap();
     let ad = topology.addressing;
     let hosts = Hosts {
-        a: ad.outer_a.into(),
-        b: ad.outer_b.into(),
+        a: ad.outer_a,
+        b: ad.outer_b,
     };
     let secrets = RunSecrets {
         keys: Default::default(),

@@ -163,7 +163,7 @@ async fn interop() {
     };
     let topo = netns::Topology::create(&spec).await.unwrap();
     let ad = topo.addressing;
-    let (a, b) = (IpAddr::V4(ad.outer_a), IpAddr::V4(ad.outer_b));
+    let (a, b) = (ad.outer_a, ad.outer_b);
     let ids = RunIds::for_slot(0x321);
     let protection = Protection::generate(
         CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256),

@@ -262,6 +262,8 @@ mod tests {
             seed: u64::MAX,
             link_mtu: 1500,
             tunnel_threads: 2,
+            family: model::Family::Ipv6,
+            encap: Some(model::Encap::EspInUdp { port: 4500 }),
         }
     }
 

@@ -8,10 +8,10 @@
 //! in turn. Pure functions: no IO.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use model::{Backend, CipherSuite, CryptoChoice};
+use model::{Backend, CipherSuite, CryptoChoice, Family};
 use serde::{Deserialize, Serialize};
 
 /// What a client may choose for a run on the server.
@@ -38,6 +38,12 @@ pub struct PeerRequest {
     /// single-threaded run reads as protocol version 2 always did.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub tunnel_threads: u16,
+    /// The family of the control connection, which the data and the tunnel use too (`-6`).
+    #[serde(default)]
+    pub family: Family,
+    /// ESP in UDP (`--encap udp`, xfrm only): both hosts bind this port for decapsulation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encap: Option<model::Encap>,
 }
 
 fn one() -> u16 {
@@ -129,6 +135,12 @@ pub enum RequestError {
     TunnelPresence { backend: Backend, got: &'static str },
     #[error("the server sent a link MTU of {got}; it must be within 576 and this host's {ours}")]
     ServerMtu { got: u32, ours: u32 },
+    #[error("the client asked for an {asked} run over an {connected} connection: the run uses the connection's family")]
+    Family { asked: Family, connected: Family },
+    #[error(
+        "ESP in UDP needs the xfrm backend (and a port of 1024 or above, outside the data ports), not {0}"
+    )]
+    Encap(String),
 }
 
 impl ServerLimits {
@@ -195,6 +207,23 @@ impl ServerLimits {
             return Err(RequestError::TunnelThreads {
                 got: r.tunnel_threads,
                 max: self.max_tunnel_threads,
+            });
+        }
+        if let Some(model::Encap::EspInUdp { port }) = r.encap {
+            if r.backend != Backend::Xfrm || port < 1024 || self.data_ports.contains(port) {
+                return Err(RequestError::Encap(format!("{} on port {port}", r.backend)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `r`'s family is the one the control connection (to `server`) uses.
+    pub fn check_family(r: &PeerRequest, server: IpAddr) -> Result<(), RequestError> {
+        let connected = Family::of(server.to_canonical());
+        if r.family != connected {
+            return Err(RequestError::Family {
+                asked: r.family,
+                connected,
             });
         }
         Ok(())
@@ -315,29 +344,64 @@ pub const LAB_RANGE: Cidr = Cidr {
 };
 /// The userspace tunnel between two hosts gets a /30: one address per end.
 pub const TUNNEL_PREFIX_LEN: u8 = 30;
+/// The lab's IPv6 range (RFC 5180, benchmarking), the counterpart of [`LAB_RANGE`].
+pub const LAB_RANGE_V6: Cidr = Cidr {
+    addr: IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, 0)),
+    len: 48,
+};
+/// An IPv6 tunnel between two hosts gets a /64 of [`LAB_RANGE_V6`].
+pub const TUNNEL_PREFIX_LEN_V6: u8 = 64;
 
-/// The userspace tunnel's inner addresses, chosen by the server.
+/// The userspace tunnel's inner addresses, chosen by the server: IPv4 from [`LAB_RANGE`] or,
+/// for an IPv6 run, IPv6 from [`LAB_RANGE_V6`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TunnelAddresses {
-    pub client: Ipv4Addr,
-    pub server: Ipv4Addr,
+    pub client: IpAddr,
+    pub server: IpAddr,
 }
 
 impl TunnelAddresses {
-    pub fn network(&self) -> Cidr {
-        let mask = u32::MAX << (32 - TUNNEL_PREFIX_LEN);
-        Cidr::v4(Ipv4Addr::from(u32::from(self.client) & mask), TUNNEL_PREFIX_LEN)
+    pub fn family(&self) -> Family {
+        Family::of(self.client)
     }
 
-    /// Two different host addresses (not network, not broadcast) of one /30 in the lab's range.
+    /// The tunnel's prefix length: /30 (IPv4) or /64 (IPv6).
+    pub fn prefix_len(&self) -> u8 {
+        match self.family() {
+            Family::Ipv4 => TUNNEL_PREFIX_LEN,
+            Family::Ipv6 => TUNNEL_PREFIX_LEN_V6,
+        }
+    }
+
+    pub fn network(&self) -> Cidr {
+        let len = self.prefix_len();
+        let addr = match self.client {
+            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) & (u32::MAX << (32 - len)))),
+            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) & (u128::MAX << (128 - len)))),
+        };
+        Cidr { addr, len }
+    }
+
+    /// Two different host addresses of one network in the lab's range: of a /30 (not
+    /// network, not broadcast), or of a /64 of 2001:2::/48 (not the subnet-router anycast ::0).
     pub fn check(&self) -> Result<(), RequestError> {
         let net = self.network();
-        let host = |a: Ipv4Addr| {
-            let low = u32::from(a) & 0b11;
-            LAB_RANGE.contains(IpAddr::V4(a)) && net.contains(IpAddr::V4(a)) && low != 0 && low != 3
+        let host = |a: IpAddr| match a {
+            IpAddr::V4(v) => {
+                let low = u32::from(v) & 0b11;
+                LAB_RANGE.contains(a) && net.contains(a) && low != 0 && low != 3
+            }
+            IpAddr::V6(v) => {
+                let low = u128::from(v) & u128::from(u64::MAX);
+                LAB_RANGE_V6.contains(a) && net.contains(a) && low != 0
+            }
         };
-        if host(self.client) && host(self.server) && self.client != self.server {
+        if self.client.is_ipv4() == self.server.is_ipv4()
+            && host(self.client)
+            && host(self.server)
+            && self.client != self.server
+        {
             Ok(())
         } else {
             Err(RequestError::TunnelAddresses(format!(
@@ -364,10 +428,35 @@ pub fn choose_tunnel_net(in_use: &[Cidr]) -> Option<TunnelAddresses> {
         let net = Ipv4Addr::from(first + i * 4);
         let cidr = Cidr::v4(net, TUNNEL_PREFIX_LEN);
         overlapping(&cidr, in_use).is_none().then(|| TunnelAddresses {
-            client: Ipv4Addr::from(u32::from(net) + 1),
-            server: Ipv4Addr::from(u32::from(net) + 2),
+            client: IpAddr::V4(Ipv4Addr::from(u32::from(net) + 1)),
+            server: IpAddr::V4(Ipv4Addr::from(u32::from(net) + 2)),
         })
     })
+}
+
+/// The IPv6 counterpart of [`choose_tunnel_net`]: the first /64 of 2001:2::/48 from its top
+/// down (far from the local lab's 2001:2:0:0::/64 and 2001:2:0:1::/64) that overlaps none
+/// of `in_use`; the client is ::1 in it, the server ::2.
+pub fn choose_tunnel_net_v6(in_use: &[Cidr]) -> Option<TunnelAddresses> {
+    (2..=u16::MAX).rev().find_map(|subnet| {
+        let at = |host| IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, subnet, 0, 0, 0, host));
+        let cidr = Cidr {
+            addr: at(0),
+            len: TUNNEL_PREFIX_LEN_V6,
+        };
+        overlapping(&cidr, in_use).is_none().then(|| TunnelAddresses {
+            client: at(1),
+            server: at(2),
+        })
+    })
+}
+
+/// The tunnel network for a run of `family`.
+pub fn choose_tunnel_net_for(family: Family, in_use: &[Cidr]) -> Option<TunnelAddresses> {
+    match family {
+        Family::Ipv4 => choose_tunnel_net(in_use),
+        Family::Ipv6 => choose_tunnel_net_v6(in_use),
+    }
 }
 
 /// What the server decided for its end, sent in `Ready`: what the client needs to build its own.
@@ -384,6 +473,12 @@ impl ServerEnd {
     /// The client's check of a server's answer to `request` (a server is not trusted blindly).
     pub fn check(&self, request: &PeerRequest) -> Result<(), RequestError> {
         match (request.backend, self.tunnel) {
+            (Backend::Userspace, Some(t)) if t.family() != request.family => {
+                return Err(RequestError::TunnelAddresses(format!(
+                    "{} and {} for an {} run",
+                    t.client, t.server, request.family
+                )))
+            }
             (Backend::Userspace, Some(t)) => t.check()?,
             (Backend::Userspace, None) => {
                 return Err(RequestError::TunnelPresence {
@@ -427,6 +522,8 @@ mod tests {
             seed: 7,
             link_mtu: 1500,
             tunnel_threads: 1,
+            family: Family::Ipv4,
+            encap: None,
         }
     }
 
@@ -657,8 +754,8 @@ mod tests {
     #[test]
     fn the_tunnel_net_avoids_every_route_but_the_default() {
         let none = choose_tunnel_net(&[]).unwrap();
-        assert_eq!(none.client, Ipv4Addr::new(198, 19, 255, 253));
-        assert_eq!(none.server, Ipv4Addr::new(198, 19, 255, 254));
+        assert_eq!(none.client, IpAddr::V4(Ipv4Addr::new(198, 19, 255, 253)));
+        assert_eq!(none.server, IpAddr::V4(Ipv4Addr::new(198, 19, 255, 254)));
         none.check().unwrap();
         let default: Cidr = "0.0.0.0/0".parse().unwrap();
         assert_eq!(choose_tunnel_net(&[default]), Some(none));
@@ -691,8 +788,8 @@ mod tests {
         ] {
             let end = ServerEnd {
                 tunnel: Some(TunnelAddresses {
-                    client: client.into(),
-                    server: server.into(),
+                    client: Ipv4Addr::from(client).into(),
+                    server: Ipv4Addr::from(server).into(),
                 }),
                 ..good
             };
@@ -732,5 +829,84 @@ mod tests {
         for bad in ["x", "198.18.0.0/33", "::/129", "1.2.3.4/-1"] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_ipv6_tunnel_gets_a_64_of_the_benchmarking_range_clear_of_routes() {
+        let t = choose_tunnel_net_v6(&[]).unwrap();
+        assert_eq!(t.client.to_string(), "2001:2:0:ffff::1");
+        assert_eq!(t.server.to_string(), "2001:2:0:ffff::2");
+        assert_eq!(t.network(), "2001:2:0:ffff::/64".parse().unwrap());
+        assert_eq!(t.prefix_len(), 64);
+        t.check().unwrap();
+        let taken = [
+            "2001:2:0:ffff::/64".parse().unwrap(),
+            "2001:2:0:fffe::9/128".parse().unwrap(),
+        ];
+        let t = choose_tunnel_net_v6(&taken).unwrap();
+        assert_eq!(t.network(), "2001:2:0:fffd::/64".parse().unwrap());
+        // A route over the whole range leaves nothing; the default route does not count.
+        assert_eq!(choose_tunnel_net_v6(&["2001:2::/48".parse().unwrap()]), None);
+        assert!(choose_tunnel_net_v6(&["::/0".parse().unwrap()]).is_some());
+        assert_eq!(choose_tunnel_net_for(Family::Ipv4, &[]), choose_tunnel_net(&[]));
+    }
+
+    #[test]
+    fn the_client_checks_an_ipv6_answer_and_its_family() {
+        let r = PeerRequest {
+            family: Family::Ipv6,
+            ..request()
+        };
+        let good = ServerEnd {
+            tunnel: choose_tunnel_net_v6(&[]),
+            link_mtu: 1500,
+        };
+        good.check(&r).unwrap();
+        // IPv4 addresses for an IPv6 run, addresses outside 2001:2::/48, mixed families,
+        // the subnet-router anycast address, two networks.
+        let v4 = ServerEnd {
+            tunnel: choose_tunnel_net(&[]),
+            ..good
+        };
+        assert!(v4.check(&r).is_err());
+        for (client, server) in [
+            ("2001:db8::1", "2001:db8::2"),
+            ("2001:2:0:5::1", "198.19.0.1"),
+            ("2001:2:0:5::", "2001:2:0:5::1"),
+            ("2001:2:0:5::1", "2001:2:0:6::2"),
+            ("2001:2:0:5::1", "2001:2:0:5::1"),
+        ] {
+            let end = ServerEnd {
+                tunnel: Some(TunnelAddresses {
+                    client: client.parse().unwrap(),
+                    server: server.parse().unwrap(),
+                }),
+                ..good
+            };
+            assert!(end.check(&r).is_err(), "{client} {server}");
+        }
+        // The server runs the family of the connection it was reached over.
+        ServerLimits::check_family(&r, "2001:db8::1".parse().unwrap()).unwrap();
+        let e = ServerLimits::check_family(&r, "192.0.2.1".parse().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("IPv6 run over an IPv4 connection"), "{e}");
+        ServerLimits::check_family(&request(), "::ffff:192.0.2.1".parse().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn esp_in_udp_only_for_xfrm_on_a_port_clear_of_services_and_data() {
+        let xfrm = |port| PeerRequest {
+            backend: Backend::Xfrm,
+            encap: Some(model::Encap::EspInUdp { port }),
+            ..request()
+        };
+        ServerLimits::default().check(&xfrm(4500)).unwrap();
+        for bad in [xfrm(500), xfrm(5201)] {
+            assert!(matches!(refused(bad), RequestError::Encap(_)));
+        }
+        let userspace = PeerRequest {
+            encap: Some(model::Encap::EspInUdp { port: 4500 }),
+            ..request()
+        };
+        assert!(matches!(refused(userspace), RequestError::Encap(_)));
     }
 }

@@ -23,6 +23,8 @@ fn seeds() -> Vec<Vec<u8>> {
         seed: 1,
         link_mtu: 1500,
         tunnel_threads: 1,
+        family: model::Family::Ipv6,
+        encap: None,
     };
     [
         Message::Hello {

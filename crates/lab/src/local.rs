@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use model::{Environment, RunPlan, RunReport, Transfer};
 use netns::{Topology, TopologySpec};
@@ -70,8 +70,8 @@ pub async fn run_on(
 ) -> LabResult<(RunReport, Evidence)> {
     let ad = topology.addressing;
     let hosts = Hosts {
-        a: IpAddr::V4(ad.outer_a),
-        b: IpAddr::V4(ad.outer_b),
+        a: ad.outer_a,
+        b: ad.outer_b,
     };
     let sites = [
         Site {

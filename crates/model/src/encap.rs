@@ -133,7 +133,15 @@ mod tests {
             peer: Some("192.0.2.1".into()),
             ..req(Backend::Xfrm, Some(EncapKind::Udp), None)
         };
-        assert!(matches!(peer.validate(), Err(PlanError::EncapPeer)));
+        assert_eq!(
+            peer.clone().validate().unwrap().encap,
+            Some(Encap::EspInUdp { port: NATT_PORT })
+        );
+        let low = RunRequest {
+            encap_port: Some(500),
+            ..peer
+        };
+        assert!(matches!(low.validate(), Err(PlanError::EncapPeer(500))));
         let stray = req(Backend::Xfrm, None, Some(4501)).validate().unwrap();
         assert!(
             stray.ignored.iter().any(|i| i.contains("--encap-port")),

@@ -6,6 +6,7 @@
 
 pub mod encap;
 pub mod env;
+pub mod family;
 pub mod matrix;
 pub mod plan;
 pub mod report;
@@ -16,6 +17,7 @@ pub mod suite;
 
 pub use encap::{Encap, EncapKind, NATT_PORT};
 pub use env::Environment;
+pub use family::{Family, MIN_IPV6_MTU};
 pub use plan::{
     check_payload, parse_seed, Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan,
     RunRequest, DEFAULT_PEER_PORT, MIN_PAYLOAD,

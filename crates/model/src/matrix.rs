@@ -236,6 +236,9 @@ pub struct MatrixReport {
     pub interrupted: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The address family of every row's links and tunnels (`-6`); sweeps before it were IPv4.
+    #[serde(default)]
+    pub family: crate::Family,
 }
 
 impl MatrixReport {
@@ -255,6 +258,7 @@ impl MatrixReport {
             environments: BTreeMap::new(),
             started_unix_s,
             interrupted: false,
+            family: crate::Family::Ipv4,
             notes: Vec::new(),
         }
     }

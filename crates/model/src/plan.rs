@@ -3,7 +3,7 @@
 //! it into a [`RunPlan`] or refuses with a [`PlanError`] that says what to do instead.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -185,25 +185,33 @@ impl FromStr for IpsecMode {
     }
 }
 
-/// The lab's address plan. Defaults come from 198.18.0.0/15 (RFC 2544, benchmarking).
+/// The lab's address plan. Defaults come from 198.18.0.0/15 (RFC 2544, benchmarking); the
+/// IPv6 plan (2001:2::/48, RFC 5180) is [`crate::Family::addressing`]'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Addressing {
-    /// Outer (link) addresses of the two ends, /24 on the veth.
-    pub outer_a: Ipv4Addr,
-    pub outer_b: Ipv4Addr,
+    /// Outer (link) addresses of the two ends, /24 (IPv6: /64) on the veth.
+    pub outer_a: IpAddr,
+    pub outer_b: IpAddr,
     /// Inner addresses carried through tunnels (tunnel-mode ESP, TUN devices).
-    pub inner_a: Ipv4Addr,
-    pub inner_b: Ipv4Addr,
+    pub inner_a: IpAddr,
+    pub inner_b: IpAddr,
     pub prefix_len: u8,
+}
+
+impl Addressing {
+    /// The family of the outer addresses (the inner ones are the same family).
+    pub fn family(&self) -> crate::Family {
+        crate::Family::of(self.outer_a)
+    }
 }
 
 impl Default for Addressing {
     fn default() -> Self {
         Addressing {
-            outer_a: Ipv4Addr::new(198, 18, 0, 1),
-            outer_b: Ipv4Addr::new(198, 18, 0, 2),
-            inner_a: Ipv4Addr::new(198, 19, 0, 1),
-            inner_b: Ipv4Addr::new(198, 19, 0, 2),
+            outer_a: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            outer_b: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+            inner_a: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+            inner_b: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
             prefix_len: 24,
         }
     }
@@ -244,6 +252,8 @@ pub struct RunRequest {
     pub sas: u16,
     /// `--pcrypt` (xfrm, AES-GCM): the SAs run on a `pcrypt(rfc4106(gcm(aes)))` instance.
     pub pcrypt: bool,
+    /// `-6`/`--family 6`: IPv6 outer and inner addresses.
+    pub family: crate::Family,
 }
 
 impl Default for RunRequest {
@@ -271,6 +281,7 @@ impl Default for RunRequest {
             encap_port: None,
             sas: 1,
             pcrypt: false,
+            family: crate::Family::Ipv4,
         }
     }
 }
@@ -314,6 +325,9 @@ pub struct RunPlan {
     /// The xfrm SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pcrypt: bool,
+    /// IPv4 or IPv6 (`-6`), outer and inner; reports before it existed were IPv4.
+    #[serde(default)]
+    pub family: crate::Family,
 }
 
 fn one_thread() -> u16 {
@@ -470,15 +484,33 @@ impl RunRequest {
             ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
         }
         let peer = self.peer.as_deref().map(str::parse::<Peer>).transpose()?;
+        if let Some(why) = self.family.refusal(self.backend) {
+            return Err(PlanError::FamilyBackend {
+                backend: self.backend,
+                family: self.family,
+                why,
+            });
+        }
+        if self.family == crate::Family::Ipv6 {
+            if self.mtu < crate::family::MIN_IPV6_MTU {
+                return Err(PlanError::FamilyMtu(self.mtu));
+            }
+            if self.encap.is_some() {
+                return Err(PlanError::FamilyEncap);
+            }
+        }
         let encap = match self.encap {
             Some(kind) => {
                 if self.backend != Backend::Xfrm {
                     return Err(PlanError::EncapBackend(self.backend));
                 }
-                if peer.is_some() {
-                    return Err(PlanError::EncapPeer);
+                let encap = crate::encap::Encap::from_args(kind, self.encap_port)?;
+                // Between real hosts both bind the port: never a system service's.
+                let crate::encap::Encap::EspInUdp { port } = encap;
+                if peer.is_some() && port < 1024 {
+                    return Err(PlanError::EncapPeer(port));
                 }
-                Some(crate::encap::Encap::from_args(kind, self.encap_port)?)
+                Some(encap)
             }
             None => {
                 if self.encap_port.is_some() {
@@ -520,7 +552,7 @@ impl RunRequest {
             mode,
             seed: self.seed.unwrap_or_else(seed_from_clock),
             port: self.port,
-            addressing: Addressing::default(),
+            addressing: self.family.addressing(),
             vm: self.vm,
             with_iperf3: self.with_iperf3,
             ignored,
@@ -534,6 +566,7 @@ impl RunRequest {
             encap,
             sas,
             pcrypt: self.pcrypt,
+            family: self.family,
         })
     }
 }
@@ -618,8 +651,6 @@ pub enum PlanError {
     EncapBackend(Backend),
     #[error("--encap-port {0} is not a port: use 1 to 65535 (default 4500)")]
     EncapPort(u16),
-    #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
-    EncapPeer,
     #[error("--sas {0} is out of range: use 1 to {max} SA pairs", max = crate::sa_pairs::MAX_SA_PAIRS)]
     Sas(u16),
     #[error("--sas {sas} with {parallel} stream(s): each SA pair needs a stream of its own; add -P {sas}")]
@@ -632,6 +663,20 @@ pub enum PlanError {
     PcryptSuite(CipherSuite),
     #[error("--pcrypt with --peer is not offered yet: the server does not instantiate crypto templates")]
     PeerPcrypt,
+    #[error("--encap-port {0} with --peer: both hosts bind it, so it must be 1024 or above, clear of system services")]
+    EncapPeer(u16),
+    #[error("unknown address family {0:?}: use 4 or 6 (or -4/-6)")]
+    UnknownFamily(String),
+    #[error("the {backend} backend does not run over {family} in this lab: {why}; use plain, xfrm, userspace or openvpn with -6, or run it without -6")]
+    FamilyBackend {
+        backend: Backend,
+        family: crate::Family,
+        why: &'static str,
+    },
+    #[error("--mtu {0} with -6: IPv6 needs 1280 bytes inside the tunnels, so give --mtu {min} or more", min = crate::family::MIN_IPV6_MTU)]
+    FamilyMtu(u32),
+    #[error("--encap udp with -6 is not offered yet: ESP in UDP runs over IPv4")]
+    FamilyEncap,
 }
 
 #[cfg(test)]
@@ -674,6 +719,35 @@ mod tests {
         assert_eq!(parse_seed("42"), Ok(42));
         assert!(parse_seed("0xZZ").unwrap_err().to_string().contains("as printed"));
         assert!(parse_seed("-1").is_err());
+    }
+
+    #[test]
+    fn ipv6_plans_take_the_ipv6_addresses_or_are_refused() {
+        let v6 = |backend| RunRequest {
+            backend,
+            family: crate::Family::Ipv6,
+            ..Default::default()
+        };
+        let plan = v6(Backend::Userspace).validate().unwrap();
+        assert_eq!(plan.family, crate::Family::Ipv6);
+        assert_eq!(plan.addressing, crate::Family::Ipv6.addressing());
+        assert_eq!(plan.addressing.family(), crate::Family::Ipv6);
+        assert!(v6(Backend::Strongswan).validate().is_ok());
+        let small = RunRequest {
+            mtu: 1280,
+            ..v6(Backend::Xfrm)
+        };
+        assert_eq!(small.validate(), Err(PlanError::FamilyMtu(1280)));
+        let encap = RunRequest {
+            encap: Some(crate::encap::EncapKind::Udp),
+            ..v6(Backend::Xfrm)
+        };
+        assert_eq!(encap.validate(), Err(PlanError::FamilyEncap));
+        // Reports written before the family existed read as IPv4.
+        let mut json = serde_json::to_value(RunRequest::default().validate().unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("family");
+        let old: RunPlan = serde_json::from_value(json).unwrap();
+        assert_eq!(old.family, crate::Family::Ipv4);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The two-namespace lab: `a` and `b` joined by a veth pair, addressed from the plan.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use futures::TryStreamExt;
 use model::Addressing;
+use rtnetlink::packet_route::address::AddressHeaderFlags;
 use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
 use crate::namespace::delete_by_name;
@@ -84,7 +85,7 @@ impl Topology {
     pub async fn add_address(
         ns: &Namespace,
         device: &str,
-        address: Ipv4Addr,
+        address: IpAddr,
         prefix_len: u8,
     ) -> Result<(), NetnsError> {
         let h = ns.rtnetlink().await?;
@@ -96,20 +97,40 @@ impl Topology {
     /// source (`ip -n NS route add DEST dev DEVICE src SRC`).
     pub async fn add_route(
         ns: &Namespace,
-        destination: Ipv4Addr,
+        destination: IpAddr,
         prefix_len: u8,
         device: &str,
-        source: Option<Ipv4Addr>,
+        source: Option<IpAddr>,
     ) -> Result<(), NetnsError> {
         let h = ns.rtnetlink().await?;
         let index = link_index(&h, ns, device).await?;
-        let mut route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(destination, prefix_len)
-            .output_interface(index);
-        if let Some(src) = source {
-            route = route.pref_source(src);
-        }
-        h.route().add(route.build()).execute().await.map_err(|e| {
+        let route = match (destination, source) {
+            (IpAddr::V4(dst), None | Some(IpAddr::V4(_))) => {
+                let mut r = RouteMessageBuilder::<Ipv4Addr>::new()
+                    .destination_prefix(dst, prefix_len)
+                    .output_interface(index);
+                if let Some(IpAddr::V4(src)) = source {
+                    r = r.pref_source(src);
+                }
+                r.build()
+            }
+            (IpAddr::V6(dst), None | Some(IpAddr::V6(_))) => {
+                let mut r = RouteMessageBuilder::<Ipv6Addr>::new()
+                    .destination_prefix(dst, prefix_len)
+                    .output_interface(index);
+                if let Some(IpAddr::V6(src)) = source {
+                    r = r.pref_source(src);
+                }
+                r.build()
+            }
+            _ => {
+                return Err(NetnsError::NotFound {
+                    what: format!("a source of {destination}'s family (got {source:?})"),
+                    namespace: ns.name().to_string(),
+                })
+            }
+        };
+        h.route().add(route).execute().await.map_err(|e| {
             netlink(
                 ns,
                 format!("add route {destination}/{prefix_len} dev {device}"),
@@ -161,7 +182,7 @@ async fn configure_end(
     h: &Handle,
     ns: &Namespace,
     device: &str,
-    address: Ipv4Addr,
+    address: IpAddr,
     prefix_len: u8,
     mtu: u32,
 ) -> Result<(), NetnsError> {
@@ -189,12 +210,16 @@ async fn add_address(
     h: &Handle,
     ns: &Namespace,
     index: u32,
-    address: Ipv4Addr,
+    address: IpAddr,
     prefix_len: u8,
 ) -> Result<(), NetnsError> {
-    h.address()
-        .add(index, IpAddr::V4(address), prefix_len)
-        .execute()
+    let mut add = h.address().add(index, address, prefix_len);
+    if address.is_ipv6() {
+        // No duplicate address detection: the lab owns both ends of the link, and a
+        // tentative address (about two seconds) would refuse the run's first bind.
+        add.message_mut().header.flags |= AddressHeaderFlags::Nodad;
+    }
+    add.execute()
         .await
         .map_err(|e| netlink(ns, format!("add address {address}/{prefix_len}"), e))
 }

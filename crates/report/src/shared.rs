@@ -62,6 +62,10 @@ pub fn conditions(report: &MatrixReport) -> Vec<String> {
     for (env, size) in &report.payload_by_environment {
         out.push(format!("rows of {env}: payload {size} per transfer"));
     }
+    out.push(match report.family {
+        model::Family::Ipv4 => "links and tunnels over IPv4 (198.18.0.0/15, RFC 2544)".to_string(),
+        model::Family::Ipv6 => "links and tunnels over IPv6 (2001:2::/48, RFC 5180)".to_string(),
+    });
     for (name, env) in &report.environments {
         out.push(format!(
             "{} — {}",

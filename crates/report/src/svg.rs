@@ -256,6 +256,21 @@ mod tests {
     }
 
     #[test]
+    fn the_chart_and_the_conditions_name_the_address_family() {
+        let mut r = fixture::report();
+        let svg = render(&r).unwrap();
+        assert!(svg.contains("median of 3 × 4.0 MB, over IPv4"), "{svg}");
+        r.family = model::Family::Ipv6;
+        let svg = render(&r).unwrap();
+        assert!(svg.contains("median of 3 × 4.0 MB, over IPv6"), "{svg}");
+        let conditions = crate::conditions(&r).join("\n");
+        assert!(
+            conditions.contains("over IPv6 (2001:2::/48, RFC 5180)"),
+            "{conditions}"
+        );
+    }
+
+    #[test]
     fn a_single_row_chart_has_one_axis_label_and_one_row_label() {
         let mut r = fixture::report();
         r.rows

@@ -1,7 +1,7 @@
 //! Where one end of the tunnel sits, how it batches its I/O, and what can go wrong.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 use model::CipherSuite;
 use netns::NetnsError;
@@ -31,7 +31,12 @@ pub const BATCH: usize = 64;
 /// link MTU less IPv4 (20) and UDP (8) headers less the suite's overhead. CBC rounds up to
 /// whole blocks with at least one byte of padding, so its room is counted in blocks.
 pub fn inner_mtu(link_mtu: u32, suite: CipherSuite) -> u32 {
-    let room = link_mtu.saturating_sub(28);
+    inner_mtu_over(link_mtu, suite, model::Family::Ipv4)
+}
+
+/// [`inner_mtu`] with the datagrams carried over `outer` (IPv6's header is 40 bytes).
+pub fn inner_mtu_over(link_mtu: u32, suite: CipherSuite, outer: model::Family) -> u32 {
+    let room = link_mtu.saturating_sub(outer.ip_header_len() as u32 + 8);
     match suite {
         CipherSuite::AesCbc { hmac, .. } => {
             let mac = if hmac == model::Hmac::Sha256 { 32 } else { 0 };
@@ -47,12 +52,12 @@ pub fn inner_mtu(link_mtu: u32, suite: CipherSuite) -> u32 {
 pub struct TunnelConfig {
     /// TUN device name (at most 15 bytes; the lab's start with `ipl`).
     pub tun_name: String,
-    /// Outer address the UDP socket binds (on the veth).
-    pub local: SocketAddrV4,
-    /// The other end's outer address.
-    pub peer: SocketAddrV4,
+    /// Outer address the UDP socket binds (on the veth), IPv4 or IPv6.
+    pub local: SocketAddr,
+    /// The other end's outer address (the same family as `local`).
+    pub peer: SocketAddr,
     /// Inner address of the TUN device, and its prefix (the kernel routes the prefix into it).
-    pub inner: Ipv4Addr,
+    pub inner: IpAddr,
     pub prefix_len: u8,
     pub inner_mtu: u32,
     /// Core to pin the thread to; None leaves it to the scheduler (it is still one thread).

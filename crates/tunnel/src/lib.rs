@@ -51,7 +51,7 @@ use event_loop::{Loop, Stop};
 use netns::Namespace;
 use tunnel_proto::Endpoint;
 
-pub use config::{inner_mtu, Batching, TunnelConfig, TunnelError, BATCH};
+pub use config::{inner_mtu, inner_mtu_over, Batching, TunnelConfig, TunnelError, BATCH};
 pub use cpu::{pin_current_thread, ThreadCpu};
 pub use multi::MultiQueue;
 pub use stats::{Flow, IoErrors, TunnelStats};

@@ -6,7 +6,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -68,6 +68,72 @@ fn ioctl(fd: RawFd, request: libc::c_ulong, req: &mut libc::ifreq, what: &str) -
     Ok(())
 }
 
+/// A datagram socket of `domain`, used only as an ioctl handle.
+fn ioctl_socket(domain: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2); owned right after.
+    let raw = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// `struct in6_ifreq` (linux/ipv6.h): what SIOCSIFADDR takes on an AF_INET6 socket.
+#[repr(C)]
+struct In6Ifreq {
+    addr: libc::in6_addr,
+    prefix_len: u32,
+    ifindex: libc::c_int,
+}
+
+/// Adds `addr/prefix_len` to interface `ifindex` (`ip -6 addr add`).
+fn set_ipv6_address(ifindex: libc::c_int, addr: Ipv6Addr, prefix_len: u8) -> io::Result<()> {
+    let sock = ioctl_socket(libc::AF_INET6)?;
+    let mut req = In6Ifreq {
+        addr: libc::in6_addr {
+            s6_addr: addr.octets(),
+        },
+        prefix_len: u32::from(prefix_len.min(128)),
+        ifindex,
+    };
+    // SAFETY: SIOCSIFADDR on an AF_INET6 socket takes a pointer to an in6_ifreq, which
+    // outlives the call.
+    let rc = unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCSIFADDR as _,
+            &mut req as *mut In6Ifreq,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("SIOCSIFADDR {addr}/{prefix_len}: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Waits until `addr` can be bound: the kernel marks a new IPv6 address tentative until
+/// its (for a `NOARP` device, instant but asynchronous) duplicate address detection ran,
+/// and a socket bound to it before then fails with EADDRNOTAVAIL.
+fn wait_usable(addr: IpAddr) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        match std::net::UdpSocket::bind((addr, 0)) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{addr} not usable: {e}"))),
+        }
+    }
+}
+
 impl Tun {
     /// Creates TUN device `name` in the calling thread's namespace, non-blocking; with
     /// `vnet_hdr`, every packet read or written carries a `virtio_net_hdr` in front.
@@ -124,35 +190,41 @@ impl Tun {
 
     /// Sets address, netmask, MTU and transmit queue length and brings the device up
     /// (`ip addr add ADDR/PREFIX dev NAME; ip link set NAME mtu MTU up`). The kernel adds the
-    /// connected route for the prefix.
-    pub fn configure(&self, addr: Ipv4Addr, prefix_len: u8, mtu: u32, txqueuelen: u32) -> io::Result<()> {
-        // SAFETY: a plain socket used only as an ioctl handle; owned right after.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh fd.
-        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    /// connected route for the prefix. An IPv6 address goes on after the MTU (IPv6 needs
+    /// 1280 bytes) and needs no duplicate address detection: a TUN device is `NOARP`.
+    pub fn configure(&self, addr: IpAddr, prefix_len: u8, mtu: u32, txqueuelen: u32) -> io::Result<()> {
+        let sock = ioctl_socket(libc::AF_INET)?;
         let s = sock.as_raw_fd();
         let mut req = ifreq_named(&self.name)?;
-        req.ifr_ifru.ifru_addr = sockaddr_v4(addr);
-        ioctl(s, libc::SIOCSIFADDR, &mut req, "SIOCSIFADDR")?;
-        let mask = if prefix_len == 0 {
-            0
-        } else {
-            u32::MAX << (32 - u32::from(prefix_len.min(32)))
-        };
-        req.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
-        ioctl(s, libc::SIOCSIFNETMASK, &mut req, "SIOCSIFNETMASK")?;
+        if let IpAddr::V4(addr) = addr {
+            req.ifr_ifru.ifru_addr = sockaddr_v4(addr);
+            ioctl(s, libc::SIOCSIFADDR, &mut req, "SIOCSIFADDR")?;
+            let mask = if prefix_len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(prefix_len.min(32)))
+            };
+            req.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
+            ioctl(s, libc::SIOCSIFNETMASK, &mut req, "SIOCSIFNETMASK")?;
+        }
         req.ifr_ifru.ifru_mtu = mtu as libc::c_int;
         ioctl(s, libc::SIOCSIFMTU, &mut req, "SIOCSIFMTU")?;
         req.ifr_ifru.ifru_metric = txqueuelen as libc::c_int; // ifr_qlen shares the slot
         ioctl(s, libc::SIOCSIFTXQLEN, &mut req, "SIOCSIFTXQLEN")?;
+        if let IpAddr::V6(addr) = addr {
+            ioctl(s, libc::SIOCGIFINDEX, &mut req, "SIOCGIFINDEX")?;
+            // SAFETY: SIOCGIFINDEX just filled the ifindex member of the union.
+            let index = unsafe { req.ifr_ifru.ifru_ifindex };
+            set_ipv6_address(index, addr, prefix_len)?;
+        }
         ioctl(s, libc::SIOCGIFFLAGS, &mut req, "SIOCGIFFLAGS")?;
         // SAFETY: SIOCGIFFLAGS just filled the flags member of the union.
         let flags = unsafe { req.ifr_ifru.ifru_flags };
         req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
         ioctl(s, libc::SIOCSIFFLAGS, &mut req, "SIOCSIFFLAGS")?;
+        if addr.is_ipv6() {
+            wait_usable(addr)?;
+        }
         Ok(())
     }
 

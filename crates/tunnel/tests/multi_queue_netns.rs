@@ -6,7 +6,7 @@
 //! left behind.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use model::{Addressing, CipherSuite, CryptoChoice, KeyBits};
@@ -57,10 +57,10 @@ fn start_pair(
 ) -> (MultiQueue, MultiQueue) {
     let ad = topo.addressing;
     let imp = Implementation::new(CryptoChoice::Auto).unwrap();
-    let cfg = |name: String, local: Ipv4Addr, peer: Ipv4Addr, inner: Ipv4Addr| TunnelConfig {
+    let cfg = |name: String, local: IpAddr, peer: IpAddr, inner: IpAddr| TunnelConfig {
         tun_name: name,
-        local: SocketAddrV4::new(local, PORT),
-        peer: SocketAddrV4::new(peer, PORT),
+        local: SocketAddr::new(local, PORT),
+        peer: SocketAddr::new(peer, PORT),
         inner,
         prefix_len: ad.prefix_len,
         inner_mtu: inner_mtu(topo.mtu, suite),
@@ -241,8 +241,8 @@ fn ip_udp(topo: &Topology, payload: &[u8]) -> Vec<u8> {
     p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
     p[8] = 64;
     p[9] = 17;
-    p[12..16].copy_from_slice(&topo.addressing.inner_a.octets());
-    p[16..20].copy_from_slice(&topo.addressing.inner_b.octets());
+    p[12..16].copy_from_slice(&v4(topo.addressing.inner_a).octets());
+    p[16..20].copy_from_slice(&v4(topo.addressing.inner_b).octets());
     let mut sum = 0u32;
     for w in p[..20].chunks(2) {
         sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
@@ -328,7 +328,7 @@ fn injected_datagrams_are_dropped_and_counted_by_the_queue_they_reach() {
                         let port = PORT + q as u16;
                         let s = UdpSocket::bind((outer_a, port)).unwrap();
                         for d in datagrams {
-                            s.send_to(d, SocketAddrV4::new(outer_b, port)).unwrap();
+                            s.send_to(d, SocketAddr::new(outer_b, port)).unwrap();
                             std::thread::sleep(Duration::from_millis(30));
                         }
                     }
@@ -374,8 +374,8 @@ fn zero_or_too_many_queues_and_ports_past_65535_are_refused_before_any_device() 
     let imp = Implementation::new(CryptoChoice::Auto).unwrap();
     let cfg = |port: u16| TunnelConfig {
         tun_name: "ipl-mqbad".into(),
-        local: SocketAddrV4::new(ad.outer_a, port),
-        peer: SocketAddrV4::new(ad.outer_b, port),
+        local: SocketAddr::new(ad.outer_a, port),
+        peer: SocketAddr::new(ad.outer_b, port),
         inner: ad.inner_a,
         prefix_len: ad.prefix_len,
         inner_mtu: 1400,
@@ -402,4 +402,12 @@ fn zero_or_too_many_queues_and_ports_past_65535_are_refused_before_any_device() 
     assert!(MultiQueue::start(&topo.a, cfg(PORT), too_many).is_err());
     assert!(MultiQueue::start(&topo.a, cfg(65_535), queues(2)).is_err());
     assert!(!link_exists(&topo.a, "ipl-mqbad"));
+}
+
+/// The IPv4 plan's address (these tests build IPv4 packets by hand).
+fn v4(ip: IpAddr) -> std::net::Ipv4Addr {
+    match ip {
+        IpAddr::V4(v) => v,
+        IpAddr::V6(v) => panic!("{v} is not IPv4"),
+    }
 }

@@ -455,6 +455,85 @@ mod tests {
         assert_matches_iproute2("sa_get", get_sa(&id));
     }
 
+    // esp6: the same requests between the lab's IPv6 addresses (2001:2::/48), captured from
+    // `ip -6 xfrm …`: AF_INET6 and 16-byte xfrm_address_t throughout.
+    fn a6() -> IpAddr {
+        "2001:2::1".parse().unwrap()
+    }
+    fn b6() -> IpAddr {
+        "2001:2::2".parse().unwrap()
+    }
+    fn inner6(last: u16) -> IpAddr {
+        IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 2, 0, 1, 0, 0, 0, last))
+    }
+
+    fn sa6(mode: IpsecMode, protection: Protection) -> SaSpec {
+        SaSpec {
+            src: a6(),
+            dst: b6(),
+            ..sa(mode, protection)
+        }
+    }
+
+    #[test]
+    fn esp6_sas_match_iproute2() {
+        let cbc_tunnel = sa6(
+            IpsecMode::Tunnel,
+            cbc(KeyBits::Aes256, Hmac::Sha256, AuthTrunc::Bits128),
+        );
+        assert_matches_iproute2("sa6_cbc256_hmac_sha256_tunnel", add_sa(&cbc_tunnel));
+        let mut key = ENC256[..16].to_vec();
+        key.extend([0xa0, 0xa1, 0xa2, 0xa3]);
+        let gcm = Protection::from_keys(
+            CipherSuite::AesGcm { key: KeyBits::Aes128 },
+            AuthTrunc::Bits128,
+            KeyInput {
+                enc: &key,
+                auth: None,
+            },
+        )
+        .unwrap();
+        assert_matches_iproute2("sa6_gcm128_tunnel", add_sa(&sa6(IpsecMode::Tunnel, gcm)));
+        let mut transport = sa6(
+            IpsecMode::Transport,
+            cbc(KeyBits::Aes256, Hmac::Sha256, AuthTrunc::Bits96),
+        );
+        transport.selector = Some(TrafficSelector::port(a6(), b6(), IpProto::Tcp, 5201));
+        assert_matches_iproute2("sa6_cbc256_hmac96_transport_tcp5201", add_sa(&transport));
+        let id = cbc_tunnel.id();
+        assert_matches_iproute2("sa6_delete", delete_sa(&id));
+        assert_matches_iproute2("sa6_get", get_sa(&id));
+    }
+
+    #[test]
+    fn esp6_policies_match_iproute2() {
+        let tmpl = |src, dst, reqid, mode| Template {
+            src,
+            dst,
+            reqid: ReqId(reqid),
+            mode,
+        };
+        let out = PolicySpec::new(
+            TrafficSelector::hosts(inner6(1), inner6(2)),
+            PolicyDirection::Out,
+            tmpl(a6(), b6(), 0x1a5001, IpsecMode::Tunnel),
+        );
+        assert_matches_iproute2("policy6_out_tunnel", add_policy(&out));
+        let inp = PolicySpec::new(
+            TrafficSelector::hosts(inner6(2), inner6(1)),
+            PolicyDirection::In,
+            tmpl(b6(), a6(), 0x1a5002, IpsecMode::Tunnel),
+        );
+        assert_matches_iproute2("policy6_in_tunnel", add_policy(&inp));
+        assert_matches_iproute2("policy6_delete_out", delete_policy(&out.id()));
+        let port = PolicySpec::new(
+            TrafficSelector::port(a6(), b6(), IpProto::Tcp, 5201),
+            PolicyDirection::Out,
+            tmpl(a6(), b6(), 0x1a5001, IpsecMode::Transport),
+        );
+        assert_matches_iproute2("policy6_out_transport_tcp5201", add_policy(&port));
+    }
+
     #[test]
     fn encode_wipes_the_keys_left_in_the_message() {
         let spec = sa(

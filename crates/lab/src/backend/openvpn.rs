@@ -14,6 +14,7 @@
 //! tls-p2p), `cipher`, `auth`, `tun_mtu`, and per end `cpu` (`user_s`, `system_s`,
 //! `percent_of_core`) of its openvpn process over its life, from /proc.
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -247,7 +248,7 @@ impl Material {
             mode,
             cipher,
             auth,
-            tun_mtu: tunnel::inner_mtu(plan.mtu, plan.suite),
+            tun_mtu: tunnel::inner_mtu_over(plan.mtu, plan.suite, plan.addressing.family()),
             version: openvpn_version(),
             args,
             dir,
@@ -286,8 +287,7 @@ impl OpenvpnEnd {
         let (outer, outer_peer) = (site.hosts.of(site.side), site.hosts.of(site.side.other()));
         let log = material.dir.join(&format!("openvpn-{end}.log"));
         let child = openvpn_command(site.namespace, &format!("ipl-ovpn-{end}"), material.tun_mtu, &log)
-            .args(["--ifconfig", &inner.to_string(), &inner_peer.to_string()])
-            .args(["--local", &outer.to_string(), "--remote", &outer_peer.to_string()])
+            .args(addresses(inner, inner_peer, ad.prefix_len, outer, outer_peer))
             .args(args)
             .spawn()
             .map_err(|e| failed(format!("start openvpn in {}: {e}", site.namespace.name())))?;
@@ -343,6 +343,36 @@ impl OpenvpnEnd {
             cpu: model::CpuUsage::new(user, system, self.started.elapsed().as_secs_f64()),
         }
     }
+}
+
+/// The tunnel's addresses: `--ifconfig` (IPv4) or `--ifconfig-ipv6 ADDR/BITS PEER` with
+/// `--proto udp6` (an IPv6-only point-to-point tunnel, OpenVPN 2.5 and later), and the outer
+/// `--local`/`--remote`.
+fn addresses(
+    inner: IpAddr,
+    inner_peer: IpAddr,
+    prefix_len: u8,
+    outer: IpAddr,
+    outer_peer: IpAddr,
+) -> Vec<String> {
+    let mut args = match inner {
+        IpAddr::V4(_) => vec!["--ifconfig".into(), inner.to_string(), inner_peer.to_string()],
+        IpAddr::V6(_) => vec![
+            "--ifconfig-ipv6".into(),
+            format!("{inner}/{prefix_len}"),
+            inner_peer.to_string(),
+        ],
+    };
+    if outer.is_ipv6() {
+        args.extend(["--proto".into(), "udp6".into()]);
+    }
+    args.extend([
+        "--local".into(),
+        outer.to_string(),
+        "--remote".into(),
+        outer_peer.to_string(),
+    ]);
+    args
 }
 
 fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Command {

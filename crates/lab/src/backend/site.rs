@@ -71,8 +71,8 @@ pub fn data_addr(plan: &RunPlan, hosts: Hosts, side: Side) -> SocketAddr {
         | Backend::Boringtun => true,
     };
     let ip = match (tunnelled, side) {
-        (true, Side::A) => IpAddr::V4(plan.addressing.inner_a),
-        (true, Side::B) => IpAddr::V4(plan.addressing.inner_b),
+        (true, Side::A) => plan.addressing.inner_a,
+        (true, Side::B) => plan.addressing.inner_b,
         (false, side) => hosts.of(side),
     };
     (ip, plan.port).into()

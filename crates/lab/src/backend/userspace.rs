@@ -18,13 +18,13 @@
 //! measured it (`crypto_wall_mb_per_s` and `crypto_cpu_share` give the wall-clock figure and
 //! the share of a core it had).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use control::{KeyMaterial, RunKeys};
 use crypto::{AeadAlgorithm, Implementation};
 use model::{CipherSuite, Hmac, RunPlan};
-use tunnel::{inner_mtu, Batching, MultiQueue, ThreadCpu, TunnelConfig, TunnelStats};
+use tunnel::{inner_mtu_over, Batching, MultiQueue, ThreadCpu, TunnelConfig, TunnelStats};
 use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN};
 
 use super::site::{Side, Site};
@@ -86,15 +86,14 @@ impl UserspaceEnd {
             Side::B => (plan.addressing.inner_b, KeyDirection::Inverse, 1),
         };
         let threads = usize::from(plan.tunnel_threads.max(1));
-        let local = v4(site.hosts.of(site.side), "this host's address")?;
-        let peer = v4(site.hosts.of(site.side.other()), "the peer's address")?;
+        let (local, peer) = outer_pair(site.hosts.of(site.side), site.hosts.of(site.side.other()))?;
         let config = TunnelConfig {
             tun_name: format!("ipl-tun-{}", site.side.name()),
-            local: SocketAddrV4::new(local, TUNNEL_PORT),
-            peer: SocketAddrV4::new(peer, TUNNEL_PORT),
+            local: SocketAddr::new(local, TUNNEL_PORT),
+            peer: SocketAddr::new(peer, TUNNEL_PORT),
             inner,
             prefix_len: plan.addressing.prefix_len,
-            inner_mtu: inner_mtu(plan.mtu, plan.suite),
+            inner_mtu: tunnel_mtu(plan, local),
             // Set per queue below.
             cpu: None,
             // TUN offload (super-packets segmented and joined by the tunnel), UDP GSO/GRO.
@@ -147,16 +146,21 @@ impl UserspaceEnd {
     }
 }
 
-/// The tunnel's UDP runs between IPv4 addresses (for now).
-fn v4(ip: IpAddr, what: &str) -> LabResult<Ipv4Addr> {
-    match ip {
-        IpAddr::V4(v) => Ok(v),
-        IpAddr::V6(v) => v.to_ipv4_mapped().ok_or_else(|| {
-            LabError::usage(anyhow::anyhow!(
-                "the userspace backend between two hosts needs IPv4 host addresses; {what} is {v}"
-            ))
-        }),
+/// The tunnel's outer addresses, IPv4 or IPv6 alike (an IPv4-mapped IPv6 address, as a
+/// dual-stack server sees an IPv4 client, counts as IPv4); both ends of one family.
+fn outer_pair(local: IpAddr, peer: IpAddr) -> LabResult<(IpAddr, IpAddr)> {
+    let (local, peer) = (local.to_canonical(), peer.to_canonical());
+    if local.is_ipv4() != peer.is_ipv4() {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "the userspace tunnel needs both ends in one address family: this host is {local}, the peer {peer}"
+        )));
     }
+    Ok((local, peer))
+}
+
+/// The TUN device's MTU: the link's less the outer headers of `outer`'s family and the suite.
+fn tunnel_mtu(plan: &RunPlan, outer: IpAddr) -> u32 {
+    inner_mtu_over(plan.mtu, plan.suite, model::Family::of(outer))
 }
 
 /// The speed benchmark's suite for a tunnel suite; None for `none`.
@@ -236,7 +240,7 @@ pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabRe
     Ok(UserspaceEvidence {
         suite: plan.suite,
         implementation: implementation.info(),
-        inner_mtu: inner_mtu(plan.mtu, plan.suite),
+        inner_mtu: tunnel_mtu(plan, plan.addressing.outer_a.to_canonical()),
         batching: a.batching,
         a,
         b,

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use control::{Channel, ControlError, Message, Psk};
-use model::{Backend, CryptoChoice, Environment, RunPlan, RunReport, Transfer};
+use model::{Backend, CryptoChoice, Environment, Family, RunPlan, RunReport, Transfer};
 use netns::Namespace;
 use serde_json::json;
 use tokio::net::TcpStream;
@@ -84,12 +84,26 @@ async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
     .map_err(|_| LabError::failed(anyhow::anyhow!("resolving {peer}: timed out")))?
     .map_err(|e| LabError::usage(anyhow::anyhow!("resolving {peer}: {e}")))?
     .collect();
-    let addr = addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| LabError::usage(anyhow::anyhow!("{peer} has no address")))?;
+    // `-6` takes only an IPv6 address; otherwise IPv4 first, IPv6 where that is all there
+    // is (`--peer [2001:db8::1]` runs over IPv6 as written).
+    let addr = match plan.family {
+        Family::Ipv6 => addrs.iter().find(|a| a.is_ipv6()).copied().ok_or_else(|| {
+            LabError::usage(anyhow::anyhow!(
+                "-6: {peer} has no IPv6 address ({})",
+                if addrs.is_empty() {
+                    "none at all".to_string()
+                } else {
+                    format!("only {addrs:?}")
+                }
+            ))
+        })?,
+        Family::Ipv4 => addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or(addrs.first())
+            .copied()
+            .ok_or_else(|| LabError::usage(anyhow::anyhow!("{peer} has no address")))?,
+    };
     let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| LabError::failed(anyhow::anyhow!("connecting to {peer}: timed out")))?
@@ -106,8 +120,13 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     let peer = plan.peer.clone().expect("remote runs have a peer");
     let stream = connect(plan).await?;
     let hosts = Hosts {
-        a: stream.local_addr().map_err(LabError::failed)?.ip(),
-        b: stream.peer_addr().map_err(LabError::failed)?.ip(),
+        a: stream.local_addr().map_err(LabError::failed)?.ip().to_canonical(),
+        b: stream.peer_addr().map_err(LabError::failed)?.ip().to_canonical(),
+    };
+    // The run's family is the connection's: what the user wrote decided it.
+    let plan = &RunPlan {
+        family: Family::of(hosts.b),
+        ..plan.clone()
     };
     let request = peer_request(plan, link_mtu(&stream)?);
     let mut chan = Channel::initiate(stream, psk, control::HANDSHAKE_TIMEOUT)

@@ -59,32 +59,30 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
         seed: plan.seed,
         link_mtu,
         tunnel_threads: plan.tunnel_threads,
+        family: plan.family,
+        encap: plan.encap,
     }
 }
 
-/// The addresses a two-host run really uses, for its end and its report: the hosts (IPv4,
-/// or 0.0.0.0 where a host is IPv6: `backend_details.remote` names it) and the tunnel's
-/// inner addresses, or the hosts' again where no tunnel carries the data.
+/// The addresses a two-host run really uses, for its end and its report: the hosts (an
+/// IPv4-mapped IPv6 address as its IPv4 address) and the tunnel's inner addresses, or the
+/// hosts' again where no tunnel carries the data.
 pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
-    let outer = |ip: IpAddr| match ip {
-        IpAddr::V4(v) => v,
-        IpAddr::V6(v) => v.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-    };
-    let (outer_a, outer_b) = (outer(hosts.a), outer(hosts.b));
+    let (outer_a, outer_b) = (hosts.a.to_canonical(), hosts.b.to_canonical());
     match tunnel {
         Some(t) => Addressing {
             outer_a,
             outer_b,
             inner_a: t.client,
             inner_b: t.server,
-            prefix_len: control::request::TUNNEL_PREFIX_LEN,
+            prefix_len: t.prefix_len(),
         },
         None => Addressing {
             outer_a,
             outer_b,
             inner_a: outer_a,
             inner_b: outer_b,
-            prefix_len: 32,
+            prefix_len: if outer_a.is_ipv4() { 32 } else { 128 },
         },
     }
 }
@@ -115,8 +113,9 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         } else {
             1
         },
-        // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
-        encap: None,
+        // ESP in UDP where the client asked for it (checked: xfrm only, a port >= 1024).
+        encap: request.encap,
+        family: model::Family::of(hosts.b.to_canonical()),
         // One SA pair and the default drivers (`--sas`, `--pcrypt` are refused with `--peer`).
         sas: 1,
         pcrypt: false,
@@ -151,8 +150,8 @@ pub fn link_mtu(stream: &TcpStream) -> LabResult<u32> {
     Ok((mtu.max(0) as u32).min(*control::request::MTU_RANGE.end()))
 }
 
-/// The IPv4 routes and addresses of this host (its network namespace): networks a tunnel
-/// must not overlap. Read over rtnetlink, every table.
+/// The IPv4 and IPv6 routes and addresses of this host (its network namespace): networks a
+/// tunnel must not overlap. Read over rtnetlink, every table.
 pub async fn prefixes_in_use() -> LabResult<Vec<Cidr>> {
     use rtnetlink::packet_route::address::AddressAttribute;
     use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute};
@@ -171,10 +170,25 @@ pub async fn prefixes_in_use() -> LabResult<Vec<Cidr>> {
             }
         }
     }
+    let mut routes6 = handle
+        .route()
+        .get(rtnetlink::RouteMessageBuilder::<std::net::Ipv6Addr>::new().build())
+        .execute();
+    while let Some(route) = routes6.try_next().await.map_err(failed)? {
+        let len = route.header.destination_prefix_length;
+        for attr in &route.attributes {
+            if let RouteAttribute::Destination(RouteAddress::Inet6(dst)) = attr {
+                taken.push(Cidr {
+                    addr: IpAddr::V6(*dst),
+                    len,
+                });
+            }
+        }
+    }
     let mut addresses = handle.address().get().execute();
     while let Some(address) = addresses.try_next().await.map_err(failed)? {
         for attr in &address.attributes {
-            if let AddressAttribute::Address(ip @ IpAddr::V4(_)) = attr {
+            if let AddressAttribute::Address(ip) = attr {
                 taken.push(Cidr {
                     addr: *ip,
                     len: address.header.prefix_len,

@@ -255,9 +255,10 @@ async fn session(
         let _ = chan.send(&Message::Busy).await;
         return;
     };
+    // A dual-stack listener ([::]) sees an IPv4 client as ::ffff:a.b.c.d: that is IPv4.
     let hosts = Hosts {
-        a: peer.ip(),
-        b: local.ip(),
+        a: peer.ip().to_canonical(),
+        b: local.ip().to_canonical(),
     };
     match serve_run(
         &mut chan,
@@ -297,14 +298,17 @@ async fn start_end(
     let lab = |e: LabError| (RefusalKind::from(e.kind), format!("{e:#}"));
     limits
         .check(request)
+        .and_then(|()| ServerLimits::check_family(request, hosts.b))
         .map_err(|e| (RefusalKind::Usage, e.to_string()))?;
     let tunnel = if request.backend == Backend::Userspace {
         let in_use = super::prefixes_in_use().await.map_err(lab)?;
-        let chosen = control::request::choose_tunnel_net(&in_use).ok_or((
+        let chosen = control::request::choose_tunnel_net_for(request.family, &in_use).ok_or((
             RefusalKind::Failed,
-            "every /30 of 198.18.0.0/15 overlaps a route or address on the server: no room for the \
-             tunnel's inner addresses"
-                .to_string(),
+            format!(
+                "every tunnel network of the lab's {} range overlaps a route or address on the server: \
+                 no room for the tunnel's inner addresses",
+                request.family
+            ),
         ))?;
         Some(chosen)
     } else {

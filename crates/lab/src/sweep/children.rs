@@ -44,6 +44,8 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
         args.mtu.to_string(),
         "--port".into(),
         args.port.to_string(),
+        "--family".into(),
+        args.family.digit().into(),
         "--no-progress".into(),
     ]
 }

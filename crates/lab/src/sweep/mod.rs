@@ -49,6 +49,7 @@ use rows::PlannedRow;
 /// plain" computed; the result says whether the sweep itself failed.
 pub async fn run(plan: &SweepPlan, progress: &dyn Progress) -> (MatrixReport, LabResult<()>) {
     let mut report = MatrixReport::new(plan.suites.clone(), plan.bytes, plan.repeat, plan.started_unix_s);
+    report.family = plan.family;
     report.notes.push(format!("payload seed {:#x}", plan.seed));
     if plan.parallel > 1 {
         report
@@ -101,7 +102,7 @@ async fn sweep(
     let spec = TopologySpec {
         run_id: netns::new_run_id(),
         mtu: args.mtu,
-        addressing: model::Addressing::default(),
+        addressing: args.family.addressing(),
     };
     // One topology for the sweep; its guard removes it on every way out of this function.
     let topology = Topology::create(&spec).await?;
@@ -153,6 +154,7 @@ mod tests {
             baseline: true,
             encap: None,
             pcrypt: false,
+            family: model::Family::Ipv4,
             seed: 1,
             started_unix_s: 0,
         }

@@ -36,6 +36,8 @@ pub struct SweepPlan {
     pub encap: Option<model::Encap>,
     /// `--pcrypt`: one more xfrm row, its AES-GCM SAs on a pcrypt instance.
     pub pcrypt: bool,
+    /// `-6`: every row over IPv6; rows of backends without it say why they are not run.
+    pub family: model::Family,
     pub seed: u64,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
@@ -74,7 +76,7 @@ impl SweepPlan {
         self.threads.dedup();
         for b in &self.backends {
             for s in &self.suites {
-                if b.suite_refusal(*s).is_some() {
+                if b.suite_refusal(*s).is_some() || self.family.refusal(*b).is_some() {
                     continue;
                 }
                 for t in &self.threads {
@@ -132,6 +134,7 @@ impl SweepPlan {
             mtu: self.mtu,
             port: self.port,
             seed: Some(seed),
+            family: self.family,
             ..Default::default()
         }
         .validate()?)

@@ -128,6 +128,12 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
         }
     }
     rows.extend(threadless_rows(args));
+    // A backend without IPv6 says so in its row (`-6`), never runs over IPv4 instead.
+    for row in &mut rows {
+        if let Some(why) = args.family.refusal(row.backend) {
+            row.kind = RowKind::Refused(format!("not over {}: {why}", args.family));
+        }
+    }
     rows
 }
 

@@ -52,10 +52,11 @@ pub(super) fn panels<'a>(report: &'a MatrixReport) -> Vec<Panel<'a>> {
                 panels.push(Panel {
                     environment,
                     title: format!(
-                        "{}: MB/s, median of {} × {}",
+                        "{}: MB/s, median of {} × {}, over {}",
                         environment_title(environment, env),
                         report.repeat,
-                        report.payload_of(environment)
+                        report.payload_of(environment),
+                        report.family
                     ),
                     emulated: env.is_some_and(|e| e.is_emulated()),
                     rows: vec![row],

@@ -17,7 +17,7 @@
 mod batch;
 
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 pub use batch::{Received, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
@@ -35,33 +35,53 @@ pub struct Udp {
     gso: bool,
 }
 
-fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
+/// `a` as the kernel takes it: a `sockaddr_in` or `sockaddr_in6` in a `sockaddr_storage`,
+/// with the length of the one it holds.
+pub(crate) fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for every sockaddr type.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
 }
 
 /// `bind` or `connect` of `fd` to `addr`; the error names the step and the address.
 fn with_address(
     fd: RawFd,
-    addr: SocketAddrV4,
+    addr: SocketAddr,
     call: unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int,
     step: &str,
 ) -> io::Result<()> {
-    let sa = sockaddr_in(addr);
-    // SAFETY: sa is a sockaddr_in, passed with its size; the call only reads it.
-    let rc = unsafe {
-        call(
-            fd,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
+    let (sa, len) = sockaddr(addr);
+    // SAFETY: sa holds a sockaddr of `len` bytes; the call only reads it.
+    let rc = unsafe { call(fd, (&sa as *const libc::sockaddr_storage).cast(), len) };
     if rc < 0 {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(e.kind(), format!("{step} {addr}: {e}")));
@@ -110,9 +130,14 @@ impl Udp {
     /// A socket bound to `local` (in the calling thread's namespace) and connected to `peer`:
     /// it sends only there and receives only from there. Blocking for sends (a full socket
     /// buffer waits rather than drops), receives are always non-blocking (`MSG_DONTWAIT`).
-    pub fn bind(local: SocketAddrV4, peer: SocketAddrV4, buffer_bytes: usize) -> io::Result<Udp> {
+    pub fn bind(local: SocketAddr, peer: SocketAddr, buffer_bytes: usize) -> io::Result<Udp> {
+        let domain = if local.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
         // SAFETY: plain socket(2); owned right after.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        let raw = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -333,12 +358,13 @@ mod tests {
 
     /// Two sockets on loopback connected to each other (no root needed).
     fn pair() -> (Udp, Udp) {
-        let probe = |_| std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        pair_on(Ipv4Addr::LOCALHOST.into())
+    }
+
+    fn pair_on(ip: std::net::IpAddr) -> (Udp, Udp) {
+        let probe = |_| std::net::UdpSocket::bind((ip, 0)).unwrap();
         let (a, b) = (probe(0), probe(1));
-        let addr = |s: &std::net::UdpSocket| match s.local_addr().unwrap() {
-            std::net::SocketAddr::V4(v4) => v4,
-            other => panic!("{other}"),
-        };
+        let addr = |s: &std::net::UdpSocket| s.local_addr().unwrap();
         let (la, lb) = (addr(&a), addr(&b));
         drop((a, b));
         let a = Udp::bind(la, lb, 1 << 20).unwrap();
@@ -381,6 +407,17 @@ mod tests {
         assert_eq!(done, SendCalls { calls: 2, refused: 0 }, "two GSO runs");
         assert!(a.uses_gso());
         // Whether loopback hands them over coalesced or not, the split gives them back.
+        assert_eq!(receive(&b, sent.len()), sent);
+    }
+
+    /// The IPv6 socket (`sockaddr_in6`) batches and splits the same way.
+    #[test]
+    fn an_ipv6_gso_batch_arrives_as_the_datagrams_it_was() {
+        let (mut a, mut b) = pair_on(std::net::Ipv6Addr::LOCALHOST.into());
+        assert!(a.enable_offload() && b.enable_offload());
+        let sent = datagrams(&[1000, 1000, 1000, 400]);
+        let slices: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
+        assert_eq!(a.send_batch(&slices), SendCalls { calls: 1, refused: 0 });
         assert_eq!(receive(&b, sent.len()), sent);
     }
 

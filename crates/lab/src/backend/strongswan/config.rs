@@ -2,7 +2,7 @@
 //! end's own directory, an explicit plugin list, nothing read from /etc) and its
 //! `swanctl.conf` (the connection and the PSK). Pure: no IO, so tested byte for byte.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::Path;
 
 use model::{CipherSuite, Hmac};
@@ -102,7 +102,7 @@ pub struct Peer {
     /// Outer address: IKE and ESP travel between the two.
     pub outer: IpAddr,
     /// Inner address: the CHILD_SA's traffic selector (the payload's address).
-    pub inner: Ipv4Addr,
+    pub inner: IpAddr,
 }
 
 /// `swanctl.conf`: one IKEv2 connection from `me` to `peer` with PSK authentication and
@@ -127,8 +127,8 @@ pub fn swanctl_conf(me: &Peer, peer: &Peer, esp: &str, psk_hex: &str) -> String 
     }}
     children {{
       {CONN} {{
-        local_ts = {me_inner}/32
-        remote_ts = {peer_inner}/32
+        local_ts = {me_inner}/{host}
+        remote_ts = {peer_inner}/{host}
         esp_proposals = {esp}
         mode = tunnel
         start_action = none
@@ -145,6 +145,7 @@ secrets {{
 }}
 ",
         me_outer = me.outer,
+        host = if me.inner.is_ipv4() { 32 } else { 128 },
         peer_outer = peer.outer,
         me_id = me.id,
         peer_id = peer.id,
@@ -157,6 +158,7 @@ secrets {{
 mod tests {
     use super::*;
     use model::KeyBits;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn esp_proposals_name_the_suite_as_strongswan_does() {
@@ -202,12 +204,12 @@ mod tests {
         let a = Peer {
             id: "ipl-a".into(),
             outer: "198.18.0.1".parse().unwrap(),
-            inner: Ipv4Addr::new(198, 19, 0, 1),
+            inner: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
         };
         let b = Peer {
             id: "ipl-b".into(),
             outer: "198.18.0.2".parse().unwrap(),
-            inner: Ipv4Addr::new(198, 19, 0, 2),
+            inner: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
         };
         let conf = swanctl_conf(&a, &b, "aes128-sha256-noesn", "00ff");
         for line in [

@@ -158,8 +158,9 @@ impl StrongswanEnd {
         let (me, peer) = (peer_of(site.side), peer_of(site.side.other()));
         // The inner address lives on the veth; the route's source makes the sender use it,
         // so its packets match charon's policy (the same as the xfrm backend's tunnel mode).
-        Topology::add_address(site.namespace, link, me.inner, 32).await?;
-        Topology::add_route(site.namespace, peer.inner, 32, link, Some(me.inner)).await?;
+        let host = if me.inner.is_ipv4() { 32 } else { 128 };
+        Topology::add_address(site.namespace, link, me.inner, host).await?;
+        Topology::add_route(site.namespace, peer.inner, host, link, Some(me.inner)).await?;
 
         let dir = material.end_dir(site.side);
         let paths = Paths { dir: &dir };

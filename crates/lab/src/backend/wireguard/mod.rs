@@ -68,7 +68,9 @@ impl Keys {
 
 /// The inner MTU: the link's less WireGuard's overhead, so packets are never fragmented.
 pub fn inner_mtu(plan: &RunPlan) -> u32 {
-    plan.mtu - OVERHEAD
+    // OVERHEAD counts IPv4's 20-byte header; IPv6's is 20 bytes longer.
+    let ipv6 = (plan.addressing.family() == model::Family::Ipv6) as u32 * 20;
+    plan.mtu - OVERHEAD - ipv6
 }
 
 /// An end's device name. wireguard-go's UAPI socket (/var/run/wireguard/NAME.sock) is not
@@ -92,15 +94,15 @@ pub fn device_config(plan: &RunPlan, keys: &Keys, site: &Site<'_>, ifname: &str)
             public_key: keys.of(other).public,
             endpoint: SocketAddr::new(site.hosts.of(other), PORT),
             allowed_ips: vec![AllowedIp {
-                addr: IpAddr::V4(peer_inner),
-                prefix_len: 32,
+                addr: peer_inner,
+                prefix_len: if peer_inner.is_ipv4() { 32 } else { 128 },
             }],
         },
     }
 }
 
 /// This end's inner address and the peer's.
-pub fn inner_addrs(plan: &RunPlan, side: Side) -> (std::net::Ipv4Addr, std::net::Ipv4Addr) {
+pub fn inner_addrs(plan: &RunPlan, side: Side) -> (IpAddr, IpAddr) {
     let ad = plan.addressing;
     match side {
         Side::A => (ad.inner_a, ad.inner_b),
@@ -118,7 +120,8 @@ pub fn start_handshake(plan: &RunPlan, site: &Site<'_>, what: &str) -> LabResult
     let started = Instant::now();
     site.namespace
         .run(move || {
-            let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            let any = model::Family::of(peer_inner).unspecified();
+            let s = std::net::UdpSocket::bind((any, 0))?;
             // The discard port: nothing needs to answer, the handshake is the point.
             s.send_to(b"ipsec-lab: start the handshake", (peer_inner, 9))
         })?

@@ -9,7 +9,7 @@
 //! Evidence (`backend_details.xfrm`, [`XfrmEvidence`]): `mode`, `suite`, `reqid`, per-SA
 //! `spi`, `direction`, `packets`, `bytes` (the kernel's counters, read over netlink after
 //! the transfers), `esp_overhead_bytes_per_packet` (computed for a 1400-byte inner packet,
-//! outer IPv4 header included in tunnel mode, UDP header included with `--encap udp`),
+//! outer IPv4 (20) or IPv6 (40) header included in tunnel mode, UDP header included with `--encap udp`),
 //! `encap` (e.g. `ESP in UDP port 4500`, absent for plain ESP) and `kernel_drivers`
 //! (/proc/crypto after use).
 //!
@@ -45,8 +45,6 @@ use crate::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
 /// Whether `--show-keys` asked to print the SAs with their keys (never printed otherwise).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShowKeys(pub bool);
-
-const IPV4_HEADER_LEN: usize = 20;
 
 const NO_ESP: &str =
     "this kernel has no ESP support (CONFIG_INET_ESP); use --vm to run the kernel backend in a VM \
@@ -135,6 +133,8 @@ pub struct XfrmEnd {
     ports: Vec<Vec<u16>>,
     protection: Protection,
     encap: Option<model::Encap>,
+    /// The outer header a tunnel-mode packet gains is this family's.
+    family: model::Family,
     /// Held open for as long as the SAs exist (dropped after them: fields drop in order).
     _encap_socket: Option<EspInUdpSocket>,
 }
@@ -187,13 +187,9 @@ impl XfrmEnd {
                     // The inner address lives on the veth; the route's source makes the
                     // sender use it, so its packets match the policy.
                     let (here, there) = (data(site.side), data(site.side.other()));
-                    let (IpAddr::V4(here), IpAddr::V4(there)) = (here, there) else {
-                        return Err(LabError::usage(anyhow::anyhow!(
-                            "the lab's inner addresses are IPv4"
-                        )));
-                    };
-                    Topology::add_address(site.namespace, link, here, 32).await?;
-                    Topology::add_route(site.namespace, there, 32, link, Some(here)).await?;
+                    let host = if here.is_ipv4() { 32 } else { 128 };
+                    Topology::add_address(site.namespace, link, here, host).await?;
+                    Topology::add_route(site.namespace, there, host, link, Some(here)).await?;
                 }
                 XfrmHandle::open_in(&site.namespace.path())?
             }
@@ -225,6 +221,7 @@ impl XfrmEnd {
             ports,
             protection: set.first().protection.clone(),
             encap: plan.encap,
+            family: model::Family::of(hosts.a.to_canonical()),
             _encap_socket: encap_socket,
         })
     }
@@ -233,7 +230,7 @@ impl XfrmEnd {
     pub async fn evidence(&self) -> LabResult<XfrmEvidence> {
         let sas = self.installed.counters(&self.ports).await?;
         let tunnel_header = if self.mode == IpsecMode::Tunnel {
-            IPV4_HEADER_LEN
+            self.family.ip_header_len()
         } else {
             0
         };
