@@ -240,6 +240,8 @@ pub struct RunRequest {
     /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
     pub encap: Option<crate::encap::EncapKind>,
     pub encap_port: Option<u16>,
+    /// `--netem SPEC`: the WAN conditions the lab's link gets.
+    pub netem: Option<crate::netem::NetemSpec>,
 }
 
 impl Default for RunRequest {
@@ -265,6 +267,7 @@ impl Default for RunRequest {
             tunnel_threads: 1,
             encap: None,
             encap_port: None,
+            netem: None,
         }
     }
 }
@@ -302,6 +305,9 @@ pub struct RunPlan {
     /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<crate::encap::Encap>,
+    /// `--netem`: the netem qdisc on both ends of the lab's link; None: the bare veth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netem: Option<crate::netem::NetemSpec>,
 }
 
 fn one_thread() -> u16 {
@@ -491,6 +497,9 @@ impl RunRequest {
             if self.port < 1024 {
                 return Err(PlanError::PeerPort(self.port));
             }
+            if self.netem.is_some() {
+                return Err(PlanError::NetemPeer);
+            }
             mode = IpsecMode::Transport;
         } else if self.reverse {
             ignored.push("--reverse (only a run with --peer has a direction)".into());
@@ -518,6 +527,7 @@ impl RunRequest {
                 1
             },
             encap,
+            netem: self.netem,
         })
     }
 }
@@ -606,6 +616,10 @@ pub enum PlanError {
     EncapPort(u16),
     #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
     EncapPeer,
+    #[error("--netem shapes the lab's own veth link; between two hosts shape the real link with tc on the machines themselves")]
+    NetemPeer,
+    #[error(transparent)]
+    Netem(#[from] crate::netem::NetemError),
 }
 
 #[cfg(test)]

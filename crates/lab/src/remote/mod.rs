@@ -111,6 +111,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         tunnel_threads: 1,
         // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
         encap: None,
+        // `--netem` shapes the local lab's veth; it is refused with `--peer`.
+        netem: None,
     }
 }
 
