@@ -126,6 +126,10 @@ pub struct RunArgs {
     /// UDP port of --encap udp, on both ends [default: 4500].
     #[arg(long, value_name = "PORT")]
     pub encap_port: Option<u16>,
+    /// WAN conditions on the lab's link, in tc's words, e.g. "delay 20ms loss 0.1% rate
+    /// 1gbit": the netem qdisc on both veth ends (each direction gets the spec).
+    #[arg(long, value_name = "SPEC")]
+    pub netem: Option<model::NetemSpec>,
 }
 
 impl RunArgs {
@@ -153,6 +157,7 @@ impl RunArgs {
             tunnel_threads: self.tunnel_threads,
             encap: self.encap,
             encap_port: self.encap_port,
+            netem: self.netem.clone(),
         }
     }
 }
@@ -230,6 +235,8 @@ mod tests {
             (&["run", "--cipher", "aes-512-gcm"][..], "aes-{128,256}-gcm"),
             (&["run", "--crypto", "nonsense"][..], "auto, soft"),
             (&["run", "--backend", "ipsec"][..], "plain, xfrm"),
+            (&["run", "--netem", "delay 20"][..], "with a unit"),
+            (&["run", "--netem", "loss 0.1"][..], "0.1%"),
         ] {
             let err = parse(args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}");

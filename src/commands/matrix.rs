@@ -54,8 +54,10 @@ pub struct MatrixArgs {
     /// TCP port of the receiver.
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
-    /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image):
-    /// one boot for all of them.
+    /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image, or
+    /// a release with an image in /boot): one boot for all of them. Several kernels,
+    /// comma-separated, boot one after the other: each kernel's rows are labelled with its
+    /// uname -r, and `compare --kernels A,B` puts them side by side.
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
     pub vm: Option<String>,
     /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
@@ -74,6 +76,12 @@ pub struct MatrixArgs {
     /// UDP port of the --encap row [default: 4500].
     #[arg(long, value_name = "PORT", requires = "encap")]
     pub encap_port: Option<u16>,
+    /// Link conditions as a row dimension: netem specs in tc's words, separated by `;`,
+    /// `none` for the bare link, e.g. "none;delay 20ms;delay 50ms loss 1%". Every row runs
+    /// once per condition (its label ends in `@ SPEC`); hosts without netem run them with
+    /// --vm.
+    #[arg(long, value_name = "SPEC[;SPEC...]")]
+    pub netem: Option<String>,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -105,6 +113,10 @@ impl MatrixArgs {
                 .encap
                 .map(|kind| model::Encap::from_args(kind, self.encap_port))
                 .transpose()?,
+            netem: match &self.netem {
+                Some(text) => model::netem::parse_conditions(text).map_err(LabError::usage)?,
+                None => vec![],
+            },
             seed: seed_from_clock(),
             started_unix_s,
         }

@@ -6,6 +6,7 @@
 
 pub mod encap;
 pub mod env;
+pub mod kernels;
 pub mod matrix;
 pub mod netem;
 pub mod plan;
