@@ -18,12 +18,22 @@ fn two_kernels() -> Option<(String, String)> {
     let stock = std::fs::read_dir("/boot")
         .ok()?
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("vmlinuz-").map(str::to_string))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("vmlinuz-")
+                .map(str::to_string)
+        })
         .max()?;
     let second = std::fs::read_dir("/var/lib/ipsec-lab/kernels")
         .ok()?
         .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("vmlinuz-").map(str::to_string))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("vmlinuz-")
+                .map(str::to_string)
+        })
         .find(|k| *k != stock)?;
     Some((stock, second))
 }
@@ -35,7 +45,10 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
         return;
     }
     let Some((stock, second)) = two_kernels() else {
-        testcap::skip(test, "no second kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel");
+        testcap::skip(
+            test,
+            "no second kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
+        );
         return;
     };
     let _lock = lab_lock();
@@ -61,7 +74,11 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
         "--json",
         json.to_str().unwrap(),
     ]);
-    eprintln!("two-kernel matrix took {:.0} s\n{}", started.elapsed().as_secs_f64(), text(&out));
+    eprintln!(
+        "two-kernel matrix took {:.0} s\n{}",
+        started.elapsed().as_secs_f64(),
+        text(&out)
+    );
     assert!(out.status.success(), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for release in [&stock, &second] {
@@ -76,9 +93,15 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
             .iter()
             .filter(|r| r["key"]["environment"] == environment)
             .collect();
-        let xfrm = rows.iter().find(|r| r["key"]["backend"] == "xfrm").unwrap_or_else(|| panic!("{release}: {rows:?}"));
+        let xfrm = rows
+            .iter()
+            .find(|r| r["key"]["backend"] == "xfrm")
+            .unwrap_or_else(|| panic!("{release}: {rows:?}"));
         assert_eq!(xfrm["cells"][0]["status"], "measured", "{xfrm}");
-        assert!(text(&out).contains(&format!("(vm {release})")), "the table labels {release}");
+        assert!(
+            text(&out).contains(&format!("(vm {release})")),
+            "the table labels {release}"
+        );
     }
     let compared = run_lab(&[
         "compare",
@@ -90,7 +113,12 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
     let shown = text(&compared);
     assert!(shown.contains("xfrm") && shown.contains("(vm)"), "{shown}");
     // A kernel the report does not hold is bad input, naming the kernels it has.
-    let wrong = run_lab(&["compare", json.to_str().unwrap(), "--kernels", &format!("{stock},0.0.1")]);
+    let wrong = run_lab(&[
+        "compare",
+        json.to_str().unwrap(),
+        "--kernels",
+        &format!("{stock},0.0.1"),
+    ]);
     assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
     assert!(text(&wrong).contains(&second), "{}", text(&wrong));
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
@@ -98,7 +126,13 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
 
 #[test]
 fn vm_kernels_that_do_not_exist_exit_2() {
-    let out = run_lab(&["matrix", "--backends", "xfrm", "--vm", "/boot/vmlinuz-0.0.1-nope,auto"]);
+    let out = run_lab(&[
+        "matrix",
+        "--backends",
+        "xfrm",
+        "--vm",
+        "/boot/vmlinuz-0.0.1-nope,auto",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("no such kernel image"), "{}", text(&out));
 }

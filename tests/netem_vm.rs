@@ -35,16 +35,39 @@ fn netem_bad_specs_exit_2_and_create_nothing() {
     let before = lab_namespaces();
     for (args, hint) in [
         (&["run", "--backend", "plain", "--netem", ""][..], "empty"),
-        (&["run", "--backend", "plain", "--netem", "delay 20"][..], "with a unit"),
-        (&["run", "--backend", "plain", "--netem", "loss 0.1"][..], "0.1%"),
-        (&["run", "--backend", "plain", "--netem", "reorder 5%"][..], "needs a delay"),
-        (&["run", "--backend", "plain", "--netem", "rate fast"][..], "1gbit"),
-        (&["run", "--backend", "plain", "--netem", "delay 5ms corrupt 1%"][..], "unknown word"),
         (
-            &["run", "--backend", "plain", "--netem", "delay 5ms", "--peer", "192.0.2.1"][..],
+            &["run", "--backend", "plain", "--netem", "delay 20"][..],
+            "with a unit",
+        ),
+        (&["run", "--backend", "plain", "--netem", "loss 0.1"][..], "0.1%"),
+        (
+            &["run", "--backend", "plain", "--netem", "reorder 5%"][..],
+            "needs a delay",
+        ),
+        (
+            &["run", "--backend", "plain", "--netem", "rate fast"][..],
+            "1gbit",
+        ),
+        (
+            &["run", "--backend", "plain", "--netem", "delay 5ms corrupt 1%"][..],
+            "unknown word",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "plain",
+                "--netem",
+                "delay 5ms",
+                "--peer",
+                "192.0.2.1",
+            ][..],
             "between two hosts",
         ),
-        (&["matrix", "--backends", "plain", "--netem", "none;delay 5"][..], "with a unit"),
+        (
+            &["matrix", "--backends", "plain", "--netem", "none;delay 5"][..],
+            "with a unit",
+        ),
     ] {
         let out = run_lab(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
@@ -64,7 +87,16 @@ fn netem_on_this_kernel_runs_or_exits_3_naming_vm() {
     let _lock = lab_lock();
     let before = lab_namespaces();
     let out = run_lab(&[
-        "run", "--backend", "plain", "--bytes", "1MB", "--no-progress", "--netem", "delay 1ms", "--json", "-",
+        "run",
+        "--backend",
+        "plain",
+        "--bytes",
+        "1MB",
+        "--no-progress",
+        "--netem",
+        "delay 1ms",
+        "--json",
+        "-",
     ]);
     match out.status.code() {
         Some(3) => assert!(text(&out).contains("--vm"), "{}", text(&out)),
@@ -89,7 +121,10 @@ fn tc_qdisc(ns: &str, link: &str) -> String {
 /// While `run` lives, watches its namespaces and keeps, per veth end, the first thing tc
 /// printed that holds a netem qdisc (empty where it never saw one); returns them with the
 /// run's exit status.
-fn observe_netem(before: &[String], run: &mut std::process::Child) -> (Vec<String>, std::process::ExitStatus) {
+fn observe_netem(
+    before: &[String],
+    run: &mut std::process::Child,
+) -> (Vec<String>, std::process::ExitStatus) {
     let mut seen = vec![String::new(), String::new()];
     loop {
         if let Some(status) = run.try_wait().unwrap() {
@@ -134,7 +169,10 @@ fn guest_netem_checks() {
     eprintln!("guest: tc saw {seen:?}");
     for s in &seen {
         assert!(s.contains("qdisc netem") && s.contains("root"), "{s}");
-        assert!(s.contains("delay 20ms") && s.contains("loss 0.1%") && s.contains("rate 1Gbit"), "{s}");
+        assert!(
+            s.contains("delay 20ms") && s.contains("loss 0.1%") && s.contains("rate 1Gbit"),
+            "{s}"
+        );
     }
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let conditions = &report["conditions"];
@@ -148,21 +186,43 @@ fn guest_netem_checks() {
     let rtt_min = conditions["rtt_ms"]["min"].as_f64().unwrap();
     eprintln!("guest: link RTT {}", conditions["rtt_ms"]);
     // 20 ms each way: a handshake cannot come back sooner than 40 ms.
-    assert!(rtt_min >= 40.0, "RTT {rtt_min} ms does not show 2 x 20 ms of delay");
-    assert!(rtt_min < 1000.0, "RTT {rtt_min} ms: far beyond the delay asked for");
+    assert!(
+        rtt_min >= 40.0,
+        "RTT {rtt_min} ms does not show 2 x 20 ms of delay"
+    );
+    assert!(
+        rtt_min < 1000.0,
+        "RTT {rtt_min} ms: far beyond the delay asked for"
+    );
     assert_eq!(report["transfers"][0]["verified"], true);
     assert!(
-        report["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("netem delay 20ms")),
+        report["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().starts_with("netem delay 20ms")),
         "{}",
         report["notes"]
     );
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new(), "the run left namespaces");
+    assert_eq!(
+        new_lab_namespaces(&before),
+        Vec::<String>::new(),
+        "the run left namespaces"
+    );
 
     // The matrix with the link condition as a dimension.
     let json = out.join("netem-matrix.json");
     let m = lab()
         .args(["matrix", "--backends", "plain,xfrm"])
-        .args(["--ciphers", "aes-128-gcm", "--bytes", "1MB", "--repeat", "1", "--no-progress"])
+        .args([
+            "--ciphers",
+            "aes-128-gcm",
+            "--bytes",
+            "1MB",
+            "--repeat",
+            "1",
+            "--no-progress",
+        ])
         .args(["--netem", "none;delay 10ms", "--json"])
         .arg(&json)
         .output()
@@ -171,14 +231,22 @@ fn guest_netem_checks() {
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = report["rows"].as_array().unwrap();
     let key = |r: &serde_json::Value| format!("{} {}", r["key"]["backend"], r["key"]["variant"]);
-    let bare: Vec<String> = rows.iter().filter(|r| r["key"]["netem"].is_null()).map(key).collect();
+    let bare: Vec<String> = rows
+        .iter()
+        .filter(|r| r["key"]["netem"].is_null())
+        .map(key)
+        .collect();
     let shaped: Vec<String> = rows
         .iter()
         .filter(|r| r["key"]["netem"] == "delay 10ms")
         .map(key)
         .collect();
     eprintln!("guest: matrix rows {bare:?} and shaped {shaped:?}\n{}", text(&m));
-    assert_eq!(bare.len() + shaped.len(), rows.len(), "a row of another condition");
+    assert_eq!(
+        bare.len() + shaped.len(),
+        rows.len(),
+        "a row of another condition"
+    );
     assert_eq!(bare, shaped, "every row once per condition");
     assert!(bare[0].starts_with("\"plain\"") && bare.len() >= 2, "{bare:?}");
     // Grouped by condition: the bare link's rows first.
@@ -188,11 +256,21 @@ fn guest_netem_checks() {
         for cell in row["cells"].as_array().unwrap() {
             assert_eq!(cell["status"], "measured", "{row}");
             let notes = cell["notes"].as_array().map(|n| n.to_vec()).unwrap_or_default();
-            let shaped = notes.iter().any(|n| n.as_str().unwrap().starts_with("netem delay 10ms"));
+            let shaped = notes
+                .iter()
+                .any(|n| n.as_str().unwrap().starts_with("netem delay 10ms"));
             assert_eq!(shaped, row["key"]["netem"].is_string(), "{row}");
             assert!(cell["percent_of_plain"].is_number(), "{row}");
         }
     }
-    assert!(text(&m).contains("@ delay 10ms"), "the table labels the condition: {}", text(&m));
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new(), "the matrix left namespaces");
+    assert!(
+        text(&m).contains("@ delay 10ms"),
+        "the table labels the condition: {}",
+        text(&m)
+    );
+    assert_eq!(
+        new_lab_namespaces(&before),
+        Vec::<String>::new(),
+        "the matrix left namespaces"
+    );
 }

@@ -19,7 +19,13 @@ pub struct CompareArgs {
     pub after: Option<PathBuf>,
     /// Compare two kernels' VM rows within ONE report (from `matrix --vm A,B`): the rows of
     /// kernel A (its uname -r, as in the row labels) are "before", those of B "after".
-    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 1, conflicts_with = "after")]
+    #[arg(
+        long,
+        value_name = "A,B",
+        value_delimiter = ',',
+        num_args = 1,
+        conflicts_with = "after"
+    )]
     pub kernels: Vec<String>,
     /// Smallest change of a median, in percent, that is flagged (it must also lie beyond
     /// the noise: see --confidence).
@@ -59,7 +65,10 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
                     "only one of BEFORE and AFTER can be `-` (stdin)"
                 )));
             }
-            (super::report::load(&args.before)?, super::report::load(after_path)?)
+            (
+                super::report::load(&args.before)?,
+                super::report::load(after_path)?,
+            )
         }
         (None, [a, b]) => {
             let both = super::report::load(&args.before)?;

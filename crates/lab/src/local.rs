@@ -74,13 +74,15 @@ pub async fn run_on(
         return run_ends(plan, topology, cancel, show, progress).await;
     };
     let result = match crate::netem::shape(topology, spec).await {
-        Ok(conditions) => run_ends(plan, topology, cancel, show, progress)
-            .await
-            .map(|(mut report, evidence)| {
-                report.notes.push(conditions.line());
-                report.conditions = Some(conditions);
-                (report, evidence)
-            }),
+        Ok(conditions) => {
+            run_ends(plan, topology, cancel, show, progress)
+                .await
+                .map(|(mut report, evidence)| {
+                    report.notes.push(conditions.line());
+                    report.conditions = Some(conditions);
+                    (report, evidence)
+                })
+        }
         Err(e) => Err(e),
     };
     let unshaped = crate::netem::unshape(topology).await;

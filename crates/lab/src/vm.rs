@@ -32,7 +32,8 @@ pub const VIRT_KVM: &str = "vm (kvm)";
 pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
 /// Modules the xfrm backend needs in the stock kernel (autoloading would find most, but a
 /// probe that fails before a module loads would report a missing capability).
-pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard sch_netem";
+pub const GUEST_MODULES: &str =
+    "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard sch_netem";
 /// How long a KVM guest may take to print a token before KVM is declared unusable here.
 const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
 /// In the directory shared with the guest: the report the guest's run writes (`--json`),
@@ -66,7 +67,10 @@ impl Accel {
 /// it is installed (so a second kernel installed beside it, `lab/setup.sh
 /// --second-kernel`, does not change the default), else the newest.
 pub fn default_kernel() -> Option<PathBuf> {
-    if let Some(stock) = debian_stock_release().map(|r| image_of(&r)).filter(|p| p.is_file()) {
+    if let Some(stock) = debian_stock_release()
+        .map(|r| image_of(&r))
+        .filter(|p| p.is_file())
+    {
         return Some(stock);
     }
     let mut images: Vec<PathBuf> = std::fs::read_dir("/boot")
@@ -90,7 +94,9 @@ fn debian_stock_release() -> Option<String> {
         .output()
         .ok()?;
     let depends = String::from_utf8_lossy(&out.stdout);
-    let first = depends.split([',', '|', ' ']).find(|w| w.starts_with("linux-image-"))?;
+    let first = depends
+        .split([',', '|', ' '])
+        .find(|w| w.starts_with("linux-image-"))?;
     Some(first.trim_start_matches("linux-image-").to_string())
 }
 
@@ -293,7 +299,9 @@ pub const AUTO: &str = "auto";
 /// virtme-ng is known to be installed.
 pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
     check_vm_paths(kernel_arg)?;
-    let named = kernel_arg.filter(|k| !k.is_empty() && *k != AUTO).map(kernel_image);
+    let named = kernel_arg
+        .filter(|k| !k.is_empty() && *k != AUTO)
+        .map(kernel_image);
     if !vng_available() {
         return Err(LabError::capability(anyhow::anyhow!(
             "--vm needs virtme-ng (`pip install virtme-ng`, command `vng`) and qemu-system-x86; run lab/setup.sh"
@@ -313,7 +321,10 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
 /// vng would split into extra arguments. Bad input whatever is installed, so checked before
 /// anything else.
 pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
-    if let Some(kernel) = kernel_arg.filter(|k| !k.is_empty() && *k != AUTO).map(kernel_image) {
+    if let Some(kernel) = kernel_arg
+        .filter(|k| !k.is_empty() && *k != AUTO)
+        .map(kernel_image)
+    {
         let kernel = kernel.as_path();
         if !kernel.is_file() {
             return Err(LabError::usage(anyhow::anyhow!(

@@ -91,9 +91,15 @@ mod tests {
             let CellOutcomeReason(reason) = reason_of(view);
             assert_eq!(reason, release, "the right kernel's row");
         }
-        assert_eq!(a.environments[VM].kernel_release, b.environments[VM].kernel_release);
+        assert_eq!(
+            a.environments[VM].kernel_release,
+            b.environments[VM].kernel_release
+        );
         let e = kernel_views(&r, "6.1.0-57-amd64", "5.10").unwrap_err();
-        assert!(e.contains("no VM rows of kernel 5.10") && e.contains("6.12.38"), "{e}");
+        assert!(
+            e.contains("no VM rows of kernel 5.10") && e.contains("6.12.38"),
+            "{e}"
+        );
     }
 
     struct CellOutcomeReason(String);

@@ -295,7 +295,9 @@ impl MatrixReport {
     pub fn baseline_under(&self, environment: &str, netem: Option<&str>) -> Option<f64> {
         self.rows
             .iter()
-            .filter(|r| r.is_baseline() && r.key.environment == environment && r.key.netem.as_deref() == netem)
+            .filter(|r| {
+                r.is_baseline() && r.key.environment == environment && r.key.netem.as_deref() == netem
+            })
             .flat_map(|r| r.cells.iter())
             .find_map(|c| c.measurement().map(|m| m.mb_per_s.median))
     }

@@ -360,7 +360,11 @@ impl LinkConditions {
             .installed
             .iter()
             .map(|i| {
-                let same = if i.matches_request { "as asked" } else { "DIFFERS from the request" };
+                let same = if i.matches_request {
+                    "as asked"
+                } else {
+                    "DIFFERS from the request"
+                };
                 format!("{} in {}: {} ({same})", i.link, i.namespace, i.netem)
             })
             .collect();
@@ -420,7 +424,10 @@ mod tests {
             Some(10_000_000)
         );
         assert_eq!("delay 1.5s".parse::<NetemSpec>().unwrap().delay_ns, 1_500_000_000);
-        assert_eq!("delay 250us".parse::<NetemSpec>().unwrap().to_string(), "delay 250us");
+        assert_eq!(
+            "delay 250us".parse::<NetemSpec>().unwrap().to_string(),
+            "delay 250us"
+        );
     }
 
     #[test]

@@ -128,7 +128,10 @@ impl NetemQdisc {
     /// 64-bit latency, jitter and rate win over the qopt's 32-bit fields).
     pub fn parse_options(payload: &[u8]) -> Result<NetemQdisc, String> {
         if payload.len() < QOPT_LEN {
-            return Err(format!("netem options of {} bytes, shorter than tc_netem_qopt", payload.len()));
+            return Err(format!(
+                "netem options of {} bytes, shorter than tc_netem_qopt",
+                payload.len()
+            ));
         }
         let u32_at = |b: &[u8], at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let mut q = NetemQdisc {
@@ -150,7 +153,11 @@ impl NetemQdisc {
                 return Err(format!("netem attribute {kind} of bad length {len}"));
             }
             let value = &rest[4..len];
-            let u64_value = || value.get(..8).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+            let u64_value = || {
+                value
+                    .get(..8)
+                    .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+            };
             match kind {
                 TCA_NETEM_REORDER if value.len() >= 4 => q.reorder = u32_at(value, 0),
                 TCA_NETEM_RATE if value.len() >= 4 => q.rate = u64::from(u32_at(value, 0)),
@@ -239,7 +246,10 @@ pub async fn installed(ns: &Namespace, device: &str) -> Result<Option<NetemQdisc
         if tc.header.index != index as i32 || tc.header.parent != TcHandle::ROOT {
             continue;
         }
-        let is_netem = tc.attributes.iter().any(|a| matches!(a, TcAttribute::Kind(k) if k == KIND));
+        let is_netem = tc
+            .attributes
+            .iter()
+            .any(|a| matches!(a, TcAttribute::Kind(k) if k == KIND));
         if !is_netem {
             return Ok(None);
         }
@@ -277,7 +287,10 @@ pub async fn remove(ns: &Namespace, device: &str) -> Result<(), NetnsError> {
         .map_err(|e| crate::topology::netlink(ns, format!("delete the root qdisc of {device}"), e))
 }
 
-async fn acked(mut h: rtnetlink::Handle, msg: NetlinkMessage<RouteNetlinkMessage>) -> Result<(), rtnetlink::Error> {
+async fn acked(
+    mut h: rtnetlink::Handle,
+    msg: NetlinkMessage<RouteNetlinkMessage>,
+) -> Result<(), rtnetlink::Error> {
     let mut replies = h.request(msg)?;
     while let Some(reply) = replies.next().await {
         if let NetlinkPayload::Error(e) = reply.payload {
@@ -294,7 +307,10 @@ async fn acked(mut h: rtnetlink::Handle, msg: NetlinkMessage<RouteNetlinkMessage
 pub fn kernel_has_netem() -> bool {
     let probe = std::thread::spawn(|| -> Option<bool> {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).ok()?;
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
         rt.block_on(async {
             let (connection, h, _) = rtnetlink::new_connection().ok()?;
             tokio::spawn(connection);

@@ -134,7 +134,13 @@ pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel:
         let refused = |reason: &str| -> Vec<Row> {
             vm_backends(args)
                 .into_iter()
-                .map(|b| refused_row(RowKey::new(b, RowVariant::Default, &environment), &args.suites, reason))
+                .map(|b| {
+                    refused_row(
+                        RowKey::new(b, RowVariant::Default, &environment),
+                        &args.suites,
+                        reason,
+                    )
+                })
                 .collect()
         };
         if cancel.is_cancelled() {
@@ -187,7 +193,8 @@ async fn vm_sweep(
     child.output = Output::Discard;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
     let rows_per_suite = 2 + u64::from(args.has(Backend::Strongswan)) + u64::from(args.encap.is_some());
-    let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat) * args.netem.len() as u64;
+    let cells =
+        (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat) * args.netem.len() as u64;
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
         "ipsec-lab: kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
