@@ -48,12 +48,43 @@ pub fn kernel_views(report: &MatrixReport, a: &str, b: &str) -> Result<(MatrixRe
             env.kernel_release = format!("{a} vs {b}");
             out.environments.insert(VM.into(), env);
         }
+        default_driver_row_as_default(&mut out, report.environments.get(&environment));
         out.payload_by_environment.clear();
         out.payload = report.payload_of(&environment);
         out.notes = vec![format!("kernel {release}")];
         Ok(out)
     };
     Ok((view(a)?, view(b)?))
+}
+
+/// Where a kernel has several `cbc(aes)` drivers its xfrm rows are per driver
+/// (`xfrm [cbc-aes-aesni]`), where it has one the row is plain `xfrm`; so the two kernels'
+/// rows pair, the row of the driver the kernel picks by itself (its environment's
+/// `cbc(aes)` driver) stands as the default row when there is none.
+fn default_driver_row_as_default(view: &mut MatrixReport, env: Option<&crate::Environment>) {
+    use crate::matrix::RowVariant;
+    let Some(default) = env.and_then(|e| e.kernel_drivers.get("cbc(aes)")) else {
+        return;
+    };
+    let has_default = |v: &MatrixReport| {
+        v.rows
+            .iter()
+            .any(|r| r.key.backend == crate::Backend::Xfrm && r.key.variant == RowVariant::Default)
+    };
+    if has_default(view) {
+        return;
+    }
+    for row in &mut view.rows {
+        if row.key.backend == crate::Backend::Xfrm
+            && row.key.variant == RowVariant::KernelDriver(default.clone())
+        {
+            row.key.variant = RowVariant::Default;
+            row.notes.push(format!(
+                "the row of {default}, the kernel's own choice of cbc(aes) driver"
+            ));
+            return;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -100,6 +131,25 @@ mod tests {
             e.contains("no VM rows of kernel 5.10") && e.contains("6.12.38"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_kernels_own_driver_row_pairs_with_a_kernel_that_has_one_driver() {
+        let mut r = report();
+        let old = vm_environment("6.1.0-57-amd64");
+        r.rows[0].key.variant = RowVariant::KernelDriver("cbc-aes-aesni".into());
+        let mut generic = r.rows[0].clone();
+        generic.key.variant = RowVariant::KernelDriver("cbc(aes-generic)".into());
+        r.rows.push(generic);
+        r.environments
+            .get_mut(&old)
+            .unwrap()
+            .kernel_drivers
+            .insert("cbc(aes)".into(), "cbc-aes-aesni".into());
+        let (a, b) = kernel_views(&r, "6.1.0-57-amd64", "6.12.38+deb12-amd64").unwrap();
+        let labels = |v: &MatrixReport| v.rows.iter().map(|r| r.key.label()).collect::<Vec<_>>();
+        assert_eq!(labels(&a), ["xfrm (vm)", "xfrm [cbc(aes-generic)] (vm)"]);
+        assert_eq!(labels(&b), ["xfrm (vm)"]);
     }
 
     struct CellOutcomeReason(String);
