@@ -66,23 +66,26 @@ fn default_driver_row_as_default(view: &mut MatrixReport, env: Option<&crate::En
     let Some(default) = env.and_then(|e| e.kernel_drivers.get("cbc(aes)")) else {
         return;
     };
-    let has_default = |v: &MatrixReport| {
-        v.rows
+    let xfrm = |r: &crate::matrix::Row| r.key.backend == crate::Backend::Xfrm;
+    // Per link condition: each has its own rows.
+    let mut conditions: Vec<Option<String>> = view.rows.iter().map(|r| r.key.netem.clone()).collect();
+    conditions.dedup();
+    for netem in conditions {
+        let has_default = view
+            .rows
             .iter()
-            .any(|r| r.key.backend == crate::Backend::Xfrm && r.key.variant == RowVariant::Default)
-    };
-    if has_default(view) {
-        return;
-    }
-    for row in &mut view.rows {
-        if row.key.backend == crate::Backend::Xfrm
-            && row.key.variant == RowVariant::KernelDriver(default.clone())
-        {
+            .any(|r| xfrm(r) && r.key.netem == netem && r.key.variant == RowVariant::Default);
+        if has_default {
+            continue;
+        }
+        let own = view.rows.iter_mut().find(|r| {
+            xfrm(r) && r.key.netem == netem && r.key.variant == RowVariant::KernelDriver(default.clone())
+        });
+        if let Some(row) = own {
             row.key.variant = RowVariant::Default;
             row.notes.push(format!(
                 "the row of {default}, the kernel's own choice of cbc(aes) driver"
             ));
-            return;
         }
     }
 }
@@ -141,6 +144,9 @@ mod tests {
         let mut generic = r.rows[0].clone();
         generic.key.variant = RowVariant::KernelDriver("cbc(aes-generic)".into());
         r.rows.push(generic);
+        let mut shaped = r.rows[0].clone();
+        shaped.key.netem = Some("delay 20ms".into());
+        r.rows.push(shaped);
         r.environments
             .get_mut(&old)
             .unwrap()
@@ -148,7 +154,14 @@ mod tests {
             .insert("cbc(aes)".into(), "cbc-aes-aesni".into());
         let (a, b) = kernel_views(&r, "6.1.0-57-amd64", "6.12.38+deb12-amd64").unwrap();
         let labels = |v: &MatrixReport| v.rows.iter().map(|r| r.key.label()).collect::<Vec<_>>();
-        assert_eq!(labels(&a), ["xfrm (vm)", "xfrm [cbc(aes-generic)] (vm)"]);
+        assert_eq!(
+            labels(&a),
+            [
+                "xfrm (vm)",
+                "xfrm [cbc(aes-generic)] (vm)",
+                "xfrm (vm) @ delay 20ms"
+            ]
+        );
         assert_eq!(labels(&b), ["xfrm (vm)"]);
     }
 
