@@ -11,7 +11,7 @@
 //!   condition, labelled with it, all cells measured (kernel ESP across the shaped link), "% of plain" taken from the plain row of the same condition.
 //!
 //! On the host: bad specs exit 2 and create nothing; a kernel without netem exits 3 and
-//! says to use --vm.
+//! says to use --vm, and a matrix's shaped rows there are "not run" with that reason.
 
 mod common;
 
@@ -105,6 +105,51 @@ fn netem_on_this_kernel_runs_or_exits_3_naming_vm() {
             assert_eq!(report["conditions"]["netem"], "delay 1ms", "{report}");
         }
         _ => panic!("run --netem: {}", text(&out)),
+    }
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+/// A matrix on this kernel: the bare link's row is measured; the shaped row is measured
+/// where the kernel has netem and otherwise not run, saying why (never a zero).
+#[test]
+fn matrix_netem_rows_on_this_kernel_are_measured_or_say_why() {
+    if !root_or_skip("matrix_netem_rows_on_this_kernel_are_measured_or_say_why") {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let out = run_lab(&[
+        "matrix",
+        "--backends",
+        "plain",
+        "--bytes",
+        "1MB",
+        "--repeat",
+        "1",
+        "--no-progress",
+        "--netem",
+        "none;delay 5ms",
+        "--json",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    assert!(rows[0]["key"]["netem"].is_null());
+    assert_eq!(rows[0]["cells"][0]["status"], "measured");
+    assert_eq!(rows[1]["key"]["netem"], "delay 5ms");
+    let shaped = &rows[1]["cells"][0];
+    if shaped["status"] == "not_run" {
+        assert!(
+            shaped["reason"]
+                .as_str()
+                .unwrap()
+                .contains("CONFIG_NET_SCH_NETEM"),
+            "{shaped}"
+        );
+    } else {
+        assert_eq!(shaped["status"], "measured", "{shaped}");
     }
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
