@@ -5,7 +5,7 @@ BIN := target/release/ipsec-lab
 # The main use; --vm auto boots a stock kernel only where this one has no ESP.
 RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup build run matrix test lint bench-plain bench-userspace bench-threads clean deb install uninstall
+.PHONY: setup setup-test build run matrix test lint bench-plain bench-userspace bench-threads clean deb install uninstall
 # make install / uninstall: where (PREFIX) and into which staging root (DESTDIR).
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -14,6 +14,10 @@ INSTALL_BUILD ?= build
 
 setup:
 	@bash lab/setup.sh
+
+# The tests also boot a second kernel (tests/kernels_vm.rs: kernel rows per kernel).
+setup-test:
+	@bash lab/setup.sh --second-kernel
 
 build:
 	$(CARGO) build --release
@@ -32,7 +36,7 @@ lint:
 	python3 lab/import-circles.py src crates/*/src
 
 # Every test, including the root-only end-to-end ones (CI runs as root).
-test: setup lint
+test: setup-test lint
 	$(CARGO) test --workspace
 
 # The lab's sender/receiver against iperf3 on the same fresh veth pair.

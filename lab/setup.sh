@@ -42,6 +42,11 @@ fi
 # The Debian package's test builds it with the pinned cargo-deb (compiled once: minutes).
 bash "$(dirname "$0")/deb/cargo-deb.sh"
 
+# A second kernel for the VM lab (kernel rows per kernel), only when asked.
+if [[ " $* " == *" --second-kernel "* || "${IPSEC_LAB_SECOND_KERNEL:-0}" == 1 ]]; then
+  bash "$(dirname "$0")/second-kernel.sh"
+fi
+
 # Tests create namespaces under /run/netns like ip(8) does.
 mkdir -p /run/netns
-echo "lab/setup.sh: ready ($(ls /boot/vmlinuz-* 2>/dev/null | tr '\n' ' '))"
+echo "lab/setup.sh: ready ($(ls /boot/vmlinuz-* /var/lib/ipsec-lab/kernels/vmlinuz-* 2>/dev/null | tr '\n' ' '))"

@@ -134,6 +134,10 @@ pub struct RunArgs {
     /// SAs spread their packets over the CPUs (removed afterwards if the run created it).
     #[arg(long)]
     pub pcrypt: bool,
+    /// WAN conditions on the lab's link, in tc's words, e.g. "delay 20ms loss 0.1% rate
+    /// 1gbit": the netem qdisc on both veth ends (each direction gets the spec).
+    #[arg(long, value_name = "SPEC")]
+    pub netem: Option<model::NetemSpec>,
     #[command(flatten)]
     pub family: FamilyArgs,
 }
@@ -191,6 +195,7 @@ impl RunArgs {
             sas: self.sas,
             pcrypt: self.pcrypt,
             family: self.family.family(),
+            netem: self.netem.clone(),
         }
     }
 }
@@ -273,6 +278,8 @@ mod tests {
             (&["run", "--cipher", "aes-512-gcm"][..], "aes-{128,256}-gcm"),
             (&["run", "--crypto", "nonsense"][..], "auto, soft"),
             (&["run", "--backend", "ipsec"][..], "plain, xfrm"),
+            (&["run", "--netem", "delay 20"][..], "with a unit"),
+            (&["run", "--netem", "loss 0.1"][..], "0.1%"),
         ] {
             let err = parse(args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}");

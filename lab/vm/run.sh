@@ -41,7 +41,13 @@ done
 [ $# -gt 0 ] || { echo "usage: $0 [-k KERNEL] [-o OUTDIR] -- COMMAND..." >&2; exit 2; }
 command -v vng >/dev/null || { echo "vng not found: pip install virtme-ng" >&2; exit 3; }
 if [ -z "$kernel" ]; then
-    kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
+    # The image Debian's linux-image-amd64 points at (as `ipsec-lab --vm`), else the newest.
+    stock=$(dpkg-query -W -f='${Depends}' linux-image-amd64 2>/dev/null | grep -o 'linux-image-[0-9][^ ,]*' | head -n 1)
+    if [ -n "$stock" ] && [ -e "/boot/vmlinuz-${stock#linux-image-}" ]; then
+        kernel=/boot/vmlinuz-${stock#linux-image-}
+    else
+        kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
+    fi
 fi
 [ -n "$kernel" ] && [ -e "$kernel" ] || { echo "no kernel image in /boot: apt-get install linux-image-amd64" >&2; exit 3; }
 plain_path kernel "$kernel"
@@ -81,7 +87,7 @@ quoted=""
 for a in "$@"; do
     quoted="$quoted $(q "$a")"
 done
-script="modprobe -q -a esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm crypto_user pcrypt 2>/dev/null; \
+script="modprobe -q -a esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm crypto_user pcrypt sch_netem 2>/dev/null; \
 cd $(q "$(pwd)"); IPSEC_LAB_VIRT=$(q "$virt") IPSEC_LAB_VM_OUT=$(q "$outdir") $quoted; echo \$? > $(q "$outdir/rc")"
 
 echo "lab/vm: booting $kernel ($virt), results in $outdir" >&2

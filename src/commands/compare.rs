@@ -14,8 +14,19 @@ use lab::{LabError, LabResult};
 pub struct CompareArgs {
     /// The earlier `ipsec-lab matrix` JSON result (`-`: stdin).
     pub before: PathBuf,
-    /// The later one.
-    pub after: PathBuf,
+    /// The later one (not with --kernels).
+    #[arg(required_unless_present = "kernels")]
+    pub after: Option<PathBuf>,
+    /// Compare two kernels' VM rows within ONE report (from `matrix --vm A,B`): the rows of
+    /// kernel A (its uname -r, as in the row labels) are "before", those of B "after".
+    #[arg(
+        long,
+        value_name = "A,B",
+        value_delimiter = ',',
+        num_args = 1,
+        conflicts_with = "after"
+    )]
+    pub kernels: Vec<String>,
     /// Smallest change of a median, in percent, that is flagged (it must also lie beyond
     /// the noise: see --confidence).
     #[arg(long, default_value_t = 5.0)]
@@ -47,13 +58,28 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
             args.confidence
         )));
     }
-    if crate::output::is_std_stream(&args.before) && crate::output::is_std_stream(&args.after) {
-        return Err(LabError::usage(anyhow::anyhow!(
-            "only one of BEFORE and AFTER can be `-` (stdin)"
-        )));
-    }
-    let before = super::report::load(&args.before)?;
-    let after = super::report::load(&args.after)?;
+    let (before, after) = match (&args.after, args.kernels.as_slice()) {
+        (Some(after_path), _) => {
+            if crate::output::is_std_stream(&args.before) && crate::output::is_std_stream(after_path) {
+                return Err(LabError::usage(anyhow::anyhow!(
+                    "only one of BEFORE and AFTER can be `-` (stdin)"
+                )));
+            }
+            (
+                super::report::load(&args.before)?,
+                super::report::load(after_path)?,
+            )
+        }
+        (None, [a, b]) => {
+            let both = super::report::load(&args.before)?;
+            model::kernels::kernel_views(&both, a, b).map_err(|e| LabError::usage(anyhow::anyhow!(e)))?
+        }
+        (None, _) => {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--kernels takes two kernels, A,B (their uname -r as in the row labels)"
+            )))
+        }
+    };
     let comparison = report::compare(
         &before,
         &after,

@@ -54,8 +54,10 @@ pub struct MatrixArgs {
     /// TCP port of the receiver.
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
-    /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image):
-    /// one boot for all of them.
+    /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image, or
+    /// a release with an image in /boot): one boot for all of them. Several kernels,
+    /// comma-separated, boot one after the other: each kernel's rows are labelled with its
+    /// uname -r, and `compare --kernels A,B` puts them side by side.
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
     pub vm: Option<String>,
     /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
@@ -80,6 +82,12 @@ pub struct MatrixArgs {
     pub pcrypt: bool,
     #[command(flatten)]
     pub family: crate::cli::FamilyArgs,
+    /// Link conditions as a row dimension: netem specs in tc's words, separated by `;`,
+    /// `none` for the bare link, e.g. "none;delay 20ms;delay 50ms loss 1%". Every row runs
+    /// once per condition (its label ends in `@ SPEC`); hosts without netem run them with
+    /// --vm.
+    #[arg(long, value_name = "SPEC[;SPEC...]")]
+    pub netem: Option<String>,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -113,6 +121,10 @@ impl MatrixArgs {
                 .transpose()?,
             pcrypt: self.pcrypt,
             family: self.family.family(),
+            netem: match &self.netem {
+                Some(text) => model::netem::parse_conditions(text).map_err(LabError::usage)?,
+                None => vec![],
+            },
             seed: seed_from_clock(),
             started_unix_s,
         }

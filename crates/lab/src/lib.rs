@@ -23,6 +23,8 @@
 //! * [`child`]: the one way to run this binary elsewhere (a child with hardware AES
 //!   masked, a VM guest) and read its report back: recorded for `clean`, Ctrl-C passed on,
 //!   a timeout, one mapping of its exit code.
+//! * [`netem`]: `--netem`, WAN conditions on the lab's link (both veth ends), read back and
+//!   its round trip measured.
 //! * [`reference`]: iperf3 over the lab's own data path.
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
 //! * Leaves: [`error`] (one error type, one mapping to exit codes), [`signal`] (SIGINT and
@@ -39,6 +41,7 @@ pub mod clean;
 pub mod error;
 pub mod evidence;
 pub mod local;
+pub mod netem;
 pub mod progress;
 pub mod reference;
 pub mod remote;

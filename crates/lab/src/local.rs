@@ -27,6 +27,7 @@ pub fn host_has_esp() -> bool {
 /// SIGTERM unwind it. The caller builds the runtime.
 pub async fn run(plan: &RunPlan, show: ShowKeys, progress: &dyn Progress) -> LabResult<RunReport> {
     backend::preflight(plan).await?;
+    crate::netem::preflight(plan.netem.as_ref())?;
     if plan.with_iperf3 {
         reference::require_iperf3()?;
     }
@@ -58,10 +59,39 @@ async fn execute(
     Ok(report)
 }
 
-/// Runs one plan on a topology that is already up: both ends up, `plan.repeat` verified
-/// transfers (each followed by iperf3 when asked), the ends' evidence, the ends down. The
-/// topology is left as it was, so a sweep can run many plans on one topology.
+/// Runs one plan on a topology that is already up: the link shaped (`--netem`), both ends
+/// up, `plan.repeat` verified transfers (each followed by iperf3 when asked), the ends'
+/// evidence, the ends down, the link unshaped. The topology is left as it was, so a sweep
+/// can run many plans on one topology.
 pub async fn run_on(
+    plan: &RunPlan,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    show: ShowKeys,
+    progress: &dyn Progress,
+) -> LabResult<(RunReport, Evidence)> {
+    let Some(spec) = &plan.netem else {
+        return run_ends(plan, topology, cancel, show, progress).await;
+    };
+    let result = match crate::netem::shape(topology, spec).await {
+        Ok(conditions) => {
+            run_ends(plan, topology, cancel, show, progress)
+                .await
+                .map(|(mut report, evidence)| {
+                    report.notes.push(conditions.line());
+                    report.conditions = Some(conditions);
+                    (report, evidence)
+                })
+        }
+        Err(e) => Err(e),
+    };
+    let unshaped = crate::netem::unshape(topology).await;
+    let done = result?;
+    unshaped?;
+    Ok(done)
+}
+
+async fn run_ends(
     plan: &RunPlan,
     topology: &Topology,
     cancel: &CancellationToken,

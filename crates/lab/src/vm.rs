@@ -33,7 +33,7 @@ pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
 /// Modules the xfrm backend needs in the stock kernel (autoloading would find most, but a
 /// probe that fails before a module loads would report a missing capability).
 pub const GUEST_MODULES: &str =
-    "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard crypto_user pcrypt";
+    "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard crypto_user pcrypt sch_netem";
 /// How long a KVM guest may take to print a token before KVM is declared unusable here.
 const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
 /// In the directory shared with the guest: the report the guest's run writes (`--json`),
@@ -63,8 +63,16 @@ impl Accel {
     }
 }
 
-/// The newest stock kernel image in /boot.
+/// The stock kernel image in /boot: the one Debian's `linux-image-amd64` points at where
+/// it is installed (so a second kernel installed beside it, `lab/setup.sh
+/// --second-kernel`, does not change the default), else the newest.
 pub fn default_kernel() -> Option<PathBuf> {
+    if let Some(stock) = debian_stock_release()
+        .map(|r| image_of(&r))
+        .filter(|p| p.is_file())
+    {
+        return Some(stock);
+    }
     let mut images: Vec<PathBuf> = std::fs::read_dir("/boot")
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -76,6 +84,54 @@ pub fn default_kernel() -> Option<PathBuf> {
         .collect();
     images.sort_by_key(|p| version_key(p));
     images.pop()
+}
+
+/// The release `linux-image-amd64` depends on (`linux-image-6.1.0-57-amd64 (= …)`).
+fn debian_stock_release() -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Depends}", "linux-image-amd64"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let depends = String::from_utf8_lossy(&out.stdout);
+    let first = depends
+        .split([',', '|', ' '])
+        .find(|w| w.starts_with("linux-image-"))?;
+    Some(first.trim_start_matches("linux-image-").to_string())
+}
+
+/// Where `lab/second-kernel.sh` puts kernels the VM lab boots but the host does not.
+pub const LAB_KERNELS: &str = "/var/lib/ipsec-lab/kernels";
+
+/// `/boot/vmlinuz-RELEASE`.
+fn image_of(release: &str) -> PathBuf {
+    PathBuf::from(format!("/boot/vmlinuz-{release}"))
+}
+
+/// A `--vm` kernel argument as an image path: a path as given, or a release
+/// (`6.1.0-57-amd64`) whose `vmlinuz-RELEASE` is in /boot or [`LAB_KERNELS`].
+pub fn kernel_image(arg: &str) -> PathBuf {
+    if !arg.contains('/') {
+        let lab = Path::new(LAB_KERNELS).join(format!("vmlinuz-{arg}"));
+        for image in [image_of(arg), lab] {
+            if image.is_file() {
+                return image;
+            }
+        }
+    }
+    PathBuf::from(arg)
+}
+
+/// `--vm KERNEL[,KERNEL…]` split into its kernels (empty or `auto`: the default one).
+pub fn kernel_list(arg: Option<&str>) -> Vec<Option<String>> {
+    let mut out: Vec<Option<String>> = Vec::new();
+    for k in arg.unwrap_or_default().split(',').map(str::trim) {
+        let k = Some(k.to_string()).filter(|k| !k.is_empty() && k != AUTO);
+        if !out.contains(&k) {
+            out.push(k);
+        }
+    }
+    out
 }
 
 /// `vmlinuz-6.1.0-57-amd64` → [6, 1, 0, 57] for a numeric sort.
@@ -245,7 +301,7 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
     check_vm_paths(kernel_arg)?;
     let named = kernel_arg
         .filter(|k| !k.is_empty() && *k != AUTO)
-        .map(PathBuf::from);
+        .map(kernel_image);
     if !vng_available() {
         return Err(LabError::capability(anyhow::anyhow!(
             "--vm needs virtme-ng (`pip install virtme-ng`, command `vng`) and qemu-system-x86; run lab/setup.sh"
@@ -265,10 +321,14 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
 /// vng would split into extra arguments. Bad input whatever is installed, so checked before
 /// anything else.
 pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
-    if let Some(kernel) = kernel_arg.filter(|k| !k.is_empty() && *k != AUTO).map(Path::new) {
+    if let Some(kernel) = kernel_arg
+        .filter(|k| !k.is_empty() && *k != AUTO)
+        .map(kernel_image)
+    {
+        let kernel = kernel.as_path();
         if !kernel.is_file() {
             return Err(LabError::usage(anyhow::anyhow!(
-                "--vm {}: no such kernel image (pass a vmlinuz file, e.g. /boot/vmlinuz-VERSION)",
+                "--vm {}: no such kernel image (pass a vmlinuz file, e.g. /boot/vmlinuz-VERSION, or a release with an image in /boot)",
                 kernel.display()
             )));
         }
@@ -357,6 +417,7 @@ pub fn wanted(plan: &RunPlan) -> bool {
         model::Backend::Wireguard => crate::backend::wireguard::kernel::host_has_wireguard(),
         _ => true,
     };
+    let host_can = || host_can() && (plan.netem.is_none() || netns::netem::kernel_has_netem());
     let not_needed = plan.vm_is_auto() && host_can();
     plan.vm.is_some() && !not_needed
 }
@@ -462,6 +523,16 @@ mod tests {
             "{s}"
         );
         assert!(s.ends_with("echo $? > '/tmp/o/rc'"), "{s}");
+    }
+
+    #[test]
+    fn vm_takes_a_list_of_kernels_once_each() {
+        assert_eq!(kernel_list(None), vec![None]);
+        assert_eq!(kernel_list(Some("auto")), vec![None]);
+        assert_eq!(
+            kernel_list(Some("/boot/a, /boot/b,/boot/a")),
+            vec![Some("/boot/a".to_string()), Some("/boot/b".to_string())]
+        );
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub const HOST: &str = "host";
 /// Key of a VM guest's environment.
 pub const VM: &str = "vm";
 
+pub use crate::kernels::vm_environment;
+
 /// What makes a row different from another row of the same backend.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "value")]
@@ -50,6 +52,10 @@ pub struct RowKey {
     /// so reports from before read and compare as they were.
     #[serde(default = "one_thread", skip_serializing_if = "is_one_thread")]
     pub tunnel_threads: u16,
+    /// The link's netem conditions (`matrix --netem`), in tc's words; None: the bare link
+    /// (left out of the JSON, so reports from before read and compare as they were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netem: Option<String>,
 }
 
 fn one_thread() -> u16 {
@@ -67,6 +73,15 @@ impl RowKey {
             variant,
             environment: environment.to_string(),
             tunnel_threads: 1,
+            netem: None,
+        }
+    }
+
+    /// The same row on a link shaped by `netem` (None: the bare link).
+    pub fn with_netem(self, netem: Option<&crate::netem::NetemSpec>) -> RowKey {
+        RowKey {
+            netem: netem.map(|n| n.to_string()),
+            ..self
         }
     }
 
@@ -95,10 +110,14 @@ impl RowKey {
             (n, Backend::Xfrm) => format!("{base} x{n} SAs"),
             (n, _) => format!("{base} x{n} threads"),
         };
-        if self.environment == HOST {
+        let base = if self.environment == HOST {
             base
         } else {
             format!("{base} ({})", self.environment)
+        };
+        match &self.netem {
+            Some(netem) => format!("{base} @ {netem}"),
+            None => base,
         }
     }
 }
@@ -275,25 +294,35 @@ impl MatrixReport {
             .unwrap_or(self.payload)
     }
 
-    /// The plain baseline's median MB/s in `environment`, if it was measured.
+    /// The plain baseline's median MB/s in `environment` on the bare link, if it was measured.
     pub fn baseline(&self, environment: &str) -> Option<f64> {
+        self.baseline_under(environment, None)
+    }
+
+    /// The plain baseline's median MB/s in `environment` on a link shaped by `netem`.
+    pub fn baseline_under(&self, environment: &str, netem: Option<&str>) -> Option<f64> {
         self.rows
             .iter()
-            .filter(|r| r.is_baseline() && r.key.environment == environment)
+            .filter(|r| {
+                r.is_baseline() && r.key.environment == environment && r.key.netem.as_deref() == netem
+            })
             .flat_map(|r| r.cells.iter())
             .find_map(|c| c.measurement().map(|m| m.mb_per_s.median))
     }
 
-    /// Fills `percent_of_plain` of every measured cell from its environment's baseline.
+    /// Fills `percent_of_plain` of every measured cell from its environment's baseline on
+    /// the same link conditions.
     pub fn compute_percent_of_plain(&mut self) {
-        let baselines: BTreeMap<String, f64> = self
-            .environments
-            .keys()
-            .chain(self.rows.iter().map(|r| &r.key.environment))
-            .filter_map(|e| Some((e.clone(), self.baseline(e)?)))
+        let baselines: BTreeMap<(String, Option<String>), f64> = self
+            .rows
+            .iter()
+            .map(|r| (r.key.environment.clone(), r.key.netem.clone()))
+            .filter_map(|(e, n)| Some(((e.clone(), n.clone()), self.baseline_under(&e, n.as_deref())?)))
             .collect();
         for row in &mut self.rows {
-            let base = baselines.get(&row.key.environment).copied();
+            let base = baselines
+                .get(&(row.key.environment.clone(), row.key.netem.clone()))
+                .copied();
             for cell in &mut row.cells {
                 if let CellOutcome::Measured(m) = &mut cell.outcome {
                     m.percent_of_plain = base.filter(|b| *b > 0.0).map(|b| m.mb_per_s.median / b * 100.0);

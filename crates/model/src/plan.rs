@@ -254,6 +254,8 @@ pub struct RunRequest {
     pub pcrypt: bool,
     /// `-6`/`--family 6`: IPv6 outer and inner addresses.
     pub family: crate::Family,
+    /// `--netem SPEC`: the WAN conditions the lab's link gets.
+    pub netem: Option<crate::netem::NetemSpec>,
 }
 
 impl Default for RunRequest {
@@ -282,6 +284,7 @@ impl Default for RunRequest {
             sas: 1,
             pcrypt: false,
             family: crate::Family::Ipv4,
+            netem: None,
         }
     }
 }
@@ -328,6 +331,9 @@ pub struct RunPlan {
     /// IPv4 or IPv6 (`-6`), outer and inner; reports before it existed were IPv4.
     #[serde(default)]
     pub family: crate::Family,
+    /// `--netem`: the netem qdisc on both ends of the lab's link; None: the bare veth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netem: Option<crate::netem::NetemSpec>,
 }
 
 fn one_thread() -> u16 {
@@ -537,6 +543,9 @@ impl RunRequest {
             if self.port < 1024 {
                 return Err(PlanError::PeerPort(self.port));
             }
+            if self.netem.is_some() {
+                return Err(PlanError::NetemPeer);
+            }
             mode = IpsecMode::Transport;
         } else if self.reverse {
             ignored.push("--reverse (only a run with --peer has a direction)".into());
@@ -567,6 +576,7 @@ impl RunRequest {
             sas,
             pcrypt: self.pcrypt,
             family: self.family,
+            netem: self.netem,
         })
     }
 }
@@ -677,6 +687,10 @@ pub enum PlanError {
     FamilyMtu(u32),
     #[error("--encap udp with -6 is not offered yet: ESP in UDP runs over IPv4")]
     FamilyEncap,
+    #[error("--netem shapes the lab's own veth link; between two hosts shape the real link with tc on the machines themselves")]
+    NetemPeer,
+    #[error(transparent)]
+    Netem(#[from] crate::netem::NetemError),
 }
 
 #[cfg(test)]

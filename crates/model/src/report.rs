@@ -133,6 +133,10 @@ pub struct RunReport {
     /// host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_environment: Option<Environment>,
+    /// `--netem`: the link conditions asked for, read back from the kernel, and the round
+    /// trip measured over them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<crate::netem::LinkConditions>,
 }
 
 /// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
@@ -180,6 +184,7 @@ impl RunReport {
             references: Default::default(),
             notes,
             peer_environment: None,
+            conditions: None,
         })
     }
 }

@@ -10,6 +10,7 @@
 //! (`xfrm`).
 
 mod namespace;
+pub mod netem;
 mod topology;
 
 pub use namespace::{delete_by_name, lab_namespaces, Namespace};
@@ -48,13 +49,15 @@ pub enum NetnsError {
     ThreadPanicked { name: String },
     #[error("recording a namespace in the state file: {0}")]
     Record(#[source] owner::OwnerError),
+    #[error("--netem needs the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM): run with --vm (the stock kernel has it as module sch_netem) or `modprobe sch_netem`")]
+    NoNetem,
 }
 
 impl NetnsError {
     /// True when the cause is a missing privilege or kernel feature, not a failed run.
     pub fn is_capability(&self) -> bool {
         match self {
-            NetnsError::NotPermitted => true,
+            NetnsError::NotPermitted | NetnsError::NoNetem => true,
             NetnsError::Record(e) => e.is_permission(),
             NetnsError::Sys { source, .. } => {
                 matches!(

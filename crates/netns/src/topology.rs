@@ -236,7 +236,7 @@ pub(crate) async fn link_index(h: &Handle, ns: &Namespace, name: &str) -> Result
     }
 }
 
-fn netlink(ns: &Namespace, action: String, source: rtnetlink::Error) -> NetnsError {
+pub(crate) fn netlink(ns: &Namespace, action: String, source: rtnetlink::Error) -> NetnsError {
     NetnsError::Netlink {
         action,
         namespace: ns.name().to_string(),

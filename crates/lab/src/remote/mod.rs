@@ -119,6 +119,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         // One SA pair and the default drivers (`--sas`, `--pcrypt` are refused with `--peer`).
         sas: 1,
         pcrypt: false,
+        // `--netem` shapes the local lab's veth; it is refused with `--peer`.
+        netem: None,
     }
 }
 

@@ -30,7 +30,8 @@ const SOFT_REPORT: &str = "matrix.json";
 /// The sweep arguments a child sweep shares with this one.
 fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
     let ciphers: Vec<String> = args.suites.iter().map(|s| s.name()).collect();
-    vec![
+    let netem = args.netem_arg().map(|n| vec!["--netem".to_string(), n]);
+    let mut out = vec![
         "matrix".into(),
         "--ciphers".into(),
         ciphers.join(","),
@@ -47,7 +48,9 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
         "--family".into(),
         args.family.digit().into(),
         "--no-progress".into(),
-    ]
+    ];
+    out.extend(netem.into_iter().flatten());
+    out
 }
 
 /// `command` (this binary with hardware AES masked) made the soft-AES child sweep, writing
@@ -118,24 +121,40 @@ pub(super) async fn soft_child_rows(
     }
 }
 
-/// With `--vm`, the xfrm rows from ONE VM boot into `report`; a single refused row where
-/// the sweep was interrupted or the VM gave nothing back.
+/// With `--vm`, the kernel rows from ONE VM boot per kernel into `report`; a refused row
+/// per backend where the sweep was interrupted or a VM gave nothing back. With several
+/// kernels each kernel's rows are keyed `vm RELEASE` (the guest's uname -r), so their
+/// labels name it and `compare --kernels` can pair them.
 pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel: &CancellationToken) {
-    let refused = |reason: &str| -> Vec<Row> {
-        vm_backends(args)
-            .into_iter()
-            .map(|b| refused_row(RowKey::new(b, RowVariant::Default, VM), &args.suites, reason))
-            .collect()
-    };
-    if cancel.is_cancelled() {
-        report.rows.extend(refused("interrupted"));
-        return;
-    }
-    match vm_sweep(args, cancel).await {
-        Ok(guest) => report.merge(guest),
-        Err(e) => report
-            .rows
-            .extend(refused(&format!("the VM sweep failed: {e:#}"))),
+    let kernels = vm::kernel_list(args.vm.as_deref());
+    let several = kernels.len() > 1;
+    for kernel in kernels {
+        let environment = match (&kernel, several) {
+            (Some(k), true) => format!("{VM} {k}"),
+            _ => VM.to_string(),
+        };
+        let refused = |reason: &str| -> Vec<Row> {
+            vm_backends(args)
+                .into_iter()
+                .map(|b| {
+                    refused_row(
+                        RowKey::new(b, RowVariant::Default, &environment),
+                        &args.suites,
+                        reason,
+                    )
+                })
+                .collect()
+        };
+        if cancel.is_cancelled() {
+            report.rows.extend(refused("interrupted"));
+            continue;
+        }
+        match vm_sweep(args, kernel.as_deref(), several, cancel).await {
+            Ok(guest) => report.merge(guest),
+            Err(e) => report
+                .rows
+                .extend(refused(&format!("the VM sweep failed: {e:#}"))),
+        }
     }
 }
 
@@ -147,9 +166,15 @@ pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
         .collect()
 }
 
-/// The guest's sweep, its rows and environment keyed [`VM`].
-async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<MatrixReport> {
-    let kernel = vm::resolve_kernel(args.vm.as_deref())?;
+/// The guest's sweep, its rows and environment keyed [`VM`], or `vm RELEASE` (the guest's
+/// kernel) where the sweep boots `several` kernels.
+async fn vm_sweep(
+    args: &SweepPlan,
+    kernel_arg: Option<&str>,
+    several: bool,
+    cancel: &CancellationToken,
+) -> LabResult<MatrixReport> {
+    let kernel = vm::resolve_kernel(kernel_arg)?;
     let accel = vm::detect_accel(&kernel);
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let bytes = args.vm_bytes;
@@ -175,7 +200,8 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
         + u64::from(args.encap.is_some())
         + u64::from(args.pcrypt)
         + args.threads.iter().filter(|t| **t > 1).count() as u64;
-    let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat);
+    let conditions = args.netem.len().max(1) as u64;
+    let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat) * conditions;
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
     eprintln!(
         "ipsec-lab: kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
@@ -186,11 +212,15 @@ async fn vm_sweep(args: &SweepPlan, cancel: &CancellationToken) -> LabResult<Mat
     let finished = child.run::<MatrixReport>(&outdir, cancel).await;
     let elapsed = finished.elapsed;
     let mut guest = finished.report()?;
+    let environment = match guest.environments.get(HOST) {
+        Some(env) if several => model::matrix::vm_environment(&env.kernel_release),
+        _ => VM.to_string(),
+    };
     for row in &mut guest.rows {
-        row.key.environment = VM.into();
+        row.key.environment = environment.clone();
     }
     if let Some(env) = guest.environments.remove(HOST) {
-        guest.environments.insert(VM.into(), env);
+        guest.environments.insert(environment, env);
     }
     guest.notes.retain(|n| !n.starts_with("payload seed"));
     guest.notes.push(format!(

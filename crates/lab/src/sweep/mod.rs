@@ -68,9 +68,14 @@ pub async fn run(plan: &SweepPlan, progress: &dyn Progress) -> (MatrixReport, La
     report.interrupted = cancel.is_cancelled();
     // Table order: host rows before VM rows, backends in their usual order (stable, so
     // userspace rows keep the --crypto order even when some ran in a child process).
+    // Then each link condition's rows together, in --netem order.
     report.rows.sort_by_key(|r| {
         let backend = Backend::ALL.iter().position(|b| *b == r.key.backend);
-        (r.key.environment != HOST, backend)
+        let condition = plan
+            .netem
+            .iter()
+            .position(|c| c.as_ref().map(|n| n.to_string()) == r.key.netem);
+        (r.key.environment != HOST, condition, backend)
     });
     report.compute_percent_of_plain();
     (report, outcome)
@@ -97,7 +102,8 @@ async fn sweep(
         .iter()
         .chain(&soft_child)
         .map(|r| r.cells(&args.suites))
-        .sum();
+        .sum::<usize>()
+        * args.netem.len();
     progress.sweep_started(cells_total as u64);
     let spec = TopologySpec {
         run_id: netns::new_run_id(),
@@ -108,10 +114,11 @@ async fn sweep(
     let topology = Topology::create(&spec).await?;
     let pins_drivers = local.iter().any(PlannedRow::pins_driver);
     let priorities_before = drivers::priorities();
-    for row in &local {
-        report
-            .rows
-            .push(rows::run_row(args, row, &topology, cancel, progress).await);
+    for condition in &args.netem {
+        for row in &local {
+            let ran = rows::run_row(args, row, condition.as_ref(), &topology, cancel, progress).await;
+            report.rows.push(ran);
+        }
     }
     topology.destroy()?;
     if pins_drivers {
@@ -155,6 +162,7 @@ mod tests {
             encap: None,
             pcrypt: false,
             family: model::Family::Ipv4,
+            netem: vec![],
             seed: 1,
             started_unix_s: 0,
         }

@@ -29,7 +29,8 @@ pub struct SweepPlan {
     pub repeat: u32,
     pub mtu: u32,
     pub port: u16,
-    /// `--vm [KERNEL]`: the xfrm rows in one VM boot (`Some("")`: the newest kernel in /boot).
+    /// `--vm [KERNEL[,KERNEL…]]`: the kernel rows in one VM boot per kernel (`Some("")`:
+    /// the stock kernel in /boot).
     pub vm: Option<String>,
     pub baseline: bool,
     /// `--encap udp`: one more xfrm row with ESP in UDP.
@@ -38,6 +39,9 @@ pub struct SweepPlan {
     pub pcrypt: bool,
     /// `-6`: every row over IPv6; rows of backends without it say why they are not run.
     pub family: model::Family,
+    /// `--netem "SPEC;SPEC"`: the link conditions, every row once per condition (None: the
+    /// bare link); empty means the bare link only.
+    pub netem: Vec<Option<model::NetemSpec>>,
     pub seed: u64,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
@@ -72,6 +76,9 @@ impl SweepPlan {
         if self.threads.is_empty() {
             self.threads = vec![1];
         }
+        if self.netem.is_empty() {
+            self.netem = vec![None];
+        }
         self.threads.sort_unstable();
         self.threads.dedup();
         for b in &self.backends {
@@ -100,7 +107,9 @@ impl SweepPlan {
         }
         model::check_payload("--vm-bytes", self.vm_bytes)?;
         if self.vm.is_some() {
-            vm::check_vm_paths(self.vm.as_deref())?;
+            for kernel in vm::kernel_list(self.vm.as_deref()) {
+                vm::check_vm_paths(kernel.as_deref())?;
+            }
         }
         Ok(self)
     }
@@ -138,6 +147,20 @@ impl SweepPlan {
             ..Default::default()
         }
         .validate()?)
+    }
+
+    /// The conditions as `--netem` takes them back (`none;delay 20ms`), for child sweeps;
+    /// None when the sweep runs on the bare link only.
+    pub(super) fn netem_arg(&self) -> Option<String> {
+        if self.netem.iter().all(Option::is_none) {
+            return None;
+        }
+        let each: Vec<String> = self
+            .netem
+            .iter()
+            .map(|c| c.as_ref().map_or("none".to_string(), |n| n.to_string()))
+            .collect();
+        Some(each.join(";"))
     }
 
     pub(super) fn has(&self, backend: Backend) -> bool {

@@ -284,13 +284,15 @@ fn xfrm_driver_rows() -> Vec<PlannedRow> {
 pub(super) async fn run_row(
     args: &SweepPlan,
     row: &PlannedRow,
+    netem: Option<&model::NetemSpec>,
     topology: &Topology,
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> Row {
+    let key = row.key.clone().with_netem(netem);
     let not_run = |reason: &str| Row {
         notes: row.notes.clone(),
-        ..refused_row(row.key.clone(), &args.suites, reason)
+        ..refused_row(key.clone(), &args.suites, reason)
     };
     let (crypto, driver) = match &row.kind {
         RowKind::Refused(reason) => return not_run(reason),
@@ -309,7 +311,7 @@ pub(super) async fn run_row(
     let mut notes = row.notes.clone();
     let mut cells = Vec::new();
     for suite in row_suites {
-        progress.cell_started(&format!("{} {}", row.key.label(), suite.short_label()));
+        progress.cell_started(&format!("{} {}", key.label(), suite.short_label()));
         let mut cell = if cancel.is_cancelled() {
             Cell::not_run(suite, "interrupted")
         } else if let Some(why) = row.backend.suite_refusal(suite) {
@@ -320,7 +322,7 @@ pub(super) async fn run_row(
                 "the pcrypt row wraps rfc4106(gcm(aes)): AES-GCM columns only",
             )
         } else {
-            run_cell(args, row, suite, crypto, topology, cancel).await
+            run_cell(args, row, suite, crypto, netem, topology, cancel).await
         };
         if let CellOutcome::Measured(m) = &mut cell.outcome {
             if matches!(row.backend, Backend::Xfrm | Backend::Strongswan) {
@@ -347,11 +349,7 @@ pub(super) async fn run_row(
             ));
         }
     }
-    Row {
-        key: row.key.clone(),
-        cells,
-        notes,
-    }
+    Row { key, cells, notes }
 }
 
 async fn run_cell(
@@ -359,6 +357,7 @@ async fn run_cell(
     row: &PlannedRow,
     suite: CipherSuite,
     crypto: CryptoChoice,
+    netem: Option<&model::NetemSpec>,
     topology: &Topology,
     cancel: &CancellationToken,
 ) -> Cell {
@@ -372,9 +371,11 @@ async fn run_cell(
         let plan = RunPlan {
             encap,
             pcrypt: row.key.variant == RowVariant::Pcrypt,
+            netem: netem.cloned(),
             ..args.plan(backend, suite, crypto, row.key.tunnel_threads, args.seed)?
         };
         backend::preflight(&plan).await?;
+        crate::netem::preflight(plan.netem.as_ref())?;
         if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
             // The kernel IPsec backends add addresses and routes to the veths: a fresh
             // topology per cell keeps cells independent.

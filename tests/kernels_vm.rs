@@ -1,0 +1,146 @@
+//! Kernel rows per kernel: `matrix --vm STOCK,SECOND` boots each kernel once (two boots:
+//! a guest runs one kernel), and one report holds both kernels' rows, each labelled with
+//! its guest's uname -r; `compare --kernels A,B` pairs them cell by cell.
+//!
+//! Needs a second kernel beside the stock one: `lab/setup.sh --second-kernel` (Debian's
+//! bookworm-backports 6.12, into /var/lib/ipsec-lab/kernels; `make test` asks for it).
+//! Without one the test says so and skips (under CI=true it fails: setup should have
+//! installed it).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+
+/// The stock kernel's release and a second one from the lab's kernel directory.
+fn two_kernels() -> Option<(String, String)> {
+    let stock = std::fs::read_dir("/boot")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("vmlinuz-")
+                .map(str::to_string)
+        })
+        .max()?;
+    let second = std::fs::read_dir("/var/lib/ipsec-lab/kernels")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("vmlinuz-")
+                .map(str::to_string)
+        })
+        .find(|k| *k != stock)?;
+    Some((stock, second))
+}
+
+#[test]
+fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
+    let test = "a_two_kernel_vm_matrix_has_both_kernels_rows";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let Some((stock, second)) = two_kernels() else {
+        testcap::skip(
+            test,
+            "no second kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
+        );
+        return;
+    };
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let dir = private_dir("ipl-kernels-test-");
+    let json: PathBuf = dir.path().join("kernels.json");
+    let started = std::time::Instant::now();
+    let out = run_lab(&[
+        "matrix",
+        "--vm",
+        &format!("{stock},{second}"),
+        "--backends",
+        "plain,xfrm",
+        "--ciphers",
+        "aes-128-gcm",
+        "--bytes",
+        "1MB",
+        "--vm-bytes",
+        "1MB",
+        "--repeat",
+        "1",
+        "--no-progress",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    eprintln!(
+        "two-kernel matrix took {:.0} s\n{}",
+        started.elapsed().as_secs_f64(),
+        text(&out)
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for release in [&stock, &second] {
+        let environment = format!("vm {release}");
+        assert_eq!(
+            report["environments"][&environment]["kernel_release"], **release,
+            "the guest of {release} ran {release}"
+        );
+        let rows: Vec<&serde_json::Value> = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["key"]["environment"] == environment)
+            .collect();
+        let xfrm = rows
+            .iter()
+            .find(|r| r["key"]["backend"] == "xfrm")
+            .unwrap_or_else(|| panic!("{release}: {rows:?}"));
+        assert_eq!(xfrm["cells"][0]["status"], "measured", "{xfrm}");
+        assert!(
+            text(&out).contains(&format!("(vm {release})")),
+            "the table labels {release}"
+        );
+    }
+    let compared = run_lab(&[
+        "compare",
+        json.to_str().unwrap(),
+        "--kernels",
+        &format!("{stock},{second}"),
+    ]);
+    assert!(compared.status.success(), "{}", text(&compared));
+    let shown = text(&compared);
+    eprintln!("{shown}");
+    // The kernels' xfrm rows pair: one line with a rate on both sides.
+    let paired = shown.lines().any(|l| {
+        let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+        cols.get(1) == Some(&"xfrm (vm)")
+            && cols.get(3).is_some_and(|c| *c != "—")
+            && cols.get(4).is_some_and(|c| *c != "—")
+    });
+    assert!(paired, "no xfrm row with both kernels' rates: {shown}");
+    // A kernel the report does not hold is bad input, naming the kernels it has.
+    let wrong = run_lab(&[
+        "compare",
+        json.to_str().unwrap(),
+        "--kernels",
+        &format!("{stock},0.0.1"),
+    ]);
+    assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
+    assert!(text(&wrong).contains(&second), "{}", text(&wrong));
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+}
+
+#[test]
+fn vm_kernels_that_do_not_exist_exit_2() {
+    let out = run_lab(&[
+        "matrix",
+        "--backends",
+        "xfrm",
+        "--vm",
+        "/boot/vmlinuz-0.0.1-nope,auto",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no such kernel image"), "{}", text(&out));
+}
