@@ -15,6 +15,7 @@ mod encap;
 mod ipv6;
 mod matrix;
 mod multi_sa;
+mod netem;
 mod remote;
 mod strongswan;
 mod wireguard;
@@ -25,11 +26,12 @@ use std::time::Duration;
 /// The guest side of every group, in the order they run (libtest sorts by name). The
 /// groups leave nothing of theirs behind, and xfrm, whose foreign SAs must survive
 /// `ipsec-lab clean`, runs last.
-const GUEST_GROUPS: [&str; 8] = [
+const GUEST_GROUPS: [&str; 9] = [
     "encap::guest_encap_checks",
     "ipv6::guest_ipv6_checks",
     "matrix::killed_matrix_priorities_restored_in_guest",
     "multi_sa::guest_multi_sa_checks",
+    "netem::guest_netem_checks",
     "remote::guest_remote_xfrm",
     "strongswan::guest_checks",
     "wireguard::guest_checks",

@@ -1,6 +1,6 @@
 //! WAN conditions (`--netem`) on the lab's link. The host kernel of the lab's build
-//! machines has no netem qdisc, so the checks that need one run in ONE virtme-ng boot of
-//! the stock kernel (`netem_in_a_vm` boots it and runs `guest_netem_checks` inside):
+//! machines has no netem qdisc, so the checks that need one run in the shared virtme-ng
+//! boot of the stock kernel (tests/vm/main.rs), in `guest_netem_checks`:
 //!
 //! * `run --netem "delay 20ms loss 0.1% rate 1gbit"`: while the run is up, tc (as an
 //!   outside observer) sees the netem qdisc on both veth ends; the report's conditions
@@ -8,26 +8,19 @@
 //!   units; the measured link RTT shows the delay (at least 2 × 20 ms: both directions are
 //!   shaped); nothing is left afterwards.
 //! * `matrix --backends plain,xfrm --netem "none;delay 10ms"`: every row once per
-//!   condition, labelled with it, all cells measured (kernel ESP across the shaped link), "% of plain" taken from the plain row of the same condition.
+//!   condition, labelled with it, all cells measured (kernel ESP across the shaped link),
+//!   "% of plain" taken from the plain row of the same condition.
 //!
 //! On the host: bad specs exit 2 and create nothing; a kernel without netem exits 3 and
 //! says to use --vm, and a matrix's shaped rows there are "not run" with that reason.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-
-/// Boot (about 30-60 s under TCG), one 2 MB run and a four-cell matrix of 1 MB.
-const VM_TIMEOUT: Duration = Duration::from_secs(420);
-
-#[test]
-fn netem_in_a_vm() {
-    common::run_guest_test("guest_netem_checks", VM_TIMEOUT);
-}
 
 #[test]
 fn netem_bad_specs_exit_2_and_create_nothing() {
@@ -191,10 +184,12 @@ fn observe_netem(
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by netem_in_a_vm"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_netem_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
-        eprintln!("skipped: guest_netem_checks only runs inside the VM started by netem_in_a_vm");
+        eprintln!(
+            "skipped: guest_netem_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+        );
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
