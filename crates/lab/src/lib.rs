@@ -11,6 +11,8 @@
 //! * [`evidence`]: what the backends show happened, typed; serialised into the report's
 //!   `backend_details`, summarised by its own `lines()`.
 //! * [`session`]: one verified transfer's configuration, idle timeout and record.
+//! * [`flow`]: the data of one local transfer, one way or both (`--reverse`, `--bidir`),
+//!   of a size or timed (`--time`), reported per interval (`--interval`, `--omit`).
 //! * [`local`]: a run between two namespaces of this host (`ipsec-lab run`).
 //! * [`remote`]: two-host runs: the [`remote::client`] (`run --peer`) and the
 //!   [`remote::server`] (`serve`, its shutdown handed in as a future), with what both
@@ -38,6 +40,7 @@ pub mod child;
 pub mod clean;
 pub mod error;
 pub mod evidence;
+pub mod flow;
 pub mod local;
 pub mod progress;
 pub mod reference;

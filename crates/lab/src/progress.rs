@@ -9,6 +9,9 @@ pub trait Progress: Send + Sync {
     /// A transfer of `total` bytes begins; `bytes` then reports how far it got.
     fn transfer_started(&self, _label: &str, _total: u64) {}
     fn transfer_bytes(&self, _bytes: u64) {}
+    /// An interval of the transfer closed (`--interval`); with a total of 0 above, the
+    /// transfer is timed (`--time`) and its size unknown until it ends.
+    fn interval(&self, _record: &model::modes::IntervalRecord) {}
     fn transfer_finished(&self) {}
     /// A sweep of `cells` cells begins; each cell reports its start and end.
     fn sweep_started(&self, _cells: u64) {}

@@ -7,6 +7,7 @@
 pub mod encap;
 pub mod env;
 pub mod matrix;
+pub mod modes;
 pub mod plan;
 pub mod report;
 pub mod size;
@@ -15,6 +16,7 @@ pub mod suite;
 
 pub use encap::{Encap, EncapKind, NATT_PORT};
 pub use env::Environment;
+pub use modes::{Direction, Modes, ModesReport, ModesRequest};
 pub use plan::{
     check_payload, parse_seed, Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan,
     RunRequest, DEFAULT_PEER_PORT, MIN_PAYLOAD,

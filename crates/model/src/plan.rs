@@ -233,13 +233,15 @@ pub struct RunRequest {
     /// `HOST[:PORT]` of an `ipsec-lab serve` on another machine: the run is between this
     /// host and that one instead of two local namespaces.
     pub peer: Option<String>,
-    /// With a peer: the peer sends and this host receives.
+    /// b sends and a receives (with a peer: the peer sends and this host receives).
     pub reverse: bool,
     /// Threads (TUN queues) per end of the userspace tunnel.
     pub tunnel_threads: u16,
     /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
     pub encap: Option<crate::encap::EncapKind>,
     pub encap_port: Option<u16>,
+    /// `--time`, `--interval`, `--omit`, `--bidir` (crate::modes).
+    pub modes: crate::modes::ModesRequest,
 }
 
 impl Default for RunRequest {
@@ -265,6 +267,7 @@ impl Default for RunRequest {
             tunnel_threads: 1,
             encap: None,
             encap_port: None,
+            modes: Default::default(),
         }
     }
 }
@@ -292,7 +295,7 @@ pub struct RunPlan {
     /// The other host of a two-machine run (`--peer`); None for the local namespace pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<Peer>,
-    /// Data flows from the peer to this host (`--reverse`).
+    /// Data flows from b to a, or from the peer to this host (`--reverse`).
     #[serde(default)]
     pub reverse: bool,
     /// Threads per end of the userspace tunnel, one per queue of a multi-queue TUN device
@@ -302,6 +305,9 @@ pub struct RunPlan {
     /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<crate::encap::Encap>,
+    /// `--time`, `--interval`, `--omit`, `--bidir`; the default: a forward `--bytes` run.
+    #[serde(default, skip_serializing_if = "crate::modes::Modes::is_default")]
+    pub modes: crate::modes::Modes,
 }
 
 fn one_thread() -> u16 {
@@ -492,9 +498,13 @@ impl RunRequest {
                 return Err(PlanError::PeerPort(self.port));
             }
             mode = IpsecMode::Transport;
-        } else if self.reverse {
-            ignored.push("--reverse (only a run with --peer has a direction)".into());
         }
+        let modes = self.modes.validate(crate::modes::RunContext {
+            peer: peer.is_some(),
+            reverse: self.reverse,
+            with_iperf3: self.with_iperf3,
+            one_way_policies: self.backend == Backend::Xfrm && mode == IpsecMode::Transport,
+        })?;
         Ok(RunPlan {
             backend: self.backend,
             suite,
@@ -510,7 +520,7 @@ impl RunRequest {
             vm: self.vm,
             with_iperf3: self.with_iperf3,
             ignored,
-            reverse: self.reverse && peer.is_some(),
+            reverse: self.reverse,
             peer,
             tunnel_threads: if self.backend == Backend::Userspace {
                 self.tunnel_threads
@@ -518,6 +528,7 @@ impl RunRequest {
                 1
             },
             encap,
+            modes,
         })
     }
 }
@@ -606,6 +617,8 @@ pub enum PlanError {
     EncapPort(u16),
     #[error("--encap with --peer is not offered yet: ESP in UDP runs between the local namespaces")]
     EncapPeer,
+    #[error(transparent)]
+    Modes(#[from] crate::modes::ModesError),
 }
 
 #[cfg(test)]
@@ -825,13 +838,14 @@ mod tests {
         ] {
             assert!(bad.validate().is_err());
         }
+        // A local run has a direction too: b sends.
         let local = RunRequest {
             reverse: true,
             ..Default::default()
         }
         .validate()
         .unwrap();
-        assert!(!local.reverse && local.ignored.iter().any(|i| i.contains("--reverse")));
+        assert!(local.reverse && local.ignored.is_empty());
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct RunReport {
     /// host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_environment: Option<Environment>,
+    /// Intervals, the warm-up left out, each direction of a two-way run (`--interval`,
+    /// `--omit`, `--reverse`, `--bidir`); absent for a forward `--bytes` run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modes: Option<crate::modes::ModesReport>,
 }
 
 /// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
@@ -180,6 +184,7 @@ impl RunReport {
             references: Default::default(),
             notes,
             peer_environment: None,
+            modes: None,
         })
     }
 }

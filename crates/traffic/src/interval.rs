@@ -149,9 +149,7 @@ pub fn rest(timeline: &Timeline, tally: &Tally, from: usize) -> Vec<Interval> {
     let Some(last) = tally.last_byte else {
         return Vec::new();
     };
-    let last_slice = timeline
-        .slice_of(last)
-        .max(tally.slices.len().saturating_sub(1));
+    let last_slice = timeline.slice_of(last).max(tally.slices.len().saturating_sub(1));
     (from..=last_slice)
         .map(|k| {
             let end = if k == last_slice {

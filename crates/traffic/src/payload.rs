@@ -336,6 +336,9 @@ mod tests {
         let mut data = timed(5, 1000);
         data[500] ^= 1;
         let mut v = TimedVerifier::new(5, 0);
-        assert!(matches!(v.check(&data), Err(VerifyError::Mismatch { offset: 500, .. })));
+        assert!(matches!(
+            v.check(&data),
+            Err(VerifyError::Mismatch { offset: 500, .. })
+        ));
     }
 }

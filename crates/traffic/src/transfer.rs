@@ -996,7 +996,10 @@ mod tests {
         send_by_hand(s, TIMED_LEN, 50_000);
         let err = rx.join().unwrap().unwrap_err();
         assert!(
-            matches!(err, TrafficError::Verify(VerifyError::NoTrailer { got: 50_000, .. })),
+            matches!(
+                err,
+                TrafficError::Verify(VerifyError::NoTrailer { got: 50_000, .. })
+            ),
             "{err}"
         );
     }
