@@ -376,10 +376,7 @@ impl UserspaceEvidence {
             "b" => ("decrypting", "encrypting"),
             _ => ("encrypting", "decrypting"),
         };
-        let roles = a
-            .iter()
-            .map(|s| (role_a, s))
-            .chain(b.iter().map(|s| (role_b, s)));
+        let roles = a.iter().map(|s| (role_a, s)).chain(b.iter().map(|s| (role_b, s)));
         for (role, s) in roles {
             let drops: Vec<String> = s
                 .drops
