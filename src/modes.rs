@@ -64,8 +64,18 @@ pub fn end_of_stream(report: &RunReport) -> LabResult<()> {
 /// `transfer 1 a->b  0.00-1.00 s  117.2 MB  117.2 MB/s (omitted)`.
 pub fn interval_line(r: &IntervalRecord) -> String {
     let way = r.direction.map(|d| format!(" {d}")).unwrap_or_default();
+    let cpu: Vec<String> = r
+        .tunnel_cpu
+        .iter()
+        .map(|(name, percent)| format!("{name} {percent:.0} %"))
+        .collect();
+    let cpu = if cpu.is_empty() {
+        String::new()
+    } else {
+        format!("  tunnel cpu {}", cpu.join(", "))
+    };
     format!(
-        "transfer {}{way}  {:6.2}-{:<6.2} s  {:>10}  {:8.1} MB/s{}",
+        "transfer {}{way}  {:6.2}-{:<6.2} s  {:>10}  {:8.1} MB/s{cpu}{}",
         r.transfer,
         r.start_s,
         r.end_s,
@@ -149,9 +159,13 @@ mod tests {
             mb_per_s: 117.2,
             omitted: true,
             timestamp: 1.0,
+            tunnel_cpu: [("ipl-tun-a".to_string(), 52.4)].into(),
         };
         let line = interval_line(&r);
         assert!(line.starts_with("transfer 1 b->a    2.00-3.00   s"), "{line}");
-        assert!(line.contains("117.2 MB/s  (omitted)"), "{line}");
+        assert!(
+            line.contains("117.2 MB/s  tunnel cpu ipl-tun-a 52 %  (omitted)"),
+            "{line}"
+        );
     }
 }

@@ -194,6 +194,8 @@ fn reverse_local_runs_are_verified_b_to_a() {
             "--reverse",
             "--bytes",
             "10MB",
+            "--interval",
+            "0.1",
             "--json",
             "-",
         ]);
@@ -207,6 +209,10 @@ fn reverse_local_runs_are_verified_b_to_a() {
             assert_eq!(d["encrypting"], "b");
             assert!(d["b"]["sent"]["bytes"].as_u64().unwrap() > 10_000_000, "{d}");
             assert!(d["a"]["sent"]["bytes"].as_u64().unwrap() < 5_000_000, "{d}");
+            // Each interval carries the tunnel threads' CPU.
+            let intervals = report["modes"]["intervals"].as_array().unwrap();
+            let last = intervals.last().unwrap();
+            assert!(last["tunnel_cpu"]["ipl-tun-b"].as_f64().is_some(), "{last}");
         }
     }
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());

@@ -69,7 +69,16 @@ fn guest_modes_checks() {
 
     let reverse = run_to(
         &out.join("reverse.json"),
-        &["run", "--backend", "xfrm", "--reverse", "--time", "3", "--interval", "1"],
+        &[
+            "run",
+            "--backend",
+            "xfrm",
+            "--reverse",
+            "--time",
+            "3",
+            "--interval",
+            "1",
+        ],
     );
     let t = &reverse["transfers"][0];
     assert_eq!(t["verified"], true);

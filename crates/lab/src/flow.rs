@@ -7,6 +7,7 @@
 //! starts the ways, turns their tallies into the report's records and hands each interval
 //! to the run's watcher as it closes.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +21,7 @@ use crate::backend::{data_addr, Hosts, Side};
 use crate::error::{LabError, LabResult};
 use crate::progress::Progress;
 use crate::session;
+use crate::tunnel_cpu::TunnelCpu;
 
 /// The seed of the b→a way of a two-way run: not the a→b way's, so that a stream that
 /// reached the wrong receiver would be refused by its header, not verified by chance.
@@ -119,7 +121,7 @@ fn start(
     ))
 }
 
-/// Turns a tally's intervals into the report's records.
+/// Turns tallies' intervals into the report's records.
 struct Recorder<'a> {
     plan: &'a RunPlan,
     attempt: u32,
@@ -127,13 +129,27 @@ struct Recorder<'a> {
     unix_epoch: Duration,
     progress: &'a dyn Progress,
     records: Vec<IntervalRecord>,
+    tunnel_cpu: Option<TunnelCpu>,
 }
 
 impl Recorder<'_> {
-    fn emit(&mut self, direction: Direction, intervals: Vec<Interval>) {
-        if self.plan.modes.interval_s.is_none() {
+    /// Records and shows the intervals that closed, each way's, with the tunnel's CPU
+    /// since the last ones.
+    fn emit(&mut self, closed: Vec<(Direction, Vec<Interval>)>) {
+        if self.plan.modes.interval_s.is_none() || closed.iter().all(|(_, i)| i.is_empty()) {
             return;
         }
+        let cpu = self
+            .tunnel_cpu
+            .as_mut()
+            .map(TunnelCpu::sample)
+            .unwrap_or_default();
+        for (direction, intervals) in closed {
+            self.emit_way(direction, intervals, &cpu);
+        }
+    }
+
+    fn emit_way(&mut self, direction: Direction, intervals: Vec<Interval>, cpu: &BTreeMap<String, f64>) {
         for i in intervals {
             let record = IntervalRecord {
                 transfer: self.attempt,
@@ -145,6 +161,7 @@ impl Recorder<'_> {
                 mb_per_s: i.mb_per_s(),
                 omitted: i.omitted,
                 timestamp: (self.unix_epoch + i.end).as_secs_f64(),
+                tunnel_cpu: cpu.clone(),
             };
             self.progress.interval(&record);
             self.records.push(record);
@@ -195,6 +212,10 @@ pub async fn transfer(
         unix_epoch,
         progress,
         records: Vec::new(),
+        tunnel_cpu: plan
+            .modes
+            .interval_s
+            .and_then(|_| TunnelCpu::for_backend(plan.backend)),
     };
     let joined = tokio::task::spawn_blocking(move || {
         threads
@@ -210,22 +231,25 @@ pub async fn transfer(
             // at most WATCH_EVERY late, and the values are exact whenever they are read.
             _ = tokio::time::sleep(WATCH_EVERY) => {
                 progress.transfer_bytes(ways.iter().map(|w| w.counter.bytes()).sum());
+                let mut closed = Vec::new();
                 for way in &mut ways {
                     let (now, tally) = way.counter.tally();
                     // Once every stream has its last byte, the rest waits for the end, where
                     // the last interval is cut at the last byte.
                     if tally.streams_done < plan.parallel {
-                        let closed = interval::closed(&timeline, &tally, now, way.shown);
-                        way.shown += closed.len();
-                        recorder.emit(way.direction, closed);
+                        let these = interval::closed(&timeline, &tally, now, way.shown);
+                        way.shown += these.len();
+                        closed.push((way.direction, these));
                     }
                 }
+                recorder.emit(closed);
             }
         }
     };
     progress.transfer_finished();
     let mut each = Vec::new();
     let mut omitted = Vec::new();
+    let mut rests = Vec::new();
     for (way, (received, sent)) in ways.iter().zip(results) {
         let received = received.map_err(|_| LabError::failed(anyhow::anyhow!("receiver thread panicked")))?;
         let sent = sent.map_err(|_| LabError::failed(anyhow::anyhow!("sender thread panicked")))?;
@@ -234,8 +258,7 @@ pub async fn transfer(
         let received = received.map_err(|e| LabError::transfer("receiver", e))?;
         let sent = sent.map_err(|e| LabError::transfer("sender", e))?;
         let (_, tally) = way.counter.tally();
-        let rest = interval::rest(&timeline, &tally, way.shown);
-        recorder.emit(way.direction, rest);
+        rests.push((way.direction, interval::rest(&timeline, &tally, way.shown)));
         let mut transfer = session::record(plan, received, sent);
         if !timeline.omit.is_zero() {
             let (bytes, seconds) = leave_out_warm_up(plan, way.direction, &timeline, &tally, &mut transfer)?;
@@ -248,6 +271,7 @@ pub async fn transfer(
         }
         each.push((transfer, tally));
     }
+    recorder.emit(rests);
     let (transfer, ways) = match each.as_slice() {
         [(one, _)] => (one.clone(), None),
         [(ab, _), (ba, _)] => (both_ways(&timeline, &each), Some([ab.clone(), ba.clone()])),

@@ -212,6 +212,10 @@ pub struct IntervalRecord {
     pub omitted: bool,
     /// When the interval ended: seconds since the Unix epoch.
     pub timestamp: f64,
+    /// The tunnel's own threads or processes (userspace, openvpn, wireguard-go), percent of
+    /// a core each, sampled when the interval was reported; absent for other backends.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tunnel_cpu: std::collections::BTreeMap<String, f64>,
 }
 
 /// The warm-up left out of one transfer's figure (`--omit`).
