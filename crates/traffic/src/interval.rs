@@ -86,6 +86,9 @@ pub struct Tally {
     pub last_byte: Option<Duration>,
     /// Streams verified to their last byte.
     pub streams_done: u16,
+    /// When the oldest byte read but not yet filed arrived (a timed stream's held-back
+    /// tail): slices from there on may still grow.
+    pub held_since: Option<Duration>,
 }
 
 impl Tally {
@@ -132,9 +135,11 @@ fn interval(timeline: &Timeline, tally: &Tally, k: usize, end: Duration) -> Inte
     }
 }
 
-/// The intervals from `from` on that had ended by `now` (since the epoch), with `tally`
-/// taken at `now`: no byte can be added to them any more (see [`crate::Progress::tally`]).
+/// The intervals from `from` on that had ended by `now` (since the epoch) and before any
+/// byte still held, with `tally` taken at `now`: no byte can be added to them any more (see
+/// [`crate::Progress::tally`]).
 pub fn closed(timeline: &Timeline, tally: &Tally, now: Duration, from: usize) -> Vec<Interval> {
+    let now = tally.held_since.map_or(now, |held| held.min(now));
     (from..)
         .map_while(|k| match timeline.bounds(k).1 {
             Some(end) if end <= now => Some(interval(timeline, tally, k, end)),
@@ -236,6 +241,7 @@ mod tests {
             first_byte: Some(ms(3)),
             last_byte: Some(ms(last_ms)),
             streams_done: 1,
+            held_since: None,
         }
     }
 
@@ -255,6 +261,12 @@ mod tests {
         assert_eq!(all[1].mb_per_s(), 20.0 / 1e6);
         // Nothing is left to emit twice.
         assert!(super::rest(&tl, &t, 4).is_empty());
+        // A byte held since 1.5 s may still be filed there: slice 1 is not final yet.
+        let held = Tally {
+            held_since: Some(ms(1500)),
+            ..t.clone()
+        };
+        assert_eq!(closed(&tl, &held, ms(2100), 0).len(), 1);
     }
 
     #[test]

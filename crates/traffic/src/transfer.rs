@@ -61,7 +61,15 @@ struct Shared {
     bytes: AtomicU64,
     epoch: Instant,
     timeline: Timeline,
-    tally: Mutex<Tally>,
+    book: Mutex<Book>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    tally: Tally,
+    /// Per stream: when the oldest byte it has read but not yet filed arrived. Bytes are
+    /// filed under their arrival time, so no slice from there on is final yet.
+    held: std::collections::BTreeMap<u16, Duration>,
 }
 
 impl Default for Progress {
@@ -78,7 +86,7 @@ impl Progress {
             bytes: AtomicU64::new(0),
             epoch,
             timeline,
-            tally: Mutex::new(Tally::default()),
+            book: Mutex::new(Book::default()),
         }))
     }
 
@@ -94,34 +102,62 @@ impl Progress {
         self.0.timeline
     }
 
-    /// The tally now, and when "now" was (since the epoch). Bytes are filed under the lock
-    /// with the time taken under it, so every byte filed after this call lands in a slice
-    /// that had not ended by then: the slices that had are final.
+    /// The tally now, and when "now" was (since the epoch); `held_since` says from when on
+    /// bytes that arrived may still be filed. Arrivals are stamped under the lock (see
+    /// [`Progress::arrived`]), so the slices that ended before both are final.
     pub fn tally(&self) -> (Duration, Tally) {
-        let tally = self.0.tally.lock().expect("tally lock");
-        (self.0.epoch.elapsed(), tally.clone())
+        let book = self.0.book.lock().expect("tally lock");
+        let mut tally = book.tally.clone();
+        tally.held_since = book.held.values().min().copied();
+        (self.0.epoch.elapsed(), tally)
     }
 
-    fn add(&self, n: u64) {
+    /// Stamps bytes stream `stream` just read: their arrival time, taken under the lock and
+    /// held until they are filed.
+    fn arrived(&self, stream: u16) -> Instant {
+        let mut book = self.0.book.lock().expect("tally lock");
+        let now = Instant::now();
+        let at = now.saturating_duration_since(self.0.epoch);
+        book.held.entry(stream).or_insert(at);
+        now
+    }
+
+    /// Files `n` verified bytes that arrived at `arrival`.
+    fn file(&self, n: u64, arrival: Instant) {
         if n == 0 {
             return;
         }
         {
-            let mut tally = self.0.tally.lock().expect("tally lock");
-            let at = self.0.epoch.elapsed();
+            let mut book = self.0.book.lock().expect("tally lock");
+            let at = arrival.saturating_duration_since(self.0.epoch);
             let slice = self.0.timeline.slice_of(at);
+            let tally = &mut book.tally;
             if tally.slices.len() <= slice {
                 tally.slices.resize(slice + 1, 0);
             }
             tally.slices[slice] += n;
-            tally.first_byte.get_or_insert(at);
-            tally.last_byte = Some(at);
+            tally.first_byte = Some(tally.first_byte.map_or(at, |f| f.min(at)));
+            tally.last_byte = Some(tally.last_byte.map_or(at, |l| l.max(at)));
         }
         self.0.bytes.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// What stream `stream` still holds unfiled now arrived at `oldest` (None: nothing).
+    fn holding(&self, stream: u16, oldest: Option<Instant>) {
+        let mut book = self.0.book.lock().expect("tally lock");
+        match oldest {
+            Some(t) => {
+                book.held
+                    .insert(stream, t.saturating_duration_since(self.0.epoch));
+            }
+            None => {
+                book.held.remove(&stream);
+            }
+        }
+    }
+
     fn stream_done(&self) {
-        self.0.tally.lock().expect("tally lock").streams_done += 1;
+        self.0.book.lock().expect("tally lock").tally.streams_done += 1;
     }
 }
 
@@ -564,18 +600,36 @@ async fn receive_stream(
     let mut buf = vec![0u8; CHUNK];
     let mut first_byte = None;
     let mut last_byte = Instant::now();
+    // Reads not yet filed in full: (arrival, the stream's length after it). A timed stream
+    // holds its last TRAILER_LEN bytes back until the next read or its end; they count at
+    // the time they arrived, not at the trailer's, which may come later.
+    let mut unfiled: std::collections::VecDeque<(Instant, u64)> = Default::default();
+    let (mut read, mut filed) = (0u64, 0u64);
     loop {
         let n = with_timeout(config.idle_timeout, "receive from", peer, stream.read(&mut buf)).await?;
         if n == 0 {
             break;
         }
-        last_byte = Instant::now();
-        first_byte.get_or_insert(last_byte);
-        let before = verifier.verified();
+        let arrival = progress.arrived(header.index);
+        read += n as u64;
+        unfiled.push_back((arrival, read));
         verifier.check(&buf[..n])?;
-        progress.add(verifier.verified() - before);
+        let verified = verifier.verified();
+        while filed < verified {
+            let &(at, end) = unfiled.front().expect("verified bytes were read");
+            let upto = end.min(verified);
+            progress.file(upto - filed, at);
+            first_byte.get_or_insert(at);
+            last_byte = at;
+            filed = upto;
+            if end <= verified {
+                unfiled.pop_front();
+            }
+        }
+        progress.holding(header.index, unfiled.front().map(|&(at, _)| at));
     }
     let bytes = verifier.finish()?;
+    progress.holding(header.index, None);
     progress.stream_done();
     // Our FIN must reach the sender while the tunnel still stands: a run tears its tunnel down
     // as soon as both ends report, and a FIN caught in a torn-down TUN queue leaves the
@@ -1001,6 +1055,35 @@ mod tests {
                 TrafficError::Verify(VerifyError::NoTrailer { got: 50_000, .. })
             ),
             "{err}"
+        );
+    }
+
+    /// The last payload bytes of a timed stream count when they arrived, not when the
+    /// trailer that releases them did: a trailer late by 400 ms adds nothing to the time.
+    #[test]
+    fn a_late_trailer_does_not_stretch_the_time() {
+        let cfg = TransferConfig {
+            duration: Some(Duration::from_secs(1)),
+            ..config(0, 1)
+        };
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let progress = Progress::default();
+        let counter = progress.clone();
+        let rx = std::thread::spawn(move || receiver.run(cfg, counter, CancellationToken::new()));
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s.try_clone().unwrap(), TIMED_LEN, 100_000);
+        std::thread::sleep(Duration::from_millis(400));
+        std::io::Write::write_all(&mut s, &trailer(100_000)).unwrap();
+        drop(s);
+        let received = rx.join().unwrap().unwrap();
+        assert_eq!(received.bytes, 100_000);
+        assert!(received.seconds < 0.2, "{} s", received.seconds);
+        let (now, tally) = progress.tally();
+        assert_eq!(tally.bytes(), 100_000);
+        assert!(
+            now - tally.last_byte.unwrap() >= Duration::from_millis(350),
+            "{tally:?}"
         );
     }
 }
