@@ -116,28 +116,41 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
     }
 
-    /// A thread named like a tunnel thread that spins is seen using most of a core.
+    /// The CPU a thread named like a tunnel thread burned is what the sample reports: it
+    /// spins for 200 ms of its own CPU time (however long a shared machine takes to give
+    /// it that), then waits; the sample's share times its wall time is those 200 ms.
     #[test]
     fn a_busy_tunnel_thread_is_measured() {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let spinning = {
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("ipl-tun-test".into())
-                .spawn(move || {
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-                .unwrap()
+        use std::sync::mpsc;
+        let thread_cpu_s = || {
+            let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+            // SAFETY: clock_gettime only writes the timespec it is given.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+            t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
         };
+        let t0 = std::time::Instant::now();
         let mut cpu = TunnelCpu::for_backend(Backend::Userspace).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let (burned_tx, burned_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let spinning = std::thread::Builder::new()
+            .name("ipl-tun-test".into())
+            .spawn(move || {
+                let start = thread_cpu_s();
+                while thread_cpu_s() - start < 0.2 {
+                    std::hint::spin_loop();
+                }
+                burned_tx.send(()).unwrap();
+                let _ = stop_rx.recv();
+            })
+            .unwrap();
+        burned_rx.recv().unwrap();
         let shares = cpu.sample();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let wall = t0.elapsed().as_secs_f64();
+        stop_tx.send(()).unwrap();
         spinning.join().unwrap();
-        // A shared machine may give it less than a core; it got some.
-        assert!(shares["ipl-tun-test"] > 10.0, "{shares:?}");
+        // 200 ms burned, less one clock tick of rounding; the sample's wall is within ours.
+        let seen_s = shares["ipl-tun-test"] / 100.0 * wall;
+        assert!(seen_s >= 0.18, "{shares:?} over {wall} s");
         assert!(TunnelCpu::for_backend(Backend::Plain).is_none());
     }
 }
