@@ -69,11 +69,19 @@ pub fn interval_line(r: &IntervalRecord) -> String {
         .iter()
         .map(|(name, percent)| format!("{name} {percent:.0} %"))
         .collect();
-    let cpu = if cpu.is_empty() {
+    let mut cpu = if cpu.is_empty() {
         String::new()
     } else {
         format!("  tunnel cpu {}", cpu.join(", "))
     };
+    let esp: Vec<String> = r
+        .esp_bytes
+        .iter()
+        .map(|(way, n)| format!("{way} {}", model::ByteSize(*n)))
+        .collect();
+    if !esp.is_empty() {
+        cpu.push_str(&format!("  esp {}", esp.join(", ")));
+    }
     format!(
         "transfer {}{way}  {:6.2}-{:<6.2} s  {:>10}  {:8.1} MB/s{cpu}{}",
         r.transfer,
@@ -160,6 +168,7 @@ mod tests {
             omitted: true,
             timestamp: 1.0,
             tunnel_cpu: [("ipl-tun-a".to_string(), 52.4)].into(),
+            esp_bytes: Default::default(),
         };
         let line = interval_line(&r);
         assert!(line.starts_with("transfer 1 b->a    2.00-3.00   s"), "{line}");

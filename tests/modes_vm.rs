@@ -2,7 +2,8 @@
 //! `modes_in_a_vm` boots the VM and runs `guest_modes_checks` inside it. There an xfrm run
 //! with `--bidir` carries a verified payload both ways at once (each SA's counters show
 //! its way's payload went through ESP), and an xfrm run with `--reverse --time` carries a
-//! timed, verified payload b→a through ESP, its intervals adding up to the total.
+//! timed, verified payload b→a through ESP, its intervals adding up to the total and
+//! each saying what the SAs carried meanwhile.
 //! Payloads are kept to about 1 MB: TCG moves ESP at well under 1 MB/s.
 
 mod common;
@@ -86,11 +87,20 @@ fn guest_modes_checks() {
     let bytes = t["bytes"].as_u64().unwrap();
     assert!(bytes > 0);
     let seconds = t["seconds"].as_f64().unwrap();
-    // Emulated: the socket buffers drain slowly after the deadline, so only roughly on time.
-    assert!((2.0..6.0).contains(&seconds), "{seconds} s");
+    // Emulated ESP moves well under 1 MB/s: what sat in the socket buffers at the deadline
+    // arrives seconds later (the receiver's clock counts it), so only a loose bound here;
+    // the host test holds --time to a few percent.
+    assert!((2.0..30.0).contains(&seconds), "{seconds} s");
     let intervals = reverse["modes"]["intervals"].as_array().unwrap();
     let sum: u64 = intervals.iter().map(|i| i["bytes"].as_u64().unwrap()).sum();
     assert_eq!(sum, bytes);
+    // Each interval says what the SAs carried meanwhile: b->a's add up to the payload and
+    // its ESP overhead.
+    let esp: u64 = intervals
+        .iter()
+        .map(|i| i["esp_bytes"]["b->a"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(esp > bytes, "{esp} ESP bytes b->a for {bytes} payload bytes");
     // b sent: the b->a SA carried the payload, the a->b one only the ACKs.
     assert!(sa_bytes(&reverse, "b->a") > bytes, "{reverse}");
     assert!(sa_bytes(&reverse, "a->b") < bytes, "{reverse}");

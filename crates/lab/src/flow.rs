@@ -17,7 +17,7 @@ use netns::{Namespace, Topology};
 use traffic::interval::{self, Interval};
 use traffic::{CancellationToken, Receiver, Tally, Timeline, TrafficError};
 
-use crate::backend::{data_addr, Hosts, Side};
+use crate::backend::{data_addr, End, Hosts, Side};
 use crate::error::{LabError, LabResult};
 use crate::progress::Progress;
 use crate::session;
@@ -130,13 +130,20 @@ struct Recorder<'a> {
     progress: &'a dyn Progress,
     records: Vec<IntervalRecord>,
     tunnel_cpu: Option<TunnelCpu>,
+    /// xfrm: the SAs' byte counters when intervals were last reported.
+    esp_bytes: Option<BTreeMap<String, u64>>,
 }
 
 impl Recorder<'_> {
-    /// Records and shows the intervals that closed, each way's, with the tunnel's CPU
-    /// since the last ones.
-    fn emit(&mut self, closed: Vec<(Direction, Vec<Interval>)>) {
-        if self.plan.modes.interval_s.is_none() || closed.iter().all(|(_, i)| i.is_empty()) {
+    /// Whether any of `closed` is to be reported.
+    fn wants(&self, closed: &[(Direction, Vec<Interval>)]) -> bool {
+        self.plan.modes.interval_s.is_some() && closed.iter().any(|(_, i)| !i.is_empty())
+    }
+
+    /// Records and shows the intervals that closed, each way's, with the tunnel's CPU and
+    /// the SAs' bytes (`esp_now`) since the last ones.
+    fn emit(&mut self, closed: Vec<(Direction, Vec<Interval>)>, esp_now: Option<BTreeMap<String, u64>>) {
+        if !self.wants(&closed) {
             return;
         }
         let cpu = self
@@ -144,12 +151,28 @@ impl Recorder<'_> {
             .as_mut()
             .map(TunnelCpu::sample)
             .unwrap_or_default();
+        let esp = match (&self.esp_bytes, &esp_now) {
+            (Some(before), Some(now)) => now
+                .iter()
+                .map(|(sa, n)| (sa.clone(), n.saturating_sub(before.get(sa).copied().unwrap_or(0))))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        if esp_now.is_some() {
+            self.esp_bytes = esp_now;
+        }
         for (direction, intervals) in closed {
-            self.emit_way(direction, intervals, &cpu);
+            self.emit_way(direction, intervals, &cpu, &esp);
         }
     }
 
-    fn emit_way(&mut self, direction: Direction, intervals: Vec<Interval>, cpu: &BTreeMap<String, f64>) {
+    fn emit_way(
+        &mut self,
+        direction: Direction,
+        intervals: Vec<Interval>,
+        cpu: &BTreeMap<String, f64>,
+        esp: &BTreeMap<String, u64>,
+    ) {
         for i in intervals {
             let record = IntervalRecord {
                 transfer: self.attempt,
@@ -162,6 +185,7 @@ impl Recorder<'_> {
                 omitted: i.omitted,
                 timestamp: (self.unix_epoch + i.end).as_secs_f64(),
                 tunnel_cpu: cpu.clone(),
+                esp_bytes: esp.clone(),
             };
             self.progress.interval(&record);
             self.records.push(record);
@@ -174,10 +198,29 @@ fn labelled(plan: &RunPlan, direction: Direction) -> Option<Direction> {
     (plan.modes.bidir || plan.reverse).then_some(direction)
 }
 
-/// One verified transfer of `plan`'s data, every way it takes, on a topology whose ends are
-/// up. `label` names it on the progress bar.
+/// The ESP SAs' byte counters by way (`a->b`, `b->a`), from end a, where the run's ends are
+/// xfrm's: a netlink request per SA, made only when intervals are reported.
+async fn esp_bytes(ends: &[End]) -> Option<BTreeMap<String, u64>> {
+    let Some(End::Xfrm(a)) = ends.first() else {
+        return None;
+    };
+    let sas = a.sa_counters().await.ok()?;
+    Some(
+        sas.into_iter()
+            .map(|c| {
+                let way = c.direction.split(' ').next().unwrap_or_default().to_string();
+                (way, c.bytes)
+            })
+            .collect(),
+    )
+}
+
+/// One verified transfer of `plan`'s data, every way it takes, on a topology whose `ends`
+/// are up. `label` names it on the progress bar.
+#[allow(clippy::too_many_arguments)]
 pub async fn transfer(
     plan: &RunPlan,
+    ends: &[End],
     topology: &Topology,
     hosts: Hosts,
     cancel: &CancellationToken,
@@ -216,6 +259,10 @@ pub async fn transfer(
             .modes
             .interval_s
             .and_then(|_| TunnelCpu::for_backend(plan.backend)),
+        esp_bytes: match plan.modes.interval_s {
+            Some(_) => esp_bytes(ends).await,
+            None => None,
+        },
     };
     let joined = tokio::task::spawn_blocking(move || {
         threads
@@ -242,7 +289,8 @@ pub async fn transfer(
                         closed.push((way.direction, these));
                     }
                 }
-                recorder.emit(closed);
+                let esp = if recorder.wants(&closed) { esp_bytes(ends).await } else { None };
+                recorder.emit(closed, esp);
             }
         }
     };
@@ -271,7 +319,12 @@ pub async fn transfer(
         }
         each.push((transfer, tally));
     }
-    recorder.emit(rests);
+    let esp = if recorder.wants(&rests) {
+        esp_bytes(ends).await
+    } else {
+        None
+    };
+    recorder.emit(rests, esp);
     let (transfer, ways) = match each.as_slice() {
         [(one, _)] => (one.clone(), None),
         [(ab, _), (ba, _)] => (both_ways(&timeline, &each), Some([ab.clone(), ba.clone()])),

@@ -109,7 +109,7 @@ pub async fn run_on(
             return Err(LabError::interrupted());
         }
         let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
-        let m = flow::transfer(plan, topology, hosts, cancel, progress, attempt, label).await?;
+        let m = flow::transfer(plan, &ends, topology, hosts, cancel, progress, attempt, label).await?;
         transfers.push(m.transfer.clone());
         measured.push(m);
         if plan.with_iperf3 {

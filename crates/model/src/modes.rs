@@ -216,6 +216,10 @@ pub struct IntervalRecord {
     /// a core each, sampled when the interval was reported; absent for other backends.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tunnel_cpu: std::collections::BTreeMap<String, f64>,
+    /// xfrm: the bytes each ESP SA (`a->b`, `b->a`) carried since the previous intervals
+    /// were reported, ESP overhead included; absent for other backends.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub esp_bytes: std::collections::BTreeMap<String, u64>,
 }
 
 /// The warm-up left out of one transfer's figure (`--omit`).
