@@ -1019,16 +1019,15 @@ mod tests {
         let progress = Progress::new(timeline, Instant::now());
         let counter = progress.clone();
         let rx = std::thread::spawn(move || receiver.run(cfg, counter, CancellationToken::new()));
-        let t0 = Instant::now();
         let sent = send(addr, cfg, CancellationToken::new()).unwrap();
         let received = rx.join().unwrap().unwrap();
         assert!(sent.bytes > 0);
         assert_eq!(received.bytes, sent.bytes);
-        assert!(
-            (1.4..1.65).contains(&t0.elapsed().as_secs_f64()),
-            "{:?}",
-            t0.elapsed()
-        );
+        // The sender stops at the deadline, not before, and soon after (a loaded machine
+        // may be late: the run's few percent are checked end to end); the receiver's first
+        // to last byte lies inside the sender's time.
+        assert!((1.5..2.5).contains(&sent.seconds), "{} s", sent.seconds);
+        assert!(received.seconds <= sent.seconds, "{received:?} {sent:?}");
         let (_, tally) = progress.tally();
         assert_eq!(tally.bytes(), received.bytes);
         assert_eq!(progress.bytes(), received.bytes);
