@@ -34,7 +34,7 @@ pub struct TransferConfig {
     pub streams: u16,
     /// Longest silence tolerated (connect, accept, or between two reads) before giving up.
     pub idle_timeout: Duration,
-    /// `--time`: every stream sends for this long (from the start of `send`), then closes
+    /// `--time`: every stream sends for this long from when it is connected, then closes
     /// with the count it sent; `total_bytes` is then not used.
     pub duration: Option<Duration>,
 }
@@ -420,8 +420,6 @@ pub fn send(
 ) -> Result<TransferSide, TrafficError> {
     let started_cpu = thread_cpu();
     let wall = Instant::now();
-    // One deadline for every stream of a timed transfer.
-    let deadline = config.duration.map(|d| wall + d);
     let stop = cancel.child_token();
     let mut threads = Vec::with_capacity(usize::from(config.streams));
     let mut error = None;
@@ -429,7 +427,7 @@ pub fn send(
         let own = stop.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("ipl-send-{i}"))
-            .spawn(move || stream_thread(&own, send_stream(peer, config, i, deadline)));
+            .spawn(move || stream_thread(&own, send_stream(peer, config, i)));
         match spawned {
             Ok(t) => threads.push(t),
             Err(source) => {
@@ -464,12 +462,7 @@ pub fn send(
     })
 }
 
-async fn send_stream(
-    base: SocketAddr,
-    config: TransferConfig,
-    index: u16,
-    deadline: Option<Instant>,
-) -> Result<u64, TrafficError> {
+async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
     let peer = SocketAddr::new(base.ip(), base.port().wrapping_add(index));
     let io = |action| move |source| TrafficError::Io { action, peer, source };
     let mut stream = with_timeout(config.idle_timeout, "connect to", peer, TcpStream::connect(peer)).await?;
@@ -483,7 +476,9 @@ async fn send_stream(
     stream.write_all(&header).await.map_err(io("send header to"))?;
     let mut generator = PayloadGenerator::new(config.seed, index);
     let mut buf = vec![0u8; CHUNK];
-    if let Some(deadline) = deadline {
+    // A timed stream's clock starts once it is connected, as iperf3's: a slow connect (a
+    // SYN retransmitted after a second) does not eat into the time asked for.
+    if let Some(deadline) = config.duration.map(|d| Instant::now() + d) {
         let sent = send_until(&mut stream, peer, config, &mut generator, &mut buf, deadline).await?;
         let end = trailer(sent);
         with_timeout(config.idle_timeout, "send to", peer, stream.write_all(&end)).await?;
