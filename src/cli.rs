@@ -113,7 +113,7 @@ pub struct RunArgs {
     /// Pre-shared key file for --peer (from `ipsec-lab psk generate`, mode 0600).
     #[arg(long, value_name = "FILE", requires = "peer")]
     pub psk_file: Option<PathBuf>,
-    /// With --peer: the peer sends, this host receives.
+    /// b sends and a receives (with --peer: the peer sends, this host receives).
     #[arg(long)]
     pub reverse: bool,
     /// Threads per end of the userspace tunnel, one per queue of a multi-queue TUN device,
@@ -140,6 +140,8 @@ pub struct RunArgs {
     pub netem: Option<model::NetemSpec>,
     #[command(flatten)]
     pub family: FamilyArgs,
+    #[command(flatten)]
+    pub modes: ModesArgs,
 }
 
 /// `-4`/`-6`/`--family 4|6` (iperf3's spelling): the address family of links and tunnels.
@@ -163,6 +165,41 @@ impl FamilyArgs {
             (Some(f), _) => f,
             (None, true) => model::Family::Ipv6,
             (None, false) => model::Family::Ipv4,
+        }
+    }
+}
+
+/// iperf3's run modes (model::modes): how long, how reported, which way.
+#[derive(Debug, Args)]
+pub struct ModesArgs {
+    /// Send for SECONDS instead of --bytes, as iperf3 -t; the size is what got through, and
+    /// every byte of it is still verified.
+    #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds, conflicts_with = "bytes")]
+    pub time: Option<f64>,
+    /// A line per interval of SECONDS while the transfer runs (MB/s), as iperf3 -i.
+    #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
+    pub interval: Option<f64>,
+    /// Leave the first SECONDS of each transfer out of its figure (warm-up), as iperf3 -O;
+    /// their intervals are marked omitted.
+    #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
+    pub omit: Option<f64>,
+    /// Newline-delimited JSON on stdout: one object per interval (every second unless
+    /// --interval), then the report; the table goes to stderr.
+    #[arg(long)]
+    pub json_stream: bool,
+    /// Both directions at once, a->b and b->a, each verified, reported apart and summed.
+    #[arg(long)]
+    pub bidir: bool,
+}
+
+impl ModesArgs {
+    pub fn request(&self) -> model::ModesRequest {
+        model::ModesRequest {
+            time_s: self.time,
+            // A stream of intervals has intervals: every second, as iperf3's.
+            interval_s: self.interval.or(self.json_stream.then_some(1.0)),
+            omit_s: self.omit,
+            bidir: self.bidir,
         }
     }
 }
@@ -196,6 +233,7 @@ impl RunArgs {
             pcrypt: self.pcrypt,
             family: self.family.family(),
             netem: self.netem.clone(),
+            modes: self.modes.request(),
         }
     }
 }
@@ -300,6 +338,32 @@ mod tests {
         let e = parse(&["run", "--seed", "0xnope"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("as printed"), "{e}");
+    }
+
+    #[test]
+    fn modes_parse_and_time_excludes_bytes() {
+        let Command::Run(a) = parse(&["run", "--time", "3", "--interval", "0.5s", "--omit", "1"])
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        let m = a.request().modes;
+        assert_eq!(
+            (m.time_s, m.interval_s, m.omit_s),
+            (Some(3.0), Some(0.5), Some(1.0))
+        );
+        let Command::Run(a) = parse(&["run", "--json-stream"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.request().modes.interval_s, Some(1.0));
+        for bad in [
+            &["run", "--time", "3", "--bytes", "10MB"][..],
+            &["run", "--time", "soon"][..],
+            &["run", "--interval", "x"][..],
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
     }
 
     #[test]

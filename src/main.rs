@@ -8,6 +8,7 @@
 mod build_info;
 mod cli;
 mod commands;
+mod modes;
 mod output;
 mod progress;
 

@@ -71,7 +71,7 @@ pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
     Ok(())
 }
 
-fn to_json(report: &RunReport) -> LabResult<String> {
+pub fn to_json(report: &RunReport) -> LabResult<String> {
     serde_json::to_string_pretty(report).map_err(LabError::failed)
 }
 
@@ -88,8 +88,8 @@ pub fn table(report: &RunReport) -> String {
         "sender cpu".into(),
         "receiver cpu".into(),
     ]];
-    for record in &report.transfers {
-        rows.push(row(report, record));
+    for (label, record) in crate::modes::rows(report) {
+        rows.push(row(report, label, record));
     }
     let mut out = String::new();
     let widths: Vec<usize> = (0..7)
@@ -115,6 +115,9 @@ pub fn table(report: &RunReport) -> String {
             s.max,
             s.relative_spread() * 100.0
         );
+    }
+    for line in crate::modes::summary_lines(report) {
+        let _ = writeln!(out, "{line}");
     }
     for (tool, reference) in &report.references {
         let ratio = s.median / reference.median;
@@ -153,10 +156,10 @@ pub fn table(report: &RunReport) -> String {
     out
 }
 
-fn row(report: &RunReport, record: &TransferRecord) -> [String; 7] {
+fn row(report: &RunReport, label: String, record: &TransferRecord) -> [String; 7] {
     let t = &record.transfer;
     [
-        report.plan.backend.to_string(),
+        label,
         report.plan.suite.to_string(),
         model::ByteSize(t.bytes).to_string(),
         format!("{:.3} s", t.seconds),

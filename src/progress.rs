@@ -11,6 +11,8 @@ use lab::progress::{Progress, Quiet};
 /// Decimal units (MB = 10^6 bytes), as the tables count them: never indicatif's binary MiB.
 const TRANSFER_TEMPLATE: &str =
     "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}";
+/// A timed transfer (`--time`) has no total: bytes and rate beside a spinner.
+const TIMED_TEMPLATE: &str = "{prefix} {spinner} {decimal_bytes} {decimal_bytes_per_sec} (elapsed {elapsed})";
 const SWEEP_TEMPLATE: &str = "cell {pos}/{len} [{bar:30}] {msg} (elapsed {elapsed}, ETA {eta})";
 
 fn on_terminal(no_progress: bool) -> bool {
@@ -79,7 +81,13 @@ impl Progress for Bars {
     }
 
     fn transfer_started(&self, label: &str, total: u64) {
-        let bar = styled(ProgressBar::new(total), TRANSFER_TEMPLATE);
+        let bar = if total == 0 {
+            let spinner = styled(ProgressBar::new_spinner(), TIMED_TEMPLATE);
+            spinner.enable_steady_tick(Duration::from_millis(120));
+            spinner
+        } else {
+            styled(ProgressBar::new(total), TRANSFER_TEMPLATE)
+        };
         bar.set_prefix(label.to_string());
         self.show(bar);
     }

@@ -4,7 +4,8 @@
 use lab::{LabError, LabResult};
 
 use crate::cli::RunArgs;
-use crate::{output, progress};
+use crate::modes::{Live, Show};
+use crate::{modes, output, progress};
 
 pub fn run(args: RunArgs) -> LabResult<()> {
     // Stage two of parsing: nothing below this line runs on invalid input.
@@ -13,20 +14,50 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         eprintln!("note: ignored {ignored}");
     }
     if let Some(json) = &args.json {
+        if args.modes.json_stream && output::is_std_stream(json) {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--json-stream writes its objects to stdout: give --json a FILE, not -"
+            )));
+        }
         output::check_writable(json, "--json")?;
     }
+    // How intervals are shown: JSON objects, or lines beside the table (on stderr where
+    // stdout carries the JSON report).
+    let show = plan.modes.interval_s.map(|_| match args.modes.json_stream {
+        true => Show::JsonStream,
+        false => Show::Lines {
+            to_stderr: args.json.as_deref().is_some_and(output::is_std_stream),
+        },
+    });
     lab::require_net_admin()?;
-    let show = lab::backend::xfrm::ShowKeys(args.show_keys);
+    let keys = lab::backend::xfrm::ShowKeys(args.show_keys);
     let report = if plan.peer.is_some() {
         let psk = lab::remote::client::load_psk(args.psk_file.as_deref())?;
         lab::remote::client::check_local(&plan, args.mtu)?;
-        runtime()?.block_on(lab::remote::client::run(&plan, &psk, show))?
+        runtime()?.block_on(lab::remote::client::run(&plan, &psk, keys))?
     } else if lab::vm::wanted(&plan) {
-        lab::vm::run_in_vm(&plan)?
+        let report = lab::vm::run_in_vm(&plan)?;
+        // The guest's console is not ours: its intervals are shown once it is back.
+        if let Some(shown) = show {
+            modes::replay(shown, &report);
+        }
+        report
     } else {
-        let watcher = progress::for_run(args.no_progress);
-        runtime()?.block_on(lab::local::run(&plan, show, watcher.as_ref()))?
+        // Interval lines are the progress: no bar between them.
+        let watcher: Box<dyn lab::progress::Progress> = match show {
+            Some(shown) => Box::new(Live { show: shown }),
+            None => progress::for_run(args.no_progress),
+        };
+        runtime()?.block_on(lab::local::run(&plan, keys, watcher.as_ref()))?
     };
+    if args.modes.json_stream {
+        // stdout carries the stream: the table goes to stderr, the report ends the stream.
+        eprint!("{}", output::table(&report));
+        if let Some(json) = args.json.as_deref() {
+            output::write_text(json, &(output::to_json(&report)? + "\n"))?;
+        }
+        return modes::end_of_stream(&report);
+    }
     output::emit(&report, args.json.as_deref())
 }
 

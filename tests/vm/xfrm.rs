@@ -218,6 +218,7 @@ async fn interop() {
         total_bytes: 1_000_000,
         streams: 1,
         idle_timeout: Duration::from_secs(30),
+        duration: None,
     };
     let cancel = traffic::CancellationToken::new();
     let receiver = topo

@@ -125,9 +125,12 @@ pub struct UserspaceEvidence {
     pub implementation: crypto::ImplementationInfo,
     pub inner_mtu: u32,
     pub batching: tunnel::Batching,
-    /// `a` encrypts the payload, `b` decrypts it (reversed runs aside).
+    /// `a` encrypts the payload, `b` decrypts it, unless `encrypting` says otherwise.
     pub a: TunnelEnd,
     pub b: TunnelEnd,
+    /// The end whose thread encrypts the payload: "a", "b" (`--reverse`) or "both" (`--bidir`).
+    pub encrypting: &'static str,
+    /// Of the encrypting end (end a's in a two-way run, whose thread also decrypts).
     pub efficiency: Efficiency,
 }
 
@@ -377,10 +380,12 @@ impl UserspaceEvidence {
                 ));
             }
         }
-        let roles = a
-            .iter()
-            .map(|s| ("encrypting", s))
-            .chain(b.iter().map(|s| ("decrypting", s)));
+        let (role_a, role_b) = match self.encrypting {
+            "both" => ("encrypting and decrypting", "encrypting and decrypting"),
+            "b" => ("decrypting", "encrypting"),
+            _ => ("encrypting", "decrypting"),
+        };
+        let roles = a.iter().map(|s| (role_a, s)).chain(b.iter().map(|s| (role_b, s)));
         for (role, s) in roles {
             let drops: Vec<String> = s
                 .drops

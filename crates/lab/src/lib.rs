@@ -11,6 +11,9 @@
 //! * [`evidence`]: what the backends show happened, typed; serialised into the report's
 //!   `backend_details`, summarised by its own `lines()`.
 //! * [`session`]: one verified transfer's configuration, idle timeout and record.
+//! * [`flow`]: the data of one local transfer, one way or both (`--reverse`, `--bidir`),
+//!   of a size or timed (`--time`), reported per interval (`--interval`, `--omit`), with
+//!   the tunnel's own CPU per interval ([`tunnel_cpu`]).
 //! * [`local`]: a run between two namespaces of this host (`ipsec-lab run`).
 //! * [`remote`]: two-host runs: the [`remote::client`] (`run --peer`) and the
 //!   [`remote::server`] (`serve`, its shutdown handed in as a future), with what both
@@ -40,6 +43,7 @@ pub mod child;
 pub mod clean;
 pub mod error;
 pub mod evidence;
+pub mod flow;
 pub mod local;
 pub mod netem;
 pub mod progress;
@@ -49,6 +53,7 @@ pub mod session;
 pub mod signal;
 pub mod speed;
 pub mod sweep;
+pub mod tunnel_cpu;
 pub mod vm;
 
 pub use error::{require_net_admin, ExitKind, LabError, LabResult};

@@ -1,21 +1,17 @@
 //! A run between two namespaces of this host: plan → topology → backend → verified
 //! transfers → report → teardown.
 
-use std::time::Duration;
-
-use std::net::SocketAddr;
-
-use model::{Environment, RunPlan, RunReport, Transfer};
+use model::{Environment, RunPlan, RunReport};
 use netns::{Topology, TopologySpec};
-use traffic::{CancellationToken, Receiver};
+use traffic::CancellationToken;
 
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, userspace, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
 use crate::evidence::{EndEvidence, Evidence};
+use crate::flow;
 use crate::progress::Progress;
 use crate::reference;
-use crate::session;
 
 /// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
 pub fn host_has_esp() -> bool {
@@ -134,13 +130,16 @@ async fn run_ends(
     started?;
     let target = data_addr(plan, hosts, Side::B);
     let mut transfers = Vec::new();
+    let mut measured = Vec::new();
     let mut iperf3_runs = Vec::new();
     for attempt in 1..=plan.repeat {
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }
         let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
-        transfers.push(transfer_once(plan, topology, target, cancel, progress, label).await?);
+        let m = flow::transfer(plan, &ends, topology, hosts, cancel, progress, attempt, label).await?;
+        transfers.push(m.transfer.clone());
+        measured.push(m);
         if plan.with_iperf3 {
             // Right after the lab's own transfer, over the same path: the two see the same
             // machine state as nearly as a noisy machine allows.
@@ -151,6 +150,7 @@ async fn run_ends(
     drop(ends);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
+    report.modes = flow::report(plan, &measured);
     if !evidence.is_none() {
         report
             .backend_details
@@ -198,53 +198,4 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
         }
         _ => Evidence::None,
     })
-}
-
-/// One verified transfer: receiver in namespace b, sender in namespace a, each on its own
-/// thread so each side's CPU time is measured on its own.
-async fn transfer_once(
-    plan: &RunPlan,
-    topology: &Topology,
-    target: SocketAddr,
-    cancel: &CancellationToken,
-    progress: &dyn Progress,
-    label: String,
-) -> LabResult<Transfer> {
-    let config = session::transfer_config(plan);
-    // Bound before the sender starts, so the sender never races the listener.
-    let receiver = topology
-        .b
-        .run(move || Receiver::bind(target, config.streams))?
-        .map_err(LabError::failed)?;
-    let counter = traffic::Progress::default();
-    let (rx_progress, rx_cancel) = (counter.clone(), cancel.clone());
-    let receiving = topology.b.spawn("ipl-receiver", move || {
-        receiver.run(config, rx_progress, rx_cancel)
-    })?;
-    let tx_cancel = cancel.clone();
-    let sending = topology
-        .a
-        .spawn("ipl-sender", move || traffic::send(target, config, tx_cancel))?;
-
-    progress.transfer_started(&label, plan.bytes.0);
-    let joined = tokio::task::spawn_blocking(move || (receiving.join(), sending.join()));
-    tokio::pin!(joined);
-    let (received, sent) = loop {
-        tokio::select! {
-            done = &mut joined => break done.expect("join task"),
-            // Why poll: the counters live in the transfer threads; 10 updates a second is
-            // smooth for a human and free for the run.
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                progress.transfer_bytes(counter.bytes())
-            }
-        }
-    };
-    progress.transfer_finished();
-    let received = received.map_err(|_| LabError::failed(anyhow::anyhow!("receiver thread panicked")))?;
-    let sent = sent.map_err(|_| LabError::failed(anyhow::anyhow!("sender thread panicked")))?;
-    // The receiver's verdict comes first: it says *what* went wrong with the data; a sender
-    // error is usually only the echo of the receiver closing.
-    let received = received.map_err(|e| LabError::transfer("receiver", e))?;
-    let sent = sent.map_err(|e| LabError::transfer("sender", e))?;
-    Ok(session::record(plan, received, sent))
 }

@@ -6,9 +6,12 @@ pub trait Progress: Send + Sync {
     /// A backend is coming up (OpenVPN takes seconds).
     fn backend_starting(&self, _what: &str) {}
     fn backend_started(&self) {}
-    /// A transfer of `total` bytes begins; `bytes` then reports how far it got.
+    /// A transfer of `total` bytes begins (0: a timed one, `--time`, whose size is known
+    /// only at its end); `bytes` then reports how far it got.
     fn transfer_started(&self, _label: &str, _total: u64) {}
     fn transfer_bytes(&self, _bytes: u64) {}
+    /// An interval of the transfer closed (`--interval`).
+    fn interval(&self, _record: &model::modes::IntervalRecord) {}
     fn transfer_finished(&self) {}
     /// A sweep of `cells` cells begins; each cell reports its start and end.
     fn sweep_started(&self, _cells: u64) {}

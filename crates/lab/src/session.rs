@@ -15,6 +15,7 @@ pub fn transfer_config(plan: &RunPlan) -> TransferConfig {
         total_bytes: plan.bytes.0,
         streams: plan.parallel,
         idle_timeout: IDLE_TIMEOUT,
+        duration: plan.modes.time_s.map(Duration::from_secs_f64),
     }
 }
 

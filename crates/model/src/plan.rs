@@ -241,7 +241,7 @@ pub struct RunRequest {
     /// `HOST[:PORT]` of an `ipsec-lab serve` on another machine: the run is between this
     /// host and that one instead of two local namespaces.
     pub peer: Option<String>,
-    /// With a peer: the peer sends and this host receives.
+    /// b sends and a receives (with a peer: the peer sends and this host receives).
     pub reverse: bool,
     /// Threads (TUN queues) per end of the userspace tunnel.
     pub tunnel_threads: u16,
@@ -256,6 +256,8 @@ pub struct RunRequest {
     pub family: crate::Family,
     /// `--netem SPEC`: the WAN conditions the lab's link gets.
     pub netem: Option<crate::netem::NetemSpec>,
+    /// `--time`, `--interval`, `--omit`, `--bidir` (crate::modes).
+    pub modes: crate::modes::ModesRequest,
 }
 
 impl Default for RunRequest {
@@ -285,6 +287,7 @@ impl Default for RunRequest {
             pcrypt: false,
             family: crate::Family::Ipv4,
             netem: None,
+            modes: Default::default(),
         }
     }
 }
@@ -312,7 +315,7 @@ pub struct RunPlan {
     /// The other host of a two-machine run (`--peer`); None for the local namespace pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<Peer>,
-    /// Data flows from the peer to this host (`--reverse`).
+    /// Data flows from b to a, or from the peer to this host (`--reverse`).
     #[serde(default)]
     pub reverse: bool,
     /// Threads per end of the userspace tunnel, one per queue of a multi-queue TUN device
@@ -334,6 +337,9 @@ pub struct RunPlan {
     /// `--netem`: the netem qdisc on both ends of the lab's link; None: the bare veth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netem: Option<crate::netem::NetemSpec>,
+    /// `--time`, `--interval`, `--omit`, `--bidir`; the default: a forward `--bytes` run.
+    #[serde(default, skip_serializing_if = "crate::modes::Modes::is_default")]
+    pub modes: crate::modes::Modes,
 }
 
 fn one_thread() -> u16 {
@@ -547,9 +553,13 @@ impl RunRequest {
                 return Err(PlanError::NetemPeer);
             }
             mode = IpsecMode::Transport;
-        } else if self.reverse {
-            ignored.push("--reverse (only a run with --peer has a direction)".into());
         }
+        let modes = self.modes.validate(crate::modes::RunContext {
+            peer: peer.is_some(),
+            reverse: self.reverse,
+            with_iperf3: self.with_iperf3,
+            one_way_policies: self.backend == Backend::Xfrm && mode == IpsecMode::Transport,
+        })?;
         Ok(RunPlan {
             backend: self.backend,
             suite,
@@ -565,7 +575,7 @@ impl RunRequest {
             vm: self.vm,
             with_iperf3: self.with_iperf3,
             ignored,
-            reverse: self.reverse && peer.is_some(),
+            reverse: self.reverse,
             peer,
             tunnel_threads: if self.backend == Backend::Userspace {
                 self.tunnel_threads
@@ -577,6 +587,7 @@ impl RunRequest {
             pcrypt: self.pcrypt,
             family: self.family,
             netem: self.netem,
+            modes,
         })
     }
 }
@@ -691,6 +702,8 @@ pub enum PlanError {
     NetemPeer,
     #[error(transparent)]
     Netem(#[from] crate::netem::NetemError),
+    #[error(transparent)]
+    Modes(#[from] crate::modes::ModesError),
 }
 
 #[cfg(test)]
@@ -940,13 +953,14 @@ mod tests {
         ] {
             assert!(bad.validate().is_err());
         }
+        // A local run has a direction too: b sends.
         let local = RunRequest {
             reverse: true,
             ..Default::default()
         }
         .validate()
         .unwrap();
-        assert!(!local.reverse && local.ignored.iter().any(|i| i.contains("--reverse")));
+        assert!(local.reverse && local.ignored.is_empty());
     }
 
     #[test]

@@ -137,6 +137,10 @@ pub struct RunReport {
     /// trip measured over them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<crate::netem::LinkConditions>,
+    /// Intervals, the warm-up left out, each direction of a two-way run (`--interval`,
+    /// `--omit`, `--reverse`, `--bidir`); absent for a forward `--bytes` run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modes: Option<crate::modes::ModesReport>,
 }
 
 /// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
@@ -185,6 +189,7 @@ impl RunReport {
             notes,
             peer_environment: None,
             conditions: None,
+            modes: None,
         })
     }
 }

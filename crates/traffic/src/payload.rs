@@ -57,6 +57,10 @@ pub enum VerifyError {
     Short { stream: u16, got: u64, expected: u64 },
     #[error("stream {stream}: received more than the {expected} bytes announced")]
     Long { stream: u16, expected: u64 },
+    #[error("stream {stream}: ended after {got} bytes without the sender's closing count (the sender stopped early or the stream was cut)")]
+    NoTrailer { stream: u16, got: u64 },
+    #[error("stream {stream}: the sender says it sent {announced} bytes, {got} arrived (stream truncated)")]
+    Count { stream: u16, got: u64, announced: u64 },
 }
 
 /// Checks a received stream against the one the generator would produce.
@@ -106,6 +110,11 @@ impl Verifier {
         Ok(())
     }
 
+    /// Bytes checked so far.
+    pub fn verified(&self) -> u64 {
+        self.seen
+    }
+
     pub fn finish(&self) -> Result<u64, VerifyError> {
         if self.seen == self.expected_len {
             Ok(self.seen)
@@ -116,6 +125,87 @@ impl Verifier {
                 expected: self.expected_len,
             })
         }
+    }
+}
+
+/// Bytes of the trailer that closes a timed stream.
+pub const TRAILER_LEN: usize = 16;
+const TRAILER_MAGIC: [u8; 8] = *b"IPLBEND1";
+
+/// The end of a timed stream (`--time`): only the sender knows when it stopped, so it closes
+/// the stream with the count of payload bytes it sent. A stream cut short (a sender killed,
+/// a connection reset into a FIN) ends in payload, which is no trailer, so it fails.
+pub fn trailer(sent: u64) -> [u8; TRAILER_LEN] {
+    let mut t = [0u8; TRAILER_LEN];
+    t[..8].copy_from_slice(&TRAILER_MAGIC);
+    t[8..].copy_from_slice(&sent.to_be_bytes());
+    t
+}
+
+/// Checks a timed stream, whose length only its trailer tells: everything but the last
+/// [`TRAILER_LEN`] bytes seen is payload, checked as it arrives; those last bytes are held
+/// back until the end and must be the trailer naming exactly the bytes checked.
+pub struct TimedVerifier {
+    verifier: Verifier,
+    tail: [u8; TRAILER_LEN],
+    tail_len: usize,
+}
+
+impl TimedVerifier {
+    pub fn new(seed: u64, stream: u16) -> TimedVerifier {
+        TimedVerifier {
+            verifier: Verifier::new(seed, stream, u64::MAX),
+            tail: [0; TRAILER_LEN],
+            tail_len: 0,
+        }
+    }
+
+    /// Payload bytes checked so far (the held-back tail not yet among them).
+    pub fn verified(&self) -> u64 {
+        self.verifier.verified()
+    }
+
+    pub fn check(&mut self, chunk: &[u8]) -> Result<(), VerifyError> {
+        let held = self.tail_len + chunk.len();
+        if held <= TRAILER_LEN {
+            self.tail[self.tail_len..held].copy_from_slice(chunk);
+            self.tail_len = held;
+            return Ok(());
+        }
+        // Release the oldest bytes beyond the last TRAILER_LEN: the tail's first, then the chunk's.
+        let release = held - TRAILER_LEN;
+        let from_tail = release.min(self.tail_len);
+        self.verifier.check(&self.tail[..from_tail])?;
+        let from_chunk = release - from_tail;
+        self.verifier.check(&chunk[..from_chunk])?;
+        let mut tail = [0u8; TRAILER_LEN];
+        let kept = self.tail_len - from_tail;
+        tail[..kept].copy_from_slice(&self.tail[from_tail..self.tail_len]);
+        tail[kept..].copy_from_slice(&chunk[from_chunk..]);
+        self.tail = tail;
+        self.tail_len = TRAILER_LEN;
+        Ok(())
+    }
+
+    /// At the end of the stream: the payload's length, if the trailer confirms it.
+    pub fn finish(&self) -> Result<u64, VerifyError> {
+        let got = self.verifier.verified();
+        let stream = self.verifier.stream;
+        if self.tail_len < TRAILER_LEN || self.tail[..8] != TRAILER_MAGIC {
+            return Err(VerifyError::NoTrailer {
+                stream,
+                got: got + self.tail_len as u64,
+            });
+        }
+        let announced = u64::from_be_bytes(self.tail[8..].try_into().expect("8 bytes"));
+        if announced != got {
+            return Err(VerifyError::Count {
+                stream,
+                got,
+                announced,
+            });
+        }
+        Ok(got)
     }
 }
 
@@ -191,5 +281,64 @@ mod tests {
         );
         let mut v = Verifier::new(3, 0, 100);
         assert!(matches!(v.check(&data[..101]), Err(VerifyError::Long { .. })));
+    }
+
+    fn timed(seed: u64, len: usize) -> Vec<u8> {
+        let mut data = generate(seed, 0, &[len]);
+        data.extend_from_slice(&trailer(len as u64));
+        data
+    }
+
+    #[test]
+    fn a_timed_stream_is_checked_in_any_chunking_up_to_its_trailer() {
+        let data = timed(5, 10_000);
+        for size in [1, 3, 15, 16, 17, 333, 10_016] {
+            let mut v = TimedVerifier::new(5, 0);
+            for chunk in data.chunks(size) {
+                v.check(chunk).unwrap();
+            }
+            assert_eq!(v.finish(), Ok(10_000), "chunks of {size}");
+            assert_eq!(v.verified(), 10_000);
+        }
+        // No payload at all, only the trailer: an empty but complete stream.
+        let mut v = TimedVerifier::new(5, 0);
+        v.check(&trailer(0)).unwrap();
+        assert_eq!(v.finish(), Ok(0));
+    }
+
+    #[test]
+    fn a_timed_stream_cut_short_or_miscounted_fails() {
+        // Cut anywhere: what ends the stream is payload, not a trailer.
+        let data = timed(5, 10_000);
+        for cut in [0, 10, 5000, 10_008, 10_015] {
+            let mut v = TimedVerifier::new(5, 0);
+            v.check(&data[..cut]).unwrap();
+            assert!(
+                matches!(v.finish(), Err(VerifyError::NoTrailer { .. })),
+                "cut at {cut}: {:?}",
+                v.finish()
+            );
+        }
+        // A trailer naming more than arrived.
+        let mut data = generate(5, 0, &[1000]);
+        data.extend_from_slice(&trailer(2000));
+        let mut v = TimedVerifier::new(5, 0);
+        v.check(&data).unwrap();
+        assert_eq!(
+            v.finish(),
+            Err(VerifyError::Count {
+                stream: 0,
+                got: 1000,
+                announced: 2000
+            })
+        );
+        // A corrupted payload byte is found before the end.
+        let mut data = timed(5, 1000);
+        data[500] ^= 1;
+        let mut v = TimedVerifier::new(5, 0);
+        assert!(matches!(
+            v.check(&data),
+            Err(VerifyError::Mismatch { offset: 500, .. })
+        ));
     }
 }

@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use model::{CpuUsage, TransferSide};
@@ -15,13 +15,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::payload::{PayloadGenerator, Verifier, VerifyError};
+use crate::interval::{Tally, Timeline};
+use crate::payload::{trailer, PayloadGenerator, TimedVerifier, Verifier, VerifyError};
 
 /// Bytes handed to one write or read call: large enough to amortise system calls.
 const CHUNK: usize = 256 * 1024;
 const MAGIC: [u8; 4] = *b"IPLB";
 const VERSION: u16 = 1;
 const HEADER_LEN: usize = 24;
+/// The length a timed stream announces in its header: "until my trailer".
+const TIMED_LEN: u64 = u64::MAX;
 
 /// What both ends agree on before the transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,26 +34,130 @@ pub struct TransferConfig {
     pub streams: u16,
     /// Longest silence tolerated (connect, accept, or between two reads) before giving up.
     pub idle_timeout: Duration,
+    /// `--time`: every stream sends for this long from when it is connected, then closes
+    /// with the count it sent; `total_bytes` is then not used.
+    pub duration: Option<Duration>,
 }
 
 impl TransferConfig {
-    /// Bytes carried by stream `i`: an even split, the remainder on stream 0.
+    /// Bytes stream `i` announces: an even split, the remainder on stream 0; a timed stream
+    /// announces none (its trailer tells).
     pub fn stream_len(&self, i: u16) -> u64 {
+        if self.duration.is_some() {
+            return TIMED_LEN;
+        }
         let n = u64::from(self.streams);
         self.total_bytes / n + if i == 0 { self.total_bytes % n } else { 0 }
     }
 }
 
-/// Bytes verified so far, shared with whoever draws a progress bar.
-#[derive(Debug, Clone, Default)]
-pub struct Progress(Arc<AtomicU64>);
+/// Bytes verified so far, shared with whoever draws a progress bar or reports intervals:
+/// a total, and a tally per slice of a [`Timeline`] whose epoch is when this was made.
+#[derive(Debug, Clone)]
+pub struct Progress(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    bytes: AtomicU64,
+    epoch: Instant,
+    timeline: Timeline,
+    book: Mutex<Book>,
+}
+
+#[derive(Debug, Default)]
+struct Book {
+    tally: Tally,
+    /// Per stream: when the oldest byte it has read but not yet filed arrived. Bytes are
+    /// filed under their arrival time, so no slice from there on is final yet.
+    held: std::collections::BTreeMap<u16, Duration>,
+}
+
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress::new(Timeline::whole(), Instant::now())
+    }
+}
 
 impl Progress {
-    pub fn bytes(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+    /// Counts on `timeline`, from `epoch` (the transfer's start, shared by both directions
+    /// of a two-way run).
+    pub fn new(timeline: Timeline, epoch: Instant) -> Progress {
+        Progress(Arc::new(Shared {
+            bytes: AtomicU64::new(0),
+            epoch,
+            timeline,
+            book: Mutex::new(Book::default()),
+        }))
     }
-    fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+
+    pub fn bytes(&self) -> u64 {
+        self.0.bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn epoch(&self) -> Instant {
+        self.0.epoch
+    }
+
+    pub fn timeline(&self) -> Timeline {
+        self.0.timeline
+    }
+
+    /// The tally now, and when "now" was (since the epoch); `held_since` says from when on
+    /// bytes that arrived may still be filed. Arrivals are stamped under the lock (see
+    /// [`Progress::arrived`]), so the slices that ended before both are final.
+    pub fn tally(&self) -> (Duration, Tally) {
+        let book = self.0.book.lock().expect("tally lock");
+        let mut tally = book.tally.clone();
+        tally.held_since = book.held.values().min().copied();
+        (self.0.epoch.elapsed(), tally)
+    }
+
+    /// Stamps bytes stream `stream` just read: their arrival time, taken under the lock and
+    /// held until they are filed.
+    fn arrived(&self, stream: u16) -> Instant {
+        let mut book = self.0.book.lock().expect("tally lock");
+        let now = Instant::now();
+        let at = now.saturating_duration_since(self.0.epoch);
+        book.held.entry(stream).or_insert(at);
+        now
+    }
+
+    /// Files `n` verified bytes that arrived at `arrival`.
+    fn file(&self, n: u64, arrival: Instant) {
+        if n == 0 {
+            return;
+        }
+        {
+            let mut book = self.0.book.lock().expect("tally lock");
+            let at = arrival.saturating_duration_since(self.0.epoch);
+            let slice = self.0.timeline.slice_of(at);
+            let tally = &mut book.tally;
+            if tally.slices.len() <= slice {
+                tally.slices.resize(slice + 1, 0);
+            }
+            tally.slices[slice] += n;
+            tally.first_byte = Some(tally.first_byte.map_or(at, |f| f.min(at)));
+            tally.last_byte = Some(tally.last_byte.map_or(at, |l| l.max(at)));
+        }
+        self.0.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// What stream `stream` still holds unfiled now arrived at `oldest` (None: nothing).
+    fn holding(&self, stream: u16, oldest: Option<Instant>) {
+        let mut book = self.0.book.lock().expect("tally lock");
+        match oldest {
+            Some(t) => {
+                book.held
+                    .insert(stream, t.saturating_duration_since(self.0.epoch));
+            }
+            None => {
+                book.held.remove(&stream);
+            }
+        }
+    }
+
+    fn stream_done(&self) {
+        self.0.book.lock().expect("tally lock").tally.streams_done += 1;
     }
 }
 
@@ -369,6 +476,15 @@ async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Re
     stream.write_all(&header).await.map_err(io("send header to"))?;
     let mut generator = PayloadGenerator::new(config.seed, index);
     let mut buf = vec![0u8; CHUNK];
+    // A timed stream's clock starts once it is connected, as iperf3's: a slow connect (a
+    // SYN retransmitted after a second) does not eat into the time asked for.
+    if let Some(deadline) = config.duration.map(|d| Instant::now() + d) {
+        let sent = send_until(&mut stream, peer, config, &mut generator, &mut buf, deadline).await?;
+        let end = trailer(sent);
+        with_timeout(config.idle_timeout, "send to", peer, stream.write_all(&end)).await?;
+        stream.shutdown().await.map_err(io("close"))?;
+        return Ok(sent);
+    }
     let mut left = len;
     while left > 0 {
         let n = CHUNK.min(left as usize);
@@ -379,6 +495,44 @@ async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Re
     }
     stream.shutdown().await.map_err(io("close"))?;
     Ok(len)
+}
+
+/// Sends the payload until `deadline`; returns how many bytes went. Writes are partial and
+/// the one under way when the deadline comes is dropped (tokio's `write` is cancel-safe: a
+/// write that has not completed wrote nothing), so the count is exact.
+async fn send_until(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    config: TransferConfig,
+    generator: &mut PayloadGenerator,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Result<u64, TrafficError> {
+    let deadline = tokio::time::Instant::from_std(deadline);
+    let mut sent = 0u64;
+    loop {
+        generator.fill(buf);
+        let mut at = 0;
+        while at < buf.len() {
+            tokio::select! {
+                // The deadline first: a sender that can always write still stops on time.
+                biased;
+                _ = tokio::time::sleep_until(deadline) => return Ok(sent),
+                n = with_timeout(config.idle_timeout, "send to", peer, stream.write(&buf[at..])) => {
+                    let n = n?;
+                    if n == 0 {
+                        return Err(TrafficError::Io {
+                            action: "send to",
+                            peer,
+                            source: std::io::ErrorKind::WriteZero.into(),
+                        });
+                    }
+                    at += n;
+                    sent += n as u64;
+                }
+            }
+        }
+    }
 }
 
 /// What a sender announces at the start of each connection.
@@ -433,21 +587,45 @@ async fn receive_stream(
     header: StreamHeader,
     progress: Progress,
 ) -> Result<StreamResult, TrafficError> {
-    let mut verifier = Verifier::new(config.seed, header.index, header.len);
+    let mut verifier = if header.len == TIMED_LEN {
+        StreamVerifier::Timed(TimedVerifier::new(config.seed, header.index))
+    } else {
+        StreamVerifier::Sized(Verifier::new(config.seed, header.index, header.len))
+    };
     let mut buf = vec![0u8; CHUNK];
     let mut first_byte = None;
     let mut last_byte = Instant::now();
+    // Reads not yet filed in full: (arrival, the stream's length after it). A timed stream
+    // holds its last TRAILER_LEN bytes back until the next read or its end; they count at
+    // the time they arrived, not at the trailer's, which may come later.
+    let mut unfiled: std::collections::VecDeque<(Instant, u64)> = Default::default();
+    let (mut read, mut filed) = (0u64, 0u64);
     loop {
         let n = with_timeout(config.idle_timeout, "receive from", peer, stream.read(&mut buf)).await?;
         if n == 0 {
             break;
         }
-        last_byte = Instant::now();
-        first_byte.get_or_insert(last_byte);
+        let arrival = progress.arrived(header.index);
+        read += n as u64;
+        unfiled.push_back((arrival, read));
         verifier.check(&buf[..n])?;
-        progress.add(n as u64);
+        let verified = verifier.verified();
+        while filed < verified {
+            let &(at, end) = unfiled.front().expect("verified bytes were read");
+            let upto = end.min(verified);
+            progress.file(upto - filed, at);
+            first_byte.get_or_insert(at);
+            last_byte = at;
+            filed = upto;
+            if end <= verified {
+                unfiled.pop_front();
+            }
+        }
+        progress.holding(header.index, unfiled.front().map(|&(at, _)| at));
     }
     let bytes = verifier.finish()?;
+    progress.holding(header.index, None);
+    progress.stream_done();
     // Our FIN must reach the sender while the tunnel still stands: a run tears its tunnel down
     // as soon as both ends report, and a FIN caught in a torn-down TUN queue leaves the
     // socket in LAST-ACK on the receiving host for minutes.
@@ -462,6 +640,35 @@ async fn receive_stream(
         first_byte: first_byte.unwrap_or(last_byte),
         last_byte,
     })
+}
+
+/// A stream of announced length, or a timed one that ends with its trailer.
+enum StreamVerifier {
+    Sized(Verifier),
+    Timed(TimedVerifier),
+}
+
+impl StreamVerifier {
+    fn check(&mut self, chunk: &[u8]) -> Result<(), VerifyError> {
+        match self {
+            StreamVerifier::Sized(v) => v.check(chunk),
+            StreamVerifier::Timed(v) => v.check(chunk),
+        }
+    }
+
+    fn verified(&self) -> u64 {
+        match self {
+            StreamVerifier::Sized(v) => v.verified(),
+            StreamVerifier::Timed(v) => v.verified(),
+        }
+    }
+
+    fn finish(&self) -> Result<u64, VerifyError> {
+        match self {
+            StreamVerifier::Sized(v) => v.finish(),
+            StreamVerifier::Timed(v) => v.finish(),
+        }
+    }
 }
 
 /// How long a receiver waits for its FIN to be acknowledged before it reports anyway.
@@ -585,6 +792,7 @@ mod tests {
             total_bytes,
             streams,
             idle_timeout: Duration::from_secs(10),
+            duration: None,
         }
     }
 
@@ -786,5 +994,90 @@ mod tests {
         let rx = std::thread::spawn(move || receiver.run(config(1000, 1), Progress::default(), c));
         cancel.cancel();
         assert!(matches!(rx.join().unwrap(), Err(TrafficError::Cancelled)));
+    }
+
+    /// `--time`: each stream stops at the deadline, the receiver verifies every byte sent
+    /// (the senders' counts and the receiver's agree) and times about the asked duration;
+    /// the tally of a timeline adds up to the total.
+    #[test]
+    fn timed_transfer_stops_on_time_with_every_byte_verified() {
+        let cfg = TransferConfig {
+            duration: Some(Duration::from_millis(1500)),
+            ..config(0, 2)
+        };
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let timeline = Timeline {
+            every: Some(Duration::from_millis(250)),
+            omit: Duration::ZERO,
+        };
+        let progress = Progress::new(timeline, Instant::now());
+        let counter = progress.clone();
+        let rx = std::thread::spawn(move || receiver.run(cfg, counter, CancellationToken::new()));
+        let sent = send(addr, cfg, CancellationToken::new()).unwrap();
+        let received = rx.join().unwrap().unwrap();
+        assert!(sent.bytes > 0);
+        assert_eq!(received.bytes, sent.bytes);
+        // The sender stops at the deadline, not before, and soon after (a loaded machine
+        // may be late: the run's few percent are checked end to end); the receiver's first
+        // to last byte lies inside the sender's time.
+        assert!((1.5..2.5).contains(&sent.seconds), "{} s", sent.seconds);
+        assert!(received.seconds <= sent.seconds, "{received:?} {sent:?}");
+        let (_, tally) = progress.tally();
+        assert_eq!(tally.bytes(), received.bytes);
+        assert_eq!(progress.bytes(), received.bytes);
+        assert_eq!(tally.streams_done, 2);
+        assert!(tally.slices.len() >= 6, "{tally:?}");
+    }
+
+    /// A timed stream whose sender stops without its trailer is not verified.
+    #[test]
+    fn a_timed_stream_without_its_trailer_fails() {
+        let cfg = TransferConfig {
+            duration: Some(Duration::from_secs(1)),
+            ..config(0, 1)
+        };
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s, TIMED_LEN, 50_000);
+        let err = rx.join().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TrafficError::Verify(VerifyError::NoTrailer { got: 50_000, .. })
+            ),
+            "{err}"
+        );
+    }
+
+    /// The last payload bytes of a timed stream count when they arrived, not when the
+    /// trailer that releases them did: a trailer late by 400 ms adds nothing to the time.
+    #[test]
+    fn a_late_trailer_does_not_stretch_the_time() {
+        let cfg = TransferConfig {
+            duration: Some(Duration::from_secs(1)),
+            ..config(0, 1)
+        };
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let progress = Progress::default();
+        let counter = progress.clone();
+        let rx = std::thread::spawn(move || receiver.run(cfg, counter, CancellationToken::new()));
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s.try_clone().unwrap(), TIMED_LEN, 100_000);
+        std::thread::sleep(Duration::from_millis(400));
+        std::io::Write::write_all(&mut s, &trailer(100_000)).unwrap();
+        drop(s);
+        let received = rx.join().unwrap().unwrap();
+        assert_eq!(received.bytes, 100_000);
+        assert!(received.seconds < 0.2, "{} s", received.seconds);
+        let (now, tally) = progress.tally();
+        assert_eq!(tally.bytes(), 100_000);
+        assert!(
+            now - tally.last_byte.unwrap() >= Duration::from_millis(350),
+            "{tally:?}"
+        );
     }
 }

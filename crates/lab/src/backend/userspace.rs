@@ -212,8 +212,13 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
 /// now in this process (same implementation, same hardware-AES state as the tunnel).
 pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabResult<UserspaceEvidence> {
     let implementation = implementation(plan)?;
-    let a_cpu_s = (a.cpu.user_s + a.cpu.system_s).max(1e-9);
-    let tunnel_payload_mb_per_cpu_s = a.sent.bytes as f64 / 1e6 / a_cpu_s;
+    let (encrypting, enc) = match (plan.modes.bidir, plan.reverse) {
+        (true, _) => ("both", &a),
+        (false, true) => ("b", &b),
+        (false, false) => ("a", &a),
+    };
+    let enc_cpu_s = (enc.cpu.user_s + enc.cpu.system_s).max(1e-9);
+    let tunnel_payload_mb_per_cpu_s = enc.sent.bytes as f64 / 1e6 / enc_cpu_s;
     let crypto = match speed_suite(plan.suite) {
         Some(s) => {
             // Per CPU-second like the tunnel's figure: on a shared machine the benchmark
@@ -244,6 +249,7 @@ pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabRe
         batching: a.batching,
         a,
         b,
+        encrypting,
         efficiency: Efficiency {
             tunnel_payload_mb_per_cpu_s,
             crypto,

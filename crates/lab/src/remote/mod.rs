@@ -121,6 +121,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         pcrypt: false,
         // `--netem` shapes the local lab's veth; it is refused with `--peer`.
         netem: None,
+        // `--time`, `--interval`, `--bidir`... are refused with `--peer`.
+        modes: Default::default(),
     }
 }
 

@@ -226,6 +226,11 @@ impl XfrmEnd {
         })
     }
 
+    /// Both SAs' counters now, as this end sees them (`--interval` reads them as it goes).
+    pub async fn sa_counters(&self) -> LabResult<Vec<crate::evidence::SaCounters>> {
+        self.installed.counters(&self.ports).await
+    }
+
     /// What this end's SAs carried (it sees both directions' counters), and how.
     pub async fn evidence(&self) -> LabResult<XfrmEvidence> {
         let sas = self.installed.counters(&self.ports).await?;

@@ -1,0 +1,180 @@
+//! How the binary shows the run modes: a line per interval (`--interval`) or a JSON object
+//! per interval and the report last (`--json-stream`), live for a local run and from the
+//! report afterwards for a VM's (whose console is not the user's); and the table's rows of
+//! a reversed or two-way run.
+
+use std::io::Write as _;
+
+use model::modes::IntervalRecord;
+use model::report::TransferRecord;
+use model::RunReport;
+
+use lab::progress::Progress;
+use lab::{LabError, LabResult};
+
+/// How intervals are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Show {
+    /// A line per interval; on stderr when stdout carries JSON.
+    Lines { to_stderr: bool },
+    /// `--json-stream`: an object per interval on stdout, the report last.
+    JsonStream,
+}
+
+/// Prints intervals as they close.
+pub struct Live {
+    pub show: Show,
+}
+
+impl Progress for Live {
+    fn interval(&self, record: &IntervalRecord) {
+        emit_interval(self.show, record);
+    }
+}
+
+fn emit_interval(show: Show, record: &IntervalRecord) {
+    match show {
+        Show::Lines { to_stderr: false } => println!("{}", interval_line(record)),
+        Show::Lines { to_stderr: true } => eprintln!("{}", interval_line(record)),
+        Show::JsonStream => {
+            let object = serde_json::json!({ "event": "interval", "data": record });
+            // Line by line, flushed: a reader follows the run as it goes.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{object}").and_then(|()| out.flush());
+        }
+    }
+}
+
+/// The intervals of a report that was not watched live (a VM's), shown now.
+pub fn replay(show: Show, report: &RunReport) {
+    for record in report.modes.iter().flat_map(|m| &m.intervals) {
+        emit_interval(show, record);
+    }
+}
+
+/// `--json-stream`'s last object: the report.
+pub fn end_of_stream(report: &RunReport) -> LabResult<()> {
+    let object = serde_json::json!({ "event": "end", "data": report });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{object}")
+        .and_then(|()| out.flush())
+        .map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")))
+}
+
+/// `transfer 1 a->b  0.00-1.00 s  117.2 MB  117.2 MB/s (omitted)`.
+pub fn interval_line(r: &IntervalRecord) -> String {
+    let way = r.direction.map(|d| format!(" {d}")).unwrap_or_default();
+    let cpu: Vec<String> = r
+        .tunnel_cpu
+        .iter()
+        .map(|(name, percent)| format!("{name} {percent:.0} %"))
+        .collect();
+    let mut cpu = if cpu.is_empty() {
+        String::new()
+    } else {
+        format!("  tunnel cpu {}", cpu.join(", "))
+    };
+    let esp: Vec<String> = r
+        .esp_bytes
+        .iter()
+        .map(|(way, n)| format!("{way} {}", model::ByteSize(*n)))
+        .collect();
+    if !esp.is_empty() {
+        cpu.push_str(&format!("  esp {}", esp.join(", ")));
+    }
+    format!(
+        "transfer {}{way}  {:6.2}-{:<6.2} s  {:>10}  {:8.1} MB/s{cpu}{}",
+        r.transfer,
+        r.start_s,
+        r.end_s,
+        model::ByteSize(r.bytes).to_string(),
+        r.mb_per_s,
+        if r.omitted { "  (omitted)" } else { "" }
+    )
+}
+
+/// The table's rows: one per transfer, named by the way it went; in a two-way run each
+/// way's and then their sum.
+pub fn rows(report: &RunReport) -> Vec<(String, &TransferRecord)> {
+    let backend = report.plan.backend.to_string();
+    let Some(modes) = &report.modes else {
+        return report.transfers.iter().map(|t| (backend.clone(), t)).collect();
+    };
+    match &modes.bidir {
+        Some(b) => report
+            .transfers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, sum)| {
+                let mut out = Vec::new();
+                if let Some(t) = b.a_to_b.get(i) {
+                    out.push((format!("{backend} a->b"), t));
+                }
+                if let Some(t) = b.b_to_a.get(i) {
+                    out.push((format!("{backend} b->a"), t));
+                }
+                out.push((format!("{backend} sum"), sum));
+                out
+            })
+            .collect(),
+        None => {
+            let label = match modes.direction {
+                Some(d) => format!("{backend} {d}"),
+                None => backend,
+            };
+            report.transfers.iter().map(|t| (label.clone(), t)).collect()
+        }
+    }
+}
+
+/// Lines under the table: each way's median in a two-way run, the warm-up left out.
+pub fn summary_lines(report: &RunReport) -> Vec<String> {
+    let Some(modes) = &report.modes else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(b) = &modes.bidir {
+        out.push(format!(
+            "both ways at once: a->b median {:.1} MB/s, b->a median {:.1} MB/s, sum median {:.1} MB/s",
+            b.a_to_b_mb_per_s.median, b.b_to_a_mb_per_s.median, report.mb_per_s.median
+        ));
+    }
+    if let Some(first) = modes.omitted.first() {
+        let bytes: u64 = modes.omitted.iter().map(|o| o.bytes).sum();
+        out.push(format!(
+            "the first {:.2} s of each transfer left out of its figure (--omit): {} verified but not counted",
+            first.seconds,
+            model::ByteSize(bytes)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::Direction;
+
+    #[test]
+    fn an_interval_line_says_when_how_much_and_how_fast() {
+        let r = IntervalRecord {
+            transfer: 1,
+            direction: Some(Direction::BToA),
+            index: 2,
+            start_s: 2.0,
+            end_s: 3.0,
+            bytes: 117_200_000,
+            mb_per_s: 117.2,
+            omitted: true,
+            timestamp: 1.0,
+            tunnel_cpu: [("ipl-tun-a".to_string(), 52.4)].into(),
+            esp_bytes: Default::default(),
+        };
+        let line = interval_line(&r);
+        assert!(line.starts_with("transfer 1 b->a    2.00-3.00   s"), "{line}");
+        assert!(
+            line.contains("117.2 MB/s  tunnel cpu ipl-tun-a 52 %  (omitted)"),
+            "{line}"
+        );
+    }
+}
