@@ -14,6 +14,7 @@ mod remote_common;
 mod encap;
 mod ipv6;
 mod matrix;
+mod modes;
 mod multi_sa;
 mod netem;
 mod remote;
@@ -26,10 +27,11 @@ use std::time::Duration;
 /// The guest side of every group, in the order they run (libtest sorts by name). The
 /// groups leave nothing of theirs behind, and xfrm, whose foreign SAs must survive
 /// `ipsec-lab clean`, runs last.
-const GUEST_GROUPS: [&str; 9] = [
+const GUEST_GROUPS: [&str; 10] = [
     "encap::guest_encap_checks",
     "ipv6::guest_ipv6_checks",
     "matrix::killed_matrix_priorities_restored_in_guest",
+    "modes::guest_modes_checks",
     "multi_sa::guest_multi_sa_checks",
     "netem::guest_netem_checks",
     "remote::guest_remote_xfrm",

@@ -9,8 +9,8 @@ pub mod env;
 pub mod family;
 pub mod kernels;
 pub mod matrix;
-pub mod netem;
 pub mod modes;
+pub mod netem;
 pub mod plan;
 pub mod report;
 pub mod sa_pairs;
@@ -21,8 +21,8 @@ pub mod suite;
 pub use encap::{Encap, EncapKind, NATT_PORT};
 pub use env::Environment;
 pub use family::{Family, MIN_IPV6_MTU};
-pub use netem::{LinkConditions, NetemError, NetemSpec};
 pub use modes::{Direction, Modes, ModesReport, ModesRequest};
+pub use netem::{LinkConditions, NetemError, NetemSpec};
 pub use plan::{
     check_payload, parse_seed, Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan,
     RunRequest, DEFAULT_PEER_PORT, MIN_PAYLOAD,

@@ -1,26 +1,17 @@
-//! The run modes through kernel IPsec on a stock kernel, in ONE virtme-ng boot:
-//! `modes_in_a_vm` boots the VM and runs `guest_modes_checks` inside it. There an xfrm run
+//! The run modes through kernel IPsec on a stock kernel, in the shared
+//! VM boot of tests/vm/main.rs, whose guest runs `guest_modes_checks`. There an xfrm run
 //! with `--bidir` carries a verified payload both ways at once (each SA's counters show
 //! its way's payload went through ESP), and an xfrm run with `--reverse --time` carries a
 //! timed, verified payload b→a through ESP, its intervals adding up to the total and
 //! each saying what the SAs carried meanwhile.
 //! Payloads are kept to about 1 MB: TCG moves ESP at well under 1 MB/s.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-/// Boot (about 30 s under TCG) and two small runs.
-const VM_TIMEOUT: Duration = Duration::from_secs(420);
-
-#[test]
-fn modes_in_a_vm() {
-    common::run_guest_test("guest_modes_checks", VM_TIMEOUT);
-}
 
 fn run_to(json: &PathBuf, args: &[&str]) -> Value {
     let out = lab()
@@ -46,10 +37,12 @@ fn sa_bytes(report: &Value, way: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by modes_in_a_vm"]
+#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
 fn guest_modes_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
-        eprintln!("skipped: guest_modes_checks only runs inside the VM started by modes_in_a_vm");
+        eprintln!(
+            "skipped: guest_modes_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+        );
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
