@@ -126,6 +126,10 @@ pub struct RunArgs {
     /// UDP port of --encap udp, on both ends [default: 4500].
     #[arg(long, value_name = "PORT")]
     pub encap_port: Option<u16>,
+    /// Leave out the crypto ceiling (the suite's speed at the tunnel's packet size, timed
+    /// after the transfers) and the plain line rate measured before them.
+    #[arg(long)]
+    pub no_ceiling: bool,
 }
 
 impl RunArgs {
@@ -153,6 +157,7 @@ impl RunArgs {
             tunnel_threads: self.tunnel_threads,
             encap: self.encap,
             encap_port: self.encap_port,
+            no_ceiling: self.no_ceiling,
         }
     }
 }

@@ -138,6 +138,9 @@ pub fn table(report: &RunReport) -> String {
         plan.mtu,
         plan.parallel,
     );
+    if let Some(c) = &report.ceiling {
+        let _ = writeln!(out, "{}", ceiling_lines(c));
+    }
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");
     }
@@ -148,6 +151,25 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     out
+}
+
+/// The run against its crypto ceiling and its line rate: what each was, then the shares.
+fn ceiling_lines(c: &model::ceiling::RunCeiling) -> String {
+    let line_rate = match &c.line_rate {
+        model::ceiling::LineRate::Measured { mb_per_s, transfers } => format!(
+            "{mb_per_s:.1} MB/s (plain TCP between the same namespaces before the tunnel came up, median of {transfers})"
+        ),
+        model::ceiling::LineRate::None { reason } => format!("— ({reason})"),
+    };
+    let mut lines = vec![
+        format!("crypto ceiling: {}", c.crypto.describe()),
+        format!("line rate: {line_rate}"),
+        c.sentence(),
+    ];
+    if let model::ceiling::CeilingOutcome::Measured(s) = &c.crypto.outcome {
+        lines.extend(s.notes.iter().map(|n| format!("ceiling note: {n}")));
+    }
+    lines.join("\n")
 }
 
 fn row(report: &RunReport, record: &TransferRecord) -> [String; 7] {

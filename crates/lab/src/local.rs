@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use std::net::{IpAddr, SocketAddr};
 
+use model::ceiling::{LineRate, RunCeiling};
 use model::{Environment, RunPlan, RunReport, Transfer};
 use netns::{Topology, TopologySpec};
 use traffic::{CancellationToken, Receiver};
@@ -53,9 +54,68 @@ async fn execute(
     };
     // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
     let topology = Topology::create(&spec).await?;
-    let (report, _) = run_on(plan, &topology, cancel, show, progress).await?;
+    // Before the backend is up: transport-mode policies would take the plain traffic too.
+    let line_rate = match plan.ceiling {
+        true => Some(line_rate(plan, &topology, cancel, progress).await?),
+        false => None,
+    };
+    let (mut report, evidence) = run_on(plan, &topology, cancel, show, progress).await?;
+    if let Some(line_rate) = line_rate {
+        progress.note("timing the suite's crypto ceiling at the tunnel's packet size");
+        let crypto = crate::ceiling::measure_async(plan, &evidence).await;
+        report.ceiling = Some(RunCeiling::new(report.mb_per_s.median, crypto, line_rate));
+    }
     topology.destroy()?;
     Ok(report)
+}
+
+/// The plain line rate of this topology: as many plain TCP transfers as the run has, of
+/// the same payload and streams, between the same two namespaces. A failed one is
+/// recorded as the reason there is no line rate; Ctrl-C ends the run.
+async fn line_rate(
+    plan: &RunPlan,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    progress: &dyn Progress,
+) -> LabResult<LineRate> {
+    let plain = RunPlan {
+        backend: model::Backend::Plain,
+        suite: model::CipherSuite::None,
+        tunnel_threads: 1,
+        encap: None,
+        ..plan.clone()
+    };
+    let ad = topology.addressing;
+    let hosts = Hosts {
+        a: IpAddr::V4(ad.outer_a),
+        b: IpAddr::V4(ad.outer_b),
+    };
+    let target = data_addr(&plain, hosts, Side::B);
+    let mut rates = Vec::new();
+    for attempt in 1..=plan.repeat {
+        if cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        let label = format!("plain (line rate) {attempt}/{}", plan.repeat);
+        match transfer_once(&plain, topology, target, cancel, progress, label).await {
+            Ok(t) => rates.push(t.mb_per_s()),
+            Err(e) if e.kind == crate::ExitKind::Interrupted => return Err(e),
+            Err(e) => {
+                return Ok(LineRate::None {
+                    reason: format!("the plain transfer failed: {e:#}"),
+                })
+            }
+        }
+    }
+    Ok(match model::Summary::of(&rates) {
+        Some(s) if s.median.is_finite() && s.median > 0.0 => LineRate::Measured {
+            mb_per_s: s.median,
+            transfers: s.n as u32,
+        },
+        _ => LineRate::None {
+            reason: "the plain transfers gave no rate".into(),
+        },
+    })
 }
 
 /// Runs one plan on a topology that is already up: both ends up, `plan.repeat` verified

@@ -145,6 +145,13 @@ pub struct Measurement {
     /// (from /proc/stat); high steal means the speed was the neighbours', not the software's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_steal_percent: Option<f64>,
+    /// The suite's crypto speed at the row's packet size, timed right after the cell with
+    /// the implementation the row used (absent with `--no-ceiling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<crate::ceiling::Ceiling>,
+    /// Median over the ceiling, in percent; absent where there is no ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent_of_ceiling: Option<f64>,
     /// The single-run report's notes and ignored options, for the reader.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -276,7 +283,8 @@ impl MatrixReport {
             .find_map(|c| c.measurement().map(|m| m.mb_per_s.median))
     }
 
-    /// Fills `percent_of_plain` of every measured cell from its environment's baseline.
+    /// Fills `percent_of_plain` of every measured cell from its environment's baseline, and
+    /// `percent_of_ceiling` from the cell's own ceiling.
     pub fn compute_percent_of_plain(&mut self) {
         let baselines: BTreeMap<String, f64> = self
             .environments
@@ -288,7 +296,12 @@ impl MatrixReport {
             let base = baselines.get(&row.key.environment).copied();
             for cell in &mut row.cells {
                 if let CellOutcome::Measured(m) = &mut cell.outcome {
-                    m.percent_of_plain = base.filter(|b| *b > 0.0).map(|b| m.mb_per_s.median / b * 100.0);
+                    m.percent_of_plain = base.and_then(|b| crate::ceiling::percent(m.mb_per_s.median, b));
+                    m.percent_of_ceiling = m
+                        .ceiling
+                        .as_ref()
+                        .and_then(|c| c.mb_per_s())
+                        .and_then(|c| crate::ceiling::percent(m.mb_per_s.median, c));
                 }
             }
         }
@@ -348,6 +361,8 @@ mod tests {
             percent_of_plain: None,
             served_by: None,
             cpu_steal_percent: None,
+            ceiling: None,
+            percent_of_ceiling: None,
             notes: vec![],
         })
     }

@@ -240,6 +240,8 @@ pub struct RunRequest {
     /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
     pub encap: Option<crate::encap::EncapKind>,
     pub encap_port: Option<u16>,
+    /// `--no-ceiling`: leave out the crypto ceiling and the line rate.
+    pub no_ceiling: bool,
 }
 
 impl Default for RunRequest {
@@ -265,6 +267,7 @@ impl Default for RunRequest {
             tunnel_threads: 1,
             encap: None,
             encap_port: None,
+            no_ceiling: false,
         }
     }
 }
@@ -302,6 +305,10 @@ pub struct RunPlan {
     /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<crate::encap::Encap>,
+    /// Time the suite's crypto ceiling and the plain line rate in the same run (a local
+    /// run of an encrypting backend, unless `--no-ceiling`).
+    #[serde(default)]
+    pub ceiling: bool,
 }
 
 fn one_thread() -> u16 {
@@ -518,6 +525,7 @@ impl RunRequest {
                 1
             },
             encap,
+            ceiling: !self.no_ceiling && self.backend.encrypts() && self.peer.is_none(),
         })
     }
 }

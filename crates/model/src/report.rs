@@ -133,6 +133,10 @@ pub struct RunReport {
     /// host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_environment: Option<Environment>,
+    /// The run against its own crypto ceiling and the plain line rate of its topology
+    /// (absent with `--no-ceiling`, for `plain` and for two-host runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<crate::ceiling::RunCeiling>,
 }
 
 /// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
@@ -180,6 +184,7 @@ impl RunReport {
             references: Default::default(),
             notes,
             peer_environment: None,
+            ceiling: None,
         })
     }
 }

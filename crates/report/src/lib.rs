@@ -110,6 +110,8 @@ pub(crate) mod fixture {
             percent_of_plain: None,
             served_by: None,
             cpu_steal_percent: None,
+            ceiling: None,
+            percent_of_ceiling: None,
             notes: vec![],
         })
     }

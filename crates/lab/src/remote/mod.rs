@@ -111,6 +111,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         tunnel_threads: 1,
         // Between hosts ESP travels as protocol 50 (`--encap` is refused with `--peer`).
         encap: None,
+        // A two-host run's ceiling is not timed (the lab's ceilings are local runs').
+        ceiling: false,
     }
 }
 

@@ -396,6 +396,8 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
         percent_of_plain: None,
         served_by: None,
         cpu_steal_percent: None,
+        ceiling: None,
+        percent_of_ceiling: None,
         notes: report
             .notes
             .iter()
