@@ -74,6 +74,10 @@ pub struct MatrixArgs {
     /// UDP port of the --encap row [default: 4500].
     #[arg(long, value_name = "PORT", requires = "encap")]
     pub encap_port: Option<u16>,
+    /// Leave out each tunnel cell's crypto ceiling (the suite's speed at the cell's packet
+    /// size, timed right after it with the implementation it used).
+    #[arg(long)]
+    pub no_ceiling: bool,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -106,6 +110,7 @@ impl MatrixArgs {
                 .map(|kind| model::Encap::from_args(kind, self.encap_port))
                 .transpose()?,
             seed: seed_from_clock(),
+            ceiling: !self.no_ceiling,
             started_unix_s,
         }
         .validate()

@@ -30,7 +30,7 @@ const SOFT_REPORT: &str = "matrix.json";
 /// The sweep arguments a child sweep shares with this one.
 fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
     let ciphers: Vec<String> = args.suites.iter().map(|s| s.name()).collect();
-    vec![
+    let mut v = vec![
         "matrix".into(),
         "--ciphers".into(),
         ciphers.join(","),
@@ -45,7 +45,11 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
         "--port".into(),
         args.port.to_string(),
         "--no-progress".into(),
-    ]
+    ];
+    if !args.ceiling {
+        v.push("--no-ceiling".into());
+    }
+    v
 }
 
 /// `command` (this binary with hardware AES masked) made the soft-AES child sweep, writing
@@ -220,6 +224,12 @@ mod tests {
         let joined = c.join(" ");
         assert!(joined.contains("--bytes 4000000 --repeat 2"), "{joined}");
         assert!(joined.contains("aes-128-cbc,aes-192-cbc"), "{joined}");
+        assert!(!joined.contains("--no-ceiling"), "{joined}");
+        let off = SweepPlan {
+            ceiling: false,
+            ..plan()
+        };
+        assert!(child_args(&off, off.bytes).ends_with(&["--no-ceiling".to_string()]));
     }
 
     #[test]

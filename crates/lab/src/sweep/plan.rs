@@ -34,6 +34,8 @@ pub struct SweepPlan {
     /// `--encap udp`: one more xfrm row with ESP in UDP.
     pub encap: Option<model::Encap>,
     pub seed: u64,
+    /// Time each tunnel cell's crypto ceiling after its transfers (`--no-ceiling`: off).
+    pub ceiling: bool,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
 }

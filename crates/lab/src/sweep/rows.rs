@@ -361,6 +361,10 @@ async fn run_cell(
     match result {
         Ok((report, evidence)) => {
             let mut m = measurement(&report, &evidence);
+            if args.ceiling && row.backend.encrypts() {
+                // Right after the cell, in the same process and kernel as its transfers.
+                m.ceiling = Some(crate::ceiling::measure_async(&report.plan, &evidence).await);
+            }
             m.cpu_steal_percent = times_before
                 .zip(CpuTimes::now())
                 .and_then(|(before, after)| before.steal_percent_since(&after));
