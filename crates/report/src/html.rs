@@ -334,7 +334,10 @@ mod tests {
             cells.iter().any(|c| c.contains("31 % of 1000.0 ceiling")),
             "{cells:?}"
         );
-        assert!(cells.iter().any(|c| c.contains("4.1 % of plain— no ceiling")), "{cells:?}");
+        assert!(
+            cells.iter().any(|c| c.contains("4.1 % of plain— no ceiling")),
+            "{cells:?}"
+        );
         assert!(html.contains("<h2>No ceiling</h2>"), "{html}");
         assert!(html.contains("openssl is not installed"), "{html}");
     }
