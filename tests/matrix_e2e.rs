@@ -238,7 +238,7 @@ fn every_tunnel_cell_has_its_own_ceiling_in_every_format() {
             let median = cell["mb_per_s"]["median"].as_f64().unwrap();
             let share = cell["percent_of_ceiling"].as_f64().unwrap();
             assert!((share - median / ceiling * 100.0).abs() < 1e-6, "{label}: {cell}");
-            timed.push(label);
+            timed.push(label.clone());
         }
     }
     // userspace [auto] and [soft], openvpn, boringtun (wireguard-go where installed, without).
