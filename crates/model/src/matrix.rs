@@ -148,7 +148,7 @@ pub struct Measurement {
     /// The suite's crypto speed at the row's packet size, timed right after the cell with
     /// the implementation the row used (absent with `--no-ceiling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ceiling: Option<crate::ceiling::Ceiling>,
+    pub ceiling: Option<Box<crate::ceiling::Ceiling>>,
     /// Median over the ceiling, in percent; absent where there is no ceiling.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percent_of_ceiling: Option<f64>,
@@ -157,6 +157,9 @@ pub struct Measurement {
     pub notes: Vec<String>,
 }
 
+// A report has tens of cells, built once: their size does not matter, and boxing the
+// measurement would touch every place that builds or reads one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
 pub enum CellOutcome {
@@ -452,6 +455,32 @@ mod tests {
                 not_run: 1
             }
         );
+    }
+
+    #[test]
+    fn percent_of_ceiling_comes_from_the_cells_own_ceiling_and_round_trips() {
+        use crate::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
+        let mut r = sample();
+        if let CellOutcome::Measured(m) = &mut r.rows[1].cells[0].outcome {
+            m.ceiling = Some(Box::new(Ceiling {
+                packet_bytes: 1407,
+                packet_source: "test".into(),
+                outcome: CeilingOutcome::Measured(
+                    CryptoSpeed::new("soft".into(), "aes-128-cbc".into(), 500.0, 2000.0).unwrap(),
+                ),
+            }));
+        }
+        r.rows[0].cells[0].outcome = measured(1000.0);
+        r.compute_percent_of_plain();
+        let soft = r.rows[1].cells[0].measurement().unwrap();
+        assert_eq!(soft.percent_of_ceiling, Some(50.0));
+        // The baseline has no ceiling, so no share of one.
+        assert_eq!(r.rows[0].cells[0].measurement().unwrap().percent_of_ceiling, None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["rows"][1]["cells"][0]["ceiling"]["status"], "measured");
+        assert_eq!(json["rows"][1]["cells"][0]["percent_of_ceiling"], 50.0);
+        assert!(json["rows"][0]["cells"][0].get("ceiling").is_none());
+        assert_eq!(serde_json::from_value::<MatrixReport>(json).unwrap(), r);
     }
 
     #[test]

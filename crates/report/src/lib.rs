@@ -210,23 +210,23 @@ pub(crate) mod fixture {
                 a_percent: 97.0,
                 b_percent: 88.0,
             });
-            m.ceiling = Some(Ceiling::none(
+            m.ceiling = Some(Box::new(Ceiling::none(
                 1407,
                 "openvpn's tun-mtu",
                 "openssl is not installed (apt-get install openssl)",
-            ));
+            )));
         }
         // userspace [auto]: a ceiling of 1000 MB/s under every column (decrypt faster).
         for cell in &mut r.rows[2].cells {
             if let CellOutcome::Measured(m) = &mut cell.outcome {
-                m.ceiling = Some(Ceiling {
+                m.ceiling = Some(Box::new(Ceiling {
                     packet_bytes: 1407,
                     packet_source: "the inner MTU".into(),
                     outcome: CeilingOutcome::Measured(
                         CryptoSpeed::new("auto (aws-lc-rs)".into(), cell.suite.name(), 1000.0, 1240.0)
                             .unwrap(),
                     ),
-                });
+                }));
             }
         }
         r.payload_by_environment.insert(VM.into(), ByteSize(1_000_000));

@@ -363,7 +363,9 @@ async fn run_cell(
             let mut m = measurement(&report, &evidence);
             if args.ceiling && row.backend.encrypts() {
                 // Right after the cell, in the same process and kernel as its transfers.
-                m.ceiling = Some(crate::ceiling::measure_async(&report.plan, &evidence).await);
+                m.ceiling = Some(Box::new(
+                    crate::ceiling::measure_async(&report.plan, &evidence).await,
+                ));
             }
             m.cpu_steal_percent = times_before
                 .zip(CpuTimes::now())
