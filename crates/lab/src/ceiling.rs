@@ -21,6 +21,7 @@ use crypto::{AeadAlgorithm, CryptoError, Implementation};
 use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
 use model::{Backend, RunPlan};
 use speed::measure::{measure_cell, measure_cell_with, Method};
+use speed::openssl::Clock;
 use speed::ops::{Op, OpError};
 use speed::{CryptoOp, SpeedSuite};
 
@@ -84,17 +85,17 @@ pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
             }),
         Evidence::Openvpn(o) => Some(Packet {
             bytes: o.tun_mtu as usize,
-            source: "openvpn's tun-mtu (full-sized packets)".into(),
+            source: "openvpn's tun-mtu, full-sized packets".into(),
         }),
         Evidence::Wireguard(w) => Some(Packet {
             bytes: w.mtu as usize,
-            source: "the WireGuard interface's MTU (full-sized packets)".into(),
+            source: "the WireGuard interface's MTU, full-sized packets".into(),
         }),
         _ => None,
     };
     from_counters.unwrap_or_else(|| Packet {
         bytes: tunnel::inner_mtu(plan.mtu, plan.suite) as usize,
-        source: "the inner MTU (full-sized packets)".into(),
+        source: "the inner MTU, full-sized packets".into(),
     })
 }
 
@@ -256,20 +257,24 @@ fn kernel(backend: Backend, suite: SpeedSuite, size: usize) -> Result<CryptoSpee
 fn openssl(suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
     let version =
         speed::openssl::version().ok_or_else(|| speed::openssl::OpensslError::NotInstalled.to_string())?;
+    // `OpenSSL 3.0.19 27 Jan 2026 (Library: OpenSSL 3.0.19 27 Jan 2026)`: the first half.
+    let version = version.split(" (Library").next().unwrap_or(&version).to_string();
     // CBC pads to whole blocks, as the tunnel does.
     let size = match suite {
         SpeedSuite::AesCbc(_) | SpeedSuite::AesCbcHmacSha256(_) => size.div_ceil(16) * 16,
         _ => size,
     };
     let run = |s: SpeedSuite, dir: CryptoOp| -> Result<f64, String> {
-        let cells = speed::openssl::run(s, dir, &[size], OPENSSL_SECONDS, 1).map_err(|e| e.to_string())?;
+        // Per CPU-second, as the other ceilings: openssl's own user-time clock.
+        let cells = speed::openssl::run_timed(s, dir, &[size], OPENSSL_SECONDS, 1, Clock::UserCpu)
+            .map_err(|e| e.to_string())?;
         cells
             .first()
             .map(|c| c.bytes_per_s / 1e6)
             .ok_or_else(|| format!("openssl speed gave no {size}-byte figure for {s} {dir}"))
     };
     let mut notes = vec![format!(
-        "openssl speed -seconds 1 -bytes {size} (openvpn links the same libcrypto)"
+        "openssl speed -seconds 1 -bytes {size}, per CPU-second of its user time (openvpn links the same libcrypto)"
     )];
     let (encrypt, decrypt) = match suite {
         SpeedSuite::AesCbcHmacSha256(bits) => {
