@@ -127,7 +127,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PORT")]
     pub encap_port: Option<u16>,
     /// Leave out the crypto ceiling (the suite's speed at the tunnel's packet size, timed
-    /// after the transfers) and the plain line rate measured before them.
+    /// after the transfers) and the plain line rate measured after the tunnel came down.
     #[arg(long)]
     pub no_ceiling: bool,
 }

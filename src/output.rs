@@ -157,7 +157,7 @@ pub fn table(report: &RunReport) -> String {
 fn ceiling_lines(c: &model::ceiling::RunCeiling) -> String {
     let line_rate = match &c.line_rate {
         model::ceiling::LineRate::Measured { mb_per_s, transfers } => format!(
-            "{mb_per_s:.1} MB/s (plain TCP between the same namespaces before the tunnel came up, median of {transfers})"
+            "{mb_per_s:.1} MB/s (plain TCP between the same namespaces after the tunnel came down, median of {transfers})"
         ),
         model::ceiling::LineRate::None { reason } => format!("— ({reason})"),
     };

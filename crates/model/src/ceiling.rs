@@ -167,7 +167,7 @@ pub fn fmt_percent(p: Option<f64>) -> String {
     }
 }
 
-/// The plain line rate a `run` measured on its own topology, before the tunnel came up.
+/// The plain line rate a `run` measured on its own topology, after the tunnel came down.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
 pub enum LineRate {
