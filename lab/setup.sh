@@ -7,6 +7,7 @@ packages=(
   iproute2          # ip(8): interop tests and inspection
   iperf3            # reference throughput on the same link
   openvpn           # the real userspace VPN the lab compares with
+  openssl           # openssl speed: the openvpn rows' crypto ceiling, speed --with-openssl
   charon-systemd    # strongSwan's IKE daemon (the strongswan backend; no pid file)
   strongswan-swanctl # swanctl, configuring charon over VICI
   wireguard-go      # the Go userspace WireGuard (--backend wireguard-go)

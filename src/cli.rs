@@ -138,6 +138,10 @@ pub struct RunArgs {
     /// 1gbit": the netem qdisc on both veth ends (each direction gets the spec).
     #[arg(long, value_name = "SPEC")]
     pub netem: Option<model::NetemSpec>,
+    /// Leave out the crypto ceiling (the suite's speed at the tunnel's packet size, timed
+    /// after the transfers) and the plain line rate measured after the tunnel came down.
+    #[arg(long)]
+    pub no_ceiling: bool,
     #[command(flatten)]
     pub family: FamilyArgs,
     #[command(flatten)]
@@ -234,6 +238,7 @@ impl RunArgs {
             family: self.family.family(),
             netem: self.netem.clone(),
             modes: self.modes.request(),
+            no_ceiling: self.no_ceiling,
         }
     }
 }

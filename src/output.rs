@@ -144,6 +144,9 @@ pub fn table(report: &RunReport) -> String {
         plan.parallel,
         plan.family,
     );
+    if let Some(c) = &report.ceiling {
+        let _ = writeln!(out, "{}", ceiling_lines(c));
+    }
     for note in &report.notes {
         let _ = writeln!(out, "note: {note}");
     }
@@ -154,6 +157,25 @@ pub fn table(report: &RunReport) -> String {
         );
     }
     out
+}
+
+/// The run against its crypto ceiling and its line rate: what each was, then the shares.
+fn ceiling_lines(c: &model::ceiling::RunCeiling) -> String {
+    let line_rate = match &c.line_rate {
+        model::ceiling::LineRate::Measured { mb_per_s, transfers } => format!(
+            "{mb_per_s:.1} MB/s (plain TCP between the same namespaces after the tunnel came down, median of {transfers})"
+        ),
+        model::ceiling::LineRate::None { reason } => format!("— ({reason})"),
+    };
+    let mut lines = vec![
+        format!("crypto ceiling: {}", c.crypto.describe()),
+        format!("line rate: {line_rate}"),
+        c.sentence(),
+    ];
+    if let model::ceiling::CeilingOutcome::Measured(s) = &c.crypto.outcome {
+        lines.extend(s.notes.iter().map(|n| format!("ceiling note: {n}")));
+    }
+    lines.join("\n")
 }
 
 fn row(report: &RunReport, label: String, record: &TransferRecord) -> [String; 7] {

@@ -23,6 +23,8 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
             percent_of_plain: None,
             served_by: None,
             cpu_steal_percent: None,
+            ceiling: None,
+            percent_of_ceiling: None,
             notes: vec![],
         }),
     }

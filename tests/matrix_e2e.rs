@@ -76,10 +76,13 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
         "--out",
         dir.to_str().unwrap(),
         "--no-progress",
+        // The ceilings have a test of their own (openvpn's take seconds a cell).
+        "--no-ceiling",
     ]);
     eprintln!("host matrix took {:.1} s", started.elapsed().as_secs_f64());
     assert!(out.status.success(), "{}", text(&out));
     let md = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!md.contains("crypto ceiling"), "--no-ceiling:\n{md}");
     let table = first_table(&md);
     let mut header = vec!["backend".to_string()];
     header.extend(COLUMNS.iter().map(|c| c.to_string()));
@@ -162,6 +165,96 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
     );
 
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(host_lab_links(), Vec::<String>::new());
+}
+
+/// Each tunnel cell against its own crypto ceiling, timed right after it where it ran:
+/// userspace with its implementation (soft in the child with hardware AES masked),
+/// openvpn with `openssl speed`, boringtun with ring; wireguard-go has none and says why.
+/// The share is the cell's median over it; JSON, Markdown, CSV and HTML all show it.
+#[test]
+fn every_tunnel_cell_has_its_own_ceiling_in_every_format() {
+    let test = "every_tunnel_cell_has_its_own_ceiling_in_every_format";
+    if !capable(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    let dir = private_dir("ipl-matrix-ceiling-");
+    let started = Instant::now();
+    let out = run_lab(&[
+        "matrix",
+        "--backends",
+        "plain,userspace,openvpn,boringtun,wireguard-go",
+        "--ciphers",
+        "aes-256-cbc-hmac-sha256",
+        "--crypto",
+        "auto,soft",
+        "--bytes",
+        "2MB",
+        "--repeat",
+        "1",
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--no-progress",
+    ]);
+    eprintln!("ceiling matrix took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(out.status.success(), "{}", text(&out));
+    let md = String::from_utf8_lossy(&out.stdout).to_string();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("matrix.json")).unwrap()).unwrap();
+    let mut timed = Vec::new();
+    for row in report["rows"].as_array().unwrap() {
+        let label = format!("{} {}", row["key"]["backend"], row["key"]["variant"]);
+        for cell in row["cells"].as_array().unwrap() {
+            if cell["status"] != "measured" {
+                continue;
+            }
+            let c = &cell["ceiling"];
+            if row["key"]["backend"] == "plain" {
+                assert!(c.is_null(), "{label}: {cell}");
+                continue;
+            }
+            assert!(c["packet_bytes"].as_u64().unwrap() > 1000, "{label}: {c}");
+            let backend = row["key"]["backend"].as_str().unwrap();
+            if backend == "wireguard-go" {
+                assert_eq!(c["status"], "none", "{c}");
+                assert!(c["reason"].as_str().unwrap().contains("Go"), "{c}");
+                assert!(cell.get("percent_of_ceiling").is_none(), "{cell}");
+                continue;
+            }
+            assert_eq!(c["status"], "measured", "{label}: {c}");
+            let imp = c["implementation"].as_str().unwrap();
+            let expected = match (backend, row["key"]["variant"]["value"].as_str()) {
+                ("userspace", Some("soft")) => "software AES",
+                ("userspace", _) => "aws-lc-rs",
+                ("openvpn", _) => "OpenSSL",
+                ("boringtun", _) => "ring",
+                other => panic!("unexpected row {other:?}"),
+            };
+            assert!(imp.contains(expected), "{label}: {imp}");
+            let ceiling = c["mb_per_s"].as_f64().unwrap();
+            let median = cell["mb_per_s"]["median"].as_f64().unwrap();
+            let share = cell["percent_of_ceiling"].as_f64().unwrap();
+            assert!((share - median / ceiling * 100.0).abs() < 1e-6, "{label}: {cell}");
+            timed.push(label.clone());
+        }
+    }
+    // userspace [auto] and [soft], openvpn, boringtun (wireguard-go where installed, without).
+    assert!(timed.len() >= 4, "{timed:?}");
+    assert!(md.contains("#### % of the crypto ceiling"), "{md}");
+    assert!(
+        md.contains("| userspace [auto] | ") && md.contains(" % of "),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(dir.path().join("matrix.csv")).unwrap();
+    assert!(
+        csv.lines().next().unwrap().ends_with(",no_ceiling_reason"),
+        "{csv}"
+    );
+    let html = std::fs::read_to_string(dir.path().join("matrix.html")).unwrap();
+    assert!(html.contains(" ceiling"), "{html}");
     assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
     assert_eq!(host_lab_links(), Vec::<String>::new());
 }

@@ -47,6 +47,27 @@ fn openvpn_aes_256_cbc_sha256_verified_and_nothing_left() {
     assert_eq!(d["cipher"], "AES-256-CBC");
     assert_eq!(d["auth"], "SHA256");
     assert_eq!(d["dco"], false);
+    // Its ceiling: OpenSSL's (openvpn links it), CBC+HMAC from its CBC and HMAC figures,
+    // at openvpn's tun-mtu.
+    let c = &report["ceiling"]["crypto"];
+    assert_eq!(c["packet_bytes"], d["tun_mtu"], "{c}");
+    let openssl = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if openssl {
+        assert_eq!(c["status"], "measured", "{c}");
+        assert!(
+            c["implementation"].as_str().unwrap().starts_with("OpenSSL"),
+            "{c}"
+        );
+        assert!(c["notes"].to_string().contains("hmac sha256"), "{c}");
+        assert!(report["ceiling"]["percent_of_ceiling"].as_f64().unwrap() > 0.0);
+    } else {
+        assert_eq!(c["status"], "none", "{c}");
+        assert!(c["reason"].as_str().unwrap().contains("openssl"), "{c}");
+    }
+    assert!(report["ceiling"]["percent_of_line_rate"].as_f64().unwrap() > 0.0);
     let pid = d["ends"]["a"]["pid"].as_u64().unwrap();
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),

@@ -27,6 +27,58 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("stdout is JSON only")
 }
 
+/// The run against its crypto ceiling (the implementation the tunnel ran, at the packet
+/// size it sent, both ways, the slower kept) and the line rate of its own topology, the
+/// shares computed from them; for `none` an explicit "no ceiling" with its reason.
+fn check_ceiling(report: &serde_json::Value, cipher: &str) {
+    let c = &report["ceiling"];
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("{cipher}: {v} in {c}"));
+    let median = f(&report["mb_per_s"]["median"]);
+    assert_eq!(c["line_rate"]["status"], "measured", "{cipher}: {c}");
+    let line = f(&c["line_rate"]["mb_per_s"]);
+    assert!(line > 0.0, "{c}");
+    assert!(
+        (f(&c["percent_of_line_rate"]) - median / line * 100.0).abs() < 1e-6,
+        "{c}"
+    );
+    let crypto = &c["crypto"];
+    let packet = crypto["packet_bytes"].as_u64().unwrap();
+    assert!((1300..=1500).contains(&packet), "{cipher}: {crypto}");
+    if cipher == "none" {
+        assert_eq!(crypto["status"], "none", "{crypto}");
+        assert!(
+            crypto["reason"].as_str().unwrap().contains("does not encrypt"),
+            "{crypto}"
+        );
+        assert!(c["percent_of_ceiling"].is_null(), "{c}");
+        return;
+    }
+    assert_eq!(crypto["status"], "measured", "{cipher}: {crypto}");
+    assert_eq!(crypto["suite"], cipher);
+    assert!(
+        crypto["implementation"].as_str().unwrap().contains("aws-lc-rs"),
+        "{crypto}"
+    );
+    assert!(
+        crypto["packet_source"]
+            .as_str()
+            .unwrap()
+            .contains("encrypting thread"),
+        "{crypto}"
+    );
+    let (enc, dec, ceiling) = (
+        f(&crypto["encrypt_mb_per_s"]),
+        f(&crypto["decrypt_mb_per_s"]),
+        f(&crypto["mb_per_s"]),
+    );
+    assert!(enc > 0.0 && dec > 0.0 && ceiling == enc.min(dec), "{crypto}");
+    assert_eq!(crypto["limiting"], if dec < enc { "decrypt" } else { "encrypt" });
+    assert!(
+        (f(&c["percent_of_ceiling"]) - median / ceiling * 100.0).abs() < 1e-6,
+        "{c}"
+    );
+}
+
 #[test]
 fn every_suite_verified_through_the_userspace_tunnel_and_nothing_left() {
     let test = "every_suite_verified_through_the_userspace_tunnel_and_nothing_left";
@@ -46,8 +98,20 @@ fn every_suite_verified_through_the_userspace_tunnel_and_nothing_left() {
         "aes-128-gcm",
         "aes-256-gcm",
     ] {
-        let report = run_json(&["--cipher", cipher]);
+        // The ceiling and line rate on a few suites (each costs half a second), and
+        // --no-ceiling, which leaves both out, on the others.
+        let timed = ["none", "aes-256-cbc", "aes-256-cbc-hmac-sha256", "aes-256-gcm"].contains(&cipher);
+        let report = if timed {
+            run_json(&["--cipher", cipher])
+        } else {
+            run_json(&["--cipher", cipher, "--no-ceiling"])
+        };
         assert_eq!(report["plan"]["suite"], cipher);
+        if timed {
+            check_ceiling(&report, cipher);
+        } else {
+            assert!(report.get("ceiling").is_none(), "{cipher}: {}", report["ceiling"]);
+        }
         assert_eq!(report["transfers"][0]["verified"], true, "{cipher}");
         assert_eq!(report["transfers"][0]["bytes"], 3_000_000, "{cipher}");
         let d = &report["backend_details"]["userspace"];

@@ -88,6 +88,10 @@ pub struct MatrixArgs {
     /// --vm.
     #[arg(long, value_name = "SPEC[;SPEC...]")]
     pub netem: Option<String>,
+    /// Leave out each tunnel cell's crypto ceiling (the suite's speed at the cell's packet
+    /// size, timed right after it with the implementation it used).
+    #[arg(long)]
+    pub no_ceiling: bool,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -126,6 +130,7 @@ impl MatrixArgs {
                 None => vec![],
             },
             seed: seed_from_clock(),
+            ceiling: !self.no_ceiling,
             started_unix_s,
         }
         .validate()

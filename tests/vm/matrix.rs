@@ -1,8 +1,9 @@
 //! `ipsec-lab matrix --vm`: the kernel (xfrm) rows in ONE virtme-ng boot of a stock kernel,
 //! merged into the host's report as `(vm)` rows with their own plain baseline; one row per
 //! `cbc(aes)` driver, chosen through crypto_user priorities, each verified from /proc/crypto
-//! to be the driver that served, and every priority back as it was afterwards. Small
-//! payloads: TCG moves a few MB/s. Needs root, vng and a kernel image in /boot.
+//! to be the driver that served, and every priority back as it was afterwards; each cell
+//! against its crypto ceiling, timed through AF_ALG in the guest's kernel. Small payloads:
+//! TCG moves a few MB/s. Needs root, vng and a kernel image in /boot.
 
 use crate::common;
 
@@ -78,8 +79,21 @@ fn xfrm_driver_rows_in_one_vm_boot() {
                 "{driver}: {served}"
             );
             assert!(cell["percent_of_plain"].as_f64().unwrap() > 0.0);
+            // Its ceiling: AF_ALG in the guest's kernel, while the row's driver was raised.
+            let c = &cell["ceiling"];
+            assert_eq!(c["status"], "measured", "{driver}: {cell}");
+            let imp = c["implementation"].as_str().unwrap();
+            assert!(
+                imp.contains("via AF_ALG") && imp.contains(driver),
+                "{driver}: {imp}"
+            );
+            assert!(c["packet_source"].as_str().unwrap().contains("a->b SA"), "{c}");
+            assert!(c["packet_bytes"].as_u64().unwrap() > 1000, "{c}");
+            let share = cell["percent_of_ceiling"].as_f64().unwrap();
+            assert!(share.is_finite() && share > 0.0, "{cell}");
         }
     }
+    assert!(md.contains("#### % of the crypto ceiling"), "{md}");
     let label = |d: &str| format!("| xfrm [{d}] (vm) |");
     for d in &drivers {
         assert!(md.contains(&label(d)), "{d} row missing:\n{md}");

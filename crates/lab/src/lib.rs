@@ -8,6 +8,8 @@
 //!   two-host run one on each host. One module per backend (`xfrm`, `userspace`,
 //!   `openvpn`, `strongswan`, `wireguard` with its kernel, wireguard-go and boringtun ends;
 //!   plain needs none), each with its preflight and its evidence.
+//! * [`ceiling`]: each tunnel row's crypto ceiling, timed after its transfers with the
+//!   implementation it used, at the packet size it sent.
 //! * [`evidence`]: what the backends show happened, typed; serialised into the report's
 //!   `backend_details`, summarised by its own `lines()`.
 //! * [`session`]: one verified transfer's configuration, idle timeout and record.
@@ -39,6 +41,7 @@
 //! measurement of bytes (crate `traffic`).
 
 pub mod backend;
+pub mod ceiling;
 pub mod child;
 pub mod clean;
 pub mod error;

@@ -1,6 +1,7 @@
 //! A run between two namespaces of this host: plan → topology → backend → verified
 //! transfers → report → teardown.
 
+use model::ceiling::{LineRate, RunCeiling};
 use model::{Environment, RunPlan, RunReport};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
@@ -50,9 +51,92 @@ async fn execute(
     };
     // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
     let topology = Topology::create(&spec).await?;
-    let (report, _) = run_on(plan, &topology, cancel, show, progress).await?;
+    let (mut report, evidence) = run_on(plan, &topology, cancel, show, progress).await?;
+    if plan.ceiling {
+        progress.note("timing the suite's crypto ceiling at the tunnel's packet size");
+        let crypto = crate::ceiling::measure_async(plan, &evidence).await;
+        // After the backend is down (its SAs, policies and processes gone), on the same
+        // topology: the run's own objects come up first, as without a ceiling.
+        let line_rate = line_rate(plan, &topology, cancel, progress).await?;
+        report.ceiling = Some(RunCeiling::new(report.mb_per_s.median, crypto, line_rate));
+    }
     topology.destroy()?;
     Ok(report)
+}
+
+/// The plain line rate of this topology: as many plain TCP transfers as the run has, of
+/// the same payload, streams and directions, between the same two namespaces, over the same
+/// `--netem` conditions. A failed one is recorded as the reason there is no line rate;
+/// Ctrl-C ends the run.
+async fn line_rate(
+    plan: &RunPlan,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    progress: &dyn Progress,
+) -> LabResult<LineRate> {
+    let plain = RunPlan {
+        backend: model::Backend::Plain,
+        suite: model::CipherSuite::None,
+        tunnel_threads: 1,
+        encap: None,
+        sas: 1,
+        pcrypt: false,
+        // The same time and directions as the run's, without its interval lines.
+        modes: model::Modes {
+            interval_s: None,
+            ..plan.modes.clone()
+        },
+        ..plan.clone()
+    };
+    // The link as the run had it: shaped again for the plain transfers, unshaped after.
+    let conditions = match &plan.netem {
+        Some(spec) => Some(crate::netem::shape(topology, spec).await?),
+        None => None,
+    };
+    let measured = plain_rates(&plain, topology, cancel, progress).await;
+    if conditions.is_some() {
+        crate::netem::unshape(topology).await?;
+    }
+    let rates = match measured? {
+        Ok(rates) => rates,
+        Err(reason) => return Ok(LineRate::None { reason }),
+    };
+    Ok(match model::Summary::of(&rates) {
+        Some(s) if s.median.is_finite() && s.median > 0.0 => LineRate::Measured {
+            mb_per_s: s.median,
+            transfers: s.n as u32,
+        },
+        _ => LineRate::None {
+            reason: "the plain transfers gave no rate".into(),
+        },
+    })
+}
+
+/// `plan.repeat` plain transfers' MB/s, or why one failed (Ctrl-C is an error).
+async fn plain_rates(
+    plain: &RunPlan,
+    topology: &Topology,
+    cancel: &CancellationToken,
+    progress: &dyn Progress,
+) -> LabResult<Result<Vec<f64>, String>> {
+    let ad = topology.addressing;
+    let hosts = Hosts {
+        a: ad.outer_a,
+        b: ad.outer_b,
+    };
+    let mut rates = Vec::new();
+    for attempt in 1..=plain.repeat {
+        if cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        let label = format!("plain (line rate) {attempt}/{}", plain.repeat);
+        match flow::transfer(plain, &[], topology, hosts, cancel, progress, attempt, label).await {
+            Ok(m) => rates.push(m.transfer.mb_per_s()),
+            Err(e) if e.kind == crate::ExitKind::Interrupted => return Err(e),
+            Err(e) => return Ok(Err(format!("the plain transfer failed: {e:#}"))),
+        }
+    }
+    Ok(Ok(rates))
 }
 
 /// Runs one plan on a topology that is already up: the link shaped (`--netem`), both ends

@@ -32,8 +32,7 @@ pub const VIRT_KVM: &str = "vm (kvm)";
 pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
 /// Modules the xfrm backend needs in the stock kernel (autoloading would find most, but a
 /// probe that fails before a module loads would report a missing capability).
-pub const GUEST_MODULES: &str =
-    "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard crypto_user pcrypt sch_netem";
+pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard crypto_user pcrypt sch_netem af_alg algif_skcipher algif_hash algif_aead authenc chacha20poly1305 chacha_x86_64 poly1305_x86_64";
 /// How long a KVM guest may take to print a token before KVM is declared unusable here.
 const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
 /// In the directory shared with the guest: the report the guest's run writes (`--json`),

@@ -4,6 +4,7 @@
 //! Pure data and validation. Leaves out everything that acts: kernel objects (`netns`,
 //! `xfrm`), traffic (`traffic`) and printing (the `ipsec-lab` binary).
 
+pub mod ceiling;
 pub mod encap;
 pub mod env;
 pub mod family;

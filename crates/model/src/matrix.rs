@@ -168,11 +168,21 @@ pub struct Measurement {
     /// (from /proc/stat); high steal means the speed was the neighbours', not the software's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_steal_percent: Option<f64>,
+    /// The suite's crypto speed at the row's packet size, timed right after the cell with
+    /// the implementation the row used (absent with `--no-ceiling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Box<crate::ceiling::Ceiling>>,
+    /// Median over the ceiling, in percent; absent where there is no ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent_of_ceiling: Option<f64>,
     /// The single-run report's notes and ignored options, for the reader.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
 
+// A report has tens of cells, built once: their size does not matter, and boxing the
+// measurement would touch every place that builds or reads one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
 pub enum CellOutcome {
@@ -311,7 +321,7 @@ impl MatrixReport {
     }
 
     /// Fills `percent_of_plain` of every measured cell from its environment's baseline on
-    /// the same link conditions.
+    /// the same link conditions, and `percent_of_ceiling` from the cell's own ceiling.
     pub fn compute_percent_of_plain(&mut self) {
         let baselines: BTreeMap<(String, Option<String>), f64> = self
             .rows
@@ -325,7 +335,12 @@ impl MatrixReport {
                 .copied();
             for cell in &mut row.cells {
                 if let CellOutcome::Measured(m) = &mut cell.outcome {
-                    m.percent_of_plain = base.filter(|b| *b > 0.0).map(|b| m.mb_per_s.median / b * 100.0);
+                    m.percent_of_plain = base.and_then(|b| crate::ceiling::percent(m.mb_per_s.median, b));
+                    m.percent_of_ceiling = m
+                        .ceiling
+                        .as_ref()
+                        .and_then(|c| c.mb_per_s())
+                        .and_then(|c| crate::ceiling::percent(m.mb_per_s.median, c));
                 }
             }
         }
@@ -385,6 +400,8 @@ mod tests {
             percent_of_plain: None,
             served_by: None,
             cpu_steal_percent: None,
+            ceiling: None,
+            percent_of_ceiling: None,
             notes: vec![],
         })
     }
@@ -485,6 +502,32 @@ mod tests {
                 not_run: 1
             }
         );
+    }
+
+    #[test]
+    fn percent_of_ceiling_comes_from_the_cells_own_ceiling_and_round_trips() {
+        use crate::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
+        let mut r = sample();
+        if let CellOutcome::Measured(m) = &mut r.rows[1].cells[0].outcome {
+            m.ceiling = Some(Box::new(Ceiling {
+                packet_bytes: 1407,
+                packet_source: "test".into(),
+                outcome: CeilingOutcome::Measured(
+                    CryptoSpeed::new("soft".into(), "aes-128-cbc".into(), 500.0, 2000.0).unwrap(),
+                ),
+            }));
+        }
+        r.rows[0].cells[0].outcome = measured(1000.0);
+        r.compute_percent_of_plain();
+        let soft = r.rows[1].cells[0].measurement().unwrap();
+        assert_eq!(soft.percent_of_ceiling, Some(50.0));
+        // The baseline has no ceiling, so no share of one.
+        assert_eq!(r.rows[0].cells[0].measurement().unwrap().percent_of_ceiling, None);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["rows"][1]["cells"][0]["ceiling"]["status"], "measured");
+        assert_eq!(json["rows"][1]["cells"][0]["percent_of_ceiling"], 50.0);
+        assert!(json["rows"][0]["cells"][0].get("ceiling").is_none());
+        assert_eq!(serde_json::from_value::<MatrixReport>(json).unwrap(), r);
     }
 
     #[test]

@@ -258,6 +258,8 @@ pub struct RunRequest {
     pub netem: Option<crate::netem::NetemSpec>,
     /// `--time`, `--interval`, `--omit`, `--bidir` (crate::modes).
     pub modes: crate::modes::ModesRequest,
+    /// `--no-ceiling`: leave out the crypto ceiling and the line rate.
+    pub no_ceiling: bool,
 }
 
 impl Default for RunRequest {
@@ -288,6 +290,7 @@ impl Default for RunRequest {
             family: crate::Family::Ipv4,
             netem: None,
             modes: Default::default(),
+            no_ceiling: false,
         }
     }
 }
@@ -340,6 +343,10 @@ pub struct RunPlan {
     /// `--time`, `--interval`, `--omit`, `--bidir`; the default: a forward `--bytes` run.
     #[serde(default, skip_serializing_if = "crate::modes::Modes::is_default")]
     pub modes: crate::modes::Modes,
+    /// Time the suite's crypto ceiling and the plain line rate in the same run (a local
+    /// run of an encrypting backend, unless `--no-ceiling`).
+    #[serde(default)]
+    pub ceiling: bool,
 }
 
 fn one_thread() -> u16 {
@@ -588,6 +595,7 @@ impl RunRequest {
             family: self.family,
             netem: self.netem,
             modes,
+            ceiling: !self.no_ceiling && self.backend.encrypts() && self.peer.is_none(),
         })
     }
 }

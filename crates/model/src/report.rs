@@ -141,6 +141,10 @@ pub struct RunReport {
     /// `--omit`, `--reverse`, `--bidir`); absent for a forward `--bytes` run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modes: Option<crate::modes::ModesReport>,
+    /// The run against its own crypto ceiling and the plain line rate of its topology
+    /// (absent with `--no-ceiling`, for `plain` and for two-host runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<crate::ceiling::RunCeiling>,
 }
 
 /// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
@@ -190,6 +194,7 @@ impl RunReport {
             peer_environment: None,
             conditions: None,
             modes: None,
+            ceiling: None,
         })
     }
 }

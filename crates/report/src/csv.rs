@@ -1,11 +1,12 @@
 //! The matrix as CSV: one line per cell (the plain baseline once per environment), every
 //! number the JSON has, for spreadsheets. Fields are quoted as RFC 4180 says.
 
+use model::ceiling::CeilingOutcome;
 use model::matrix::{CellOutcome, MatrixReport, RowVariant};
 
 use crate::shared::fmt_field;
 
-pub const HEADER: [&str; 20] = [
+pub const HEADER: [&str; 26] = [
     "environment",
     "virtualization",
     "backend",
@@ -26,7 +27,40 @@ pub const HEADER: [&str; 20] = [
     "served_by",
     "payload_bytes",
     "reason",
+    // The cell's crypto ceiling (empty where none was timed; no_ceiling_reason where the
+    // row has none).
+    "ceiling_mb_s",
+    "percent_of_ceiling",
+    "ceiling_limiting",
+    "ceiling_packet_bytes",
+    "ceiling_implementation",
+    "no_ceiling_reason",
 ];
+
+/// The ceiling's fields, in [`HEADER`]'s order.
+fn ceiling_fields(m: Option<&model::matrix::Measurement>) -> [String; 6] {
+    let Some((m, c)) = m.and_then(|m| Some((m, m.ceiling.as_ref()?))) else {
+        return Default::default();
+    };
+    match &c.outcome {
+        CeilingOutcome::Measured(s) => [
+            fmt_field(s.mb_per_s, 3),
+            m.percent_of_ceiling.map(|p| fmt_field(p, 2)).unwrap_or_default(),
+            s.limiting.name().to_string(),
+            c.packet_bytes.to_string(),
+            s.implementation.clone(),
+            String::new(),
+        ],
+        CeilingOutcome::None { reason } => [
+            String::new(),
+            String::new(),
+            String::new(),
+            c.packet_bytes.to_string(),
+            String::new(),
+            reason.clone(),
+        ],
+    }
+}
 
 fn field(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
@@ -89,6 +123,7 @@ pub fn render(report: &MatrixReport) -> String {
                     f.push(reason.clone());
                 }
             }
+            f.extend(ceiling_fields(cell.measurement()));
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
             out.push('\n');
         }
@@ -157,6 +192,18 @@ mod tests {
             .unwrap();
         assert_eq!(not_run[19], "no ESP in this kernel (CONFIG_INET_ESP); use --vm");
         assert_eq!(not_run[8], "");
+        let auto = lines
+            .iter()
+            .map(|l| split(l))
+            .find(|f| f[4] == "userspace [auto]" && f[5] == "aes-128-cbc")
+            .unwrap();
+        assert_eq!(
+            &auto[20..25],
+            ["1000.000", "31.00", "encrypt", "1407", "auto (aws-lc-rs)"]
+        );
+        assert_eq!(ovpn[25], "openssl is not installed (apt-get install openssl)");
+        assert_eq!(ovpn[20], "");
+        assert!(soft[20..].iter().all(String::is_empty), "{soft:?}");
     }
 
     #[test]

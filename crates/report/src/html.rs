@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 use model::matrix::{CellOutcome, MatrixReport};
 
 use crate::shared::{
-    cell_for, columns_explained, conditions, fmt_rate, method, not_run_reasons, suite_explained,
+    ceiling_text, cell_for, columns_explained, conditions, fmt_rate, has_ceilings, method,
+    no_ceiling_reasons, not_run_reasons, suite_explained, CEILING_EXPLAINED,
 };
 use crate::svg::{self, RenderError};
 
@@ -105,13 +106,19 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                         .tunnel_cpu
                         .map(|t| format!("<br/>tunnel a/b {:.0}/{:.0} %", t.a_percent, t.b_percent))
                         .unwrap_or_default();
+                    let ceiling = match ceiling_text(m) {
+                        Some(t) if m.percent_of_ceiling.is_some() => format!("<br/>{} ceiling", escape(&t)),
+                        Some(t) => format!("<br/>{}", escape(&t)),
+                        None => String::new(),
+                    };
                     let _ = write!(
                         out,
-                        "<td class=\"num\">{}<br/><small>{}–{}<br/>{}<br/>cpu S/R {:.0}/{:.0} %{}</small></td>",
+                        "<td class=\"num\">{}<br/><small>{}–{}<br/>{}{}<br/>cpu S/R {:.0}/{:.0} %{}</small></td>",
                         fmt_rate(m.mb_per_s.median),
                         fmt_rate(m.mb_per_s.min),
                         fmt_rate(m.mb_per_s.max),
                         escape(&pct),
+                        ceiling,
                         m.cpu.sender_percent.median,
                         m.cpu.receiver_percent.median,
                         tunnel,
@@ -140,6 +147,21 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
         escape(&columns_explained(report)),
         escape(CPU_EXPLAINED)
     );
+    if has_ceilings(report) {
+        let _ = writeln!(
+            out,
+            "<p>“x % of y ceiling”: the cell's median as a share of its {} (y MB/s).</p>",
+            escape(CEILING_EXPLAINED)
+        );
+    }
+    let no_ceiling = no_ceiling_reasons(report);
+    if !no_ceiling.is_empty() {
+        let _ = writeln!(out, "<h2>No ceiling</h2>\n<ul>");
+        for line in &no_ceiling {
+            let _ = writeln!(out, "<li>{}</li>", escape(line));
+        }
+        let _ = writeln!(out, "</ul>");
+    }
     if !reasons.is_empty() {
         let _ = writeln!(out, "<h2>Not run</h2>\n<ol>");
         for r in &reasons {
@@ -298,6 +320,26 @@ mod tests {
         }
         // The openvpn row has a tunnel figure, and it is called what the sentence explains.
         assert!(html.contains("tunnel a/b 97/88 %"), "{html}");
+    }
+
+    #[test]
+    fn cells_show_their_share_of_the_ceiling_and_missing_ones_why() {
+        let html = render(&fixture::report()).unwrap();
+        let doc = parse(&html);
+        let cells: Vec<String> = elements(&doc, "td")
+            .iter()
+            .map(|td| td.descendants().filter_map(|n| n.text()).collect::<String>())
+            .collect();
+        assert!(
+            cells.iter().any(|c| c.contains("31 % of 1000.0 ceiling")),
+            "{cells:?}"
+        );
+        assert!(
+            cells.iter().any(|c| c.contains("4.1 % of plain— no ceiling")),
+            "{cells:?}"
+        );
+        assert!(html.contains("<h2>No ceiling</h2>"), "{html}");
+        assert!(html.contains("openssl is not installed"), "{html}");
     }
 
     #[test]

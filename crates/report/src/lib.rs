@@ -95,6 +95,7 @@ pub fn render(report: &MatrixReport, format: Format) -> Result<String, RenderErr
 #[cfg(test)]
 pub(crate) mod fixture {
     //! A small hand-made report for the renderers' tests.
+    use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
     use model::matrix::*;
     use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Environment, KeyBits, Summary};
 
@@ -110,6 +111,8 @@ pub(crate) mod fixture {
             percent_of_plain: None,
             served_by: None,
             cpu_steal_percent: None,
+            ceiling: None,
+            percent_of_ceiling: None,
             notes: vec![],
         })
     }
@@ -207,6 +210,24 @@ pub(crate) mod fixture {
                 a_percent: 97.0,
                 b_percent: 88.0,
             });
+            m.ceiling = Some(Box::new(Ceiling::none(
+                1407,
+                "openvpn's tun-mtu",
+                "openssl is not installed (apt-get install openssl)",
+            )));
+        }
+        // userspace [auto]: a ceiling of 1000 MB/s under every column (decrypt faster).
+        for cell in &mut r.rows[2].cells {
+            if let CellOutcome::Measured(m) = &mut cell.outcome {
+                m.ceiling = Some(Box::new(Ceiling {
+                    packet_bytes: 1407,
+                    packet_source: "the inner MTU".into(),
+                    outcome: CeilingOutcome::Measured(
+                        CryptoSpeed::new("auto (aws-lc-rs)".into(), cell.suite.name(), 1000.0, 1240.0)
+                            .unwrap(),
+                    ),
+                }));
+            }
         }
         r.payload_by_environment.insert(VM.into(), ByteSize(1_000_000));
         r.compute_percent_of_plain();

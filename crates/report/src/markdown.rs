@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
 
-use crate::shared::{cell_for, conditions, fmt_rate, method};
+use crate::shared::{
+    ceiling_text, cell_for, conditions, fmt_rate, has_ceilings, method, no_ceiling_reasons, CEILING_EXPLAINED,
+};
 
 /// Numbered reasons for "not run" cells, so the table stays narrow.
 struct Reasons(Vec<String>);
@@ -76,6 +78,19 @@ pub fn render(report: &MatrixReport) -> String {
         None => "no baseline".to_string(),
     });
 
+    if has_ceilings(report) {
+        let _ = writeln!(
+            out,
+            "\n#### % of the crypto ceiling (and the ceiling's MB/s)\n\n{}.\n",
+            CEILING_EXPLAINED
+        );
+        table(&mut out, report, &mut reasons, &|row, m| match ceiling_text(m) {
+            Some(text) => text,
+            None if row.is_baseline() => "line rate".to_string(),
+            None => "not timed".to_string(),
+        });
+    }
+
     let _ = writeln!(
         out,
         "\n#### CPU per side (median % of one core: sender / receiver application; tunnel a / b where the \
@@ -122,6 +137,13 @@ pub fn render(report: &MatrixReport) -> String {
         .flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.label())))
         .chain(report.notes.iter().cloned())
         .collect();
+    let no_ceiling = no_ceiling_reasons(report);
+    if !no_ceiling.is_empty() {
+        let _ = writeln!(out, "\n#### No ceiling\n");
+        for line in no_ceiling {
+            let _ = writeln!(out, "* {}", escape(&line));
+        }
+    }
     if !reasons.0.is_empty() {
         let _ = writeln!(out, "\n#### Not run\n");
         for (i, reason) in reasons.0.iter().enumerate() {
@@ -195,5 +217,33 @@ mod tests {
         );
         assert!(text.contains("kernel 6.1.0-test"), "{text}");
         assert!(text.contains("median of 3 × 4.0 MB, vm: 1.0 MB"));
+    }
+
+    #[test]
+    fn ceilings_have_a_table_and_missing_ones_their_reason() {
+        let text = render(&fixture::report());
+        let section = text.split("#### % of the crypto ceiling").nth(1).unwrap();
+        // userspace [auto]: 310 of a 1000 MB/s ceiling.
+        assert!(
+            section.contains("| userspace [auto] | 31 % of 1000.0 |"),
+            "{text}"
+        );
+        assert!(section.contains("| openvpn | — no ceiling |"), "{text}");
+        assert!(section.contains("| plain (line rate) | line rate |"), "{text}");
+        assert!(section.contains("| userspace [soft] | not timed |"), "{text}");
+        assert!(
+            text.contains("* openvpn (128): openssl is not installed (apt-get install openssl)"),
+            "{text}"
+        );
+        let mut bare = fixture::report();
+        for row in &mut bare.rows {
+            for cell in &mut row.cells {
+                if let CellOutcome::Measured(m) = &mut cell.outcome {
+                    m.ceiling = None;
+                }
+            }
+        }
+        bare.compute_percent_of_plain();
+        assert!(!render(&bare).contains("crypto ceiling"));
     }
 }

@@ -2,7 +2,7 @@
 //! run (numbered once for all formats), rates as printed, the conditions and environment
 //! lines, and what a column label stands for. Below every format; imports none of them.
 
-use model::matrix::{Cell, CellOutcome, MatrixReport, Row};
+use model::matrix::{Cell, CellOutcome, MatrixReport, Measurement, Row};
 use model::{CipherSuite, Environment, Hmac};
 
 /// The cell a row shows under `suite`: the plain baseline's single cell stands under every
@@ -30,6 +30,53 @@ pub fn not_run_reasons(report: &MatrixReport) -> Vec<&str> {
     }
     reasons
 }
+
+/// A measured cell against its crypto ceiling: `31 % of 1000.0` (the share and the
+/// ceiling's MB/s), `— no ceiling` where the row has none (the reason is listed apart), or
+/// None where no ceiling was timed (`--no-ceiling`, the plain row).
+pub fn ceiling_text(m: &Measurement) -> Option<String> {
+    let c = m.ceiling.as_ref()?;
+    Some(match (c.mb_per_s(), m.percent_of_ceiling) {
+        (Some(ceiling), Some(p)) if p.is_finite() => format!("{p:.0} % of {}", fmt_rate(ceiling)),
+        _ => "— no ceiling".to_string(),
+    })
+}
+
+/// Why rows have no ceiling: `row label (suite, suite): reason`, each row and reason once.
+pub fn no_ceiling_reasons(report: &MatrixReport) -> Vec<String> {
+    let mut out: Vec<(String, String, Vec<String>)> = Vec::new();
+    for row in &report.rows {
+        for cell in &row.cells {
+            let Some(reason) = cell
+                .measurement()
+                .and_then(|m| m.ceiling.as_ref())
+                .and_then(|c| c.reason())
+            else {
+                continue;
+            };
+            let label = row.label();
+            match out.iter_mut().find(|(l, r, _)| *l == label && r == reason) {
+                Some((_, _, suites)) => suites.push(cell.suite.short_label()),
+                None => out.push((label, reason.to_string(), vec![cell.suite.short_label()])),
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(label, reason, suites)| format!("{label} ({}): {reason}", suites.join(", ")))
+        .collect()
+}
+
+/// Whether any cell has a ceiling timed (measured or not): the ceiling sections show then.
+pub fn has_ceilings(report: &MatrixReport) -> bool {
+    report
+        .rows
+        .iter()
+        .flat_map(|r| r.cells.iter())
+        .any(|c| c.measurement().is_some_and(|m| m.ceiling.is_some()))
+}
+
+/// What the ceiling columns mean, in one sentence for every format.
+pub const CEILING_EXPLAINED: &str = "crypto ceiling: the suite's speed at the packet size the row sent, timed right after the cell in the same environment with what the row used (userspace: its implementation; kernel rows: AF_ALG in the same kernel; openvpn: openssl speed; boringtun: ring), per CPU-second of the timing thread, the slower of encrypt and decrypt";
 
 /// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow). A
 /// rate that is not a number (a report made by hand, or by a future bug) prints as "—",

@@ -293,7 +293,8 @@ impl Tester<'_> {
 
 /// The timed operation for a kernel suite: one request through AF_ALG per packet, on this
 /// thread's own transform and operation socket, with the same keys, IVs, padding and AAD as
-/// the userspace rows ([`crate::ops`]).
+/// the userspace rows ([`crate::ops`]). `decrypt` of CBC+HMAC and the AEADs opens one
+/// packet sealed beforehand (tag checked each time), as a receiving end does.
 pub fn build(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Result<Op, OpError> {
     let alg = KernelAlgorithm::of(suite);
     let mut counter = 0u64;
@@ -322,6 +323,45 @@ pub fn build(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Resu
             Box::new(move || {
                 k.session.hash(&[&input], &mut mac)?;
                 black_box(&mac);
+                Ok(())
+            })
+        }
+        (SpeedSuite::AesCbcHmacSha256(bits), CryptoOp::Decrypt) => {
+            // The receiving end: one packet sealed once, verified and decrypted each time.
+            let key = af_alg::authenc_key(&ops::bench_key(32), &ops::bench_key(bits.bytes()));
+            let k = keyed(alg, &key, Some(AUTHENC_TAG_LEN))?;
+            let padded = ops::round_up_to_block(block_bytes);
+            let iv = ops::counter_iv(1);
+            let mut sealed = vec![0u8; AES_BLOCK_LEN + padded + AUTHENC_TAG_LEN];
+            k.session
+                .aead(CipherOp::Encrypt, &iv, &iv, &[&vec![0u8; padded]], &mut sealed)?;
+            let mut out = vec![0u8; AES_BLOCK_LEN + padded];
+            Box::new(move || {
+                let (aad, text) = sealed.split_at(AES_BLOCK_LEN);
+                k.session.aead(CipherOp::Decrypt, &iv, aad, &[text], &mut out)?;
+                black_box(&out);
+                Ok(())
+            })
+        }
+        (SpeedSuite::Aead(algorithm), CryptoOp::Decrypt) => {
+            let k = keyed(alg, &ops::bench_key(algorithm.key_len()), Some(TAG_LEN))?;
+            let aad = [0x17u8; AEAD_AAD_LEN];
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[NONCE_LEN - 1] = 1;
+            let mut sealed = vec![0u8; AEAD_AAD_LEN + block_bytes + TAG_LEN];
+            k.session.aead(
+                CipherOp::Encrypt,
+                &nonce,
+                &aad,
+                &[&vec![0u8; block_bytes]],
+                &mut sealed,
+            )?;
+            let mut out = vec![0u8; AEAD_AAD_LEN + block_bytes];
+            Box::new(move || {
+                let (aad, text) = sealed.split_at(AEAD_AAD_LEN);
+                k.session
+                    .aead(CipherOp::Decrypt, &nonce, aad, &[text], &mut out)?;
+                black_box(&out);
                 Ok(())
             })
         }

@@ -59,9 +59,10 @@ pub(crate) fn counter_iv(counter: u64) -> [u8; AES_BLOCK_LEN] {
     iv
 }
 
-/// Builds the operation for `suite`/`direction` on `block_bytes`-byte packets. Directions a
-/// suite does not list in [`SpeedSuite::directions`] fall back to the nearest one (CBC
-/// `mac` is decrypt; the others are timed one way only).
+/// Builds the operation for `suite`/`direction` on `block_bytes`-byte packets. `decrypt`
+/// of CBC+HMAC and of the AEADs is what a receiving end does (verify, then decrypt): the
+/// speed table times them one way only ([`SpeedSuite::crypto_ops`]), a tunnel's ceiling
+/// both ways. CBC `mac` is decrypt; HMAC is the same MAC either way.
 pub fn build(
     imp: &Implementation,
     suite: SpeedSuite,
@@ -98,6 +99,21 @@ pub fn build(
                 Ok(())
             })
         }
+        (SpeedSuite::AesCbcHmacSha256(bits), CryptoOp::Decrypt) => {
+            // The receiving end: HMAC over IV || ciphertext (a verify's work; the 16-byte
+            // comparison is left out), then CBC decrypt in place.
+            let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
+            let mac = imp.hmac_sha256(&bench_key(32))?;
+            let mut buf = vec![0u8; round_up_to_block(block_bytes)];
+            Box::new(move || {
+                counter += 1;
+                let iv = counter_iv(counter);
+                black_box(mac.mac(&[&iv, &buf]));
+                cbc.decrypt(&iv, &mut buf)?;
+                black_box(&buf);
+                Ok(())
+            })
+        }
         (SpeedSuite::AesCbcHmacSha256(bits), _) => {
             let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
             let mac = imp.hmac_sha256(&bench_key(32))?;
@@ -107,6 +123,27 @@ pub fn build(
                 let iv = counter_iv(counter);
                 cbc.encrypt(&iv, &mut buf)?;
                 black_box(mac.mac(&[&iv, &buf]));
+                Ok(())
+            })
+        }
+        (SpeedSuite::Aead(alg), CryptoOp::Decrypt) => {
+            // Opening in place needs a valid tag every time, without copying the packet
+            // back. Both AEADs XOR a keystream, so under one nonce sealing twice gives back
+            // the plaintext P with the tag of "ciphertext" P: opening P (tag_p) yields the
+            // ciphertext C, opening C (tag_c) yields P again, and so on, each a full open.
+            let aead = imp.aead(alg, &bench_key(alg.key_len()))?;
+            let mut buf = vec![0x5cu8; block_bytes];
+            let aad = [0x17u8; AEAD_AAD_LEN];
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[NONCE_LEN - 1] = 1;
+            let tag_c = aead.seal(&nonce, &aad, &mut buf)?;
+            let tag_p = aead.seal(&nonce, &aad, &mut buf)?;
+            let mut holds_c = false;
+            Box::new(move || {
+                let tag = if holds_c { &tag_c } else { &tag_p };
+                aead.open(&nonce, &aad, &mut buf, tag)?;
+                holds_c = !holds_c;
+                black_box(&buf);
                 Ok(())
             })
         }
@@ -144,6 +181,28 @@ mod tests {
                     op.run().unwrap();
                     op.run().unwrap();
                     assert_eq!(op.payload_bytes, size);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_receiving_directions_open_valid_packets_every_time() {
+        // An open that failed its tag check would return an error here, not a speed.
+        for choice in [CryptoChoice::Rustcrypto, CryptoChoice::Auto] {
+            let imp = Implementation::new(choice).unwrap();
+            for suite in [
+                "aes-256-gcm",
+                "aes-128-gcm",
+                "chacha20-poly1305",
+                "aes-256-cbc-hmac-sha256",
+            ] {
+                let suite: SpeedSuite = suite.parse().unwrap();
+                for size in [64, 1407, 1420] {
+                    let mut op = build(&imp, suite, CryptoOp::Decrypt, size).unwrap();
+                    for _ in 0..5 {
+                        op.run().unwrap();
+                    }
                 }
             }
         }

@@ -123,6 +123,8 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         netem: None,
         // `--time`, `--interval`, `--bidir`... are refused with `--peer`.
         modes: Default::default(),
+        // A two-host run's ceiling is not timed (the lab's ceilings are local runs').
+        ceiling: false,
     }
 }
 

@@ -50,6 +50,9 @@ fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
         "--no-progress".into(),
     ];
     out.extend(netem.into_iter().flatten());
+    if !args.ceiling {
+        out.push("--no-ceiling".into());
+    }
     out
 }
 
@@ -286,6 +289,12 @@ mod tests {
         let joined = c.join(" ");
         assert!(joined.contains("--bytes 4000000 --repeat 2"), "{joined}");
         assert!(joined.contains("aes-128-cbc,aes-192-cbc"), "{joined}");
+        assert!(!joined.contains("--no-ceiling"), "{joined}");
+        let off = SweepPlan {
+            ceiling: false,
+            ..plan()
+        };
+        assert!(child_args(&off, off.bytes).ends_with(&["--no-ceiling".to_string()]));
     }
 
     #[test]

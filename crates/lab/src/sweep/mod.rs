@@ -3,7 +3,8 @@
 //!
 //! Rows and where they run:
 //! * `plain (line rate)`: one baseline per environment, measured first; every other cell
-//!   is also given as % of it.
+//!   is also given as % of it, and (unless `--no-ceiling`) as % of its own crypto ceiling,
+//!   timed right after the cell where the cell ran ([`crate::ceiling`]).
 //! * `xfrm`: on this kernel when it has ESP, once per `cbc(aes)` driver when crypto_user
 //!   (NETLINK_CRYPTO) lets the sweep raise one driver above the others for the row
 //!   (restored afterwards by a guard, also when the row fails); with `--vm`, in ONE
@@ -164,6 +165,7 @@ mod tests {
             family: model::Family::Ipv4,
             netem: vec![],
             seed: 1,
+            ceiling: true,
             started_unix_s: 0,
         }
     }

@@ -43,6 +43,8 @@ pub struct SweepPlan {
     /// bare link); empty means the bare link only.
     pub netem: Vec<Option<model::NetemSpec>>,
     pub seed: u64,
+    /// Time each tunnel cell's crypto ceiling after its transfers (`--no-ceiling`: off).
+    pub ceiling: bool,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
 }

@@ -397,6 +397,12 @@ async fn run_cell(
     match result {
         Ok((report, evidence)) => {
             let mut m = measurement(&report, &evidence);
+            if args.ceiling && row.backend.encrypts() {
+                // Right after the cell, in the same process and kernel as its transfers.
+                m.ceiling = Some(Box::new(
+                    crate::ceiling::measure_async(&report.plan, &evidence).await,
+                ));
+            }
             m.cpu_steal_percent = times_before
                 .zip(CpuTimes::now())
                 .and_then(|(before, after)| before.steal_percent_since(&after));
@@ -435,6 +441,8 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
             _ => None,
         },
         cpu_steal_percent: None,
+        ceiling: None,
+        percent_of_ceiling: None,
         notes: report
             .notes
             .iter()

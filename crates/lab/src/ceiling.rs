@@ -1,0 +1,461 @@
+//! Each tunnel row against its own ceiling ([`model::ceiling`]): right after a row's
+//! transfers, in the same process and kernel, the same suite's crypto timed at the row's
+//! packet size, encrypt and decrypt, with what the tunnel itself used:
+//!
+//! * `userspace`: the `--crypto` implementation the tunnel ran (crate `crypto` through
+//!   crate `speed`), one thread per tunnel thread;
+//! * `xfrm`, `strongswan`, `wireguard`: the same kernel's crypto API through AF_ALG (in the
+//!   VM where the rows ran there), after its known-answer tests; ESP's own path pays no
+//!   system calls, so small packets understate the kernel (see `speed::kernel`);
+//! * `openvpn`: `openssl speed` of the OpenSSL it links (CBC+HMAC from its CBC and HMAC
+//!   figures, as OpenSSL has no such combined cipher to time);
+//! * `boringtun`: ring's ChaCha20-Poly1305, which boringtun's data path calls;
+//! * `wireguard-go`: none, Go's crypto cannot be timed from here; said so.
+//!
+//! The ceiling is the slower direction: one end encrypts while the other decrypts, on
+//! different cores, so the slower one bounds the tunnel.
+//!
+//! Leaves out: the types and the shares (`model::ceiling`), the timing loop (`speed`).
+
+use crypto::{AeadAlgorithm, CryptoError, Implementation};
+use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
+use model::{Backend, RunPlan};
+use speed::measure::{measure_cell, measure_cell_with, Method};
+use speed::openssl::Clock;
+use speed::ops::{Op, OpError};
+use speed::{CryptoOp, SpeedSuite};
+
+use crate::evidence::Evidence;
+
+/// Seconds timed per direction (three repeats after a short warm-up, the median kept):
+/// a fraction of a second, so a matrix cell costs under half a second more.
+pub const SECONDS_PER_DIRECTION: f64 = 0.2;
+const REPEATS: usize = 3;
+/// `openssl speed` times whole seconds, at least one per operation.
+const OPENSSL_SECONDS: f64 = 1.0;
+
+/// The payload bytes per packet the tunnel encrypted, and where that figure comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet {
+    pub bytes: usize,
+    pub source: String,
+}
+
+/// Average bytes per packet of a counter pair, if it counted any.
+fn average(bytes: u64, packets: u64) -> Option<usize> {
+    (packets > 0 && bytes > 0).then(|| (bytes as f64 / packets as f64).round().max(1.0) as usize)
+}
+
+/// What the row's backend really sent per packet: its own counters where it has them (the
+/// average over the run, from the encrypting end), else its inner MTU.
+pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
+    let counted = |bytes: u64, packets: u64, what: &str| {
+        average(bytes, packets).map(|size| Packet {
+            bytes: size,
+            source: format!("average of {what}: {bytes} bytes in {packets} packets"),
+        })
+    };
+    let from_counters = match evidence {
+        Evidence::Userspace(u) => counted(
+            u.a.sent.bytes,
+            u.a.sent.packets,
+            "the encrypting thread's inner packets",
+        ),
+        Evidence::Xfrm(x) => x
+            .sas
+            .iter()
+            .find(|sa| sa.direction.starts_with("a->b"))
+            .and_then(|sa| {
+                counted(
+                    sa.bytes,
+                    sa.packets,
+                    "the a->b SA's counters (IP header included)",
+                )
+            }),
+        Evidence::Strongswan(s) => s
+            .sas
+            .iter()
+            .find(|sa| sa.counters.direction.starts_with("a->b"))
+            .and_then(|sa| {
+                counted(
+                    sa.counters.bytes,
+                    sa.counters.packets,
+                    "the a->b SA's counters (IP header included)",
+                )
+            }),
+        Evidence::Openvpn(o) => Some(Packet {
+            bytes: o.tun_mtu as usize,
+            source: "openvpn's tun-mtu, full-sized packets".into(),
+        }),
+        Evidence::Wireguard(w) => Some(Packet {
+            bytes: w.mtu as usize,
+            source: "the WireGuard interface's MTU, full-sized packets".into(),
+        }),
+        _ => None,
+    };
+    from_counters.unwrap_or_else(|| Packet {
+        bytes: tunnel::inner_mtu(plan.mtu, plan.suite) as usize,
+        source: "the inner MTU, full-sized packets".into(),
+    })
+}
+
+/// The row's ceiling, timed now on this thread (blocking: a fraction of a second, or a few
+/// seconds of `openssl speed` for openvpn).
+pub fn measure(plan: &RunPlan, evidence: &Evidence) -> Ceiling {
+    let packet = packet(plan, evidence);
+    let none = |reason: String| Ceiling::none(packet.bytes as u32, packet.source.clone(), reason);
+    let Some(suite) = SpeedSuite::from_cipher_suite(&plan.suite) else {
+        return none("the run does not encrypt".into());
+    };
+    let timed = match plan.backend {
+        Backend::Plain => return none("the plain row has no crypto".into()),
+        Backend::Userspace => userspace(plan, suite, packet.bytes),
+        Backend::Xfrm | Backend::Strongswan | Backend::Wireguard => kernel(plan.backend, suite, packet.bytes),
+        Backend::Openvpn => openssl(suite, packet.bytes),
+        Backend::Boringtun => ring_chacha(suite, packet.bytes),
+        Backend::WireguardGo => Err(
+            "wireguard-go encrypts with Go's golang.org/x/crypto ChaCha20-Poly1305, which this lab cannot \
+             time; its speed is not that of any implementation here"
+                .into(),
+        ),
+    };
+    match timed {
+        Ok(speed) => Ceiling {
+            packet_bytes: packet.bytes as u32,
+            packet_source: packet.source,
+            outcome: CeilingOutcome::Measured(speed),
+        },
+        Err(reason) => none(reason),
+    }
+}
+
+/// [`measure`] off the async runtime's threads.
+pub async fn measure_async(plan: &RunPlan, evidence: &Evidence) -> Ceiling {
+    let (plan, evidence) = (plan.clone(), evidence.clone());
+    let packet_bytes = packet(&plan, &evidence);
+    tokio::task::spawn_blocking(move || measure(&plan, &evidence))
+        .await
+        .unwrap_or_else(|e| {
+            Ceiling::none(
+                packet_bytes.bytes as u32,
+                packet_bytes.source,
+                format!("the timing thread failed: {e}"),
+            )
+        })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// CPU seconds (user + system) this process has used, its ended threads included.
+fn process_cpu_s() -> Option<f64> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Some(secs(u.user_time()) + secs(u.system_time()))
+}
+
+/// `time` per CPU-second of its timing threads: on a shared machine a timing thread gets
+/// only a share of its core (here a 67 ms window once got 1 %), which wall time alone
+/// would take for the cipher's speed. The rest of the process is idle meanwhile (the
+/// tunnel stopped before). Returns the rate and the share of a core each thread had.
+fn per_cpu_second(threads: u16, time: impl FnOnce() -> Result<f64, String>) -> Result<(f64, f64), String> {
+    let (cpu0, t0) = (process_cpu_s(), std::time::Instant::now());
+    let wall_rate = time()?;
+    let wall = t0.elapsed().as_secs_f64() * f64::from(threads.max(1));
+    let share = match (cpu0, process_cpu_s()) {
+        (Some(a), Some(b)) if wall > 0.0 => ((b - a) / wall).clamp(1e-3, 1.0),
+        _ => 1.0,
+    };
+    Ok((wall_rate / share, share))
+}
+
+/// Encrypt and decrypt timed with `time`, per CPU-second of the timing threads; the
+/// ceiling is the slower.
+fn both_ways(
+    implementation: String,
+    suite: SpeedSuite,
+    threads: u16,
+    seconds: f64,
+    time: &dyn Fn(CryptoOp) -> Result<f64, String>,
+) -> Result<CryptoSpeed, String> {
+    let (encrypt, enc_share) = per_cpu_second(threads, || time(CryptoOp::Encrypt))?;
+    let (decrypt, dec_share) = per_cpu_second(threads, || time(CryptoOp::Decrypt))?;
+    let mut speed = CryptoSpeed::new(implementation, suite.name(), encrypt, decrypt)
+        .ok_or_else(|| format!("timing gave no rate (encrypt {encrypt} MB/s, decrypt {decrypt} MB/s)"))?;
+    speed.threads = threads;
+    speed.seconds = seconds;
+    speed.cpu_share = Some((enc_share + dec_share) / 2.0);
+    speed.notes.push(format!(
+        "per CPU-second of the timing thread{} (each had {:.0} % of a core encrypting, {:.0} % decrypting)",
+        if threads > 1 { "s" } else { "" },
+        enc_share * 100.0,
+        dec_share * 100.0
+    ));
+    Ok(speed)
+}
+
+fn method(threads: u16) -> Method {
+    Method::new(SECONDS_PER_DIRECTION, REPEATS, usize::from(threads.max(1)))
+}
+
+/// The implementation the userspace tunnel ran, in this process (hardware AES masked here
+/// too where the run is `--crypto soft`), one timing thread per tunnel thread.
+fn userspace(plan: &RunPlan, suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
+    let imp = Implementation::new(plan.crypto).map_err(|e| e.to_string())?;
+    crypto::self_test(&imp).map_err(|e| e.to_string())?;
+    let threads = plan.tunnel_threads.max(1);
+    let m = method(threads);
+    both_ways(imp.info().label, suite, threads, SECONDS_PER_DIRECTION, &|dir| {
+        measure_cell(&imp, suite, dir, size, &m)
+            .map(median)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// The kernel's crypto API through AF_ALG, named by the driver that served it.
+fn kernel(backend: Backend, suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
+    speed::af_alg::available().map_err(|e| format!("{e}: AF_ALG is how the kernel's crypto is timed"))?;
+    let verified = speed::kernel::self_test(suite).map_err(|e| format!("{suite} through AF_ALG: {e}"))?;
+    let m = method(1);
+    let mut speed = both_ways(
+        format!(
+            "kernel {} ({}) via AF_ALG",
+            verified.algorithm.name, verified.driver
+        ),
+        suite,
+        1,
+        SECONDS_PER_DIRECTION,
+        &|dir| {
+            let build = || speed::kernel::build(suite, dir, size);
+            measure_cell_with(&build, &m)
+                .map(median)
+                .map_err(|e| format!("{suite} {dir} through AF_ALG: {e}"))
+        },
+    )?;
+    speed.notes.push(
+        "AF_ALG adds two system calls and copies per packet that the kernel's own data path does not pay"
+            .into(),
+    );
+    if backend == Backend::Wireguard {
+        speed.notes.push(
+            "WireGuard calls the kernel's ChaCha20-Poly1305 library directly; AF_ALG reaches the same \
+             architecture code through the crypto API's rfc7539 template"
+                .into(),
+        );
+    }
+    Ok(speed)
+}
+
+/// `openssl speed` of the OpenSSL openvpn links, one process per operation.
+fn openssl(suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
+    let version =
+        speed::openssl::version().ok_or_else(|| speed::openssl::OpensslError::NotInstalled.to_string())?;
+    // `OpenSSL 3.0.19 27 Jan 2026 (Library: OpenSSL 3.0.19 27 Jan 2026)`: the first half.
+    let version = version.split(" (Library").next().unwrap_or(&version).to_string();
+    // CBC pads to whole blocks, as the tunnel does.
+    let size = match suite {
+        SpeedSuite::AesCbc(_) | SpeedSuite::AesCbcHmacSha256(_) => size.div_ceil(16) * 16,
+        _ => size,
+    };
+    let run = |s: SpeedSuite, dir: CryptoOp| -> Result<f64, String> {
+        // Per CPU-second, as the other ceilings: openssl's own user-time clock.
+        let cells = speed::openssl::run_timed(s, dir, &[size], OPENSSL_SECONDS, 1, Clock::UserCpu)
+            .map_err(|e| e.to_string())?;
+        cells
+            .first()
+            .map(|c| c.bytes_per_s / 1e6)
+            .ok_or_else(|| format!("openssl speed gave no {size}-byte figure for {s} {dir}"))
+    };
+    let mut notes = vec![format!(
+        "openssl speed -seconds 1 -bytes {size}, per CPU-second of its user time (openvpn links the same libcrypto)"
+    )];
+    let (encrypt, decrypt) = match suite {
+        SpeedSuite::AesCbcHmacSha256(bits) => {
+            // Per packet the CBC pass and the HMAC pass add their times up.
+            let (cbc_enc, cbc_dec) = (
+                run(SpeedSuite::AesCbc(bits), CryptoOp::Encrypt)?,
+                run(SpeedSuite::AesCbc(bits), CryptoOp::Decrypt)?,
+            );
+            let hmac = run(SpeedSuite::HmacSha256, CryptoOp::Mac)?;
+            let serial = |a: f64, b: f64| 1.0 / (1.0 / a + 1.0 / b);
+            notes.push(format!(
+                "CBC+HMAC from aes-{bits}-cbc (encrypt {cbc_enc:.1}, decrypt {cbc_dec:.1} MB/s) and hmac sha256 ({hmac:.1} MB/s), one after the other per packet"
+            ));
+            (serial(cbc_enc, hmac), serial(cbc_dec, hmac))
+        }
+        s => (run(s, CryptoOp::Encrypt)?, run(s, CryptoOp::Decrypt)?),
+    };
+    let mut speed = CryptoSpeed::new(version, suite.name(), encrypt, decrypt)
+        .ok_or_else(|| format!("openssl speed gave no rate (encrypt {encrypt}, decrypt {decrypt})"))?;
+    speed.seconds = OPENSSL_SECONDS;
+    speed.notes = notes;
+    Ok(speed)
+}
+
+/// ring's ChaCha20-Poly1305, the AEAD boringtun's data path calls (empty AAD, as in
+/// WireGuard's transport messages).
+fn ring_chacha(suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
+    if suite != SpeedSuite::Aead(AeadAlgorithm::ChaCha20Poly1305) {
+        return Err(format!("boringtun carries only chacha20-poly1305, not {suite}"));
+    }
+    let m = method(1);
+    both_ways(
+        "ring (boringtun's AEAD)".into(),
+        suite,
+        1,
+        SECONDS_PER_DIRECTION,
+        &|dir| {
+            let build = || ring_op(dir, size);
+            measure_cell_with(&build, &m)
+                .map(median)
+                .map_err(|e| format!("ring chacha20-poly1305 {dir}: {e}"))
+        },
+    )
+}
+
+fn ring_op(direction: CryptoOp, size: usize) -> Result<Op, OpError> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+    // ring says only "unspecified" when it refuses; an open of a packet it sealed that fails
+    // is an authentication failure.
+    let failed = |_| OpError::Crypto(CryptoError::Authentication);
+    let key_bytes: Vec<u8> = (0..32u8).map(|i| i.wrapping_mul(13).wrapping_add(0x5a)).collect();
+    let key = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &key_bytes).map_err(failed)?);
+    let nonce = |counter: u64| {
+        let mut n = [0u8; NONCE_LEN];
+        n[4..].copy_from_slice(&counter.to_le_bytes());
+        Nonce::assume_unique_for_key(n)
+    };
+    let mut buf = vec![0x5cu8; size];
+    let mut counter = 0u64;
+    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match direction {
+        CryptoOp::Decrypt => {
+            // As `speed::ops`: sealing twice under one nonce gives back the plaintext with
+            // the tag of it as a ciphertext, so opens alternate between the two, each valid.
+            let tag_c: [u8; 16] = key
+                .seal_in_place_separate_tag(nonce(1), Aad::empty(), &mut buf)
+                .map_err(failed)?
+                .as_ref()
+                .try_into()
+                .map_err(|_| OpError::Crypto(CryptoError::Authentication))?;
+            let tag_p: [u8; 16] = key
+                .seal_in_place_separate_tag(nonce(1), Aad::empty(), &mut buf)
+                .map_err(failed)?
+                .as_ref()
+                .try_into()
+                .map_err(|_| OpError::Crypto(CryptoError::Authentication))?;
+            let mut holds_c = false;
+            Box::new(move || {
+                let tag = Tag::from(if holds_c { tag_c } else { tag_p });
+                key.open_in_place_separate_tag(nonce(1), Aad::empty(), tag, &mut buf, 0..)
+                    .map_err(failed)?;
+                holds_c = !holds_c;
+                std::hint::black_box(&buf);
+                Ok(())
+            })
+        }
+        _ => Box::new(move || {
+            counter += 1;
+            let tag = key
+                .seal_in_place_separate_tag(nonce(counter), Aad::empty(), &mut buf)
+                .map_err(failed)?;
+            std::hint::black_box((&buf, tag.as_ref()[0]));
+            Ok(())
+        }),
+    };
+    Ok(Op::new(run, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::{SaCounters, XfrmEvidence};
+
+    fn plan(backend: Backend, cipher: &str) -> RunPlan {
+        model::RunRequest {
+            backend,
+            cipher: Some(cipher.parse().unwrap()),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_packet_size_comes_from_the_counters_of_the_encrypting_direction() {
+        let p = plan(Backend::Xfrm, "aes-256-gcm");
+        let sa = |direction: &str, bytes, packets| SaCounters {
+            spi: "0x1".into(),
+            direction: direction.into(),
+            packets,
+            bytes,
+            replay_drops: 0,
+            integrity_failures: 0,
+            pair: None,
+        };
+        let x = XfrmEvidence {
+            mode: "tunnel",
+            suite: "aes-256-gcm".into(),
+            reqid: "0x1".into(),
+            sas: vec![
+                sa("b->a (received by a)", 83492, 1551),
+                sa("a->b (sent by a)", 4254368, 2972),
+            ],
+            esp_overhead_bytes_per_packet: 56,
+            encap: None,
+            kernel_drivers: Default::default(),
+            pcrypt: None,
+        };
+        let pk = packet(&p, &Evidence::Xfrm(x));
+        assert_eq!(pk.bytes, 1431);
+        assert!(
+            pk.source.contains("4254368 bytes in 2972 packets"),
+            "{}",
+            pk.source
+        );
+        // No counters: the inner MTU.
+        let pk = packet(
+            &plan(Backend::Userspace, "aes-256-cbc-hmac-sha256"),
+            &Evidence::None,
+        );
+        assert_eq!(pk.bytes, 1407);
+        assert_eq!(average(0, 0), None);
+    }
+
+    #[test]
+    fn userspace_ceiling_is_timed_both_ways_and_is_the_slower() {
+        let p = plan(Backend::Userspace, "aes-256-gcm");
+        let c = measure(&p, &Evidence::None);
+        let CeilingOutcome::Measured(s) = &c.outcome else {
+            panic!("{c:?}");
+        };
+        assert!(s.encrypt_mb_per_s > 0.0 && s.decrypt_mb_per_s > 0.0, "{s:?}");
+        assert_eq!(s.mb_per_s, s.encrypt_mb_per_s.min(s.decrypt_mb_per_s));
+        assert_eq!(s.suite, "aes-256-gcm");
+        assert_eq!(c.packet_bytes, tunnel::inner_mtu(1500, p.suite));
+    }
+
+    #[test]
+    fn boringtuns_ceiling_is_rings_and_wireguard_go_says_why_it_has_none() {
+        let c = measure(&plan(Backend::Boringtun, "chacha20-poly1305"), &Evidence::None);
+        assert!(c.mb_per_s().is_some_and(|v| v > 0.0), "{c:?}");
+        let c = measure(&plan(Backend::WireguardGo, "chacha20-poly1305"), &Evidence::None);
+        assert_eq!(c.mb_per_s(), None);
+        assert!(c.reason().unwrap().contains("Go's"), "{c:?}");
+    }
+
+    #[test]
+    fn kernel_rows_without_af_alg_say_so() {
+        let c = measure(&plan(Backend::Xfrm, "aes-256-gcm"), &Evidence::None);
+        match speed::af_alg::available() {
+            Err(_) => assert!(c.reason().unwrap().contains("AF_ALG"), "{c:?}"),
+            Ok(()) => assert!(c.mb_per_s().is_some(), "{c:?}"),
+        }
+    }
+}
