@@ -84,7 +84,7 @@ async fn line_rate(
         // The same time and directions as the run's, without its interval lines.
         modes: model::Modes {
             interval_s: None,
-            ..plan.modes.clone()
+            ..plan.modes
         },
         ..plan.clone()
     };
