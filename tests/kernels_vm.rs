@@ -143,4 +143,74 @@ fn vm_kernels_that_do_not_exist_exit_2() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("no such kernel image"), "{}", text(&out));
+    // speed too, and every kernel is found before the first boots: the good one first.
+    let started = std::time::Instant::now();
+    let out = run_lab(&[
+        "speed",
+        "aes-128-cbc",
+        "--crypto",
+        "kernel",
+        "--vm",
+        "auto,/boot/vmlinuz-0.0.1-nope",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no such kernel image"), "{}", text(&out));
+    assert!(
+        started.elapsed().as_secs() < 20,
+        "a VM was booted before the refusal"
+    );
+}
+
+/// `speed --vm A,B`: one boot per kernel, the kernel rows named after each guest's kernel
+/// in one table and one JSON report.
+#[test]
+fn speed_with_two_kernels_names_each_kernels_rows() {
+    let test = "speed_with_two_kernels_names_each_kernels_rows";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let Some((stock, second)) = two_kernels() else {
+        testcap::skip(
+            test,
+            "no second kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
+        );
+        return;
+    };
+    let dir = private_dir("ipl-kernels-speed-");
+    let json = dir.path().join("speed.json");
+    let kernels = format!("{stock},{second}");
+    let started = std::time::Instant::now();
+    let out = lab()
+        .args(["speed", "aes-128-gcm", "--crypto", "kernel", "--vm", &kernels])
+        .args(["--seconds", "0.05", "--repeats", "1", "--sizes", "1400", "--json"])
+        .arg(&json)
+        .env("IPSEC_LAB_VM_ACCEL", "tcg")
+        .output()
+        .expect("ipsec-lab runs");
+    eprintln!(
+        "{}
+(took {:.1} s)",
+        text(&out),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for kernel in [&stock, &second] {
+        assert!(
+            stdout.contains(&format!("kernel {kernel} [vm, tcg]")),
+            "{}",
+            text(&out)
+        );
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the report")).unwrap();
+    let mut names: Vec<String> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["implementation"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names, vec![format!("kernel {stock}"), format!("kernel {second}")]);
 }

@@ -11,13 +11,55 @@ use crate::vm;
 /// The soft child's report file in its private directory.
 const SOFT_REPORT: &str = "speed.json";
 
-/// Measures what `plan` asks for; with `--vm` the kernel rows come from one VM boot.
+/// Measures what `plan` asks for; with `--vm` the kernel rows come from one VM boot per
+/// kernel.
 pub fn measure(plan: &SpeedPlan, progress: &mut dyn SpeedProgress) -> LabResult<SpeedReport> {
     let guest = match &plan.vm {
-        Some(kernel_arg) if !plan.child => Some(kernel_rows_in_vm(plan, kernel_arg.as_deref())?),
+        Some(kernel_arg) if !plan.child => Some(kernel_rows_in_vms(plan, kernel_arg.as_deref())?),
         _ => None,
     };
     speed::measure_with(plan, guest, &mut soft_rows, progress)
+}
+
+/// `--vm KERNEL[,KERNEL…]`: every kernel's rows, one boot each. With several kernels each
+/// row is named after its guest's kernel (`kernel 6.12.95+deb12-amd64`), so one table puts
+/// two kernels' drivers side by side; the first guest's environment describes the VM,
+/// with every kernel's release.
+fn kernel_rows_in_vms(plan: &SpeedPlan, kernel_arg: Option<&str>) -> LabResult<SpeedReport> {
+    // Every kernel is found before the first boot: a misspelt second one changes nothing.
+    let kernels = vm::kernel_list(kernel_arg)
+        .iter()
+        .map(|k| vm::resolve_kernel(k.as_deref()))
+        .collect::<LabResult<Vec<_>>>()?;
+    let several = kernels.len() > 1;
+    let mut merged: Option<SpeedReport> = None;
+    let mut releases = Vec::new();
+    for kernel in &kernels {
+        let mut guest = kernel_rows_in_vm(plan, kernel)?;
+        releases.push(guest.environment.kernel_release.clone());
+        if several {
+            let name = format!("kernel {}", guest.environment.kernel_release);
+            guest
+                .records
+                .iter_mut()
+                .for_each(|r| r.implementation = name.clone());
+            guest
+                .skipped
+                .iter_mut()
+                .for_each(|s| s.implementation = name.clone());
+        }
+        match &mut merged {
+            Some(all) => {
+                all.records.append(&mut guest.records);
+                all.skipped.append(&mut guest.skipped);
+            }
+            None => merged = Some(guest),
+        }
+    }
+    let mut merged = merged.expect("kernel_list gives at least one kernel");
+    // The VM line then names every kernel its rows came from.
+    merged.environment.kernel_release = releases.join(", ");
+    Ok(merged)
 }
 
 /// The soft rows, timed in a child started with hardware AES masked.
@@ -43,11 +85,10 @@ fn soft_rows(plan: &SpeedPlan) -> LabResult<SpeedReport> {
 
 /// One boot: the guest runs `ipsec-lab speed --crypto kernel` for the plan's suites and
 /// sizes and writes its report, which carries the guest's environment and VM label.
-fn kernel_rows_in_vm(plan: &SpeedPlan, kernel_arg: Option<&str>) -> LabResult<SpeedReport> {
-    let kernel = vm::resolve_kernel(kernel_arg)?;
-    let accel = vm::detect_accel(&kernel);
+fn kernel_rows_in_vm(plan: &SpeedPlan, kernel: &std::path::Path) -> LabResult<SpeedReport> {
+    let accel = vm::detect_accel(kernel);
     let child_args = plan.child_args(SpeedImpl::Kernel);
-    let run = vm::exec_in_guest::<SpeedReport>(&kernel, accel, speed::kernel::MODULES, &child_args)?;
+    let run = vm::exec_in_guest::<SpeedReport>(kernel, accel, speed::kernel::MODULES, &child_args)?;
     eprintln!(
         "ipsec-lab: kernel rows timed in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
         kernel.display(),

@@ -39,10 +39,11 @@ pub struct SpeedArgs {
     /// Write one JSON record per cell (plus the environment) to FILE, or `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Time the kernel rows inside a VM booting a stock kernel (default: the newest
-    /// /boot/vmlinuz-*) under virtme-ng, for kernels without AF_ALG; the other rows run here.
+    /// Time the kernel rows inside a VM booting a stock kernel (default: the one Debian's
+    /// linux-image-amd64 points at) under virtme-ng, for kernels without AF_ALG; the other
+    /// rows run here. KERNEL,KERNEL: one boot per kernel, each row named after its kernel.
     /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed.
-    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "")]
     pub vm: Option<String>,
     /// Internal: this process is a child run (soft rows, or kernel rows in the VM); print
     /// only JSON.
