@@ -335,14 +335,7 @@ mod tests {
     use rtnetlink::packet_core::Emitable;
 
     fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/../../tests/fixtures/iproute2/{name}.hex",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        text.split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect()
+        testcap::hex_fixture("iproute2", name)
     }
 
     fn assert_matches_tc(name: &str, msg: NetlinkMessage<RouteNetlinkMessage>) {

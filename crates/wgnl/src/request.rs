@@ -85,14 +85,7 @@ mod tests {
     use crate::captured;
 
     fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/../../tests/fixtures/wireguard/{name}.hex",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        text.split_whitespace()
-            .map(|h| u8::from_str_radix(h, 16).unwrap())
-            .collect()
+        testcap::hex_fixture("wireguard", name)
     }
 
     fn same_but_sequence(built: &[u8], captured: &[u8]) {

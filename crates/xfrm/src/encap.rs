@@ -188,15 +188,7 @@ mod tests {
             selector: None,
         };
         let name = "sa_cbc256_hmac_sha256_tunnel_espinudp4500";
-        let path = format!(
-            "{}/../../tests/fixtures/iproute2/{name}.hex",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let mut want: Vec<u8> = text
-            .split_whitespace()
-            .map(|b| u8::from_str_radix(b, 16).unwrap())
-            .collect();
+        let mut want = testcap::hex_fixture("iproute2", name);
         want[8..12].fill(0);
         let msg = add_sa_with_encap(&spec, &UdpEncap::symmetric(4500));
         let got = message::encode(message::request(msg, Reply::Ack, 0));
