@@ -40,6 +40,20 @@ pub fn tun(test: &str) -> bool {
     present
 }
 
+/// The bytes of `tests/fixtures/DIR/NAME.hex` (whitespace-separated hex, as the capture
+/// scripts write what iproute2, tc or wg sent): the reference a netlink builder is tested
+/// against byte for byte.
+pub fn hex_fixture(dir: &str, name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../../tests/fixtures/{dir}/{name}.hex",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.split_whitespace()
+        .map(|b| u8::from_str_radix(b, 16).unwrap_or_else(|e| panic!("{path}: {b:?}: {e}")))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,18 +73,4 @@ mod tests {
         assert!(failed, "under CI=true a missing capability must fail");
         assert!(skipped, "outside CI a missing capability skips");
     }
-}
-
-/// The bytes of `tests/fixtures/DIR/NAME.hex` (whitespace-separated hex, as the capture
-/// scripts write what iproute2, tc or wg sent): the reference a netlink builder is tested
-/// against byte for byte.
-pub fn hex_fixture(dir: &str, name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/../../tests/fixtures/{dir}/{name}.hex",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    text.split_whitespace()
-        .map(|b| u8::from_str_radix(b, 16).unwrap_or_else(|e| panic!("{path}: {b:?}: {e}")))
-        .collect()
 }
