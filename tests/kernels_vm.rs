@@ -38,17 +38,25 @@ fn two_kernels() -> Option<(String, String)> {
     Some((stock, second))
 }
 
-#[test]
-fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
-    let test = "a_two_kernel_vm_matrix_has_both_kernels_rows";
+/// The stock and the second kernel, where the VM can boot both; otherwise skips saying why.
+fn two_kernels_or_skip(test: &str) -> Option<(String, String)> {
     if !vm_or_skip(test) {
-        return;
+        return None;
     }
-    let Some((stock, second)) = two_kernels() else {
+    let kernels = two_kernels();
+    if kernels.is_none() {
         testcap::skip(
             test,
             "no second kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
         );
+    }
+    kernels
+}
+
+#[test]
+fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
+    let test = "a_two_kernel_vm_matrix_has_both_kernels_rows";
+    let Some((stock, second)) = two_kernels_or_skip(test) else {
         return;
     };
     let _lock = lab_lock();
@@ -166,14 +174,7 @@ fn vm_kernels_that_do_not_exist_exit_2() {
 #[test]
 fn speed_with_two_kernels_names_each_kernels_rows() {
     let test = "speed_with_two_kernels_names_each_kernels_rows";
-    if !vm_or_skip(test) {
-        return;
-    }
-    let Some((stock, second)) = two_kernels() else {
-        testcap::skip(
-            test,
-            "no second kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
-        );
+    let Some((stock, second)) = two_kernels_or_skip(test) else {
         return;
     };
     let dir = private_dir("ipl-kernels-speed-");

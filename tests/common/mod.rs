@@ -104,6 +104,15 @@ pub fn private_dir(prefix: &str) -> tempfile::TempDir {
         .expect("a private temporary directory")
 }
 
+/// Runs each `(args, hint)` and asserts a usage error: exit 2 with `hint` in the output.
+pub fn assert_usage_errors(cases: &[(&[&str], &str)]) {
+    for (args, hint) in cases {
+        let out = run_lab(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(hint), "{args:?}: {}", text(&out));
+    }
+}
+
 pub fn text(out: &Output) -> String {
     format!(
         "{}{}",
