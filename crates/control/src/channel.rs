@@ -14,6 +14,19 @@ use crate::{ControlError, Psk};
 /// Bytes read per call; a frame is at most 64 KiB, so a few calls at most.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// What a server sends instead of its handshake answer to a connection it turns away
+/// unread: this prefix, then why, in one frame. A Noise answer begins with a random
+/// ephemeral key, never with these bytes.
+pub const TURNED_AWAY: &[u8] = b"ipsec-lab: turned away: ";
+
+/// The frame that tells a client it was turned away and why, cut to fit a handshake frame.
+pub fn turned_away_frame(reason: &str) -> Vec<u8> {
+    let mut body = TURNED_AWAY.to_vec();
+    body.extend_from_slice(reason.as_bytes());
+    body.truncate(MAX_HANDSHAKE_FRAME);
+    frame::encode(&body).expect("a handshake frame is small")
+}
+
 pub struct Channel<S> {
     stream: S,
     session: Session,
@@ -90,6 +103,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
                     ControlError::Oversized { .. } => ControlError::NotIpsecLab,
                     other => other,
                 })?;
+            if let Some(reason) = answer.strip_prefix(TURNED_AWAY) {
+                return Err(ControlError::TurnedAway {
+                    reason: crate::text::untrusted(&String::from_utf8_lossy(reason)),
+                });
+            }
             let session = init.finish(&answer)?;
             Ok(Channel {
                 stream,
@@ -183,6 +201,22 @@ mod tests {
         };
         s.send(&refusal).await.unwrap();
         assert_eq!(c.recv(LIMIT, "t").await.unwrap(), refusal);
+    }
+
+    #[tokio::test]
+    async fn a_client_turned_away_is_told_why() {
+        let k = Psk::generate().unwrap();
+        let (a, mut b) = duplex(1 << 20);
+        b.write_all(&turned_away_frame("too many waiting\n\u{1b}[31m"))
+            .await
+            .unwrap();
+        let e = Channel::initiate(a, &k, LIMIT).await.err().unwrap();
+        match e {
+            ControlError::TurnedAway { reason } => assert_eq!(reason, r"too many waiting\n\u{1b}[31m"),
+            other => panic!("{other}"),
+        }
+        let long = turned_away_frame(&"x".repeat(500));
+        assert_eq!(long.len(), frame::HEADER_LEN + MAX_HANDSHAKE_FRAME);
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@
 //! * [`request`]: what a client may ask for, the server's limits, and the end the server
 //!   decides for itself (pure checks, no IO).
 //! * [`frame`]: the length prefix on the wire, checked before a body is buffered.
+//! * [`text`]: text from the wire made safe for logs and terminals.
 //! * [`channel`]: a small tokio layer that runs the above over a byte stream, with timeouts;
 //!   it is where messages are encoded before sealing and decoded after opening.
 //!
@@ -22,8 +23,9 @@ pub mod message;
 pub mod noise;
 pub mod psk;
 pub mod request;
+pub mod text;
 
-pub use channel::Channel;
+pub use channel::{turned_away_frame, Channel, TURNED_AWAY};
 pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, XfrmKeys, VERSION};
 pub use noise::{Initiator, Responder, Session};
 pub use psk::{Psk, PskError};
@@ -59,8 +61,14 @@ pub enum ControlError {
     NotIpsecLab,
     #[error("a message failed authentication: corrupted or forged")]
     Decrypt,
+    /// `reason` may quote the peer's input (serde_json names unknown fields): it is made
+    /// printable with [`text::untrusted`] where it is created.
     #[error("malformed message: {reason}")]
     Malformed { reason: String },
+    /// The server turned the connection away before the handshake, and said why (a hint
+    /// only: nothing authenticates it).
+    #[error("the server turned this connection away before the handshake: {reason}")]
+    TurnedAway { reason: String },
     #[error("protocol version {got} from the peer; this ipsec-lab speaks version {supported}: use the same release on both hosts")]
     Version { got: u16, supported: u16 },
     #[error("noise protocol: {0}")]

@@ -32,6 +32,7 @@ pub const VERSION: u16 = 2;
 pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Envelope {
     pub v: u16,
     pub msg: Message,
@@ -228,8 +229,8 @@ pub fn decode(plain: &[u8]) -> Result<Message, ControlError> {
         v: u16,
     }
     let malformed = |e: serde_json::Error| ControlError::Malformed {
-        // serde_json's message names the position and the expected token, never the input.
-        reason: e.to_string(),
+        // serde_json's message quotes unknown field and variant names: the peer's text.
+        reason: crate::text::untrusted(&e.to_string()),
     };
     let VersionOnly { v } = serde_json::from_slice(plain).map_err(malformed)?;
     if v != VERSION {

@@ -73,6 +73,8 @@ pub struct ServerLimits {
     pub allow_unauthenticated: bool,
     /// `--max-tunnel-threads`: userspace tunnel threads (TUN queues, UDP sockets) per run.
     pub max_tunnel_threads: u16,
+    /// `--max-run-time`: how long a run may hold the server, from its hello to its end.
+    pub max_run_time: std::time::Duration,
 }
 
 impl Default for ServerLimits {
@@ -87,6 +89,7 @@ impl Default for ServerLimits {
             },
             allow_unauthenticated: false,
             max_tunnel_threads: 4,
+            max_run_time: std::time::Duration::from_secs(1800),
         }
     }
 }
@@ -127,6 +130,11 @@ pub enum RequestError {
     Ports { first: u16, last: u16, range: PortRange },
     #[error("link MTU {0} is outside {lo}..={hi}", lo = MTU_RANGE.start(), hi = MTU_RANGE.end())]
     Mtu(u32),
+    #[error(
+        "link MTU {0} over IPv6: the tunnels need 1280 bytes inside, so the link needs {min} or more",
+        min = model::family::MIN_IPV6_MTU
+    )]
+    FamilyMtu(u32),
     #[error("{got} tunnel threads is outside this server's limit of 1 to {max} (`ipsec-lab serve --max-tunnel-threads` raises it)")]
     TunnelThreads { got: u16, max: u16 },
     #[error("the server sent tunnel addresses {0}: not two host addresses of one /30 in the lab's range 198.18.0.0/15")]
@@ -217,7 +225,8 @@ impl ServerLimits {
         Ok(())
     }
 
-    /// Whether `r`'s family is the one the control connection (to `server`) uses.
+    /// Whether `r`'s family is the one the control connection (to `server`) uses, with a
+    /// link MTU that family's tunnels can use.
     pub fn check_family(r: &PeerRequest, server: IpAddr) -> Result<(), RequestError> {
         let connected = Family::of(server.to_canonical());
         if r.family != connected {
@@ -225,6 +234,9 @@ impl ServerLimits {
                 asked: r.family,
                 connected,
             });
+        }
+        if r.family == Family::Ipv6 && r.link_mtu < model::family::MIN_IPV6_MTU {
+            return Err(RequestError::FamilyMtu(r.link_mtu));
         }
         Ok(())
     }
@@ -890,6 +902,15 @@ mod tests {
         let e = ServerLimits::check_family(&r, "192.0.2.1".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("IPv6 run over an IPv4 connection"), "{e}");
         ServerLimits::check_family(&request(), "::ffff:192.0.2.1".parse().unwrap()).unwrap();
+        // Issue 22: an IPv6 request with link MTU 1300 passed here and failed later as a
+        // run failure; it is refused as usage, naming the MTU it needs.
+        let small = PeerRequest {
+            link_mtu: 1300,
+            ..r.clone()
+        };
+        let e = ServerLimits::check_family(&small, "2001:db8::1".parse().unwrap()).unwrap_err();
+        assert_eq!(e, RequestError::FamilyMtu(1300));
+        assert!(e.to_string().contains("1400 or more"), "{e}");
     }
 
     #[test]

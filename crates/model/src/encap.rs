@@ -36,7 +36,7 @@ impl FromStr for EncapKind {
 
 /// A run's ESP encapsulation, as the plan and the report record it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Encap {
     /// ESP in UDP (`UDP_ENCAP_ESPINUDP`), both ends using `port` as source and destination.
     EspInUdp { port: u16 },
