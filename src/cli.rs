@@ -280,6 +280,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
     pub max_tunnel_threads: u16,
+    /// Longest a run may hold this server, in seconds, from the client's hello to the run's
+    /// end; a run still going then is stopped and its end removed (1 to 86400).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1800,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub max_run_time: u64,
 }
 
 #[derive(Debug, Args)]

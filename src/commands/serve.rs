@@ -98,6 +98,7 @@ fn limits(args: &ServeArgs, listen: SocketAddr) -> Result<ServerLimits, String> 
         data_ports: args.data_ports,
         allow_unauthenticated: args.allow_unauthenticated_suites,
         max_tunnel_threads: args.max_tunnel_threads,
+        max_run_time: std::time::Duration::from_secs(args.max_run_time),
     })
 }
 

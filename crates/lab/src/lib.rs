@@ -32,7 +32,8 @@
 //!   its round trip measured.
 //! * [`reference`]: iperf3 over the lab's own data path.
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
-//! * Leaves: [`error`] (one error type, one mapping to exit codes), [`signal`] (SIGINT and
+//! * Leaves: [`error`] (one error type, one mapping to exit codes), [`log`] (stderr lines
+//!   that survive a closed stderr), [`signal`] (SIGINT and
 //!   SIGTERM as cancellation), [`progress`] (what a run reports while it works; the binary
 //!   draws it).
 //!
@@ -48,6 +49,7 @@ pub mod error;
 pub mod evidence;
 pub mod flow;
 pub mod local;
+pub mod log;
 pub mod netem;
 pub mod progress;
 pub mod reference;

@@ -20,7 +20,7 @@ pub trait Progress: Send + Sync {
     fn sweep_finished(&self) {}
     /// A line for the user, printed so it does not tear a progress bar.
     fn note(&self, line: &str) {
-        eprintln!("ipsec-lab: {line}");
+        crate::say!("ipsec-lab: {line}");
     }
 }
 

@@ -16,7 +16,7 @@ pub fn stop_requested() -> LabResult<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
-        eprintln!("\nipsec-lab: interrupted, cleaning up");
+        crate::say!("\nipsec-lab: interrupted, cleaning up");
     })
 }
 

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use control::text::untrusted;
 use control::{Channel, ControlError, Message, Psk};
 use model::{Backend, CryptoChoice, Environment, Family, RunPlan, RunReport, Transfer};
 use netns::Namespace;
@@ -11,7 +12,7 @@ use serde_json::json;
 use tokio::net::TcpStream;
 use traffic::CancellationToken;
 
-use super::{addressing, link_mtu, peer_request, prefixes_in_use, receiver, untrusted, STEP_TIMEOUT};
+use super::{addressing, link_mtu, peer_request, prefixes_in_use, receiver, STEP_TIMEOUT};
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{ExitKind, LabError, LabResult};
@@ -133,8 +134,9 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
         .await
         .map_err(|e| match e {
             ControlError::Closed { .. } | ControlError::Authentication => LabError::failed(anyhow::anyhow!(
-                "handshake with {peer} failed: the server refused this host — the pre-shared keys differ, \
-                 or its --allow does not include {}",
+                "handshake with {peer} failed: the server closed the connection — the pre-shared keys \
+                 differ, its --allow does not include {}, or it is flooded with connections that wait \
+                 to authenticate (then trying again helps; its log says which)",
                 hosts.a
             )),
             ControlError::NotIpsecLab => LabError::failed(anyhow::anyhow!(

@@ -61,8 +61,8 @@ impl LogLimiter {
             .or_insert_with(|| LogWindow::new(now))
             .admit(now);
         match print {
-            Some(0) => eprintln!("ipsec-lab serve: {}", text()),
-            Some(n) => eprintln!("ipsec-lab serve: {} ({n} similar lines suppressed)", text()),
+            Some(0) => crate::say!("ipsec-lab serve: {}", text()),
+            Some(n) => crate::say!("ipsec-lab serve: {} ({n} similar lines suppressed)", text()),
             None => {}
         }
     }

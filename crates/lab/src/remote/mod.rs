@@ -204,14 +204,3 @@ pub async fn prefixes_in_use() -> LabResult<Vec<Cidr>> {
     }
     Ok(taken)
 }
-
-/// A string the peer sent, safe to print: control characters escaped (a hostile server
-/// must not drive this terminal), and at most a screenful.
-pub fn untrusted(s: &str) -> String {
-    const MAX_CHARS: usize = 2000;
-    let mut out: String = s.chars().take(MAX_CHARS).flat_map(char::escape_debug).collect();
-    if s.chars().nth(MAX_CHARS).is_some() {
-        out.push_str("...");
-    }
-    out
-}

@@ -4,16 +4,23 @@
 //!   `--allow` networks are closed unread.
 //! * Until a client proves it holds the key, a connection costs little and is bounded: at
 //!   most [`MAX_UNAUTHENTICATED`] such connections in all and [`MAX_UNAUTHENTICATED_PER_SOURCE`]
-//!   per source address (more are closed at once), each with [`control::HANDSHAKE_TIMEOUT`]
-//!   for the Noise handshake and as long again for its first encrypted message, the hello.
+//!   per source network, each with [`control::HANDSHAKE_TIMEOUT`] for the Noise handshake
+//!   and as long again for its first encrypted message, the hello. When all places are
+//!   taken, a newcomer replaces the oldest connection of the most crowded network
+//!   ([`super::admission`]), so a flood from many addresses cannot keep a key holder out;
+//!   one turned away is told why in a [`control::TURNED_AWAY`] frame.
 //!   Noise NNpsk0's first message can be replayed, so only the hello proves a live key
 //!   holder: the server logs "authenticated", takes its single run slot (or answers `busy`)
-//!   and creates anything only after the hello decrypts. A replayed handshake leaves a
-//!   debug line (`IPSEC_LAB_LOG=debug`), nothing else.
+//!   and creates anything only after the hello decrypts. A handshake without a hello (a
+//!   replay) leaves a rate-limited log line, nothing else.
+//! * A run does what its request named and no more: transfers 1 to its `repeat`, in order,
+//!   within `--max-run-time` of its hello; then it is stopped and its end removed.
 //! * The hello carries a request, never a plan: it is checked against this server's limits
 //!   (`--max-bytes`, `--max-streams`, `--max-repeat`, `--data-ports`,
 //!   `--allow-unauthenticated-suites`) and refused as usage, naming the flag, before anything
 //!   is created. The server derives its end itself (`remote::server_plan`).
+//! * Everything from the wire that reaches the log is escaped ([`control::text::untrusted`]),
+//!   and a log that goes away (a closed pipe) does not stop the server ([`crate::say!`]).
 //! * `accept` errors (EMFILE under a descriptor limit) back off from 10 ms to 1 s; repeated
 //!   log lines are rate-limited per kind, saying how many were suppressed.
 //! * Every step has a timeout; when the client disconnects, times out or anything fails,
@@ -32,6 +39,7 @@ use control::{
 };
 use model::{Backend, Environment, TransferSide};
 use netns::Namespace;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use traffic::{CancellationToken, Progress};
@@ -42,12 +50,16 @@ use super::STEP_TIMEOUT;
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::session;
+use crate::{say, session};
 
 /// How long a stopping server waits for the run in progress to unwind.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// Back-off after a failed `accept` (e.g. EMFILE): doubles from the first to the last.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+/// Connections being told why they were turned away, at most; past that they just close.
+const MAX_NOTICES: usize = 16;
+/// How long telling one takes at most.
+const NOTICE_TIME: Duration = Duration::from_secs(1);
 
 /// Removes the lab's SAs and policies in this namespace: leftovers of a killed server.
 async fn clean_leftovers(when: &str) {
@@ -55,13 +67,13 @@ async fn clean_leftovers(when: &str) {
     match crate::clean::clean_dead_owners().await {
         Ok(summary) => {
             for line in summary.lines.iter().filter(|l| !l.starts_with("left alone")) {
-                eprintln!("ipsec-lab serve: {when}: {line}");
+                say!("ipsec-lab serve: {when}: {line}");
             }
             for failure in &summary.failures {
-                eprintln!("ipsec-lab serve: {when}: could not remove {failure}");
+                say!("ipsec-lab serve: {when}: could not remove {failure}");
             }
         }
-        Err(e) => eprintln!("ipsec-lab serve: {when}: could not check for what killed runs left: {e}"),
+        Err(e) => say!("ipsec-lab serve: {when}: could not check for what killed runs left: {e}"),
     }
 }
 
@@ -71,6 +83,8 @@ struct Shared {
     limits: ServerLimits,
     one_run: Arc<Semaphore>,
     admission: Arc<Mutex<Admission>>,
+    /// Places for connections being told they were turned away.
+    notices: Arc<Semaphore>,
     logs: LogLimiter,
 }
 
@@ -107,9 +121,9 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
     };
     tokio::pin!(shutdown);
     // Tests and scripts wait for this line before connecting.
-    eprintln!(
+    say!(
         "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} bytes, {} streams, {} repeats, \
-         {} tunnel threads, data ports {}{})",
+         {} tunnel threads, {} s a run, data ports {}{})",
         listener.local_addr().map_err(LabError::failed)?,
         control::VERSION,
         control::noise::PATTERN,
@@ -117,6 +131,7 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
         limits.max_streams,
         limits.max_repeat,
         limits.max_tunnel_threads,
+        limits.max_run_time.as_secs(),
         limits.data_ports,
         if limits.allow_unauthenticated {
             ", unauthenticated suites allowed"
@@ -129,6 +144,7 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
         limits,
         one_run: Arc::new(Semaphore::new(1)),
         admission: Arc::new(Mutex::new(Admission::default())),
+        notices: Arc::new(Semaphore::new(MAX_NOTICES)),
         logs: LogLimiter::default(),
     });
     let mut sessions = tokio::task::JoinSet::new();
@@ -161,7 +177,8 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
                 let admitted = match Admission::admit(&shared.admission, peer.ip()) {
                     Ok(a) => a,
                     Err(why) => {
-                        shared.logs.line("admission", || format!("{peer}: {why}; connection closed"));
+                        shared.logs.line("admission", || format!("{peer}: {why}; turned away"));
+                        turn_away(stream, why, &shared.notices);
                         continue;
                     }
                 };
@@ -171,7 +188,7 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
             Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
         }
     }
-    eprintln!("ipsec-lab serve: stopping");
+    say!("ipsec-lab serve: stopping");
     drop(listener);
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while sessions.join_next().await.is_some() {}
@@ -200,8 +217,10 @@ async fn session(
         Ok(a) => a,
         Err(e) => return shared.logs.line("socket", || format!("{peer}: {e:#}")),
     };
+    // Until the hello decrypts, a newcomer may take this connection's place (`evicted`).
     let handshake = tokio::select! {
         h = Channel::respond(stream, &shared.psk, control::HANDSHAKE_TIMEOUT) => h,
+        _ = admitted.evicted.cancelled() => return,
         _ = cancel.cancelled() => return,
     };
     let mut chan = match handshake {
@@ -214,8 +233,10 @@ async fn session(
     };
     // Anyone can replay a key holder's first handshake message: only the hello, the first
     // message of the session, proves one is here now. Until it decrypts nothing is taken.
+    admitted.handshaken();
     let hello = tokio::select! {
         m = chan.recv(control::HANDSHAKE_TIMEOUT, "waiting for the client's hello") => m,
+        _ = admitted.evicted.cancelled() => return,
         _ = cancel.cancelled() => return,
     };
     let refusal = |reason: String| Message::Refused {
@@ -245,13 +266,15 @@ async fn session(
             return;
         }
         Err(e) => {
-            return tracing::debug!("{peer}: no hello ({e}): not a live key holder (a replayed handshake?)");
+            return shared.logs.line("replay", || {
+                format!("{peer}: a first handshake message but no hello ({e}): not a live key holder (a replay?); connection dropped")
+            });
         }
     };
     drop(admitted);
-    eprintln!("ipsec-lab serve: {peer}: authenticated");
+    say!("ipsec-lab serve: {peer}: authenticated");
     let Ok(_permit) = shared.one_run.clone().try_acquire_owned() else {
-        eprintln!("ipsec-lab serve: {peer}: busy with another run; told the client");
+        say!("ipsec-lab serve: {peer}: busy with another run; told the client");
         let _ = chan.send(&Message::Busy).await;
         return;
     };
@@ -260,20 +283,41 @@ async fn session(
         a: peer.ip().to_canonical(),
         b: local.ip().to_canonical(),
     };
-    match serve_run(
+    // The run's deadline cancels it like a stop signal does, so it unwinds the same way.
+    let run_cancel = cancel.child_token();
+    let deadline = {
+        let run_cancel = run_cancel.clone();
+        let limit = shared.limits.max_run_time;
+        tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            run_cancel.cancel();
+        })
+    };
+    let result = serve_run(
         &mut chan,
         &request,
         keys,
         hosts,
         link_mtu,
         &shared.limits,
-        &cancel,
+        &run_cancel,
     )
-    .await
-    {
-        Ok(()) => eprintln!("ipsec-lab serve: {peer}: run finished; its end is removed"),
+    .await;
+    deadline.abort();
+    let result = match result {
+        Err(_) if run_cancel.is_cancelled() && !cancel.is_cancelled() => {
+            Err(LabError::failed(anyhow::anyhow!(
+                "the run passed this server's time limit of {} s and was stopped (`ipsec-lab serve \
+             --max-run-time` raises it)",
+                shared.limits.max_run_time.as_secs()
+            )))
+        }
+        other => other,
+    };
+    match result {
+        Ok(()) => say!("ipsec-lab serve: {peer}: run finished; its end is removed"),
         Err(e) => {
-            eprintln!("ipsec-lab serve: {peer}: run failed: {e:#}; its end is removed");
+            say!("ipsec-lab serve: {peer}: run failed: {e:#}; its end is removed");
             // Best effort: the client may be gone already.
             let _ = tokio::time::timeout(
                 Duration::from_secs(2),
@@ -284,6 +328,27 @@ async fn session(
             .await;
         }
     }
+}
+
+/// Tells a connection turned away before its handshake why, then closes it. What the client
+/// sent meanwhile is read first, so the close is a FIN, not a reset that could overtake the
+/// notice. At most [`MAX_NOTICES`] at once, each for [`NOTICE_TIME`]; past that, the
+/// connection just closes.
+fn turn_away(mut stream: TcpStream, why: String, notices: &Arc<Semaphore>) {
+    let Ok(place) = notices.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _place = place;
+        let _ = tokio::time::timeout(NOTICE_TIME, async {
+            stream.write_all(&control::turned_away_frame(&why)).await?;
+            stream.shutdown().await?;
+            let mut sink = [0u8; 256];
+            while stream.read(&mut sink).await? > 0 {}
+            Ok::<_, std::io::Error>(())
+        })
+        .await;
+    });
 }
 
 /// Checks the request, decides this end (tunnel addresses, MTU) and brings it up; or says
@@ -349,7 +414,7 @@ async fn serve_run(
     limits: &ServerLimits,
     cancel: &CancellationToken,
 ) -> LabResult<()> {
-    eprintln!(
+    say!(
         "ipsec-lab serve: run: {} {} {} bytes x{}, {} streams from port {}{}{}",
         request.backend,
         request.suite,
@@ -368,7 +433,7 @@ async fn serve_run(
     let (mut end, plan, server_end) = match started {
         Ok(s) => s,
         Err((kind, reason)) => {
-            eprintln!("ipsec-lab serve: refused: {reason}");
+            say!("ipsec-lab serve: refused: {reason}");
             let _ = chan.send(&Message::Refused { kind, reason }).await;
             return Ok(());
         }
@@ -379,11 +444,23 @@ async fn serve_run(
     })
     .await
     .map_err(LabError::from)?;
+    let mut transfers = 0;
     loop {
         let msg = tokio::select! {
             m = chan.recv(STEP_TIMEOUT, "waiting for the client's next step") => m.map_err(LabError::from)?,
             _ = cancel.cancelled() => return Err(LabError::interrupted()),
         };
+        if let Message::Receive { attempt } | Message::Send { attempt } = msg {
+            // A key holder may ask for the transfers its request named, in order; no more.
+            if attempt != transfers + 1 || attempt > request.repeat {
+                return Err(LabError::failed(anyhow::anyhow!(
+                    "the client asked for transfer {attempt} of a run of {} after {transfers} (a run \
+                     makes the transfers its request named, at most this server's --max-repeat)",
+                    request.repeat
+                )));
+            }
+            transfers = attempt;
+        }
         match msg {
             Message::Receive { .. } if !plan.reverse => {
                 let receiver = super::receiver(&plan, hosts, Side::B)?;
