@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use control::{Message, RefusalKind};
 use remote_common::{
-    good_request, hello, hostile, key_file, report, server_state, Lab, SideConnection, SERVER,
+    connect_from, good_request, hello, hostile, key_file, report, server_state, Lab, SideConnection, SERVER,
 };
 
 #[test]
@@ -497,20 +497,7 @@ fn an_idle_connection_flood_costs_the_server_almost_nothing() {
     };
     let sources = ["198.18.0.11", "198.18.0.12", "198.18.0.13", "198.18.0.14"];
     for s in sources {
-        let ok = Command::new("ip")
-            .args([
-                "-n",
-                lab.topo().a.name(),
-                "addr",
-                "add",
-                &format!("{s}/24"),
-                "dev",
-                &lab.topo().veth_a,
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        lab.add_client_address(s);
     }
     for nofile in ["64", "20"] {
         let server = lab.serve_wrapped(&["prlimit", &format!("--nofile={nofile}"), "--"], &[]);
@@ -553,26 +540,6 @@ fn an_idle_connection_flood_costs_the_server_almost_nothing() {
         }
         eprintln!("nofile {nofile}: {cpu:.3} s CPU over 4 s, {lines} log lines");
     }
-}
-
-/// A TCP connection to the control port from `source` (an address of namespace a).
-fn connect_from(source: &str) -> Option<TcpStream> {
-    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .ok()?;
-    let from: std::net::SocketAddrV4 = format!("{source}:0").parse().unwrap();
-    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(from)).ok()?;
-    let to = match remote_common::control_addr() {
-        SocketAddr::V4(v4) => v4,
-        SocketAddr::V6(_) => unreachable!(),
-    };
-    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(to)).ok()?;
-    Some(TcpStream::from(fd))
 }
 
 /// Unauthenticated suites run between hosts only where the server allows them; then they

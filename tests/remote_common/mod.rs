@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -126,6 +126,24 @@ impl Lab {
 
     pub fn run(&self, args: &[&str]) -> Output {
         self.client(&self.psk, args).output().unwrap()
+    }
+
+    /// Gives namespace a (the client's host) one more address, `addr` in the lab's /24.
+    pub fn add_client_address(&self, addr: &str) {
+        let ok = Command::new("ip")
+            .args([
+                "-n",
+                self.topo().a.name(),
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+            ])
+            .arg(&self.topo().veth_a)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "adding {addr} to namespace a");
     }
 
     /// `ip -n NS ARGS` output.
@@ -390,4 +408,24 @@ pub fn server_state(lab: &Lab) -> String {
         lab.ip('b', &["xfrm", "policy"]),
         sockets.join("\n")
     )
+}
+
+/// A TCP connection to the control port from `source` (an address of namespace a).
+pub fn connect_from(source: &str) -> Option<TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .ok()?;
+    let from: std::net::SocketAddrV4 = format!("{source}:0").parse().unwrap();
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(from)).ok()?;
+    let to = match control_addr() {
+        SocketAddr::V4(v4) => v4,
+        SocketAddr::V6(_) => unreachable!(),
+    };
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(to)).ok()?;
+    Some(TcpStream::from(fd))
 }
