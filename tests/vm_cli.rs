@@ -144,3 +144,125 @@ fn lab_vm_script_refuses_an_outdir_vng_would_split() {
         assert!(text(&out).contains("cannot pass on"), "{}", text(&out));
     }
 }
+
+/// A `vng` that starts a background `sleep` standing in for qemu (a background job of a
+/// script ignores SIGINT, as qemu outlived vng's), writes its pid to `pidfile`, then runs
+/// `rest`: `sleep 1000` for a guest that hangs, `exit 1` for one that gives nothing back.
+fn fake_vng_with_qemu(dir: &Path, pidfile: &Path, rest: &str) -> String {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = format!(
+        "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'virtme-ng 1.0'; exit 0; }}\n\
+         sleep 1000 &\necho $! > '{}'\n{rest}\n",
+        pidfile.display()
+    );
+    let vng = bin.join("vng");
+    std::fs::write(&vng, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&vng, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+fn matrix_vm(path: &str) -> Command {
+    let mut c = lab();
+    c.args([
+        "matrix",
+        "--vm",
+        "--backends",
+        "xfrm",
+        "--ciphers",
+        "aes-128-gcm",
+        "--bytes",
+        "1MB",
+        "--vm-bytes",
+        "1MB",
+        "--no-progress",
+        "--no-ceiling",
+    ])
+    .env("PATH", path)
+    .stdin(std::process::Stdio::null());
+    c
+}
+
+fn grandchild(pidfile: &Path) -> u32 {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(start.elapsed().as_secs() < 60, "the fake vng never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Issue 25: a VM sweep stopped (SIGTERM, a timeout) killed vng alone; qemu and virtme-run
+/// lived on, reparented to PID 1, and `clean` said "nothing to clean". Now the VM's whole
+/// process group goes with the run, before it says that everything was removed.
+#[test]
+fn a_stopped_vm_sweep_takes_its_whole_process_tree_with_it() {
+    let test = "a_stopped_vm_sweep_takes_its_whole_process_tree_with_it";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = private_dir("ipl-vm-cli-");
+    let pidfile = dir.path().join("qemu.pid");
+    let path = fake_vng_with_qemu(dir.path(), &pidfile, "sleep 1000");
+    let child = matrix_vm(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let qemu = grandchild(&pidfile);
+    assert!(alive(qemu));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(!alive(qemu), "the VM's qemu outlived its run:\n{}", text(&out));
+    // Nothing of this run is left for `clean` (other runs on the machine may have records).
+    let clean = run_lab(&["clean"]);
+    assert!(clean.status.success(), "{}", text(&clean));
+    assert!(!text(&clean).contains("vng"), "{}", text(&clean));
+}
+
+/// Issue 25: a VM sweep that gave nothing back printed every kernel cell as "not run" and
+/// exited 0, its error said twice ("No such file or directory (os error 2): No such file
+/// or directory (os error 2)"), and what vng left running stayed.
+#[test]
+fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
+    let test = "a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = private_dir("ipl-vm-cli-");
+    let pidfile = dir.path().join("qemu.pid");
+    let path = fake_vng_with_qemu(dir.path(), &pidfile, "exit 1");
+    let out = matrix_vm(&path).output().unwrap();
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("gave no kernel rows"), "{shown}");
+    let cause = std::io::Error::from(std::io::ErrorKind::NotFound).to_string();
+    for line in shown.lines() {
+        assert!(line.matches(&cause).count() <= 1, "said twice: {line}");
+    }
+    assert!(!alive(grandchild(&pidfile)), "vng's helper outlived the sweep");
+}

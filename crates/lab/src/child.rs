@@ -2,7 +2,10 @@
 //! with hardware AES masked (`crypto::soft::command()`) or a virtme-ng guest
 //! ([`crate::vm::vng_command`]). While it runs the child is recorded in the state file (so
 //! `clean` stops it if this process is killed), a Ctrl-C is passed on to it as SIGINT, and
-//! past its timeout it gets a SIGINT, then a kill. It writes its JSON report into a private
+//! past its timeout it gets a SIGINT, then a kill. The child leads a process group of its
+//! own, and every signal goes to the whole group: a VM is vng, qemu and virtiofsd, and
+//! killing vng alone left qemu running, reparented to PID 1. When the child has exited,
+//! whatever is left of its group is stopped before the run goes on. It writes its JSON report into a private
 //! directory; its exit code is its own status, or for a guest the file the guest's script
 //! writes `$?` into (vng's status only says whether the VM ran). What went wrong becomes a
 //! [`ChildError`], and from there a [`LabError`] of the kind the exit code stands for.
@@ -12,6 +15,7 @@
 
 use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +33,9 @@ const GRACE: Duration = Duration::from_secs(30);
 const DRAIN: Duration = Duration::from_secs(2);
 /// How often the child is checked for having exited.
 const POLL: Duration = Duration::from_millis(200);
+/// How long what is left of the child's process group has after a SIGTERM, and then after
+/// a SIGKILL, to be gone.
+const GROUP_GRACE: Duration = Duration::from_secs(5);
 
 /// What becomes of the child's output.
 pub enum Output<'a> {
@@ -112,17 +119,19 @@ pub enum ChildError {
     ExitCode { name: String, code: u8, shown: bool },
     #[error("{name} did not finish ({why}){}", if *.shown { ": see its output above" } else { "" })]
     Unfinished { name: String, why: String, shown: bool },
-    #[error("{name} wrote no report ({exit}): {source}")]
+    // `cause`, not `source`: the message says it already, and a source would say it again
+    // in every `{:#}` chain ("No such file or directory (os error 2): No such file ...").
+    #[error("{name} wrote no report ({exit}): {cause}")]
     NoReport {
         name: String,
         exit: Exit,
-        source: io::Error,
+        cause: io::Error,
     },
-    #[error("{name} wrote a report that does not parse ({exit}): {source}")]
+    #[error("{name} wrote a report that does not parse ({exit}): {cause}")]
     BadReport {
         name: String,
         exit: Exit,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -205,8 +214,8 @@ impl<T> Finished<T> {
         self.report.map_err(|e| {
             let name = self.name;
             match e {
-                ReportError::Missing(source) => ChildError::NoReport { name, exit, source },
-                ReportError::Unparsable(source) => ChildError::BadReport { name, exit, source },
+                ReportError::Missing(cause) => ChildError::NoReport { name, exit, cause },
+                ReportError::Unparsable(cause) => ChildError::BadReport { name, exit, cause },
             }
             .into()
         })
@@ -252,7 +261,11 @@ impl Child<'_> {
             Output::Discard => (Stdio::null(), Stdio::null()),
             Output::ToStderr => (Stdio::piped(), Stdio::piped()),
         };
-        command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+        command
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0);
         let program = record_name(&command, name);
         let started = Instant::now();
         let exit = match command.spawn() {
@@ -332,6 +345,8 @@ async fn wait_recorded(
     cancel: &CancellationToken,
     timeout: Option<Duration>,
 ) -> io::Result<ExitStatus> {
+    // `process_group(0)`: the child's pid is its group's id.
+    let group = child.id();
     let record = owner::Record::process(child.id(), program);
     match owner::record(record.clone()) {
         Ok(()) => {}
@@ -352,12 +367,61 @@ async fn wait_recorded(
     if !read_all {
         let _ = tokio::time::timeout(DRAIN, reading).await;
     }
+    stop_group(group).await;
     owner::forget(&record);
     status
 }
 
-/// Waits for `child`; on Ctrl-C or past `timeout` passes it a SIGINT (it then writes what
-/// it has), and kills it [`GRACE`] later.
+/// Live (not zombie) processes of process group `group`, from /proc: its members may be
+/// grandchildren, which this process cannot wait for.
+fn group_members(group: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After the command name (which may hold spaces): state, ppid, pgrp.
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                return false;
+            };
+            let mut fields = after.split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|f| f.parse::<u32>().ok());
+            state != Some("Z") && pgrp == Some(group)
+        })
+        .collect()
+}
+
+/// Sends `signal` to every process of `group`.
+fn signal_group(group: u32, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group as i32), signal);
+}
+
+/// Ends what is left of the child's process group once the child has exited (qemu after
+/// vng, a virtiofsd): SIGTERM, then SIGKILL, waiting until none is left or the grace is out.
+async fn stop_group(group: u32) {
+    use nix::sys::signal::Signal;
+    for signal in [Signal::SIGTERM, Signal::SIGKILL] {
+        if group_members(group).is_empty() {
+            return;
+        }
+        signal_group(group, signal);
+        let since = Instant::now();
+        while !group_members(group).is_empty() && since.elapsed() < GROUP_GRACE {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let left = group_members(group);
+    if !left.is_empty() {
+        tracing::warn!("processes {left:?} of a child's group outlived SIGKILL");
+    }
+}
+
+/// Waits for `child`; on Ctrl-C or past `timeout` passes its group a SIGINT (it then writes
+/// what it has), and kills the group [`GRACE`] later.
 async fn wait(
     mut child: std::process::Child,
     cancel: &CancellationToken,
@@ -372,12 +436,11 @@ async fn wait(
         let overdue = timeout.is_some_and(|t| started.elapsed() > t);
         match signalled {
             None if cancel.is_cancelled() || overdue => {
-                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+                signal_group(child.id(), nix::sys::signal::Signal::SIGINT);
                 signalled = Some(Instant::now());
             }
             Some(at) if at.elapsed() > GRACE => {
-                let _ = child.kill();
+                signal_group(child.id(), nix::sys::signal::Signal::SIGKILL);
             }
             _ => {}
         }
@@ -570,6 +633,78 @@ mod tests {
                 .starts_with("the soft-AES child sweep did not start: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_missing_report_is_said_once() {
+        let e = finished(Exit::Code(0), Err(missing()), false)
+            .report()
+            .unwrap_err();
+        let chain = format!("{e:#}");
+        let cause = io::Error::from(io::ErrorKind::NotFound).to_string();
+        assert_eq!(chain.matches(&cause).count(), 1, "{chain}");
+    }
+
+    /// A shell that starts `sleep` in the background (which, as qemu under vng, ignores the
+    /// SIGINT its group gets) and writes its pid into `pidfile`, then runs `rest`.
+    fn leaves_a_grandchild(pidfile: &Path, rest: &str) -> Command {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!(r#"sleep 1000 & echo $! > "$0"; {rest}"#))
+            .arg(pidfile);
+        command
+    }
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    async fn run_child(command: Command, timeout: Option<Duration>) -> Finished<u32> {
+        let dir = owner::PrivateDir::new("ipl-child-group-").unwrap();
+        Child {
+            name: "a test child",
+            command,
+            exit_code: ExitCodeFrom::Status,
+            report: "out.json",
+            output: Output::Discard,
+            timeout,
+        }
+        .run(&dir, &CancellationToken::new())
+        .await
+    }
+
+    /// Issue 25: a VM sweep past its timeout lost vng, and qemu lived on, reparented to PID 1.
+    #[tokio::test]
+    async fn a_child_past_its_timeout_is_stopped_with_its_whole_group() {
+        let pidfile = std::env::temp_dir().join(format!("ipl-child-hung-{}", std::process::id()));
+        let hung = leaves_a_grandchild(&pidfile, "sleep 1000");
+        let started = Instant::now();
+        let finished = run_child(hung, Some(Duration::from_secs(1))).await;
+        let grandchild: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        assert!(!alive(grandchild), "the hung child's background process lives on");
+        assert!(started.elapsed() < GRACE, "{:?}", started.elapsed());
+        let e = finished.succeeded().unwrap_err();
+        assert!(e.to_string().contains("timeout of 1 s"), "{e}");
+    }
+
+    /// What a child leaves running when it exits (vng's virtiofsd) is stopped too.
+    #[tokio::test]
+    async fn what_a_child_leaves_in_its_group_is_stopped_when_it_exits() {
+        let pidfile = std::env::temp_dir().join(format!("ipl-child-left-{}", std::process::id()));
+        let finished = run_child(leaves_a_grandchild(&pidfile, "exit 0"), None).await;
+        let grandchild: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        assert!(!alive(grandchild));
+        assert!(matches!(finished.exit, Ok(Exit::Code(0))), "{:?}", finished.exit);
     }
 
     #[test]

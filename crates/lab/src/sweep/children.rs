@@ -127,8 +127,14 @@ pub(super) async fn soft_child_rows(
 /// With `--vm`, the kernel rows from ONE VM boot per kernel into `report`; a refused row
 /// per backend where the sweep was interrupted or a VM gave nothing back. With several
 /// kernels each kernel's rows are keyed `vm RELEASE` (the guest's uname -r), so their
-/// labels name it and `compare --kernels` can pair them.
-pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel: &CancellationToken) {
+/// labels name it and `compare --kernels` can pair them. Returns how many kernels' VMs
+/// gave nothing back (their rows say why): the environment the user asked for is missing.
+pub(super) async fn vm_rows(
+    args: &SweepPlan,
+    report: &mut MatrixReport,
+    cancel: &CancellationToken,
+) -> usize {
+    let mut failed = 0;
     let kernels = vm::kernel_list(args.vm.as_deref());
     let several = kernels.len() > 1;
     for kernel in kernels {
@@ -154,11 +160,15 @@ pub(super) async fn vm_rows(args: &SweepPlan, report: &mut MatrixReport, cancel:
         }
         match vm_sweep(args, kernel.as_deref(), several, cancel).await {
             Ok(guest) => report.merge(guest),
-            Err(e) => report
-                .rows
-                .extend(refused(&format!("the VM sweep failed: {e:#}"))),
+            Err(e) => {
+                failed += 1;
+                report
+                    .rows
+                    .extend(refused(&format!("the VM sweep failed: {e:#}")));
+            }
         }
     }
+    failed
 }
 
 /// The rows that need the stock kernel (ESP, WireGuard's module): what the VM runs.

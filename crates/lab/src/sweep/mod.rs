@@ -135,7 +135,13 @@ async fn sweep(
     }
     progress.sweep_finished();
     if args.vm.is_some() && !children::vm_backends(args).is_empty() {
-        children::vm_rows(args, report, cancel).await;
+        let failed = children::vm_rows(args, report, cancel).await;
+        if failed > 0 && !cancel.is_cancelled() {
+            // The rows say why; the exit code says that the kernel rows asked for are missing.
+            return Err(crate::error::LabError::failed(anyhow::anyhow!(
+                "{failed} VM sweep(s) gave no kernel rows (the table says why)"
+            )));
+        }
     }
     Ok(())
 }
