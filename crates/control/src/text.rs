@@ -8,9 +8,16 @@
 const MAX_CHARS: usize = 2000;
 
 /// `s` as one printable line: control characters (newline, ESC, NUL, ...) and other
-/// invisible ones escaped as Rust does (`\n`, `\u{1b}`), cut after [`MAX_CHARS`].
+/// invisible ones escaped as Rust does (`\n`, `\u{1b}`), cut after [`MAX_CHARS`]. Quotes
+/// are harmless on a terminal and stay as they are (`escape_debug` wrote `server\'s host`).
 pub fn untrusted(s: &str) -> String {
-    let mut out: String = s.chars().take(MAX_CHARS).flat_map(char::escape_debug).collect();
+    let mut out = String::new();
+    for c in s.chars().take(MAX_CHARS) {
+        match c {
+            '\'' | '"' => out.push(c),
+            c => out.extend(c.escape_debug()),
+        }
+    }
     if s.chars().nth(MAX_CHARS).is_some() {
         out.push_str("...");
     }
@@ -35,6 +42,7 @@ mod tests {
             "bidi overrides are escaped too: {safe}"
         );
         assert_eq!(untrusted("plain text"), "plain text");
+        assert_eq!(untrusted(r#"the server's "host""#), r#"the server's "host""#);
         let long = "a".repeat(5000);
         assert_eq!(untrusted(&long).len(), MAX_CHARS + 3);
     }
