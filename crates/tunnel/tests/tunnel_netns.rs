@@ -516,3 +516,43 @@ fn a_key_holder_reaches_only_the_peers_inner_address() {
         );
     }
 }
+
+/// Inner addresses that cannot be a tunnel's pair (two families, one address twice) are
+/// refused before the end creates its socket or TUN device.
+#[test]
+fn an_impossible_inner_pair_is_refused_before_anything_is_created() {
+    if !capable("an_impossible_inner_pair_is_refused_before_anything_is_created") {
+        return;
+    }
+    let topo = topology();
+    let ad = topo.addressing;
+    let suite = CipherSuite::AesGcm { key: KeyBits::Aes256 };
+    let key = StaticKey::generate().unwrap();
+    let imp = Implementation::new(CryptoChoice::Auto).unwrap();
+    let v6: IpAddr = "2001:2:0:1::2".parse().unwrap();
+    for peer_inner in [v6, ad.inner_a] {
+        let refused = Tunnel::start(
+            &topo.a,
+            TunnelConfig {
+                tun_name: "ipl-acl-bad".into(),
+                local: SocketAddr::new(ad.outer_a, PORT),
+                peer: SocketAddr::new(ad.outer_b, PORT),
+                inner: ad.inner_a,
+                prefix_len: ad.prefix_len,
+                peer_inner,
+                inner_mtu: 1400,
+                cpu: None,
+                batching: Batching::Offload,
+                queue: None,
+            },
+            Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap(),
+        );
+        let e = refused.err().expect("refused");
+        assert!(
+            matches!(e, tunnel::TunnelError::InnerAddresses { .. }),
+            "{peer_inner}: {e}"
+        );
+        assert!(e.to_string().contains(&peer_inner.to_string()), "{e}");
+        assert!(!link_exists(&topo.a, "ipl-acl-bad"));
+    }
+}
