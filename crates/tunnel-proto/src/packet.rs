@@ -44,7 +44,8 @@ pub const HEADROOM: usize = ID_LEN + IV_LEN;
 /// Space the caller leaves after the payload: the largest trailer (a full padding block and a MAC).
 pub const TAILROOM: usize = BLOCK + MAC_LEN;
 
-/// Why a received datagram was dropped. Cheap to copy; the event loop counts them by reason.
+/// Why a received datagram was dropped (or, for the inner-address reasons, a packet from TUN
+/// was not sent). Cheap to copy; the event loop counts them by reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// Shorter than the suite's header and trailer.
@@ -63,10 +64,17 @@ pub enum DropReason {
     BadPacketId,
     /// Packet id from another queue's slice of the id space (multi-queue tunnels).
     WrongQueue,
+    /// Decrypted, but not a well-formed IPv4 or IPv6 packet: too short for its header, or
+    /// its length fields disagree with its length ([`crate::InnerAddresses`]).
+    BadInnerHeader,
+    /// Decrypted, but not from the peer's inner address to this end's (another family
+    /// included): the key holder tried to reach, or pose as, another address
+    /// ([`crate::InnerAddresses`]).
+    WrongInnerAddress,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::ShortPacket,
         DropReason::BadLength,
         DropReason::BadMac,
@@ -75,6 +83,8 @@ impl DropReason {
         DropReason::TooOld,
         DropReason::BadPacketId,
         DropReason::WrongQueue,
+        DropReason::BadInnerHeader,
+        DropReason::WrongInnerAddress,
     ];
 
     pub fn name(self) -> &'static str {
@@ -87,6 +97,8 @@ impl DropReason {
             DropReason::TooOld => "too_old",
             DropReason::BadPacketId => "bad_packet_id",
             DropReason::WrongQueue => "wrong_queue",
+            DropReason::BadInnerHeader => "bad_inner_header",
+            DropReason::WrongInnerAddress => "wrong_inner_address",
         }
     }
 }
@@ -112,6 +124,8 @@ pub struct DropCounters {
     pub too_old: u64,
     pub bad_packet_id: u64,
     pub wrong_queue: u64,
+    pub bad_inner_header: u64,
+    pub wrong_inner_address: u64,
 }
 
 impl DropCounters {
@@ -129,6 +143,8 @@ impl DropCounters {
             DropReason::TooOld => self.too_old,
             DropReason::BadPacketId => self.bad_packet_id,
             DropReason::WrongQueue => self.wrong_queue,
+            DropReason::BadInnerHeader => self.bad_inner_header,
+            DropReason::WrongInnerAddress => self.wrong_inner_address,
         }
     }
 
@@ -142,6 +158,8 @@ impl DropCounters {
             DropReason::TooOld => &mut self.too_old,
             DropReason::BadPacketId => &mut self.bad_packet_id,
             DropReason::WrongQueue => &mut self.wrong_queue,
+            DropReason::BadInnerHeader => &mut self.bad_inner_header,
+            DropReason::WrongInnerAddress => &mut self.wrong_inner_address,
         }
     }
 

@@ -59,6 +59,9 @@ pub struct TunnelConfig {
     /// Inner address of the TUN device, and its prefix (the kernel routes the prefix into it).
     pub inner: IpAddr,
     pub prefix_len: u8,
+    /// The peer's inner address: the only source this end delivers decrypted packets from
+    /// and the only destination it sends to ([`tunnel_proto::InnerAddresses`]).
+    pub peer_inner: IpAddr,
     pub inner_mtu: u32,
     /// Core to pin the thread to; None leaves it to the scheduler (it is still one thread).
     pub cpu: Option<usize>,
@@ -95,6 +98,12 @@ pub enum TunnelError {
         tun: String,
         #[source]
         source: io::Error,
+    },
+    #[error("tunnel {tun}: {source}")]
+    InnerAddresses {
+        tun: String,
+        #[source]
+        source: tunnel_proto::InnerAddressError,
     },
     #[error("tunnel thread {tun} panicked")]
     Panicked { tun: String },

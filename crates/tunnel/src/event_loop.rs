@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use tunnel_proto::Endpoint;
+use tunnel_proto::{Endpoint, InnerAddresses};
 
 use crate::config::{Batching, TunnelConfig, TunnelError};
 use crate::cpu::{pin_current_thread, ThreadCpu};
@@ -64,6 +64,8 @@ pub(crate) struct Loop {
     tun: Tun,
     udp: Udp,
     endpoint: Endpoint,
+    /// What may pass: peer → this end in, this end → peer out.
+    inner: InnerAddresses,
     send: SendPath,
     receive: ReceivePath,
     stats: TunnelStats,
@@ -79,6 +81,12 @@ impl Loop {
             tun: config.tun_name.clone(),
             source,
         };
+        let inner = InnerAddresses::new(config.inner, config.peer_inner).map_err(|source| {
+            TunnelError::InnerAddresses {
+                tun: config.tun_name.clone(),
+                source,
+            }
+        })?;
         if let Some(cpu) = config.cpu {
             pin_current_thread(cpu).map_err(|e| setup(format!("pin thread to CPU {cpu}"), e))?;
         }
@@ -141,6 +149,7 @@ impl Loop {
             tun,
             udp,
             endpoint,
+            inner,
         })
     }
 
@@ -157,6 +166,7 @@ impl Loop {
             tun,
             mut udp,
             mut endpoint,
+            inner,
             mut send,
             mut receive,
             mut stats,
@@ -181,10 +191,10 @@ impl Loop {
         while !stop.requested() {
             // Work until both sides are empty, only then sleep: under load `poll` is skipped.
             let from_tun = send
-                .pump(&tun, &mut udp, &mut endpoint, &mut stats)
+                .pump(&tun, &mut udp, &mut endpoint, &inner, &mut stats)
                 .map_err(|e| io_error("read TUN", e))?;
             let from_net = receive
-                .pump(&tun, &udp, &mut endpoint, &mut stats)
+                .pump(&tun, &udp, &mut endpoint, &inner, &mut stats)
                 .map_err(|e| io_error("receive UDP", e))?;
             if from_tun == 0 && from_net == 0 {
                 // SAFETY: fds is a valid array of 3 pollfd for the duration of the call.

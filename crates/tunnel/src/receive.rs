@@ -1,14 +1,15 @@
 //! The receive path, UDP → decrypt → TUN, and its buffers: one batch of receives (GRO
-//! buffers split into their datagrams), each datagram decrypted in place, the packets
-//! written to the TUN device one by one or, with offload, joined first so one write carries
-//! up to 64 KiB.
+//! buffers split into their datagrams), each datagram decrypted in place and its inner
+//! packet checked (only peer → this end passes: a key holder must not reach other
+//! addresses of this host or the networks behind it), the packets written to the TUN device
+//! one by one or, with offload, joined first so one write carries up to 64 KiB.
 //!
 //! Leaves out: when it runs (`event_loop`), the socket (`udp`), the joining rules
 //! (`offload`) and the packet format (`tunnel-proto`).
 
 use std::io;
 
-use tunnel_proto::Endpoint;
+use tunnel_proto::{Endpoint, InnerAddresses};
 
 use crate::offload::{self, Coalescer, Group, PacketRef};
 use crate::stats::TunnelStats;
@@ -44,14 +45,15 @@ impl ReceivePath {
         }
     }
 
-    /// Receives one batch, decrypts every datagram and writes what passed to TUN. Returns
-    /// how many buffers the socket filled (0: nothing was waiting); an error is the
-    /// socket's, and fatal.
+    /// Receives one batch, decrypts every datagram and writes what passed (authentication,
+    /// replay window, then `inner`) to TUN. Returns how many buffers the socket filled (0:
+    /// nothing was waiting); an error is the socket's, and fatal.
     pub fn pump(
         &mut self,
         tun: &Tun,
         udp: &Udp,
         endpoint: &mut Endpoint,
+        inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
         let got = match udp.recv_batch(&mut self.bufs, &mut self.received) {
@@ -72,7 +74,11 @@ impl ReceivePath {
             for datagram in received.datagrams() {
                 stats.datagrams_in += 1;
                 let buf = &mut self.bufs[i][datagram.clone()];
-                let packet = match endpoint.decap(buf) {
+                // Checked before joining too: only packets that passed enter a group.
+                let packet = match endpoint
+                    .decap(buf)
+                    .and_then(|p| inner.check_received(&buf[p.clone()]).map(|()| p))
+                {
                     Ok(packet) => packet,
                     Err(reason) => {
                         stats.drops.count(reason);

@@ -1,6 +1,7 @@
 //! The send path, TUN → encrypt → UDP, and its buffers: packets read from the TUN device
 //! (with offload, super-packets cut into wire-sized segments first), each encrypted in place
-//! into its own slot, the slots handed to the UDP socket as one batch.
+//! into its own slot, the slots handed to the UDP socket as one batch. Only packets from this
+//! end's inner address to the peer's are sent: the peer would drop anything else.
 //!
 //! Leaves out: when it runs (`event_loop`), how a batch leaves the socket (`udp`), the
 //! segmentation itself (`offload`) and the packet format (`tunnel-proto`).
@@ -8,7 +9,7 @@
 use std::io;
 use std::ops::Range;
 
-use tunnel_proto::{Endpoint, HEADROOM, TAILROOM};
+use tunnel_proto::{Endpoint, InnerAddresses, HEADROOM, TAILROOM};
 
 use crate::config::BATCH;
 use crate::offload::{self, Segmenter, VnetHdr, VNET_HDR_LEN};
@@ -57,12 +58,13 @@ impl SendPath {
         tun: &Tun,
         udp: &mut Udp,
         endpoint: &mut Endpoint,
+        inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
         let reads = if self.tun_read.is_empty() {
-            self.read_packets(tun, endpoint, stats)
+            self.read_packets(tun, endpoint, inner, stats)
         } else {
-            self.read_super_packets(tun, udp, endpoint, stats)
+            self.read_super_packets(tun, udp, endpoint, inner, stats)
         };
         self.outbox.flush(udp, stats);
         reads
@@ -74,14 +76,21 @@ impl SendPath {
         &mut self,
         tun: &Tun,
         endpoint: &mut Endpoint,
+        inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
         let mut reads = 0;
         while self.outbox.has_room(self.max_datagram) {
-            let Some(len) = read_tun(tun, self.outbox.next_inner(self.inner_mtu), stats)? else {
+            let slot = self.outbox.next_inner(self.inner_mtu);
+            let Some(len) = read_tun(tun, slot, stats)? else {
                 break;
             };
             reads += 1;
+            // Refused: the slot stays free for the next read.
+            if inner.check_sending(&slot[..len]).is_err() {
+                stats.errors.not_to_peer += 1;
+                continue;
+            }
             self.outbox.seal(len, endpoint, stats);
         }
         Ok(reads)
@@ -94,6 +103,7 @@ impl SendPath {
         tun: &Tun,
         udp: &mut Udp,
         endpoint: &mut Endpoint,
+        inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
         let SendPath {
@@ -114,6 +124,11 @@ impl SendPath {
                 continue;
             };
             let pkt = &mut tun_read[VNET_HDR_LEN..len];
+            // A super-packet's segments share its addresses: one check for all of them.
+            if inner.check_sending(pkt).is_err() {
+                stats.errors.not_to_peer += 1;
+                continue;
+            }
             if !hdr.is_gso() {
                 if (hdr.needs_csum() && offload::complete_checksum(pkt, &hdr).is_err()) || pkt.len() > mtu {
                     stats.errors.offload += 1;

@@ -35,6 +35,10 @@ pub struct IoErrors {
     pub tun_write: u64,
     /// Packets from TUN (offload) that could not be segmented or checksummed.
     pub offload: u64,
+    /// Packets (with offload, super-packets) from TUN not from this end's inner address to
+    /// the peer's: not sent, as the peer would drop them (an IPv6 router solicitation from
+    /// the device's link-local address, or a route someone pointed into the tunnel).
+    pub not_to_peer: u64,
 }
 
 /// What one end did, from its own thread.
@@ -131,6 +135,7 @@ impl TunnelStats {
             total.errors.send += q.errors.send;
             total.errors.tun_write += q.errors.tun_write;
             total.errors.offload += q.errors.offload;
+            total.errors.not_to_peer += q.errors.not_to_peer;
             total.send_calls += q.send_calls;
             total.recv_calls += q.recv_calls;
             total.tun_reads += q.tun_reads;

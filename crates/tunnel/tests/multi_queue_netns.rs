@@ -63,6 +63,11 @@ fn start_pair(
         peer: SocketAddr::new(peer, PORT),
         inner,
         prefix_len: ad.prefix_len,
+        peer_inner: if inner == ad.inner_a {
+            ad.inner_b
+        } else {
+            ad.inner_a
+        },
         inner_mtu: inner_mtu(topo.mtu, suite),
         cpu: None,
         batching: Batching::Offload,
@@ -378,6 +383,7 @@ fn zero_or_too_many_queues_and_ports_past_65535_are_refused_before_any_device() 
         peer: SocketAddr::new(ad.outer_b, port),
         inner: ad.inner_a,
         prefix_len: ad.prefix_len,
+        peer_inner: ad.inner_b,
         inner_mtu: 1400,
         cpu: None,
         batching: Batching::Offload,

@@ -1,9 +1,12 @@
 //! The lab's own userspace tunnel (OpenVPN-style): one thread per end (pinned where there are
 //! cores to spare) moves every packet between a TUN device and a UDP socket on the veth,
 //! encrypting with the `--crypto` implementation. The payload flows between the inner
-//! addresses (198.19.0.x) through it. With `--tunnel-threads N` each end has N threads, one
-//! per queue of a multi-queue TUN device, queue i on UDP port 1194 + i with its own packet-id
-//! space (`tunnel::MultiQueue`); the kernel spreads the flows over the queues.
+//! addresses (198.19.0.x) through it, and only between them: each end delivers decrypted
+//! packets only from the peer's inner address to its own (`drops.wrong_inner_address`,
+//! `drops.bad_inner_header`) and sends only to the peer's (`errors.not_to_peer`). With
+//! `--tunnel-threads N` each end has N threads, one per queue of a multi-queue TUN device,
+//! queue i on UDP port 1194 + i with its own packet-id space (`tunnel::MultiQueue`); the
+//! kernel spreads the flows over the queues.
 //!
 //! Evidence (`backend_details.userspace`, [`UserspaceEvidence`]): `suite`, `implementation` (`choice`,
 //! `library`, `hardware_aes`, `label`), `inner_mtu`, `batching` (offload, gso or mmsg, as
@@ -81,9 +84,10 @@ impl UserspaceEnd {
         let key = StaticKey::from_bytes(array);
         let implementation = implementation(plan)?;
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let (inner, dir, first_cpu) = match site.side {
-            Side::A => (plan.addressing.inner_a, KeyDirection::Normal, 0),
-            Side::B => (plan.addressing.inner_b, KeyDirection::Inverse, 1),
+        let ad = plan.addressing;
+        let (inner, peer_inner, dir, first_cpu) = match site.side {
+            Side::A => (ad.inner_a, ad.inner_b, KeyDirection::Normal, 0),
+            Side::B => (ad.inner_b, ad.inner_a, KeyDirection::Inverse, 1),
         };
         let threads = usize::from(plan.tunnel_threads.max(1));
         let (local, peer) = outer_pair(site.hosts.of(site.side), site.hosts.of(site.side.other()))?;
@@ -92,7 +96,10 @@ impl UserspaceEnd {
             local: SocketAddr::new(local, TUNNEL_PORT),
             peer: SocketAddr::new(peer, TUNNEL_PORT),
             inner,
-            prefix_len: plan.addressing.prefix_len,
+            prefix_len: ad.prefix_len,
+            // The end delivers only the peer's packets to it and sends only to the peer: a
+            // key holder reaches this end's inner address, nothing else of this host.
+            peer_inner,
             inner_mtu: tunnel_mtu(plan, local),
             // Set per queue below.
             cpu: None,

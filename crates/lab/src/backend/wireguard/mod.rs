@@ -82,10 +82,6 @@ pub fn ifname(side: Side) -> String {
 /// What `site`'s device is told: its key, the port, the other end as its one peer.
 pub fn device_config(plan: &RunPlan, keys: &Keys, site: &Site<'_>, ifname: &str) -> DeviceConfig {
     let other = site.side.other();
-    let peer_inner = match other {
-        Side::A => plan.addressing.inner_a,
-        Side::B => plan.addressing.inner_b,
-    };
     DeviceConfig {
         ifname: ifname.to_string(),
         key: keys.of(site.side).clone(),
@@ -93,12 +89,21 @@ pub fn device_config(plan: &RunPlan, keys: &Keys, site: &Site<'_>, ifname: &str)
         peer: PeerConfig {
             public_key: keys.of(other).public,
             endpoint: SocketAddr::new(site.hosts.of(other), PORT),
-            allowed_ips: vec![AllowedIp {
-                addr: peer_inner,
-                prefix_len: if peer_inner.is_ipv4() { 32 } else { 128 },
-            }],
+            allowed_ips: peer_allowed_ips(plan, site.side),
         },
     }
+}
+
+/// What `side`'s device accepts from its one peer: the peer's inner address as a host
+/// (/32, /128), nothing wider. WireGuard drops a decrypted packet from any other inner
+/// source; it does not check the destination (docs/two-hosts.md, "What a key holder can
+/// reach").
+pub fn peer_allowed_ips(plan: &RunPlan, side: Side) -> Vec<AllowedIp> {
+    let (_, peer_inner) = inner_addrs(plan, side);
+    vec![AllowedIp {
+        addr: peer_inner,
+        prefix_len: if peer_inner.is_ipv4() { 32 } else { 128 },
+    }]
 }
 
 /// This end's inner address and the peer's.
@@ -246,4 +251,35 @@ pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> Wireg
         _ => kernel::implementation(),
     };
     WireguardEvidence::new(plan, implementation, [a, b])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each end accepts exactly the other end's inner address, IPv4 and IPv6: a wider
+    /// allowed-ips would let the peer's key pose as other sources (issue 22).
+    #[test]
+    fn allowed_ips_are_the_peers_inner_host_address_only() {
+        for family in [model::Family::Ipv4, model::Family::Ipv6] {
+            let plan = model::RunRequest {
+                backend: model::Backend::Wireguard,
+                family,
+                ..Default::default()
+            }
+            .validate()
+            .unwrap();
+            let ad = plan.addressing;
+            let host = if family == model::Family::Ipv4 { 32 } else { 128 };
+            for (side, peer) in [(Side::A, ad.inner_b), (Side::B, ad.inner_a)] {
+                let allowed = peer_allowed_ips(&plan, side);
+                assert_eq!(allowed.len(), 1, "{family} {side:?}");
+                assert_eq!(
+                    (allowed[0].addr, allowed[0].prefix_len),
+                    (peer, host),
+                    "{family} {side:?}"
+                );
+            }
+        }
+    }
 }
