@@ -149,7 +149,11 @@ pub fn table(report: &RunReport) -> String {
     }
     // A warning puts the figure above in doubt (a transfer too short to time): said as such.
     for note in &report.notes {
-        let kind = if report::is_warning(note) { "warning" } else { "note" };
+        let kind = if report::is_warning(note) {
+            "warning"
+        } else {
+            "note"
+        };
         let _ = writeln!(out, "{kind}: {note}");
     }
     if !report.backend_details.is_empty() {
