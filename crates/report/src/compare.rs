@@ -25,7 +25,7 @@ use model::matrix::{MatrixReport, Measurement, RowKey};
 use model::report::MIN_STABLE_SECONDS;
 use model::{CipherSuite, Summary};
 
-use crate::shared::{fmt_rate, is_warning, shortest_transfer_s};
+use crate::shared::{fmt_rate, shortest_transfer_s};
 use crate::significance::{
     max_confidence, ratio_interval, repeats_needed, suspiciously_identical, RatioInterval,
 };
@@ -288,7 +288,7 @@ fn doubts(side: &str, report: &MatrixReport, key: &RowKey, m: &Measurement) -> V
     let shortest = shortest_transfer_s(report.payload_of(&key.environment), m);
     match shortest.filter(|s| *s < MIN_STABLE_SECONDS) {
         Some(s) => doubts.push(format!("transfers too short {side} ({s:.3} s)")),
-        None if m.notes.iter().any(|n| is_warning(n) && n.contains("too short")) => {
+        None if m.notes.iter().any(|n| n.contains("too short")) => {
             doubts.push(format!("transfers flagged too short {side}"))
         }
         None => {}
@@ -449,8 +449,13 @@ pub fn condition_changes(before: &MatrixReport, after: &MatrixReport) -> Vec<Con
 /// What the reader should know that does not stop the comparison.
 fn condition_notes(before: &MatrixReport, after: &MatrixReport, options: CompareOptions) -> Vec<String> {
     let mut notes = Vec::new();
-    let repeats = before.repeat.min(after.repeat) as usize;
-    if too_few_repeats(repeats, repeats, options.confidence).is_some() {
+    let (b, a) = (before.repeat as usize, after.repeat as usize);
+    if too_few_repeats(b, a, options.confidence).is_some() {
+        let repeats = if b == a {
+            b.to_string()
+        } else {
+            format!("{b} and {a}")
+        };
         notes.push(format!(
             "{repeats} repeat(s) per cell reach no verdict at {} confidence: every cell is inconclusive; \
              measure with --repeat {} or more",
