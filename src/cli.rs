@@ -67,9 +67,11 @@ pub struct RunArgs {
     /// aws-lc [default: auto].
     #[arg(long)]
     pub crypto: Option<CryptoChoice>,
-    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30); at least 1MB.
-    #[arg(long, default_value = "100MB")]
-    pub bytes: ByteSize,
+    /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30); at least 1MB [default: send for
+    /// 2 s, as --time 2 (after --omit); 100MB with --peer or --with-iperf3, which have no
+    /// --time].
+    #[arg(long)]
+    pub bytes: Option<ByteSize>,
     /// Run the transfer N times and report min/median/max.
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
@@ -216,7 +218,7 @@ impl RunArgs {
             hmac: self.hmac,
             cipher: self.cipher,
             crypto: self.crypto,
-            bytes: self.bytes,
+            bytes: self.bytes.unwrap_or(DEFAULT_BYTES),
             repeat: self.repeat,
             parallel: self.parallel,
             mtu: self.mtu,
@@ -237,11 +239,31 @@ impl RunArgs {
             pcrypt: self.pcrypt,
             family: self.family.family(),
             netem: self.netem.clone(),
-            modes: self.modes.request(),
+            modes: self.modes(),
             no_ceiling: self.no_ceiling,
         }
     }
+
+    /// The modes asked for, with the default length of a run: neither `--bytes` nor `--time`
+    /// sends for [`DEFAULT_SECONDS`] (after the `--omit` warm-up), where a timed run is
+    /// possible. No payload size suits every backend: 100 MB lasts 0.05 s over plain veth
+    /// (too short to time) and 7–50 s in a TCG VM.
+    fn modes(&self) -> model::ModesRequest {
+        let mut modes = self.modes.request();
+        let timed_possible = self.peer.is_none() && !self.with_iperf3;
+        if self.bytes.is_none() && modes.time_s.is_none() && timed_possible {
+            modes.time_s = Some(modes.omit_s.unwrap_or(0.0) + DEFAULT_SECONDS);
+        }
+        modes
+    }
 }
+
+/// How long a run sends when neither `--bytes` nor `--time` says: 4 × the shortest transfer
+/// taken as a stable figure (`model::MIN_STABLE_SECONDS`), and no longer than a slow
+/// backend needs to show its rate.
+pub const DEFAULT_SECONDS: f64 = 2.0;
+/// The payload where a run cannot be timed (`--peer`, `--with-iperf3`).
+pub const DEFAULT_BYTES: ByteSize = ByteSize(100_000_000);
 
 #[derive(Debug, Args)]
 pub struct CleanArgs {}
@@ -374,6 +396,42 @@ mod tests {
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_default_run_sends_for_2_s_not_100mb_too_short_to_time() {
+        let request = |args: &[&str]| {
+            let Command::Run(a) = parse(args).unwrap().command else {
+                panic!()
+            };
+            a.request()
+        };
+        let plain = request(&["run", "--backend", "plain"]);
+        assert_eq!(plain.modes.time_s, Some(DEFAULT_SECONDS));
+        // What the user gave wins; --omit comes before the default's seconds.
+        assert_eq!(request(&["run", "--bytes", "10MB"]).modes.time_s, None);
+        assert_eq!(request(&["run", "--bytes", "10MB"]).bytes, ByteSize(10_000_000));
+        assert_eq!(request(&["run", "--time", "5"]).modes.time_s, Some(5.0));
+        assert_eq!(request(&["run", "--omit", "1"]).modes.time_s, Some(3.0));
+        // Where a run cannot be timed, the payload it always had.
+        for args in [
+            &["run", "--peer", "192.0.2.1"][..],
+            &["run", "--backend", "plain", "--with-iperf3"][..],
+        ] {
+            let r = request(args);
+            assert_eq!((r.modes.time_s, r.bytes), (None, DEFAULT_BYTES), "{args:?}");
+        }
+        // The default validates, and so does the guest's copy of a `--vm` command line.
+        plain.validate().expect("the default run is valid");
+        let host = ["run", "--no-progress", "--vm"].map(String::from);
+        let guest = lab::vm::guest_args(host, None);
+        let Command::Run(g) = parse(&guest.iter().map(String::as_str).collect::<Vec<_>>())
+            .unwrap()
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(g.request().modes.time_s, Some(DEFAULT_SECONDS));
     }
 
     #[test]

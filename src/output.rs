@@ -147,8 +147,14 @@ pub fn table(report: &RunReport) -> String {
     if let Some(c) = &report.ceiling {
         let _ = writeln!(out, "{}", ceiling_lines(c));
     }
+    // A warning puts the figure above in doubt (a transfer too short to time): said as such.
     for note in &report.notes {
-        let _ = writeln!(out, "note: {note}");
+        let kind = if report::is_warning(note) {
+            "warning"
+        } else {
+            "note"
+        };
+        let _ = writeln!(out, "{kind}: {note}");
     }
     if !report.backend_details.is_empty() {
         let _ = writeln!(
@@ -238,5 +244,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("median 900.0 MB/s over 2 runs"), "{text}");
+        // 0.1 s transfers: the figure's caveat is a warning, not a note among the evidence.
+        assert!(
+            text.contains("\nwarning: a transfer lasted 0.100 s: too short to be a stable figure"),
+            "{text}"
+        );
     }
 }

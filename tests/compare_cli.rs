@@ -1,6 +1,7 @@
 //! `ipsec-lab compare` on two fabricated matrix results: exactly the regression beyond the
 //! spread and the threshold is flagged, noise within the spread is not; exit code 1 only
-//! with `--fail-on-regression`; a file that is not a matrix result is a usage error (2);
+//! with `--fail-on-regression`; cells with too few repeats or too short transfers are
+//! inconclusive and never fail it; a file that is not a matrix result is a usage error (2);
 //! results measured under different conditions are refused, or marked not comparable.
 
 mod common;
@@ -30,11 +31,12 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
     }
 }
 
-/// plain, userspace [auto] and openvpn over AES-128-CBC and AES-256-CBC+HMAC.
+/// plain, userspace [auto] and openvpn over AES-128-CBC and AES-256-CBC+HMAC, 10 GB per
+/// transfer (seconds at these rates: long enough to time).
 fn report(auto_128: &[f64], ovpn_256: &[f64]) -> MatrixReport {
     let s128 = CipherSuite::cbc(KeyBits::Aes128, Hmac::None);
     let s256 = CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256);
-    let mut r = MatrixReport::new(vec![s128, s256], ByteSize(10_000_000), 5, 0);
+    let mut r = MatrixReport::new(vec![s128, s256], ByteSize(10_000_000_000), 5, 0);
     r.environments.insert(HOST.into(), Environment::detect());
     r.rows.push(Row {
         key: RowKey::new(Backend::Plain, RowVariant::Default, HOST),
@@ -102,7 +104,10 @@ fn flags_exactly_the_regression_and_not_the_noise() {
         .find(|l| l.starts_with("| openvpn | 256+HMAC |"))
         .unwrap();
     assert!(noise.ends_with("| within spread |"), "{noise}");
-    assert!(s.contains("1 regression(s), 0 improvement(s)"), "{s}");
+    assert!(
+        s.contains("1 regression(s), 0 improvement(s), 0 inconclusive"),
+        "{s}"
+    );
 
     let out = run_lab(&[
         "compare",
@@ -164,6 +169,74 @@ fn flags_exactly_the_regression_and_not_the_noise() {
     let _ = std::fs::remove_file(after);
 }
 
+/// The issue's small matrix run twice 13 minutes apart with one binary: 2 repeats a cell,
+/// 20 MB transfers of ~10 ms. Its cells moved 10 % (the machine's load), their min–max
+/// ranges apart: that read "2 regression(s)" and failed --fail-on-regression.
+#[test]
+fn noise_of_two_repeats_and_10_ms_transfers_is_inconclusive_not_a_regression() {
+    let two = |auto: &[f64], plain: [f64; 2]| {
+        let mut r = report(auto, &[30.0, 33.0]);
+        r.repeat = 2;
+        r.payload = ByteSize(20_000_000);
+        for row in &mut r.rows {
+            for c in &mut row.cells {
+                let samples = match (row.key.backend, c.suite) {
+                    (Backend::Plain, _) => plain.to_vec(),
+                    (Backend::Userspace, s) if s == CipherSuite::cbc(KeyBits::Aes128, Hmac::None) => {
+                        auto.to_vec()
+                    }
+                    _ => vec![40.0, 42.0],
+                };
+                *c = cell(c.suite, &samples);
+                if row.key.backend == Backend::Plain {
+                    if let CellOutcome::Measured(m) = &mut c.outcome {
+                        m.notes.push(
+                            "a transfer lasted 0.010 s: too short to be a stable figure; use --bytes 5GB or more".into(),
+                        );
+                    }
+                }
+            }
+        }
+        r
+    };
+    let sm1 = write("sm1", &two(&[400.0, 410.0], [1964.0, 2010.0]));
+    let sm2 = write("sm2", &two(&[360.0, 365.0], [1700.0, 1760.0]));
+    let (b, a) = (sm1.to_str().unwrap(), sm2.to_str().unwrap());
+    let out = run_lab(&["compare", b, a, "--fail-on-regression"]);
+    assert!(
+        out.status.success(),
+        "inconclusive cells never fail it\n{}",
+        text(&out)
+    );
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!s.contains("REGRESSION"), "{s}");
+    let plain = s
+        .lines()
+        .find(|l| l.starts_with("| plain (line rate) |"))
+        .unwrap();
+    assert!(
+        plain.ends_with(
+            "| too few repeats | inconclusive: too few repeats (2 a side; 90 % needs 3); \
+             transfers too short before (0.010 s); transfers too short after (0.011 s) |"
+        ),
+        "{plain}"
+    );
+    assert!(
+        s.contains("0 regression(s), 0 improvement(s), 5 inconclusive"),
+        "{s}"
+    );
+    assert!(s.contains("--repeat 3 or more"), "{s}");
+    // The other way round: no "improvements" either.
+    let out = run_lab(&["compare", a, b]);
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        s.contains("0 regression(s), 0 improvement(s), 5 inconclusive"),
+        "{s}"
+    );
+    let _ = std::fs::remove_file(sm1);
+    let _ = std::fs::remove_file(sm2);
+}
+
 #[test]
 fn files_that_are_not_matrix_results_are_usage_errors() {
     let bogus = std::env::temp_dir().join(format!("ipl-compare-{}-bogus.json", std::process::id()));
@@ -191,7 +264,7 @@ fn compare_10mb_sweep_against_1mb_sweep_is_refused_not_a_regression() {
     let out = run_lab(&["compare", b, a, "--fail-on-regression"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        text(&out).contains("different conditions (host payload 10.0 MB before, 1.0 MB after)"),
+        text(&out).contains("different conditions (host payload 10.00 GB before, 1.0 MB after)"),
         "{}",
         text(&out)
     );

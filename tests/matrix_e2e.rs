@@ -101,10 +101,16 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
         let measured_expected = !["xfrm", "strongswan"].contains(&row[0].as_str()) || esp;
         for cell in &row[1..] {
             if measured_expected {
-                let v: f64 = cell
+                // 1 MB lasts milliseconds here: every figure carries the warning that says so
+                // (it was in the JSON only).
+                let (v, mark) = cell
+                    .split_once(" ⚠")
+                    .unwrap_or_else(|| panic!("{} {cell:?} has no warning mark:\n{md}", row[0]));
+                let v: f64 = v
                     .parse()
                     .unwrap_or_else(|_| panic!("{} {cell:?} not a number:\n{md}", row[0]));
                 assert!(v > 0.0, "{row:?}");
+                assert!(mark.split(',').all(|n| n.parse::<usize>().is_ok()), "{cell:?}");
             } else {
                 assert!(cell.starts_with("not run ["), "{row:?}");
             }
@@ -114,6 +120,8 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
         assert!(md.contains("no ESP support"), "{md}");
     }
     for needle in [
+        "#### Warnings",
+        ": too short to be a stable figure",
         "#### Conditions",
         "kernel ",
         "crypto flags [",
@@ -145,6 +153,11 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
     let doc = roxmltree::Document::parse(&svg).expect("SVG is well-formed XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     assert!(svg.contains("userspace [soft]") && svg.contains("256+HMAC"));
+    let warned = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("warning"))
+        .count();
+    assert!(warned >= 6, "every measured bar marked: {warned}");
     let html = std::fs::read_to_string(dir.join("matrix.html")).unwrap();
     let opts = roxmltree::ParsingOptions {
         allow_dtd: true,
@@ -153,8 +166,17 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
     let doc = roxmltree::Document::parse_with_options(&html, opts).expect("HTML is well-formed XHTML");
     assert_eq!(doc.root_element().tag_name().name(), "html");
     assert!(doc.descendants().any(|n| n.tag_name().name() == "svg"));
+    assert!(
+        doc.descendants()
+            .any(|n| n.attribute("class") == Some("num warned")
+                && n.attribute("title").is_some_and(|t| t.contains("too short"))),
+        "{html}"
+    );
     let csv = std::fs::read_to_string(dir.join("matrix.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 1 + 6 * (labels.len() - 1), "{csv}");
+    let plain = csv.lines().nth(1).unwrap();
+    assert!(plain.starts_with("host,host,plain,"), "{csv}");
+    assert!(plain.contains("too short to be a stable figure"), "{csv}");
 
     // `report` renders the same JSON again.
     let again = run_lab(&["report", json.to_str().unwrap(), "--format", "markdown"]);
@@ -250,7 +272,10 @@ fn every_tunnel_cell_has_its_own_ceiling_in_every_format() {
     );
     let csv = std::fs::read_to_string(dir.path().join("matrix.csv")).unwrap();
     assert!(
-        csv.lines().next().unwrap().ends_with(",no_ceiling_reason"),
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",no_ceiling_reason,warnings,notes"),
         "{csv}"
     );
     let html = std::fs::read_to_string(dir.path().join("matrix.html")).unwrap();

@@ -1,6 +1,8 @@
 //! `ipsec-lab compare BEFORE AFTER`: what got faster or slower between two matrix results,
-//! beyond the noise of the repeats (a confidence interval of the ratio) and a threshold. `--fail-on-regression` turns a flagged
-//! regression into exit code 1, for CI pipelines. Results measured under different
+//! beyond the noise of the repeats (a confidence interval of the ratio) and a threshold;
+//! cells whose numbers cannot say (too few repeats, too short transfers, CPU stolen) are
+//! inconclusive. `--fail-on-regression` turns a flagged regression into exit code 1, for CI
+//! pipelines. Results measured under different
 //! conditions are refused (exit 2) unless `--allow-different-conditions`.
 
 use std::path::PathBuf;
@@ -36,7 +38,8 @@ pub struct CompareArgs {
     /// 95 % needs four or more.
     #[arg(long, default_value_t = 90.0)]
     pub confidence: f64,
-    /// Exit with code 1 when a regression is flagged.
+    /// Exit with code 1 when a regression is flagged (an inconclusive cell never is: too few
+    /// repeats for --confidence, transfers under 0.5 s, CPU steal above 5 %).
     #[arg(long)]
     pub fail_on_regression: bool,
     /// Compare results measured under different conditions (payload, repeats, kernel, CPU,

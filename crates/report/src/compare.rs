@@ -2,14 +2,17 @@
 //! it is both beyond the noise and large enough to matter:
 //!
 //! * beyond the noise: the confidence interval of the ratio after/before (90 % unless
-//!   asked otherwise; see [`crate::significance`]) leaves out 1. Repeats too few for an
-//!   interval at that confidence (one or two per side) fall back to the repeats' min–max
-//!   ranges not overlapping, and the report says so;
+//!   asked otherwise; see [`crate::significance`]) leaves out 1;
 //! * beyond the threshold: the medians differ by more than `threshold` (default 5 %).
 //!
-//! Cells whose repeats are suspiciously identical (a rate limiter, not a measurement) and
-//! cells measured while the hypervisor stole much of the CPU are marked, whatever their
-//! verdict. Cells are matched by row key (backend, variant, environment) and suite.
+//! A cell whose numbers cannot carry a verdict is inconclusive, never flagged: repeats too
+//! few for an interval at the asked confidence (one or two a side at 90 %), transfers too
+//! short to time steadily (under [`MIN_STABLE_SECONDS`], as the run flags them), or a
+//! hypervisor that stole more than [`STEAL_LIMIT_PERCENT`] of the CPU while it ran: on a
+//! shared machine such cells read 12 "regressions" one run and 12 "improvements" the next.
+//! Cells whose repeats are suspiciously identical (a rate limiter, not a measurement) are
+//! marked, whatever their verdict. Cells are matched by row key (backend, variant,
+//! environment) and suite.
 //!
 //! Two reports measured under different conditions (payload, repeats, kernel, CPU, VM or
 //! host) do not say whether the software got faster: [`compare`] refuses them unless asked
@@ -19,16 +22,19 @@
 use std::fmt::Write as _;
 
 use model::matrix::{MatrixReport, Measurement, RowKey};
+use model::report::MIN_STABLE_SECONDS;
 use model::{CipherSuite, Summary};
 
-use crate::shared::fmt_rate;
-use crate::significance::{ratio_interval, suspiciously_identical, RatioInterval};
+use crate::shared::{fmt_rate, shortest_transfer_s};
+use crate::significance::{
+    max_confidence, ratio_interval, repeats_needed, suspiciously_identical, RatioInterval,
+};
 
 pub const DEFAULT_THRESHOLD: f64 = 0.05;
 pub const DEFAULT_CONFIDENCE: f64 = 0.90;
-/// CPU steal above this share of the CPU time, during a cell's repeats, marks the cell: the
-/// hypervisor, not the software, may have set its speed.
-pub const STEAL_MARK_PERCENT: f64 = 5.0;
+/// CPU steal above this share of the CPU time, during a cell's repeats, makes the cell
+/// inconclusive: the hypervisor, not the software, may have set its speed.
+pub const STEAL_LIMIT_PERCENT: f64 = 5.0;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompareOptions {
@@ -91,6 +97,9 @@ pub enum Verdict {
     WithinSpread,
     /// Beyond the noise but smaller than the threshold.
     BelowThreshold,
+    /// The numbers cannot carry a verdict, and why: too few repeats for the confidence,
+    /// transfers too short to time, CPU stolen. Never flagged.
+    Inconclusive(String),
     /// Missing or not run on one side.
     NotComparable(String),
 }
@@ -102,6 +111,7 @@ impl Verdict {
             Verdict::Improvement => "improvement".into(),
             Verdict::WithinSpread => "within spread".into(),
             Verdict::BelowThreshold => "below threshold".into(),
+            Verdict::Inconclusive(why) => format!("inconclusive: {why}"),
             Verdict::NotComparable(why) => format!("not comparable: {why}"),
         }
     }
@@ -141,6 +151,12 @@ impl Comparison {
         self.cells.iter().filter(|c| c.verdict == Verdict::Improvement)
     }
 
+    pub fn inconclusive(&self) -> impl Iterator<Item = &CellDelta> {
+        self.cells
+            .iter()
+            .filter(|c| matches!(c.verdict, Verdict::Inconclusive(_)))
+    }
+
     /// A Markdown table, one line per cell, then the notes.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -155,10 +171,14 @@ impl Comparison {
             None => "—".into(),
         };
         for c in &self.cells {
+            let too_few = match (&c.before, &c.after) {
+                (Some(b), Some(a)) => too_few_repeats(b.n, a.n, self.options.confidence).is_some(),
+                _ => false,
+            };
             let interval = match (&c.interval, c.ratio) {
                 (Some(i), _) => format!("{:.3}–{:.3}", i.low, i.high),
-                (None, Some(_)) => "too few repeats".into(),
-                (None, None) => "—".into(),
+                (None, Some(_)) if too_few => "too few repeats".into(),
+                (None, _) => "—".into(),
             };
             let mut verdict = c.verdict.label();
             for mark in &c.marks {
@@ -181,12 +201,15 @@ impl Comparison {
         }
         let _ = writeln!(
             out,
-            "\n{} regression(s), {} improvement(s); flagged only where the {confidence} confidence interval of \
-             the ratio leaves out 1 (with too few repeats for one: where the repeats' min–max ranges do not \
-             overlap) and the medians differ by more than {:.1} %.",
+            "\n{} regression(s), {} improvement(s), {} inconclusive; flagged only where the {confidence} \
+             confidence interval of the ratio leaves out 1 and the medians differ by more than {:.1} %. \
+             Inconclusive, never flagged: fewer than {} repeats a side (too few for that confidence), \
+             transfers under {MIN_STABLE_SECONDS} s, CPU steal above {STEAL_LIMIT_PERCENT} %.",
             self.regressions().count(),
             self.improvements().count(),
-            self.options.threshold * 100.0
+            self.inconclusive().count(),
+            self.options.threshold * 100.0,
+            repeats_needed(self.options.confidence),
         );
         for n in &self.notes {
             let _ = writeln!(out, "note: {n}");
@@ -199,17 +222,38 @@ fn percent(fraction: f64) -> String {
     format!("{} %", (fraction * 1000.0).round() / 10.0)
 }
 
+/// Why `before` and `after` repeats are too few for a verdict at `confidence`; None when
+/// they suffice.
+fn too_few_repeats(before: usize, after: usize, confidence: f64) -> Option<String> {
+    if max_confidence(before, after) >= confidence - 1e-12 {
+        return None;
+    }
+    let needed = repeats_needed(confidence);
+    let had = match before == after {
+        true => format!("{before} a side"),
+        false => format!("{before} before, {after} after"),
+    };
+    Some(format!(
+        "too few repeats ({had}; {} needs {needed})",
+        percent(confidence)
+    ))
+}
+
 /// The verdict for one pair of measured cells, and the interval it rests on (None where
-/// the repeats are too few for one at the asked confidence).
+/// the repeats are too few for one at the asked confidence: then inconclusive).
 pub fn judge(
     before: &Measurement,
     after: &Measurement,
     options: CompareOptions,
 ) -> (Verdict, Option<RatioInterval>) {
     let (b, a) = (&before.mb_per_s, &after.mb_per_s);
+    if let Some(why) = too_few_repeats(before.samples.len(), after.samples.len(), options.confidence) {
+        return (Verdict::Inconclusive(why), None);
+    }
     let interval = ratio_interval(&before.samples, &after.samples, options.confidence);
     let (slower, faster) = match &interval {
         Some(i) => (i.high < 1.0, i.low > 1.0),
+        // Repeats enough but beyond the exact distribution's reach (hundreds a side).
         None => (a.max < b.min, a.min > b.max),
     };
     let ratio = a.median / b.median;
@@ -225,7 +269,7 @@ pub fn judge(
     (verdict, interval)
 }
 
-/// What makes a side's numbers doubtful: identical repeats, a hypervisor stealing the CPU.
+/// What makes a side's numbers doubtful whatever the verdict: identical repeats.
 fn marks(side: &str, m: &Measurement) -> Vec<String> {
     let mut marks = Vec::new();
     if suspiciously_identical(&m.samples) {
@@ -233,10 +277,26 @@ fn marks(side: &str, m: &Measurement) -> Vec<String> {
             "identical repeats {side} (a rate limiter, not a measurement?)"
         ));
     }
-    if let Some(steal) = m.cpu_steal_percent.filter(|s| *s > STEAL_MARK_PERCENT) {
-        marks.push(format!("CPU steal {steal:.0} % {side}"));
-    }
     marks
+}
+
+/// Why a side's numbers cannot carry a verdict, from what the run recorded: transfers too
+/// short to time (measured from the payload and the fastest repeat, or flagged in the
+/// cell's notes), CPU stolen by the hypervisor while the cell ran.
+fn doubts(side: &str, report: &MatrixReport, key: &RowKey, m: &Measurement) -> Vec<String> {
+    let mut doubts = Vec::new();
+    let shortest = shortest_transfer_s(report.payload_of(&key.environment), m);
+    match shortest.filter(|s| *s < MIN_STABLE_SECONDS) {
+        Some(s) => doubts.push(format!("transfers too short {side} ({s:.3} s)")),
+        None if m.notes.iter().any(|n| n.contains("too short")) => {
+            doubts.push(format!("transfers flagged too short {side}"))
+        }
+        None => {}
+    }
+    if let Some(steal) = m.cpu_steal_percent.filter(|s| *s > STEAL_LIMIT_PERCENT) {
+        doubts.push(format!("CPU steal {steal:.0} % {side}"));
+    }
+    doubts
 }
 
 pub fn compare(
@@ -281,7 +341,15 @@ pub fn compare(
             (_, _, Some(bs), Some(as_)) => {
                 let (verdict, i) = judge(bs, as_, options);
                 interval = i;
-                verdict
+                let mut why = doubts("before", before, &key, bs);
+                why.extend(doubts("after", after, &key, as_));
+                match verdict {
+                    _ if why.is_empty() => verdict,
+                    Verdict::Inconclusive(repeats) => {
+                        Verdict::Inconclusive(format!("{repeats}; {}", why.join("; ")))
+                    }
+                    _ => Verdict::Inconclusive(why.join("; ")),
+                }
             }
         };
         let (delta_mb_s, ratio) = match (&bm, &am) {
@@ -310,7 +378,7 @@ pub fn compare(
         });
     }
     let mut notes: Vec<String> = changes.iter().map(|c| format!("not comparable: {c}")).collect();
-    notes.extend(condition_notes(before, after));
+    notes.extend(condition_notes(before, after, options));
     Ok(Comparison {
         options,
         cells,
@@ -379,12 +447,21 @@ pub fn condition_changes(before: &MatrixReport, after: &MatrixReport) -> Vec<Con
 }
 
 /// What the reader should know that does not stop the comparison.
-fn condition_notes(before: &MatrixReport, after: &MatrixReport) -> Vec<String> {
+fn condition_notes(before: &MatrixReport, after: &MatrixReport, options: CompareOptions) -> Vec<String> {
     let mut notes = Vec::new();
-    if before.repeat < 2 || after.repeat < 2 {
-        notes.push(
-            "with a single repeat there is no spread: only the threshold separates change from noise".into(),
-        );
+    let (b, a) = (before.repeat as usize, after.repeat as usize);
+    if too_few_repeats(b, a, options.confidence).is_some() {
+        let repeats = if b == a {
+            b.to_string()
+        } else {
+            format!("{b} and {a}")
+        };
+        notes.push(format!(
+            "{repeats} repeat(s) per cell reach no verdict at {} confidence: every cell is inconclusive; \
+             measure with --repeat {} or more",
+            percent(options.confidence),
+            repeats_needed(options.confidence)
+        ));
     }
     for (name, b) in &before.environments {
         let Some(a) = after.environments.get(name) else {
@@ -407,6 +484,16 @@ mod tests {
     use model::matrix::{RowVariant, HOST, VM};
     use model::{Backend, CryptoChoice, KeyBits};
 
+    /// The fixture with payloads its rates take seconds over (its own 4 MB at 1100 MB/s
+    /// would make every cell inconclusive).
+    fn timed() -> MatrixReport {
+        let mut r = fixture::report();
+        r.payload = model::ByteSize(4_000_000_000);
+        r.payload_by_environment
+            .insert(VM.into(), model::ByteSize(100_000_000));
+        r
+    }
+
     fn set(report: &mut MatrixReport, key: &RowKey, suite: CipherSuite, samples: &[f64]) {
         let row = report.rows.iter_mut().find(|r| &r.key == key).unwrap();
         let cell = row.cells.iter_mut().find(|c| c.suite == suite).unwrap();
@@ -415,7 +502,7 @@ mod tests {
 
     #[test]
     fn flags_exactly_the_regression_and_not_the_noise() {
-        let before = fixture::report();
+        let before = timed();
         let mut after = before.clone();
         let auto = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
         let soft = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST);
@@ -449,12 +536,15 @@ mod tests {
         let text = c.render();
         assert!(text.contains("| userspace [auto] | 128 | 310.0 (300.0–320.0) | 155.0 (150.0–160.0) | -155.00 | 0.500 | 0.469–0.533 | REGRESSION |"), "{text}");
         assert!(text.contains("| ratio 90 % CI |"), "{text}");
-        assert!(text.contains("1 regression(s), 0 improvement(s)"));
+        assert!(
+            text.contains("1 regression(s), 0 improvement(s), 0 inconclusive"),
+            "{text}"
+        );
     }
 
     #[test]
     fn improvements_and_not_comparable_cells_are_told_apart() {
-        let before = fixture::report();
+        let before = timed();
         let mut after = before.clone();
         let ovpn = RowKey::new(Backend::Openvpn, RowVariant::Default, HOST);
         let gcm = CipherSuite::AesGcm { key: KeyBits::Aes256 };
@@ -491,11 +581,20 @@ mod tests {
             ..Default::default()
         };
         let verdict = |b: &[f64], a: &[f64]| judge(&m(b), &m(a), o).0;
-        // Too few repeats for a 90 % interval: the ranges decide.
-        assert_eq!(verdict(&[100.0], &[85.0]), Verdict::Regression);
-        assert_eq!(verdict(&[100.0], &[95.0]), Verdict::BelowThreshold);
-        assert_eq!(verdict(&[100.0, 101.0], &[130.0, 131.0]), Verdict::Improvement);
+        // Too few repeats for a 90 % interval: no verdict, whatever the ranges say.
+        assert_eq!(
+            verdict(&[100.0], &[85.0]),
+            Verdict::Inconclusive("too few repeats (1 a side; 90 % needs 3)".into())
+        );
+        assert_eq!(
+            verdict(&[100.0, 101.0], &[130.0, 131.0, 132.0]),
+            Verdict::Inconclusive("too few repeats (2 before, 3 after; 90 % needs 3)".into())
+        );
         assert_eq!(judge(&m(&[100.0, 101.0]), &m(&[130.0, 131.0]), o).1, None);
+        assert_eq!(
+            verdict(&[100.0, 101.0, 102.0], &[130.0, 131.0, 132.0]),
+            Verdict::Improvement
+        );
         assert_eq!(
             verdict(&[80.0, 100.0, 120.0], &[70.0, 85.0, 90.0]),
             Verdict::WithinSpread
@@ -517,8 +616,8 @@ mod tests {
     }
 
     #[test]
-    fn identical_repeats_and_cpu_steal_are_marked() {
-        let before = fixture::report();
+    fn identical_repeats_are_marked_and_cpu_steal_is_inconclusive() {
+        let before = timed();
         let mut after = before.clone();
         let auto = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
         let soft = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST);
@@ -535,7 +634,11 @@ mod tests {
             cell(&auto).marks,
             ["identical repeats after (a rate limiter, not a measurement?)"]
         );
-        assert_eq!(cell(&soft).marks, ["CPU steal 23 % after"]);
+        assert!(cell(&soft).marks.is_empty());
+        assert_eq!(
+            cell(&soft).verdict,
+            Verdict::Inconclusive("CPU steal 23 % after".into())
+        );
         assert!(
             c.render().contains("| REGRESSION; identical repeats after"),
             "{}",
@@ -604,7 +707,7 @@ mod tests {
 
     #[test]
     fn a_change_in_the_vm_marks_only_the_vm_rows() {
-        let before = fixture::report();
+        let before = timed();
         let mut after = before.clone();
         after.environments.get_mut(VM).unwrap().kernel_release = "6.12.0".into();
         let options = CompareOptions {
@@ -616,5 +719,95 @@ mod tests {
             let marked = matches!(&d.verdict, Verdict::NotComparable(w) if w == "kernel differ");
             assert_eq!(marked, d.row.environment == VM, "{d:?}");
         }
+    }
+
+    /// The issue's three runs of one small matrix: 2 repeats, 20 MB at ~2000 MB/s.
+    fn small_matrix(plain: &[f64], auto: &[f64]) -> MatrixReport {
+        let mut r = timed();
+        r.repeat = 2;
+        let plain_key = RowKey::new(Backend::Plain, RowVariant::Default, HOST);
+        r.rows.iter_mut().find(|row| row.key == plain_key).unwrap().cells[0].outcome =
+            fixture::measured(plain);
+        let auto_key = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
+        set(&mut r, &auto_key, CipherSuite::classic_six()[0], auto);
+        r.rows.retain(|row| row.key == plain_key || row.key == auto_key);
+        for row in &mut r.rows {
+            row.cells
+                .retain(|c| c.suite == CipherSuite::None || c.suite == CipherSuite::classic_six()[0]);
+        }
+        r
+    }
+
+    #[test]
+    fn two_repeats_a_side_are_inconclusive_not_a_regression() {
+        // Ranges that do not overlap, 10 % apart: flagged as a regression before, though two
+        // repeats reach no 90 % interval.
+        let before = small_matrix(&[1900.0, 1960.0], &[400.0, 410.0]);
+        let after = small_matrix(&[1700.0, 1760.0], &[360.0, 365.0]);
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
+        assert_eq!(c.regressions().count(), 0, "{}", c.render());
+        assert_eq!(c.inconclusive().count(), 2, "{}", c.render());
+        for d in &c.cells {
+            assert_eq!(
+                d.verdict,
+                Verdict::Inconclusive("too few repeats (2 a side; 90 % needs 3)".into())
+            );
+        }
+        let text = c.render();
+        assert!(
+            text.contains("| too few repeats | inconclusive: too few repeats"),
+            "{text}"
+        );
+        assert!(
+            text.contains("0 regression(s), 0 improvement(s), 2 inconclusive"),
+            "{text}"
+        );
+        assert!(
+            text.contains("note: 2 repeat(s) per cell reach no verdict at 90 % confidence"),
+            "{text}"
+        );
+        assert!(text.contains("--repeat 3 or more"), "{text}");
+    }
+
+    #[test]
+    fn a_cell_whose_transfers_were_too_short_is_inconclusive() {
+        // 20 MB at ~2000 MB/s: 10 ms transfers, three repeats a side.
+        let mut before = small_matrix(&[1900.0, 1960.0, 2000.0], &[400.0, 410.0, 420.0]);
+        let mut after = small_matrix(&[1500.0, 1560.0, 1600.0], &[300.0, 305.0, 310.0]);
+        for r in [&mut before, &mut after] {
+            r.repeat = 3;
+            r.payload = model::ByteSize(20_000_000);
+        }
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
+        assert_eq!(c.regressions().count(), 0, "{}", c.render());
+        let plain = &c.cells[0];
+        assert_eq!(
+            plain.verdict,
+            Verdict::Inconclusive(
+                "transfers too short before (0.010 s); transfers too short after (0.013 s)".into()
+            )
+        );
+        // The interval is still shown: only the verdict is withheld.
+        assert!(plain.interval.is_some());
+        // A payload that takes long enough: the same drop is a regression.
+        for r in [&mut before, &mut after] {
+            r.payload = model::ByteSize(4_000_000_000);
+        }
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
+        assert_eq!(c.regressions().count(), 2, "{}", c.render());
+        // Flagged too short in the notes, though the payload says otherwise: inconclusive too.
+        let auto = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST);
+        let row = after.rows.iter_mut().find(|r| r.key == auto).unwrap();
+        if let model::matrix::CellOutcome::Measured(m) = &mut row.cells[0].outcome {
+            m.notes.push(
+                "a transfer lasted 0.400 s: too short to be a stable figure; use --bytes 2GB or more".into(),
+            );
+        }
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
+        let cell = c.cells.iter().find(|d| d.row == auto).unwrap();
+        assert_eq!(
+            cell.verdict,
+            Verdict::Inconclusive("transfers flagged too short after".into())
+        );
     }
 }

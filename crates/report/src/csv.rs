@@ -4,9 +4,12 @@
 use model::ceiling::CeilingOutcome;
 use model::matrix::{CellOutcome, MatrixReport, RowVariant};
 
-use crate::shared::fmt_field;
+use crate::shared::{fmt_field, split_notes};
 
-pub const HEADER: [&str; 26] = [
+/// Between the notes of one field: notes hold `;` and `,` themselves.
+const NOTE_SEPARATOR: &str = " | ";
+
+pub const HEADER: [&str; 28] = [
     "environment",
     "virtualization",
     "backend",
@@ -35,6 +38,10 @@ pub const HEADER: [&str; 26] = [
     "ceiling_packet_bytes",
     "ceiling_implementation",
     "no_ceiling_reason",
+    // The cell's notes and then its row's, the warnings (a transfer too short to time, a
+    // driver that did not serve) apart from the evidence; each list joined by " | ".
+    "warnings",
+    "notes",
 ];
 
 /// The ceiling's fields, in [`HEADER`]'s order.
@@ -124,6 +131,9 @@ pub fn render(report: &MatrixReport) -> String {
                 }
             }
             f.extend(ceiling_fields(cell.measurement()));
+            let (warnings, notes) = split_notes(row, cell);
+            f.push(warnings.join(NOTE_SEPARATOR));
+            f.push(notes.join(NOTE_SEPARATOR));
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
             out.push('\n');
         }
@@ -204,6 +214,34 @@ mod tests {
         assert_eq!(ovpn[25], "openssl is not installed (apt-get install openssl)");
         assert_eq!(ovpn[20], "");
         assert!(soft[20..].iter().all(String::is_empty), "{soft:?}");
+    }
+
+    #[test]
+    fn a_too_short_transfer_warning_reaches_the_csv() {
+        let text = render(&fixture::warned());
+        let lines: Vec<Vec<String>> = text.lines().map(split).collect();
+        assert_eq!(&lines[0][26..], ["warnings", "notes"]);
+        let find = |row: &str, suite: &str| {
+            lines
+                .iter()
+                .find(|f| f[4] == row && f[5] == suite)
+                .unwrap_or_else(|| panic!("{row} {suite}"))
+                .clone()
+        };
+        assert_eq!(find("plain (line rate)", "none")[26], fixture::TOO_SHORT);
+        let auto_128 = find("userspace [auto]", "aes-128-cbc");
+        assert_eq!(auto_128[26], fixture::TOO_SHORT);
+        assert_eq!(auto_128[27], fixture::EVIDENCE);
+        let auto_256 = find("userspace [auto]", "aes-256-cbc-hmac-sha256");
+        assert_eq!(
+            auto_256[26],
+            "aes-generic was raised for this row but cbc-aes-aesni served"
+        );
+        // A row's note is every one of its cells' note, measured or not.
+        for suite in ["aes-128-cbc", "aes-256-gcm"] {
+            assert_eq!(find("openvpn", suite)[27], "default kernel drivers only: a test");
+        }
+        assert_eq!(find("userspace [soft]", "aes-128-cbc")[26..], ["", ""]);
     }
 
     #[test]

@@ -9,7 +9,8 @@ use model::matrix::{CellOutcome, MatrixReport};
 
 use crate::shared::{
     ceiling_text, cell_for, columns_explained, conditions, fmt_rate, has_ceilings, method,
-    no_ceiling_reasons, not_run_reasons, suite_explained, CEILING_EXPLAINED,
+    no_ceiling_reasons, not_run_reasons, row_and_report_notes, suite_explained, Warnings, CEILING_EXPLAINED,
+    WARNING_MARK,
 };
 use crate::svg::{self, RenderError};
 
@@ -50,6 +51,8 @@ tr.emulated{background:#fff4e5}\
 th,td{border:1px solid #bbb;padding:.3em .6em;white-space:nowrap}\
 td.num{text-align:right;font-variant-numeric:tabular-nums}\
 td.not-run{color:#a33;text-align:center}\
+td.warned{background:#fff0e6}\
+sup.warning{color:#b43c00;font-weight:bold}\
 small{color:#666}";
 
 pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
@@ -67,6 +70,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
     let _ = writeln!(out, "<figure>\n{}\n</figure>", chart.trim());
 
     let reasons = not_run_reasons(report);
+    let warnings = Warnings::of(report);
     let _ = writeln!(
         out,
         "<h2>MB/s per backend and cipher configuration</h2>\n<div class=\"table\">\n<table>"
@@ -81,7 +85,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
         );
     }
     let _ = writeln!(out, "</tr></thead>\n<tbody>");
-    for row in &report.rows {
+    for (i, row) in report.rows.iter().enumerate() {
         let emulated = report
             .environments
             .get(&row.key.environment)
@@ -96,8 +100,26 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
             let _ = write!(out, "<tr><th>{}</th>", escape(&row.label()));
         }
         for s in &report.suites {
-            match cell_for(row, *s).map(|c| &c.outcome) {
+            let cell = cell_for(row, *s);
+            match cell.map(|c| &c.outcome) {
                 Some(CellOutcome::Measured(m)) => {
+                    // The mark shows, the warnings themselves are the cell's tooltip.
+                    let (attributes, mark) = match cell.and_then(|c| Some((warnings.mark(i, c)?, c))) {
+                        Some((mark, c)) => (
+                            format!(
+                                "class=\"num warned\" title=\"{}\"",
+                                // A character reference: XML parsers fold a raw newline in an attribute.
+                                warnings
+                                    .texts_of(i, c)
+                                    .into_iter()
+                                    .map(escape)
+                                    .collect::<Vec<_>>()
+                                    .join("&#10;")
+                            ),
+                            format!(" <sup class=\"warning\">{}</sup>", escape(&mark)),
+                        ),
+                        None => ("class=\"num\"".to_string(), String::new()),
+                    };
                     let pct = m
                         .percent_of_plain
                         .map(|p| format!("{p:.1} % of plain"))
@@ -113,7 +135,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
                     };
                     let _ = write!(
                         out,
-                        "<td class=\"num\">{}<br/><small>{}–{}<br/>{}{}<br/>cpu S/R {:.0}/{:.0} %{}</small></td>",
+                        "<td {attributes}>{}{mark}<br/><small>{}–{}<br/>{}{}<br/>cpu S/R {:.0}/{:.0} %{}</small></td>",
                         fmt_rate(m.mb_per_s.median),
                         fmt_rate(m.mb_per_s.min),
                         fmt_rate(m.mb_per_s.max),
@@ -154,6 +176,17 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
             escape(CEILING_EXPLAINED)
         );
     }
+    if !warnings.is_empty() {
+        let _ = writeln!(
+            out,
+            "<h2>Warnings</h2>\n<p>A figure marked {WARNING_MARK}n has warning n (its cell's tooltip says it too): \
+             read it with that caveat.</p>\n<ul class=\"warnings\">"
+        );
+        for line in warnings.lines() {
+            let _ = writeln!(out, "<li>{}</li>", escape(&line));
+        }
+        let _ = writeln!(out, "</ul>");
+    }
     let no_ceiling = no_ceiling_reasons(report);
     if !no_ceiling.is_empty() {
         let _ = writeln!(out, "<h2>No ceiling</h2>\n<ul>");
@@ -182,13 +215,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
             d.dedup();
             (!d.is_empty()).then(|| format!("{}: {}", row.label(), d.join(", ")))
         })
-        .chain(
-            report
-                .rows
-                .iter()
-                .flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.label()))),
-        )
-        .chain(report.notes.iter().cloned())
+        .chain(row_and_report_notes(report))
         .collect();
     if !served.is_empty() {
         let _ = writeln!(out, "<h2>Drivers and notes</h2>\n<ul>");
@@ -209,6 +236,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
 mod tests {
     use super::*;
     use crate::fixture;
+    use crate::shared::Warnings;
 
     #[test]
     fn page_is_well_formed_and_self_contained() {
@@ -340,6 +368,45 @@ mod tests {
         );
         assert!(html.contains("<h2>No ceiling</h2>"), "{html}");
         assert!(html.contains("openssl is not installed"), "{html}");
+    }
+
+    #[test]
+    fn a_too_short_transfer_warning_reaches_the_html_table() {
+        let html = render(&fixture::warned()).unwrap();
+        let doc = parse(&html);
+        let warned: Vec<roxmltree::Node> = elements(&doc, "td")
+            .into_iter()
+            .filter(|td| td.attribute("class") == Some("num warned"))
+            .collect();
+        // The baseline under each of the seven columns, and two userspace [auto] cells.
+        assert_eq!(warned.len(), 7 + 2, "{html}");
+        for td in &warned {
+            let mark = td
+                .children()
+                .find(|n| n.has_tag_name("sup"))
+                .and_then(|s| s.text())
+                .unwrap();
+            assert!(mark.starts_with('⚠'), "{mark}");
+            let title = td.attribute("title").unwrap();
+            match mark {
+                "⚠1" => assert_eq!(title, fixture::TOO_SHORT),
+                _ => assert!(title.contains("was raised for this row"), "{title}"),
+            }
+        }
+        let list: Vec<String> = elements(&doc, "ul")
+            .into_iter()
+            .filter(|u| u.attribute("class") == Some("warnings"))
+            .flat_map(|u| u.children().filter(|n| n.has_tag_name("li")))
+            .map(|li| li.text().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(list, Warnings::of(&fixture::warned()).lines());
+        // The chart inline carries the same marks, its list is the page's.
+        let chart = elements(&doc, "svg")[0];
+        assert!(chart
+            .descendants()
+            .any(|n| n.has_tag_name("text") && n.text() == Some("⚠1")));
+        assert!(!html.contains(fixture::EVIDENCE));
+        assert!(!render(&fixture::report()).unwrap().contains("⚠"));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use model::matrix::MatrixReport;
 pub use compare::{compare, CompareOptions, Comparison, Verdict};
 pub use shared::{
     cell_for, columns_explained, conditions, environment_summary, environment_title, fmt_field, fmt_rate,
-    method, not_run_reasons, suite_explained,
+    is_warning, method, not_run_reasons, suite_explained, Warnings, WARNING_MARK,
 };
 pub use svg::RenderError;
 
@@ -233,6 +233,36 @@ pub(crate) mod fixture {
         r.compute_percent_of_plain();
         r
     }
+
+    /// The warning a 4 MB transfer at 1100 MB/s gets, as `RunReport::new` writes it.
+    pub const TOO_SHORT: &str =
+        "a transfer lasted 0.004 s: too short to be a stable figure; use --bytes 5GB or more";
+    /// Evidence, not a warning.
+    pub const EVIDENCE: &str = "encrypting thread ipl-tun-a: 0.41 s user + 0.10 s system (93 % of a core)";
+
+    /// [`report`] with the notes of a short sweep: the baseline and userspace [auto] 128
+    /// warned (the same text), userspace [auto] 256+HMAC warned otherwise and carrying
+    /// evidence, and a row note on openvpn.
+    pub fn warned() -> MatrixReport {
+        let mut r = report();
+        let mut note = |row: usize, cell: usize, notes: &[&str]| {
+            if let CellOutcome::Measured(m) = &mut r.rows[row].cells[cell].outcome {
+                m.notes = notes.iter().map(|n| n.to_string()).collect();
+            }
+        };
+        note(0, 0, &[TOO_SHORT]);
+        note(2, 0, &[TOO_SHORT, EVIDENCE]);
+        note(
+            2,
+            5,
+            &[
+                EVIDENCE,
+                "aes-generic was raised for this row but cbc-aes-aesni served",
+            ],
+        );
+        r.rows[4].notes.push("default kernel drivers only: a test".into());
+        r
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +287,45 @@ mod tests {
             let words: Vec<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
             assert!(!words.contains(&"inf") && !words.contains(&"nan"), "{text}");
         }
+    }
+
+    #[test]
+    fn the_short_transfer_note_is_a_warning_and_evidence_is_not() {
+        // What model writes for a 100 MB transfer in 0.05 s, word for word.
+        let t = model::Transfer {
+            bytes: 100_000_000,
+            seconds: 0.05,
+            streams: 1,
+            verified: true,
+            sender_cpu: Default::default(),
+            receiver_cpu: Default::default(),
+            sender_threads: 1,
+            receiver_threads: 1,
+        };
+        let note = model::report::short_transfer_note(&[t]).unwrap();
+        assert!(is_warning(&note), "{note}");
+        assert!(is_warning(fixture::TOO_SHORT));
+        assert!(!is_warning(fixture::EVIDENCE));
+        assert!(!is_warning("payload seed 0x18ecd9107f28b6c7"));
+    }
+
+    #[test]
+    fn warnings_are_numbered_once_per_text_with_the_cells_that_carry_them() {
+        let r = fixture::warned();
+        let w = Warnings::of(&r);
+        assert_eq!(w.texts.len(), 2, "{:?}", w.texts);
+        assert_eq!(
+            w.lines(),
+            [
+                format!("⚠1 plain (line rate), userspace [auto] (128): {}", fixture::TOO_SHORT),
+                "⚠2 userspace [auto] (256+HMAC): aes-generic was raised for this row but cbc-aes-aesni served"
+                    .to_string(),
+            ]
+        );
+        assert_eq!(w.mark(2, &r.rows[2].cells[0]).as_deref(), Some("⚠1"));
+        assert_eq!(w.mark(2, &r.rows[2].cells[1]), None);
+        assert_eq!(w.mark(0, &r.rows[0].cells[0]).as_deref(), Some("⚠1"));
+        assert!(Warnings::of(&fixture::report()).is_empty());
     }
 
     #[test]

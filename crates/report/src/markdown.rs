@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
 
 use crate::shared::{
-    ceiling_text, cell_for, conditions, fmt_rate, has_ceilings, method, no_ceiling_reasons, CEILING_EXPLAINED,
+    ceiling_text, cell_for, conditions, fmt_rate, has_ceilings, method, no_ceiling_reasons,
+    row_and_report_notes, Warnings, CEILING_EXPLAINED, WARNING_MARK,
 };
 
 /// Numbered reasons for "not run" cells, so the table stays narrow.
@@ -35,17 +36,32 @@ fn table(
     reasons: &mut Reasons,
     show: &dyn Fn(&Row, &Measurement) -> String,
 ) {
+    marked_table(out, report, reasons, None, show)
+}
+
+/// [`table`], where with `warnings` a cell that has some carries their mark after its text.
+fn marked_table(
+    out: &mut String,
+    report: &MatrixReport,
+    reasons: &mut Reasons,
+    warnings: Option<&Warnings>,
+    show: &dyn Fn(&Row, &Measurement) -> String,
+) {
     let mut header = vec!["backend".to_string()];
     header.extend(report.suites.iter().map(|s| s.short_label()));
     let _ = writeln!(out, "| {} |", header.join(" | "));
     let mut rule = vec!["---".to_string()];
     rule.extend(report.suites.iter().map(|_| "---:".to_string()));
     let _ = writeln!(out, "| {} |", rule.join(" | "));
-    for row in &report.rows {
+    for (i, row) in report.rows.iter().enumerate() {
         let mut line = vec![escape(&row.label())];
         for suite in &report.suites {
-            line.push(match cell_for(row, *suite).map(|c| &c.outcome) {
-                Some(CellOutcome::Measured(m)) => show(row, m),
+            let cell = cell_for(row, *suite);
+            line.push(match cell.map(|c| &c.outcome) {
+                Some(CellOutcome::Measured(m)) => match warnings.zip(cell).and_then(|(w, c)| w.mark(i, c)) {
+                    Some(mark) => format!("{} {mark}", show(row, m)),
+                    None => show(row, m),
+                },
                 Some(CellOutcome::NotRun { reason }) => format!("not run [{}]", reasons.mark(reason)),
                 None => "—".to_string(),
             });
@@ -57,14 +73,22 @@ fn table(
 pub fn render(report: &MatrixReport) -> String {
     let mut out = String::new();
     let mut reasons = Reasons(Vec::new());
+    let warnings = Warnings::of(report);
     let _ = writeln!(out, "### ipsec-lab matrix: MB/s ({}, verified)\n", method(report));
-    table(&mut out, report, &mut reasons, &|_, m| {
+    marked_table(&mut out, report, &mut reasons, Some(&warnings), &|_, m| {
         fmt_rate(m.mb_per_s.median)
     });
     let _ = writeln!(
         out,
-        "\nThe plain row is one suite-independent baseline per environment, shown under every column.\n"
+        "\nThe plain row is one suite-independent baseline per environment, shown under every column."
     );
+    if !warnings.is_empty() {
+        let _ = writeln!(
+            out,
+            "A figure followed by {WARNING_MARK}n has warning n (listed under Warnings): read it with that caveat."
+        );
+    }
+    let _ = writeln!(out);
 
     let _ = writeln!(out, "#### Spread (min–max MB/s over the repeats)\n");
     table(&mut out, report, &mut reasons, &|_, m| {
@@ -131,12 +155,13 @@ pub fn render(report: &MatrixReport) -> String {
         }
     }
 
-    let notes: Vec<String> = report
-        .rows
-        .iter()
-        .flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.label())))
-        .chain(report.notes.iter().cloned())
-        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(out, "\n#### Warnings\n");
+        for line in warnings.lines() {
+            let _ = writeln!(out, "* {}", escape(&line));
+        }
+    }
+    let notes = row_and_report_notes(report);
     let no_ceiling = no_ceiling_reasons(report);
     if !no_ceiling.is_empty() {
         let _ = writeln!(out, "\n#### No ceiling\n");
@@ -217,6 +242,43 @@ mod tests {
         );
         assert!(text.contains("kernel 6.1.0-test"), "{text}");
         assert!(text.contains("median of 3 × 4.0 MB, vm: 1.0 MB"));
+    }
+
+    #[test]
+    fn a_too_short_transfer_warning_reaches_the_markdown_table() {
+        let text = render(&fixture::warned());
+        let first_table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("| backend"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        // The baseline's mark stands under every column, as its figure does.
+        assert_eq!(
+            first_table[2],
+            "| plain (line rate) | 1100.0 ⚠1 | 1100.0 ⚠1 | 1100.0 ⚠1 | 1100.0 ⚠1 | 1100.0 ⚠1 | 1100.0 ⚠1 | 1100.0 ⚠1 |"
+        );
+        assert!(
+            first_table[4]
+                .starts_with("| userspace [auto] | 310.0 ⚠1 | 311.0 | 312.0 | 313.0 | 314.0 | 315.0 ⚠2 |"),
+            "{text}"
+        );
+        let warnings = text.split("#### Warnings\n\n").nth(1).unwrap();
+        assert!(
+            warnings.starts_with(&format!(
+                "* ⚠1 plain (line rate), userspace [auto] (128): {}\n* ⚠2 userspace [auto] (256+HMAC): aes-generic was raised",
+                fixture::TOO_SHORT
+            )),
+            "{text}"
+        );
+        // Evidence stays in the JSON; the row note keeps its place under Notes.
+        assert!(!text.contains(fixture::EVIDENCE), "{text}");
+        assert!(
+            text.contains("* openvpn: default kernel drivers only: a test"),
+            "{text}"
+        );
+        // Only the headline table is marked.
+        assert!(!text.contains("300.0–320.0 ⚠"), "{text}");
+        assert!(!render(&fixture::report()).contains("⚠"));
     }
 
     #[test]

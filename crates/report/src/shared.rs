@@ -3,7 +3,7 @@
 //! lines, and what a column label stands for. Below every format; imports none of them.
 
 use model::matrix::{Cell, CellOutcome, MatrixReport, Measurement, Row};
-use model::{CipherSuite, Environment, Hmac};
+use model::{ByteSize, CipherSuite, Environment, Hmac};
 
 /// The cell a row shows under `suite`: the plain baseline's single cell stands under every
 /// column (one suite-independent measurement per environment).
@@ -196,4 +196,159 @@ pub fn method(report: &MatrixReport) -> String {
         s.push_str(&format!(", {env}: {size}"));
     }
     s
+}
+
+/// The mark a cell with a warning carries, followed by the warning's number: `1964.0 ⚠1`.
+pub const WARNING_MARK: &str = "⚠";
+
+/// Phrases of the notes that put a figure in doubt; the other notes are evidence (SA
+/// counters, tunnel threads' CPU, ignored options). Each is what its producer writes: a
+/// transfer too short to time steadily (`model::report::short_transfer_note`, the iperf3
+/// reference's), a kernel driver raised for a row that another served (the sweep), an
+/// undo that could not be done, a step that failed.
+const WARNING_PHRASES: [&str; 4] = ["too short", "was raised for this row but", "could not", "failed"];
+
+/// Whether a note of the report is a warning about the figures (else it is evidence).
+pub fn is_warning(note: &str) -> bool {
+    WARNING_PHRASES.iter().any(|p| note.contains(p))
+}
+
+/// The shortest transfer of a measured cell in seconds: its payload over its fastest
+/// repeat (a matrix transfer moves the whole payload). None without a usable rate.
+pub fn shortest_transfer_s(payload: ByteSize, m: &Measurement) -> Option<f64> {
+    let fastest = m
+        .samples
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .reduce(f64::max)?;
+    Some(payload.0 as f64 / (fastest * 1e6))
+}
+
+/// The report's cell warnings, each distinct text numbered once in the order of the rows
+/// and columns (the numbers every format shows beside [`WARNING_MARK`]), and which cells
+/// carry which.
+pub struct Warnings {
+    /// The distinct warnings; number n is `texts[n - 1]`.
+    pub texts: Vec<String>,
+    /// (row index, the cell's suite) → the numbers of its warnings.
+    cells: Vec<(usize, CipherSuite, Vec<usize>)>,
+    /// Per warning: the rows that carry it, each with the columns it is under (none for
+    /// the baseline, which stands under every column).
+    carriers: Vec<Vec<(String, Vec<String>)>>,
+}
+
+impl Warnings {
+    pub fn of(report: &MatrixReport) -> Warnings {
+        let mut w = Warnings {
+            texts: Vec::new(),
+            cells: Vec::new(),
+            carriers: Vec::new(),
+        };
+        for (i, row) in report.rows.iter().enumerate() {
+            for cell in &row.cells {
+                let Some(m) = cell.measurement() else { continue };
+                let mut numbers = Vec::new();
+                for note in m.notes.iter().filter(|n| is_warning(n)) {
+                    let n = match w.texts.iter().position(|t| t == note) {
+                        Some(k) => k + 1,
+                        None => {
+                            w.texts.push(note.clone());
+                            w.carriers.push(Vec::new());
+                            w.texts.len()
+                        }
+                    };
+                    if numbers.contains(&n) {
+                        continue;
+                    }
+                    numbers.push(n);
+                    let label = row.label();
+                    let carriers = &mut w.carriers[n - 1];
+                    let at = match carriers.iter().position(|(l, _)| *l == label) {
+                        Some(at) => at,
+                        None => {
+                            carriers.push((label, Vec::new()));
+                            carriers.len() - 1
+                        }
+                    };
+                    if !row.is_baseline() {
+                        carriers[at].1.push(cell.suite.short_label());
+                    }
+                }
+                if !numbers.is_empty() {
+                    w.cells.push((i, cell.suite, numbers));
+                }
+            }
+        }
+        w
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.texts.is_empty()
+    }
+
+    /// The numbers of the warnings of `cell`, the cell of row `row` (its index in the report).
+    pub fn numbers(&self, row: usize, cell: &Cell) -> &[usize] {
+        self.cells
+            .iter()
+            .find(|(r, s, _)| *r == row && *s == cell.suite)
+            .map_or(&[], |(_, _, n)| n.as_slice())
+    }
+
+    /// `⚠1` or `⚠1,3` for a cell with warnings; None for one without.
+    pub fn mark(&self, row: usize, cell: &Cell) -> Option<String> {
+        let numbers = self.numbers(row, cell);
+        (!numbers.is_empty()).then(|| {
+            let list: Vec<String> = numbers.iter().map(ToString::to_string).collect();
+            format!("{WARNING_MARK}{}", list.join(","))
+        })
+    }
+
+    /// The texts of the warnings of `cell`, for a tooltip.
+    pub fn texts_of(&self, row: usize, cell: &Cell) -> Vec<&str> {
+        self.numbers(row, cell)
+            .iter()
+            .map(|n| self.texts[n - 1].as_str())
+            .collect()
+    }
+
+    /// One line per warning: `⚠1 userspace [auto] (128, 256+HMAC): text`.
+    pub fn lines(&self) -> Vec<String> {
+        self.texts
+            .iter()
+            .zip(&self.carriers)
+            .enumerate()
+            .map(|(i, (text, carriers))| {
+                let cells: Vec<String> = carriers
+                    .iter()
+                    .map(|(label, columns)| match columns.is_empty() {
+                        true => label.clone(),
+                        false => format!("{label} ({})", columns.join(", ")),
+                    })
+                    .collect();
+                format!("{WARNING_MARK}{} {}: {text}", i + 1, cells.join(", "))
+            })
+            .collect()
+    }
+}
+
+/// A cell's notes apart: (warnings, the rest), its row's notes after its own.
+pub fn split_notes<'a>(row: &'a Row, cell: &'a Cell) -> (Vec<&'a str>, Vec<&'a str>) {
+    cell.measurement()
+        .map(|m| m.notes.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .chain(&row.notes)
+        .map(String::as_str)
+        .partition(|n| is_warning(n))
+}
+
+/// Row and report notes as the formats list them: `row label: note`, then the report's.
+pub fn row_and_report_notes(report: &MatrixReport) -> Vec<String> {
+    report
+        .rows
+        .iter()
+        .flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.label())))
+        .chain(report.notes.iter().cloned())
+        .collect()
 }

@@ -58,6 +58,21 @@ pub fn ratio_interval(before: &[f64], after: &[f64], confidence: f64) -> Option<
     })
 }
 
+/// The highest confidence `m` against `n` repeats reach: that of the widest interval, the
+/// full range of the pairwise ratios, whose two tails hold 2 of the C(m+n, m) orders.
+pub fn max_confidence(m: usize, n: usize) -> f64 {
+    // C(m+n, m) as a product of ratios: exact enough, and no overflow at 200 a side.
+    let orders: f64 = (1..=m).map(|i| (n + i) as f64 / i as f64).product();
+    1.0 - 2.0 / orders
+}
+
+/// The fewest repeats a side that reach `confidence` (3 for 90 %, 4 for 95 %).
+pub fn repeats_needed(confidence: f64) -> usize {
+    (1..=MAX_REPEATS)
+        .find(|&r| max_confidence(r, r) >= confidence - 1e-12)
+        .unwrap_or(MAX_REPEATS)
+}
+
 /// P(U ≤ u) for u = 0..=m·n under the null hypothesis (both samples from one distribution),
 /// U counting the pairs in which the second sample's value is the smaller.
 fn u_cumulative(m: usize, n: usize) -> Vec<f64> {
@@ -167,6 +182,26 @@ mod tests {
         assert_eq!(ratio_interval(&[100.0, 101.0], &[50.0, 51.0], 0.9), None);
         assert_eq!(ratio_interval(&[100.0, 0.0, 90.0], &[1.0, 2.0, 3.0], 0.9), None);
         assert_eq!(ratio_interval(&[], &[1.0], 0.9), None);
+    }
+
+    #[test]
+    fn two_repeats_a_side_reach_two_thirds_three_reach_ninety_percent() {
+        assert!((max_confidence(2, 2) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((max_confidence(3, 3) - 0.9).abs() < 1e-12);
+        assert!((max_confidence(1, 1)).abs() < 1e-12);
+        assert_eq!(repeats_needed(0.90), 3);
+        assert_eq!(repeats_needed(0.95), 4);
+        // The same bound ratio_interval meets: it has an interval exactly where it is reached.
+        for (m, n) in [(2, 2), (3, 3), (2, 5), (4, 4), (1, 9)] {
+            for confidence in [0.8, 0.9, 0.95] {
+                let some = ratio_interval(&vec![100.0; m], &vec![90.0; n], confidence).is_some();
+                assert_eq!(
+                    some,
+                    max_confidence(m, n) >= confidence - 1e-12,
+                    "{m} {n} {confidence}"
+                );
+            }
+        }
     }
 
     #[test]

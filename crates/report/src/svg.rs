@@ -30,11 +30,11 @@ use std::collections::BTreeSet;
 
 use model::matrix::MatrixReport;
 
-use crate::shared::{columns_explained, not_run_reasons};
+use crate::shared::{columns_explained, not_run_reasons, row_and_report_notes, Warnings};
 pub use draw::RenderError;
 use draw::{text_section, Layout};
 use panel::{panel_section, panels, Footnotes};
-use style::{Type, BODY, HEADING, SMALL};
+use style::{Type, BODY, HEADING, SMALL, WARNING_TEXT};
 pub use style::{AXIS_LABEL, BASELINE_BAR, EMULATED_BAR, EMULATED_MARK, HOST_BAR, TITLE};
 
 /// Where the chart goes: a file of its own (fixed size, with its title), or inside the
@@ -50,7 +50,8 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
 }
 
 pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, RenderError> {
-    let layout = Layout::of(report);
+    let warnings = Warnings::of(report);
+    let layout = Layout::of(report, &warnings);
     let mut sections = Vec::new();
     if placement == Placement::Standalone {
         sections.push(text_section("title", &layout, &[(HEADING, TITLE.to_string())])?);
@@ -75,7 +76,7 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
     };
     let panels = panels(report);
     for panel in &panels {
-        sections.push(panel_section(report, &layout, panel, &mut footnotes)?);
+        sections.push(panel_section(report, &layout, panel, &mut footnotes, &warnings)?);
     }
     let mut notes: Vec<(Type, String)> = footnotes
         .cited
@@ -84,6 +85,11 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
         .collect();
     if panels.is_empty() {
         notes.push((BODY, "no rows in this report".into()));
+    }
+    // Inline, the page lists them under the chart's marks.
+    if placement == Placement::Standalone {
+        notes.extend(warnings.lines().into_iter().map(|l| (WARNING_TEXT, l)));
+        notes.extend(row_and_report_notes(report).into_iter().map(|l| (SMALL, l)));
     }
     if report.interrupted {
         notes.push((
@@ -218,6 +224,48 @@ mod tests {
         assert!(texts(host).contains(&"untimed".to_string()));
         assert_eq!(bars(host), measured_cells(&r, HOST).len() - 1);
         assert!(!svg.contains("inf"));
+    }
+
+    #[test]
+    fn a_too_short_transfer_warning_reaches_the_svg_chart() {
+        let r = fixture::warned();
+        let svg = render(&r).unwrap();
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+        let host = group(&doc, "panel-host");
+        let marks: Vec<(String, String)> = host
+            .descendants()
+            .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("warning"))
+            .map(|g| {
+                let title = g.children().find(|n| n.has_tag_name("title")).unwrap();
+                let text = g.children().find(|n| n.has_tag_name("text")).unwrap();
+                (
+                    text.text().unwrap().to_string(),
+                    title.text().unwrap().to_string(),
+                )
+            })
+            .collect();
+        // Seven baseline bars, userspace [auto] 128 and 256+HMAC: a visible mark each, the
+        // warning its tooltip.
+        assert_eq!(marks.len(), 9, "{marks:?}");
+        assert_eq!(
+            marks
+                .iter()
+                .filter(|(m, t)| m == "⚠1" && t == fixture::TOO_SHORT)
+                .count(),
+            8
+        );
+        assert!(marks.iter().any(|(m, t)| m == "⚠2" && t.contains("was raised")));
+        // Under the chart: each warning with its cells, then the rows' and report's notes.
+        let notes = texts(group(&doc, "notes")).join(" ");
+        assert!(
+            notes.contains("⚠1 plain (line rate), userspace [auto] (128): a transfer lasted"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("openvpn: default kernel drivers only: a test"),
+            "{notes}"
+        );
+        assert!(!svg.contains(fixture::EVIDENCE));
     }
 
     #[test]

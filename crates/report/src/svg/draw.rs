@@ -9,8 +9,11 @@ use plotters::style::text_anchor::{Pos, VPos};
 
 use model::matrix::MatrixReport;
 
-use super::style::{Type, AXIS_LABEL, BAR_AREA, BODY, BOLD, LINE, MARGIN, SMALL};
-use crate::shared::fmt_rate;
+use super::style::{Type, AXIS_LABEL, BAR_AREA, BODY, BOLD, LINE, MARGIN, SMALL, WARNING_TEXT};
+
+/// Between a value and its warning mark, px.
+pub(super) const MARK_GAP: i32 = 3;
+use crate::shared::{cell_for, fmt_rate, Warnings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -68,6 +71,23 @@ pub(super) fn write(area: &Area, t: Type, text: &str, (x, y): (i32, i32)) -> Res
     area.draw(&Text::new(text, (x, y), style)).map_err(chart_error)
 }
 
+/// One line of text as [`write`] draws it, in a group whose `<title>` is its tooltip:
+/// `<g class="warning"><title>…</title><text …>⚠1</text></g>`.
+pub(super) fn titled_text(t: Type, text: &str, tooltip: &str, (x, y): (i32, i32)) -> String {
+    let RGBColor(r, g, b) = t.colour;
+    let weight = match t.weight {
+        FontStyle::Bold => " font-weight=\"bold\"",
+        _ => "",
+    };
+    format!(
+        "<g class=\"warning\"><title>{}</title><text x=\"{x}\" y=\"{y}\" dy=\"0.5ex\" text-anchor=\"start\" \
+         font-family=\"sans-serif\" font-size=\"{}\" fill=\"#{r:02X}{g:02X}{b:02X}\"{weight}>{}</text></g>\n",
+        crate::html::escape(tooltip),
+        t.px,
+        crate::html::escape(text)
+    )
+}
+
 pub(super) fn line(
     area: &Area,
     from: (i32, i32),
@@ -87,7 +107,7 @@ pub(super) struct Layout {
 }
 
 impl Layout {
-    pub(super) fn of(report: &MatrixReport) -> Layout {
+    pub(super) fn of(report: &MatrixReport, warnings: &Warnings) -> Layout {
         let label_width = report
             .rows
             .iter()
@@ -97,11 +117,24 @@ impl Layout {
             .unwrap_or(0)
             .max(120)
             + 16;
+        // A value and, where the cell has warnings, their mark after it.
         let value_width = report
             .rows
             .iter()
-            .flat_map(|r| r.cells.iter().filter_map(|c| c.measurement()))
-            .map(|m| text_width(&fmt_rate(m.mb_per_s.median), BODY.px))
+            .enumerate()
+            .flat_map(|(i, r)| {
+                report
+                    .suites
+                    .iter()
+                    .filter_map(move |s| Some((i, cell_for(r, *s)?)))
+            })
+            .filter_map(|(i, c)| {
+                let value = text_width(&fmt_rate(c.measurement()?.mb_per_s.median), BODY.px);
+                let mark = warnings
+                    .mark(i, c)
+                    .map_or(0, |m| MARK_GAP + text_width(&m, WARNING_TEXT.px));
+                Some(value + mark)
+            })
             .max()
             .unwrap_or(0)
             .max(40);

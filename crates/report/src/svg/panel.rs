@@ -10,10 +10,12 @@ use plotters::style::text_anchor::HPos;
 use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
 use model::CipherSuite;
 
-use super::draw::{chart_error, line, section, text_width, wrap, write, Layout, RenderError, Section};
+use super::draw::{
+    chart_error, line, section, text_width, titled_text, wrap, write, Layout, RenderError, Section, MARK_GAP,
+};
 use super::scale::Scale;
 use super::style::*;
-use crate::shared::{cell_for, environment_summary, environment_title, fmt_rate};
+use crate::shared::{cell_for, environment_summary, environment_title, fmt_rate, Warnings};
 
 /// The figures a bar is drawn from, when they can be drawn (a report written before
 /// untimed transfers were refused may hold inf or NaN).
@@ -36,17 +38,18 @@ pub(super) struct Panel<'a> {
     environment: &'a str,
     title: String,
     emulated: bool,
-    rows: Vec<&'a Row>,
+    /// Each row with its index in the report (what warnings are numbered by).
+    rows: Vec<(usize, &'a Row)>,
     /// None when nothing in the panel was measured.
     scale: Option<Scale>,
 }
 
 pub(super) fn panels<'a>(report: &'a MatrixReport) -> Vec<Panel<'a>> {
     let mut panels: Vec<Panel> = Vec::new();
-    for row in &report.rows {
+    for (i, row) in report.rows.iter().enumerate() {
         let environment = row.key.environment.as_str();
         match panels.iter_mut().find(|p| p.environment == environment) {
-            Some(p) => p.rows.push(row),
+            Some(p) => p.rows.push((i, row)),
             None => {
                 let env = report.environments.get(environment);
                 panels.push(Panel {
@@ -59,7 +62,7 @@ pub(super) fn panels<'a>(report: &'a MatrixReport) -> Vec<Panel<'a>> {
                         report.family
                     ),
                     emulated: env.is_some_and(|e| e.is_emulated()),
-                    rows: vec![row],
+                    rows: vec![(i, row)],
                     scale: None,
                 })
             }
@@ -69,7 +72,7 @@ pub(super) fn panels<'a>(report: &'a MatrixReport) -> Vec<Panel<'a>> {
         let top = p
             .rows
             .iter()
-            .flat_map(|r| {
+            .flat_map(|(_, r)| {
                 report
                     .suites
                     .iter()
@@ -133,6 +136,7 @@ pub(super) fn panel_section(
     layout: &Layout,
     panel: &Panel,
     footnotes: &mut Footnotes<'_>,
+    warnings: &Warnings,
 ) -> Result<Section, RenderError> {
     let conditions = report
         .environments
@@ -151,7 +155,10 @@ pub(super) fn panel_section(
     };
     let class = if panel.emulated { "panel emulated" } else { "panel" };
     let id = format!("panel-{}", id_safe(panel.environment));
-    section(id, class, layout.width, height, background, |area| {
+    // Warning marks carry their warnings as a tooltip, which plotters cannot write: they
+    // are added to its drawing afterwards.
+    let mut marks = String::new();
+    let mut drawn = section(id, class, layout.width, height, background, |area| {
         if panel.emulated {
             area.draw(&Rectangle::new(
                 [(0, 0), (layout.width, banner - 4)],
@@ -182,7 +189,7 @@ pub(super) fn panel_section(
                 line(area, (x, rows_top), (x, axis_y), RULE)?;
             }
         }
-        for (r, row) in panel.rows.iter().enumerate() {
+        for (r, (index, row)) in panel.rows.iter().enumerate() {
             let y = rows_top + r as i32 * ROW_HEIGHT;
             let middle = y + ROW_HEIGHT / 2;
             write(area, BODY, &row.label(), (MARGIN, middle))?;
@@ -211,7 +218,8 @@ pub(super) fn panel_section(
             };
             for (i, suite) in report.suites.iter().enumerate() {
                 let x = layout.column_x(i);
-                let outcome = cell_for(row, *suite).map(|c| &c.outcome);
+                let cell = cell_for(row, *suite);
+                let outcome = cell.map(|c| &c.outcome);
                 let measured = match outcome {
                     Some(CellOutcome::Measured(m)) => m,
                     Some(CellOutcome::NotRun { reason }) => {
@@ -244,7 +252,13 @@ pub(super) fn panel_section(
                     }
                     reach = reach.max(hi);
                 }
-                write(area, BODY, &fmt_rate(f.median), (reach + 4, middle))?;
+                let value = fmt_rate(f.median);
+                write(area, BODY, &value, (reach + 4, middle))?;
+                if let Some((mark, c)) = cell.and_then(|c| Some((warnings.mark(*index, c)?, c))) {
+                    let x = reach + 4 + text_width(&value, BODY.px) + MARK_GAP;
+                    let tooltip = warnings.texts_of(*index, c).join("\n");
+                    marks.push_str(&titled_text(WARNING_TEXT, &mark, &tooltip, (x, middle)));
+                }
             }
         }
         if let Some(scale) = panel.scale {
@@ -265,7 +279,9 @@ pub(super) fn panel_section(
             }
         }
         Ok(())
-    })
+    })?;
+    drawn.svg.push_str(&marks);
+    Ok(drawn)
 }
 
 /// An environment name as an XML id: letters, digits and `-` only.

@@ -56,3 +56,9 @@ pub(super) const BOLD: Type = Type {
     ..BODY
 };
 pub(super) const HEADING: Type = Type { px: 14.0, ..BOLD };
+/// A warning's mark beside a value, and its line under the chart.
+pub(super) const WARNING_TEXT: Type = Type {
+    px: 11.0,
+    colour: WARNING,
+    ..BOLD
+};
