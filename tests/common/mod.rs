@@ -249,13 +249,16 @@ pub fn boot_guest_groups(
             results: Default::default(),
         };
     }
+    // The guest starts with a fresh environment: under CI a group's missing capability
+    // must fail there too, not skip.
+    let ci = format!("CI={}", testcap::required());
     let started = std::time::Instant::now();
     let status = Command::new("timeout")
         .arg(limit.as_secs().to_string())
         .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
         .arg("-o")
         .arg(out)
-        .args(["--", "env", &format!("{IN_VM}=1"), "sh"])
+        .args(["--", "env", &format!("{IN_VM}=1"), &ci, "sh"])
         .arg(&script)
         .arg(std::env::current_exe().unwrap())
         .arg(group_limit.as_secs().to_string())
