@@ -35,9 +35,15 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	python3 lab/import-circles.py src crates/*/src
 
-# Every test, including the root-only end-to-end ones (CI runs as root).
-test: setup-test lint
-	$(CARGO) test --workspace
+# Every test, including the root-only end-to-end ones (CI runs as root). Lint and every
+# test binary run even where one fails (--no-fail-fast), so no failure hides another; the
+# target fails if either did.
+test: setup-test
+	@lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
+	tests=0; $(CARGO) test --workspace --no-fail-fast || tests=$$?; \
+	if [ $$lint -ne 0 ] || [ $$tests -ne 0 ]; then \
+		echo "make test: lint exited $$lint, tests exited $$tests" >&2; exit 1; \
+	fi
 
 # The lab's sender/receiver against iperf3 on the same fresh veth pair.
 bench-plain: setup build

@@ -62,7 +62,13 @@ fn time_run_ends_on_time_verified_with_interval_lines_adding_up() {
     assert_eq!(interval_bytes(&report), bytes);
     for (k, pair) in intervals.windows(2).enumerate() {
         assert_eq!(pair[0]["end_s"], pair[1]["start_s"], "gap after interval {k}");
-        assert!(pair[0]["timestamp"].as_f64() < pair[1]["timestamp"].as_f64());
+        // Numbers, not Options: None < Some(_) would pass a missing timestamp.
+        let at = |i: &Value| {
+            i["timestamp"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("no timestamp: {i}"))
+        };
+        assert!(at(&pair[0]) < at(&pair[1]), "{pair:?}");
     }
     // With --json - the lines go to stderr: one per interval, the MB column adding up to
     // the total within its rounding (0.05 MB a line).
@@ -121,7 +127,9 @@ fn json_stream_objects_add_up_to_the_report_that_ends_it() {
         assert_eq!(i["event"], "interval");
         let d = &i["data"];
         assert!(d["timestamp"].as_f64().unwrap() > 1.7e9, "{d}");
-        assert!(d["end_s"].as_f64() >= d["start_s"].as_f64());
+        let (start, end) = (d["start_s"].as_f64(), d["end_s"].as_f64());
+        // Both present: None >= None would pass an interval without its span.
+        assert!(start.zip(end).is_some_and(|(s, e)| e >= s), "{d}");
         sum += d["bytes"].as_u64().unwrap();
     }
     assert_eq!(sum, 300_000_000);

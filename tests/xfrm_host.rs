@@ -1,62 +1,101 @@
-//! `--backend xfrm` on the host kernel. The lab's build machines have no ESP, so the run
-//! must refuse before creating anything, with exit code 3 and a message naming the ways
-//! out. Needs root; on a kernel with ESP this refusal cannot happen and the test says so.
+//! `--backend xfrm` on the host kernel, which must do what this kernel's ESP allows (asked
+//! of iproute2 in a throwaway namespace, never of the lab's own probe): without ESP (the
+//! lab's build machines) the run refuses before creating anything, with exit code 3 and a
+//! message naming the ways out; with ESP it moves a verified payload through its two SAs
+//! and leaves nothing. Needs root, and strace where there is no ESP; under CI=true a
+//! missing one fails the test.
 
-use std::process::Command;
+mod common;
 
-fn root_namespace_sas() -> String {
-    let out = Command::new("ip")
-        .args(["xfrm", "state", "list"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::own::{kernel_takes_esp_sa, Sandbox};
+use common::*;
 
 #[test]
-fn xfrm_without_esp_exits_3_with_the_way_out_and_creates_nothing() {
-    let test = "xfrm_without_esp_exits_3_with_the_way_out_and_creates_nothing";
-    if !testcap::root(test) {
+fn xfrm_on_the_host_kernel_runs_with_esp_and_exits_3_without() {
+    let test = "xfrm_on_the_host_kernel_runs_with_esp_and_exits_3_without";
+    if !root_or_skip(test) {
         return;
     }
-    if Command::new("strace").arg("-V").output().is_err() {
+    let _lock = lab_lock();
+    if kernel_takes_esp_sa() {
+        runs_verified_through_two_sas();
+    } else {
+        refuses_with_exit_3_before_creating_anything(test);
+    }
+}
+
+/// A kernel with ESP: the run goes through, both SAs carried it, nothing is left.
+fn runs_verified_through_two_sas() {
+    let run = Sandbox::default().run(&[
+        "run",
+        "--backend",
+        "xfrm",
+        "--key-bits",
+        "256",
+        "--hmac",
+        "sha256",
+        "--bytes",
+        "3MB",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    let out = &run.out;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "this kernel takes ESP SAs: {}",
+        text(out)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_eq!(report["transfers"][0]["verified"], true, "{report}");
+    assert_eq!(report["transfers"][0]["bytes"], 3_000_000, "{report}");
+    let sas = report["backend_details"]["xfrm"]["sas"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no SA counters: {report}"));
+    assert_eq!(sas.len(), 2, "{report}");
+    // a->b carried the payload, b->a the ACKs.
+    assert!(sas[0]["bytes"].as_u64().unwrap() > 3_000_000, "{report}");
+    assert!(sas[1]["packets"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.links_left, Vec::<String>::new());
+    assert_eq!(run.xfrm_left.trim(), "", "SAs or policies left");
+}
+
+/// A kernel without ESP: exit 3 with the ways out, and no namespace was ever made (checked
+/// on this run's own processes: a named namespace is a bind mount under /run/netns).
+fn refuses_with_exit_3_before_creating_anything(test: &str) {
+    if std::process::Command::new("strace").arg("-V").output().is_err() {
         testcap::skip(
             test,
             "needs strace to watch for namespace creation (apt-get install strace)",
         );
         return;
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let caps = rt.block_on(xfrm::probe()).unwrap();
-    if caps.esp {
-        eprintln!("skipped: this kernel has ESP, so the no-ESP refusal cannot be observed here");
-        return;
-    }
-    let before_sas = root_namespace_sas();
-    // Other helpers' runs create lab namespaces concurrently, so "nothing created" is
-    // checked on this process alone: a named namespace is a bind mount under /run/netns.
-    let trace = std::env::temp_dir().join(format!("ipl-xfrm-host-{}.strace", std::process::id()));
-    let out = Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=mount", "-o"])
-        .arg(&trace)
-        .arg(env!("CARGO_BIN_EXE_ipsec-lab"))
-        .args([
-            "run",
-            "--backend",
-            "xfrm",
-            "--key-bits",
-            "256",
-            "--hmac",
-            "sha256",
-            "--bytes",
-            "1MB",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    let dir = private_dir("ipl-xfrm-host-");
+    let trace = dir.path().join("strace");
+    let mut strace = vec![
+        std::ffi::OsString::from("strace"),
+        "-f".into(),
+        "-qq".into(),
+        "-e".into(),
+        "trace=mount".into(),
+        "-o".into(),
+    ];
+    strace.push(trace.clone().into());
+    let run = Sandbox::default().wrapper(&strace).run(&[
+        "run",
+        "--backend",
+        "xfrm",
+        "--key-bits",
+        "256",
+        "--hmac",
+        "sha256",
+        "--bytes",
+        "1MB",
+    ]);
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
+    assert_eq!(run.out.status.code(), Some(3), "stderr: {stderr}");
     assert!(
         stderr.contains(
             "this kernel has no ESP support (CONFIG_INET_ESP); use --vm to run the kernel backend in a VM \
@@ -64,11 +103,11 @@ fn xfrm_without_esp_exits_3_with_the_way_out_and_creates_nothing() {
         ),
         "{stderr}"
     );
-    let mounts = std::fs::read_to_string(&trace).unwrap_or_default();
-    let _ = std::fs::remove_file(&trace);
+    let mounts = std::fs::read_to_string(&trace).expect("strace wrote its trace");
     assert!(
         !mounts.contains("/run/netns"),
         "a namespace was created: {mounts}"
     );
-    assert_eq!(root_namespace_sas(), before_sas);
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.xfrm_left.trim(), "", "SAs or policies left");
 }

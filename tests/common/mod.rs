@@ -2,6 +2,8 @@
 //! printed reason, and a view of what the lab left in the kernel.
 #![allow(dead_code)]
 
+pub mod hold;
+pub mod own;
 pub mod wireguard;
 
 use std::process::{Command, Output};
@@ -38,12 +40,7 @@ pub fn host_lab_links() -> Vec<String> {
         .args(["-o", "link", "show"])
         .output()
         .expect("ip link");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|n| n.split('@').next().unwrap_or(n).to_string())
-        .filter(|n| n.starts_with("ipl"))
-        .collect()
+    own::lab_links(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// The records in the state file of process `pid` (/run/ipsec-lab/PID-START.json), if it
@@ -104,10 +101,21 @@ pub fn private_dir(prefix: &str) -> tempfile::TempDir {
         .expect("a private temporary directory")
 }
 
-/// Runs each `(args, hint)` and asserts a usage error: exit 2 with `hint` in the output.
+/// Runs each `(args, hint)` and asserts a usage error: exit 2 with `hint` in the output,
+/// and, as root, nothing made: each runs in a namespace of its own (own.rs), where no lab
+/// namespace or link may be left, whatever other runs on the machine do meanwhile.
 pub fn assert_usage_errors(cases: &[(&[&str], &str)]) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
     for (args, hint) in cases {
-        let out = run_lab(args);
+        let out = if root {
+            let run = own::run_lab_own(args);
+            assert_eq!(run.namespaces_left, Vec::<String>::new(), "{args:?}");
+            assert_eq!(run.links_left, Vec::<String>::new(), "{args:?}");
+            run.out
+        } else {
+            run_lab(args)
+        };
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(hint), "{args:?}: {}", text(&out));
     }
@@ -199,6 +207,102 @@ pub fn run_guest_tests(guest_tests: &[&str], timeout: std::time::Duration) {
         "the VM group failed (guest exit code {rc:?}); see the guest output above"
     );
     assert_eq!(rc.trim(), "0");
+}
+
+/// The shell the guest runs for [`boot_guest_groups`] (from a file in OUTDIR: the kernel's
+/// command line, which carries the guest's command, holds 2 kB): each group in its own
+/// process of this test binary, so a group that fails or hangs (each has `$2` seconds)
+/// never stops the next; group i's exit code and output go to OUTDIR/i.rc and OUTDIR/i.log.
+const GUEST_GROUPS_SCRIPT: &str = r#"bin=$1; limit=$2; shift 2; i=0
+for group in "$@"; do
+    timeout --kill-after=10 "$limit" "$bin" "$group" --exact --include-ignored --nocapture --test-threads=1 >"$IPSEC_LAB_VM_OUT/$i.log" 2>&1
+    rc=$?
+    echo "$rc" >"$IPSEC_LAB_VM_OUT/$i.rc"
+    echo "guest: $group exited $rc"
+    i=$((i + 1))
+done
+"#;
+
+/// What one VM boot said of each guest group it ran.
+pub struct GuestGroups {
+    /// How the boot went (exit status, time), for a group that has no result.
+    boot: String,
+    /// Group → (exit code, output); a group the guest never finished has no exit code.
+    results: std::collections::BTreeMap<String, (Option<i32>, String)>,
+}
+
+/// Boots the stock kernel ONCE (lab/vm/run.sh) and runs each of `groups` (ignored tests of
+/// this binary, full paths) inside it as its own process, in order, each within
+/// `group_limit`; the whole boot within `limit`. Never panics: a boot that failed is
+/// reported by every group's [`GuestGroups::assert_passed`].
+pub fn boot_guest_groups(
+    groups: &[&str],
+    group_limit: std::time::Duration,
+    limit: std::time::Duration,
+) -> GuestGroups {
+    let out_dir = private_dir("ipl-vm-test-");
+    let out = out_dir.path();
+    let script = out.join("groups.sh");
+    if let Err(e) = std::fs::write(&script, GUEST_GROUPS_SCRIPT) {
+        return GuestGroups {
+            boot: format!("{}: {e}", script.display()),
+            results: Default::default(),
+        };
+    }
+    // The guest starts with a fresh environment: under CI a group's missing capability
+    // must fail there too, not skip.
+    let ci = format!("CI={}", testcap::required());
+    let started = std::time::Instant::now();
+    let status = Command::new("timeout")
+        .arg(limit.as_secs().to_string())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lab/vm/run.sh"))
+        .arg("-o")
+        .arg(out)
+        .args(["--", "env", &format!("{IN_VM}=1"), &ci, "sh"])
+        .arg(&script)
+        .arg(std::env::current_exe().unwrap())
+        .arg(group_limit.as_secs().to_string())
+        .args(groups)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status();
+    let boot = format!(
+        "the VM boot ended with {status:?} after {:.1} s (its console output is above)",
+        started.elapsed().as_secs_f64()
+    );
+    eprintln!("{boot}");
+    let results = groups
+        .iter()
+        .enumerate()
+        .map(|(i, group)| {
+            let read = |ext| std::fs::read_to_string(out.join(format!("{i}.{ext}")));
+            let rc = read("rc").ok().and_then(|rc| rc.trim().parse().ok());
+            let log = read("log").unwrap_or_default();
+            (group.to_string(), (rc, log))
+        })
+        .collect();
+    GuestGroups { boot, results }
+}
+
+impl GuestGroups {
+    /// Prints `group`'s guest output; panics unless it ran and its one test passed.
+    pub fn assert_passed(&self, group: &str) {
+        let Some((rc, log)) = self.results.get(group) else {
+            panic!("{group} was not among the groups the VM ran");
+        };
+        eprintln!("{log}");
+        let Some(rc) = rc else {
+            panic!("{group} did not finish in the VM: {}", self.boot);
+        };
+        assert_eq!(
+            *rc, 0,
+            "{group} failed in the VM (exit code {rc}); its output is above"
+        );
+        // A name that matches no test runs nothing and exits 0: that is no pass.
+        assert!(
+            log.contains("test result: ok. 1 passed"),
+            "{group} ran no test in the VM; its output is above"
+        );
+    }
 }
 
 /// Serialises the tests of one binary that boot a VM: two TCG guests at once on a small

@@ -1,8 +1,10 @@
-//! ESP in UDP (`--encap udp`, RFC 3948) on a stock kernel, checked in the guest (tests/vm/main.rs boots it). There one
-//! xfrm run with `--encap udp` moves a verified payload while a packet socket in the
-//! run's namespace watches the veth: the ESP travels as UDP 4500 carrying the run's SPIs
-//! (no bare ESP, no plaintext data), `ip xfrm state` shows both SAs with
-//! `encap type espinudp sport 4500 dport 4500`, the report states the encapsulation and
+//! ESP in UDP (`--encap udp`, RFC 3948) on a stock kernel, checked in the guest (tests/vm/main.rs
+//! boots it). There one xfrm run with `--encap udp` moves two verified payloads; held after
+//! the first (tests/common/hold.rs), `ip xfrm state` in its own namespace shows both SAs with
+//! `encap type espinudp sport 4500 dport 4500` and a packet socket there starts watching
+//! the veth, so it sees the second payload and the iperf3 runs whole: the ESP travels as UDP
+//! 4500 carrying the run's SPIs (no bare ESP, no plaintext data), the report states the
+//! encapsulation and
 //! its 8 bytes, and nothing is left afterwards.
 //!
 //! Bad input (`--encap` with a backend other than xfrm, bad ports) is checked on the host.
@@ -15,8 +17,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::hold::{iperf3_or_skip, Hold};
 use common::*;
 
 /// Boot (about 30 s under TCG) and one small run.
@@ -24,8 +27,6 @@ const NATT: u16 = 4500;
 
 #[test]
 fn encap_bad_input_exits_2_and_creates_nothing() {
-    let _lock = lab_lock();
-    let before = lab_namespaces();
     assert_usage_errors(&[
         (
             &["run", "--backend", "userspace", "--encap", "udp"][..],
@@ -59,7 +60,6 @@ fn encap_bad_input_exits_2_and_creates_nothing() {
             "include xfrm",
         ),
     ]);
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 /// What the packet socket saw on the run's namespace's links, outer IPv4 only.
@@ -75,24 +75,6 @@ struct Seen {
     /// TCP on the data port arriving in clear: the kernel re-injects what it decapsulated
     /// in tunnel mode on the same link, so the packet socket sees it after the ESP-in-UDP.
     decapsulated_in: u64,
-    /// `ip xfrm state` lines with `encap`, read while the SAs existed.
-    encap_lines: Vec<String>,
-}
-
-/// The first lab namespace not in `before`, read from /run/netns directly (spawning `ip`
-/// under TCG is too slow to catch the run's first packets).
-fn first_new_namespace(before: &[String], deadline: Instant) -> Option<String> {
-    while Instant::now() < deadline {
-        let names = std::fs::read_dir("/run/netns").into_iter().flatten().flatten();
-        if let Some(ns) = names
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("ipl-") && !before.contains(n))
-        {
-            return Some(ns);
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    None
 }
 
 /// An `AF_PACKET` socket for every frame of the calling thread's namespace.
@@ -162,22 +144,13 @@ fn classify(frame: &[u8], outgoing: bool, seen: &mut Seen, data_port: u16) {
     }
 }
 
-/// Enters `ns` and counts frames until `stop`, reading `ip xfrm state` once ESP-in-UDP
-/// flows (the SAs exist then).
-fn capture(ns: String, stop: Arc<AtomicBool>, data_port: u16) -> Seen {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    // The name may appear before its namespace is mounted: retry until setns works.
-    loop {
-        let entered = std::fs::File::open(format!("/run/netns/{ns}")).and_then(|f| {
-            nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
-        });
-        if entered.is_ok() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "cannot enter {ns}: {entered:?}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+/// Enters `ns`, says so on `ready` once its packet socket is open, and counts frames until
+/// `stop`.
+fn capture(ns: String, ready: std::sync::mpsc::Sender<()>, stop: Arc<AtomicBool>, data_port: u16) -> Seen {
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
     let fd = packet_socket().expect("AF_PACKET socket");
+    ready.send(()).unwrap();
     let mut seen = Seen::default();
     let mut buf = vec![0u8; 65536];
     loop {
@@ -203,39 +176,46 @@ fn capture(ns: String, stop: Arc<AtomicBool>, data_port: u16) -> Seen {
         }
         let outgoing = from.sll_pkttype == libc::PACKET_OUTGOING;
         classify(&buf[..n as usize], outgoing, &mut seen, data_port);
-        if seen.esp_in_udp > 0 && seen.encap_lines.is_empty() {
-            let out = Command::new("ip")
-                .args(["-n", &ns, "xfrm", "state", "list"])
-                .output();
-            if let Ok(out) = out {
-                // Only the encap lines: the listing also holds the keys.
-                seen.encap_lines = String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| l.starts_with("encap "))
-                    .map(String::from)
-                    .collect();
-            }
-        }
     }
     seen
 }
 
+/// The `encap` lines of `ip xfrm state` in `ns` (the listing also holds the keys).
+fn encap_lines(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "xfrm", "state", "list"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("encap "))
+        .map(String::from)
+        .collect()
+}
+
 #[test]
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn guest_encap_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
         eprintln!(
-            "skipped: guest_encap_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+            "skipped: guest_encap_checks only runs inside the VM started by the in_vm_ tests of main.rs"
         );
+        return;
+    }
+    if !iperf3_or_skip("encap::guest_encap_checks") {
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
     let json = out.join("encap.json");
     let data_port = 5201;
-    let before = lab_namespaces();
-    let mut run = lab()
+    // Held after its first payload, the run waits while the SAs are read and the packet
+    // socket opens: a watcher that raced a 2 MB run for its namespace could miss it.
+    let hold = Hold::new();
+    let mut run = hold
+        .lab()
         .args(["run", "--backend", "xfrm", "--encap", "udp", "--bytes", "2MB"])
+        .args(["--repeat", "2", "--with-iperf3"])
         .args(["--port", &data_port.to_string(), "--no-progress", "--json"])
         .arg(&json)
         // The line rate after the tunnel is plain TCP on the same port, by design; the
@@ -243,13 +223,18 @@ fn guest_encap_checks() {
         .arg("--no-ceiling")
         .spawn()
         .unwrap();
-    let ns = first_new_namespace(&before, Instant::now() + Duration::from_secs(60))
-        .expect("the run made no namespace");
+    let ns = hold.wait(&mut run, Duration::from_secs(120));
+    let encap_lines = encap_lines(&ns);
     let stop = Arc::new(AtomicBool::new(false));
+    let (ready, opened) = std::sync::mpsc::channel();
     let capturing = {
         let stop = stop.clone();
-        std::thread::spawn(move || capture(ns, stop, data_port))
+        std::thread::spawn(move || capture(ns, ready, stop, data_port))
     };
+    opened
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the packet socket opened in the run's namespace");
+    hold.release();
     let status = run.wait().unwrap();
     stop.store(true, Ordering::Relaxed);
     let seen = capturing.join().unwrap();
@@ -283,7 +268,7 @@ fn guest_encap_checks() {
     assert_eq!(seen.bare_esp, 0, "ESP outside UDP: {seen:?}");
     assert_eq!(seen.plaintext_data_out, 0, "data sent outside ESP: {seen:?}");
     assert_eq!(
-        seen.encap_lines, ["encap type espinudp sport 4500 dport 4500 addr 0.0.0.0"; 2],
+        encap_lines, ["encap type espinudp sport 4500 dport 4500 addr 0.0.0.0"; 2],
         "ip xfrm state"
     );
 

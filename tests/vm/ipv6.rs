@@ -1,7 +1,8 @@
 //! esp6: the xfrm backend over IPv6 (`-6`) on a stock kernel, in the shared VM boot of
 //! tests/vm/main.rs, whose guest runs `guest_ipv6_checks`. There two runs
 //! (tunnel mode, then transport mode) each move a verified 1 MB payload between the lab's
-//! IPv6 addresses (2001:2::/48) while `ip -6 xfrm state` in the run's namespace is read: both
+//! IPv6 addresses (2001:2::/48); held at its iperf3 run (tests/common/hold.rs), with its SAs
+//! in place, `ip -6 xfrm state` in the run's own namespace shows both
 //! SAs between 2001:2::1 and 2001:2::2 with the run's algorithms and mode. The report
 //! records the family and the addresses, both SAs counted packets, the overhead counts the
 //! 40-byte IPv6 header in tunnel mode, and nothing is left afterwards. Then two namespaces
@@ -15,48 +16,26 @@ use crate::{common, remote_common};
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::hold::{iperf3_or_skip, Hold};
 use common::*;
 
-/// The first lab namespace not in `before`.
-fn first_new_namespace(before: &[String], deadline: Instant) -> Option<String> {
-    while Instant::now() < deadline {
-        let names = std::fs::read_dir("/run/netns").into_iter().flatten().flatten();
-        if let Some(ns) = names
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("ipl-") && n.ends_with("-a") && !before.contains(n))
-        {
-            return Some(ns);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
-}
-
-/// `ip -6 xfrm state` in `ns` once both SAs are there, keys cut off: each SA's lines with
-/// an algorithm keep only the algorithm's name (`enc cbc(aes)`).
-fn sa_listing(ns: &str, deadline: Instant) -> Vec<String> {
-    while Instant::now() < deadline {
-        let out = Command::new("ip")
-            .args(["-n", ns, "-6", "xfrm", "state", "list"])
-            .output();
-        if let Ok(out) = out {
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            if text.matches("proto esp").count() == 2 {
-                return text
-                    .lines()
-                    .map(str::trim)
-                    .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
-                        [kind @ ("enc" | "auth-trunc" | "aead"), name, ..] => format!("{kind} {name}"),
-                        _ => l.to_string(),
-                    })
-                    .collect();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Vec::new()
+/// `ip -6 xfrm state` in `ns`, keys cut off: each SA's lines with an algorithm keep only
+/// the algorithm's name (`enc cbc(aes)`).
+fn sa_listing(ns: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-6", "xfrm", "state", "list"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [kind @ ("enc" | "auth-trunc" | "aead"), name, ..] => format!("{kind} {name}"),
+            _ => l.to_string(),
+        })
+        .collect()
 }
 
 fn spi_count(listing: &[String]) -> usize {
@@ -64,28 +43,41 @@ fn spi_count(listing: &[String]) -> usize {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn guest_ipv6_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
         eprintln!(
-            "skipped: guest_ipv6_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+            "skipped: guest_ipv6_checks only runs inside the VM started by the in_vm_ tests of main.rs"
         );
+        return;
+    }
+    if !iperf3_or_skip("ipv6::guest_ipv6_checks") {
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
     // AES-256-CBC + HMAC-SHA256: 8 ESP + 16 IV + padding + 16 ICV = 48 for a 1400-byte packet.
     for (mode, overhead) in [("tunnel", 48 + 40), ("transport", 48)] {
         let json = out.join(format!("ipv6-{mode}.json"));
-        let before = lab_namespaces();
-        let mut run = lab()
+        // Held at its iperf3 run, after its own transfer with its SAs still in place, the
+        // run waits for the listing: a 1 MB run outran a watcher that polled for them.
+        let hold = Hold::new();
+        let mut run = hold
+            .lab()
             .args(["run", "--backend", "xfrm", "-6", "--mode", mode, "--bytes", "1MB"])
-            .args(["--no-progress", "--json"])
+            .args(["--with-iperf3", "--no-progress", "--json"])
             .arg(&json)
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        let ns = first_new_namespace(&before, deadline).expect("the run made no namespace");
-        let listing = sa_listing(&ns, deadline);
+        let ns = hold.wait(&mut run, Duration::from_secs(120));
+        let own = state_records(run.id()).expect("the held run's state file");
+        assert!(
+            records_of(&own, "namespace")
+                .iter()
+                .any(|r| r["name"] == ns.as_str()),
+            "{ns} is not the run's own: {own:?}"
+        );
+        let listing = sa_listing(&ns);
+        hold.release();
         let status = run.wait().unwrap();
         assert!(status.success(), "run -6 --mode {mode}: {status}");
         eprintln!(

@@ -20,10 +20,11 @@ fn xfrm_driver_rows_in_one_vm_boot() {
     }
     let _vm = vm_lock();
     let _lock = lab_lock();
-    let before = lab_namespaces();
     let json = std::env::temp_dir().join(format!("ipl-matrix-vm-{}.json", std::process::id()));
     let started = Instant::now();
-    let out = run_lab(&[
+    // With a /run/netns of its own (the VM needs the host's network): the namespaces
+    // counted after it are its own, whatever other runs on the machine make.
+    let run = own::Sandbox::default().host_network().run(&[
         "matrix",
         "--vm",
         "--backends",
@@ -42,7 +43,8 @@ fn xfrm_driver_rows_in_one_vm_boot() {
         "VM matrix took {:.1} s (boot included)",
         started.elapsed().as_secs_f64()
     );
-    assert!(out.status.success(), "{}", text(&out));
+    let out = &run.out;
+    assert!(out.status.success(), "{}", text(out));
     let md = String::from_utf8_lossy(&out.stdout).to_string();
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
@@ -113,7 +115,7 @@ fn xfrm_driver_rows_in_one_vm_boot() {
             .any(|n| n.starts_with("cbc(aes) driver priorities restored after the driver rows")),
         "{notes:?}"
     );
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
 }
 
 /// `cbc(aes)` drivers and their priorities in /proc/crypto, sorted.
@@ -158,9 +160,10 @@ fn driver_matrix(bytes: &str, json: &Path) -> std::process::Command {
 }
 
 /// Starts a driver-row matrix, waits until it has raised a priority (its state file says
-/// so and /proc/crypto shows it), then SIGKILLs it.
+/// so and /proc/crypto shows it), then SIGKILLs it. Its payload is far beyond what any
+/// machine moves before the kill, so the watcher never races the row's end.
 fn kill_matrix_mid_driver_row(dir: &Path, before: &[(String, i64)]) {
-    let mut child = driver_matrix("200MB", &dir.join("killed.json")).spawn().unwrap();
+    let mut child = driver_matrix("100GB", &dir.join("killed.json")).spawn().unwrap();
     let raised = wait_for_records(child.id(), std::time::Duration::from_secs(300), |r| {
         !records_of(r, "driver_priority").is_empty()
     });
@@ -182,7 +185,7 @@ fn kill_matrix_mid_driver_row(dir: &Path, before: &[(String, i64)]) {
 /// raised; its state file recorded the originals, so `clean` puts every one back, and a
 /// later matrix restores a killed one's raise before reading any priority (never taking a
 /// raised value for the original). In the guest, where crypto_user and ESP exist.
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn killed_matrix_priorities_restored_in_guest() {
     if std::env::var_os(IN_VM).is_none() {
         eprintln!("skipped: runs only inside the VM started by its host-side test");

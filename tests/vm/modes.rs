@@ -37,11 +37,11 @@ fn sa_bytes(report: &Value, way: &str) -> u64 {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn guest_modes_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
         eprintln!(
-            "skipped: guest_modes_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+            "skipped: guest_modes_checks only runs inside the VM started by the in_vm_ tests of main.rs"
         );
         return;
     }

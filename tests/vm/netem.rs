@@ -2,8 +2,8 @@
 //! machines has no netem qdisc, so the checks that need one run in the shared virtme-ng
 //! boot of the stock kernel (tests/vm/main.rs), in `guest_netem_checks`:
 //!
-//! * `run --netem "delay 20ms loss 0.1% rate 1gbit"`: while the run is up, tc (as an
-//!   outside observer) sees the netem qdisc on both veth ends; the report's conditions
+//! * `run --netem "delay 20ms loss 0.1% rate 1gbit"`: held at its iperf3 run (with the
+//!   link still shaped), tc (as an outside observer) sees the netem qdisc on both veth ends; the report's conditions
 //!   hold the qdiscs the lab read back over netlink, equal to the request in the kernel's
 //!   units; the measured link RTT shows the delay (at least 2 × 20 ms: both directions are
 //!   shaped); nothing is left afterwards.
@@ -11,8 +11,9 @@
 //!   condition, labelled with it, all cells measured (kernel ESP across the shaped link),
 //!   "% of plain" taken from the plain row of the same condition.
 //!
-//! On the host: bad specs exit 2 and create nothing; a kernel without netem exits 3 and
-//! says to use --vm, and a matrix's shaped rows there are "not run" with that reason.
+//! On the host: bad specs exit 2 and create nothing; a kernel without netem (tc says which
+//! kind this one is) exits 3 and says to use --vm, and a matrix's shaped rows there are
+//! "not run" with that reason; a kernel with netem runs them.
 
 use crate::common;
 
@@ -20,12 +21,11 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use common::hold::{iperf3_or_skip, Hold};
 use common::*;
 
 #[test]
 fn netem_bad_specs_exit_2_and_create_nothing() {
-    let _lock = lab_lock();
-    let before = lab_namespaces();
     assert_usage_errors(&[
         (&["run", "--backend", "plain", "--netem", ""][..], "empty"),
         (
@@ -62,20 +62,19 @@ fn netem_bad_specs_exit_2_and_create_nothing() {
             "with a unit",
         ),
     ]);
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
-/// Where the running kernel lacks netem (the lab's build hosts), `run --netem` is a missing
-/// capability (exit 3) naming the way out, before anything is created; where it has netem,
-/// the run goes through and records the conditions.
+/// `run --netem` on this kernel: where it has netem (asked of tc, not of the lab) the run
+/// goes through and records the conditions; where it lacks it (the lab's build hosts) it is
+/// a missing capability (exit 3) naming the way out, before anything is created.
 #[test]
-fn netem_on_this_kernel_runs_or_exits_3_naming_vm() {
-    if !root_or_skip("netem_on_this_kernel_runs_or_exits_3_naming_vm") {
+fn netem_on_this_kernel_runs_where_tc_has_netem_else_exits_3_naming_vm() {
+    let test = "netem_on_this_kernel_runs_where_tc_has_netem_else_exits_3_naming_vm";
+    if !root_or_skip(test) {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let run = own::run_lab_own(&[
         "run",
         "--backend",
         "plain",
@@ -87,27 +86,27 @@ fn netem_on_this_kernel_runs_or_exits_3_naming_vm() {
         "--json",
         "-",
     ]);
-    match out.status.code() {
-        Some(3) => assert!(text(&out).contains("--vm"), "{}", text(&out)),
-        Some(0) => {
-            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(report["conditions"]["netem"], "delay 1ms", "{report}");
-        }
-        _ => panic!("run --netem: {}", text(&out)),
+    let out = &run.out;
+    if own::kernel_has_netem() {
+        assert_eq!(out.status.code(), Some(0), "tc has netem: {}", text(out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["conditions"]["netem"], "delay 1ms", "{report}");
+    } else {
+        assert_eq!(out.status.code(), Some(3), "tc has no netem: {}", text(out));
+        assert!(text(out).contains("--vm"), "{}", text(out));
     }
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
 }
 
 /// A matrix on this kernel: the bare link's row is measured; the shaped row is measured
-/// where the kernel has netem and otherwise not run, saying why (never a zero).
+/// where the kernel has netem (asked of tc) and otherwise not run, saying why (never a zero).
 #[test]
-fn matrix_netem_rows_on_this_kernel_are_measured_or_say_why() {
-    if !root_or_skip("matrix_netem_rows_on_this_kernel_are_measured_or_say_why") {
+fn matrix_netem_rows_are_measured_where_tc_has_netem_else_say_why() {
+    if !root_or_skip("matrix_netem_rows_are_measured_where_tc_has_netem_else_say_why") {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let run = own::run_lab_own(&[
         "matrix",
         "--backends",
         "plain",
@@ -121,7 +120,8 @@ fn matrix_netem_rows_on_this_kernel_are_measured_or_say_why() {
         "--json",
         "-",
     ]);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = &run.out;
+    assert!(out.status.success(), "{}", text(out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{report}");
@@ -129,7 +129,10 @@ fn matrix_netem_rows_on_this_kernel_are_measured_or_say_why() {
     assert_eq!(rows[0]["cells"][0]["status"], "measured");
     assert_eq!(rows[1]["key"]["netem"], "delay 5ms");
     let shaped = &rows[1]["cells"][0];
-    if shaped["status"] == "not_run" {
+    if own::kernel_has_netem() {
+        assert_eq!(shaped["status"], "measured", "tc has netem: {shaped}");
+    } else {
+        assert_eq!(shaped["status"], "not_run", "tc has no netem: {shaped}");
         assert!(
             shaped["reason"]
                 .as_str()
@@ -137,10 +140,8 @@ fn matrix_netem_rows_on_this_kernel_are_measured_or_say_why() {
                 .contains("CONFIG_NET_SCH_NETEM"),
             "{shaped}"
         );
-    } else {
-        assert_eq!(shaped["status"], "measured", "{shaped}");
     }
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
 }
 
 /// The root qdisc of `link` in namespace `ns` as tc prints it (an outside observer).
@@ -152,40 +153,16 @@ fn tc_qdisc(ns: &str, link: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// While `run` lives, watches its namespaces and keeps, per veth end, the first thing tc
-/// printed that holds a netem qdisc (empty where it never saw one); returns them with the
-/// run's exit status.
-fn observe_netem(
-    before: &[String],
-    run: &mut std::process::Child,
-) -> (Vec<String>, std::process::ExitStatus) {
-    let mut seen = vec![String::new(), String::new()];
-    loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            return (seen, status);
-        }
-        let fresh = new_lab_namespaces(before);
-        if fresh.len() == 2 {
-            for (i, link) in ["ipl-veth-a", "ipl-veth-b"].into_iter().enumerate() {
-                if seen[i].is_empty() {
-                    let now = tc_qdisc(&fresh[i], link);
-                    if now.contains("netem") {
-                        seen[i] = now;
-                    }
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn guest_netem_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
         eprintln!(
-            "skipped: guest_netem_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
+            "skipped: guest_netem_checks only runs inside the VM started by the in_vm_ tests of main.rs"
         );
+        return;
+    }
+    if !iperf3_or_skip("netem::guest_netem_checks") {
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
@@ -194,13 +171,32 @@ fn guest_netem_checks() {
     let json = out.join("netem-run.json");
     let spec = "delay 20ms loss 0.1% rate 1gbit";
     let before = lab_namespaces();
-    let mut run = lab()
+    // Held at its iperf3 run, with the link still shaped, the run waits while tc looks: a
+    // watcher polling a 2 MB run could miss the qdiscs.
+    let hold = Hold::new();
+    let mut run = hold
+        .lab()
         .args(["run", "--backend", "plain", "--bytes", "2MB", "--no-progress"])
-        .args(["--netem", spec, "--json"])
+        .args(["--with-iperf3", "--netem", spec, "--json"])
         .arg(&json)
         .spawn()
         .unwrap();
-    let (seen, status) = observe_netem(&before, &mut run);
+    let held = hold.wait(&mut run, Duration::from_secs(120));
+    let own = state_records(run.id()).expect("the held run's state file");
+    let mut namespaces: Vec<String> = records_of(&own, "namespace")
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    namespaces.sort();
+    assert!(namespaces.contains(&held), "{held} is not the run's own: {own:?}");
+    assert_eq!(namespaces.len(), 2, "{own:?}");
+    let seen: Vec<String> = namespaces
+        .iter()
+        .zip(["ipl-veth-a", "ipl-veth-b"])
+        .map(|(ns, link)| tc_qdisc(ns, link))
+        .collect();
+    hold.release();
+    let status = run.wait().unwrap();
     assert!(status.success(), "run --netem: {status}");
     eprintln!("guest: tc saw {seen:?}");
     for s in &seen {

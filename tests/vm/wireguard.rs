@@ -11,11 +11,11 @@ use common::*;
 /// TCG boots in about 30 s; the run takes a few seconds, the wrong-key check 20 s.
 
 #[test]
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn guest_checks() {
     assert!(
         std::env::var_os(IN_VM).is_some(),
-        "guest_checks runs inside the VM (every_guest_group_in_one_vm_boot boots it)"
+        "guest_checks runs inside the VM (its in_vm_ test in main.rs boots it)"
     );
     let before = lab_namespaces();
     let out = run_lab(&[

@@ -339,12 +339,10 @@ async fn interop() {
 }
 
 #[test]
-#[ignore = "runs inside the VM booted by every_guest_group_in_one_vm_boot"]
+#[ignore = "runs inside the VM booted by the in_vm_ tests of main.rs"]
 fn guest_checks() {
     if std::env::var_os(common::IN_VM).is_none() {
-        eprintln!(
-            "skipped: guest_checks only runs inside the VM started by every_guest_group_in_one_vm_boot"
-        );
+        eprintln!("skipped: guest_checks only runs inside the VM started by the in_vm_ tests of main.rs");
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
