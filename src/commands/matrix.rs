@@ -20,15 +20,17 @@ pub struct MatrixArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "plain,xfrm,userspace,openvpn,strongswan"
+        default_value = "plain,xfrm,userspace,openvpn,strongswan",
+        value_parser = crate::values::backend(),
+        hide_possible_values = true
     )]
     pub backends: Vec<Backend>,
     /// Cipher suites (the columns), comma-separated, e.g. aes-256-gcm,aes-256-cbc-hmac-sha256
     /// [default: the six classic ones, AES-128/192/256-CBC without and with HMAC-SHA256].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::values::cipher(), hide_possible_values = true)]
     pub ciphers: Vec<CipherSuite>,
     /// Crypto implementations of the userspace backend, one row each.
-    #[arg(long, value_delimiter = ',', default_value = "auto,soft")]
+    #[arg(long, value_delimiter = ',', default_value = "auto,soft", value_parser = crate::values::crypto(), hide_possible_values = true)]
     pub crypto: Vec<CryptoChoice>,
     /// Tunnel threads per end, comma-separated, e.g. 1,2,4: the userspace rows once per
     /// count (`run --tunnel-threads`), the xfrm rows once per count as SA pairs (`run
@@ -58,7 +60,8 @@ pub struct MatrixArgs {
     /// a release with an image in /boot): one boot for all of them. Several kernels,
     /// comma-separated, boot one after the other: each kernel's rows are labelled with its
     /// uname -r, and `compare --kernels A,B` puts them side by side.
-    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",
+          value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
     /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
     /// [default: DIR/matrix.json with --out, else ipsec-lab-matrix-<unix time>.json].
@@ -71,7 +74,7 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub no_progress: bool,
     /// Add an xfrm row with ESP encapsulated: udp (ESP in UDP, RFC 3948).
-    #[arg(long, value_name = "udp")]
+    #[arg(long, value_name = "udp", value_parser = crate::values::encap(), hide_possible_values = true)]
     pub encap: Option<model::EncapKind>,
     /// UDP port of the --encap row [default: 4500].
     #[arg(long, value_name = "PORT", requires = "encap")]

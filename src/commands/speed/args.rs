@@ -43,7 +43,8 @@ pub struct SpeedArgs {
     /// linux-image-amd64 points at) under virtme-ng, for kernels without AF_ALG; the other
     /// rows run here. KERNEL,KERNEL: one boot per kernel, each row named after its kernel.
     /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed.
-    #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "",
+          value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
     /// Internal: this process is a child run (soft rows, or kernel rows in the VM); print
     /// only JSON.
