@@ -71,7 +71,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
     /// Run the transfer N times and report min/median/max.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
     /// Parallel TCP streams, as iperf3 -P.
     #[arg(long, short = 'P', default_value_t = 1)]

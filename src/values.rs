@@ -40,7 +40,12 @@ where
 {
     type Value = T;
 
-    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<T, clap::Error> {
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
         // The same parser clap's derive uses for a FromStr type: the same message on error.
         StringValueParser::new()
             .try_map(|s| s.parse::<T>())
@@ -50,6 +55,16 @@ where
     fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
         Some(Box::new(self.names.iter().map(|&n| PossibleValue::new(n))))
     }
+}
+
+/// A count from 1 to `max` (`--repeat`): a negative number is a value here, refused with
+/// the range, where clap would take "-1" for an unknown flag.
+pub fn count(max: u32) -> impl TypedValueParser<Value = u32> {
+    StringValueParser::new().try_map(move |s| match s.trim().parse::<i64>() {
+        Ok(n) if (1..=i64::from(max)).contains(&n) => Ok(n as u32),
+        Ok(n) => Err(format!("{n} is out of range: use 1 to {max}")),
+        Err(_) => Err(format!("{s:?} is not a whole number: use 1 to {max}")),
+    })
 }
 
 pub fn backend() -> Listed<Backend> {
@@ -115,7 +130,11 @@ mod tests {
             T::Err: std::error::Error + Send + Sync + 'static,
         {
             let cmd = clap::Command::new("t");
-            let names: Vec<String> = parser.possible_values().unwrap().map(|v| v.get_name().to_string()).collect();
+            let names: Vec<String> = parser
+                .possible_values()
+                .unwrap()
+                .map(|v| v.get_name().to_string())
+                .collect();
             assert!(!names.is_empty());
             for name in names {
                 parser.parse_ref(&cmd, None, OsStr::new(&name)).unwrap();
@@ -135,10 +154,10 @@ mod tests {
         suites.extend(CipherSuite::classic_six());
         suites.extend([KeyBits::Aes128, KeyBits::Aes256].map(|key| CipherSuite::AesGcm { key }));
         suites.push(CipherSuite::ChaCha20Poly1305);
-        assert_eq!(suites.iter().map(CipherSuite::name).collect::<Vec<_>>(), SUITE_NAMES);
         assert_eq!(
-            KeyBits::ALL.map(|k| k.to_string()).to_vec(),
-            key_bits().names
+            suites.iter().map(CipherSuite::name).collect::<Vec<_>>(),
+            SUITE_NAMES
         );
+        assert_eq!(KeyBits::ALL.map(|k| k.to_string()).to_vec(), key_bits().names);
     }
 }

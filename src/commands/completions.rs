@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, Command, CommandFactory, ValueHint};
-use clap_mangen::roff::{bold, roman, Roff};
 use clap_complete::Shell;
+use clap_mangen::roff::{bold, roman, Roff};
 use lab::{LabError, LabResult};
 
 #[derive(Debug, Args)]
@@ -62,7 +62,10 @@ fn for_completion(command: Command) -> Command {
             false => arg,
         }
     });
-    let subcommands: Vec<String> = visible.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    let subcommands: Vec<String> = visible
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
     for name in subcommands {
         visible = visible.mut_subcommand(name, for_completion);
     }
@@ -132,7 +135,10 @@ fn collect_pages(command: &Command, pages: &mut Vec<(String, Vec<u8>)>) {
     man.render(&mut page).expect("rendering into memory");
     // "ipsec-lab-psk-generate" -> "psk-generate"; the top page's is "".
     let name = command.get_display_name().unwrap_or(command.get_name());
-    let subcommand = name.strip_prefix("ipsec-lab").unwrap_or(name).trim_start_matches('-');
+    let subcommand = name
+        .strip_prefix("ipsec-lab")
+        .unwrap_or(name)
+        .trim_start_matches('-');
     page.extend(extra_sections(subcommand).render().into_bytes());
     pages.push((man.get_filename(), page));
 }
@@ -309,7 +315,10 @@ mod tests {
             ("ipsec_lab__subcmd__report", "--format", "html"),
         ] {
             let case = bash_case(&script, subcommand, prev);
-            assert!(case.contains("compgen -W") && case.contains(word), "{subcommand} {prev}: {case}");
+            assert!(
+                case.contains("compgen -W") && case.contains(word),
+                "{subcommand} {prev}: {case}"
+            );
         }
         // Free-form values complete nothing; paths still complete file names.
         for prev in ["--bytes", "--port", "--netem"] {
@@ -382,7 +391,10 @@ mod tests {
             let args = roff_args(title);
             assert_eq!(args.len(), 6, "{name}: {title}");
             assert_eq!(args[4], version, "{name}: {title}");
-            assert!(args[3].len() == 10 && args[3].starts_with("20"), "{name}: {title}");
+            assert!(
+                args[3].len() == 10 && args[3].starts_with("20"),
+                "{name}: {title}"
+            );
             assert!(page.contains(".SH \"EXIT STATUS\""), "{name}");
             for code in ["2", "3", "130"] {
                 assert!(page.contains(&format!("\\fB{code}\\fR")), "{name}: exit {code}");
@@ -390,7 +402,10 @@ mod tests {
         }
         for name in ["ipsec-lab.1", "ipsec-lab-serve.1", "ipsec-lab-psk.1"] {
             let page = page(name);
-            assert!(page.contains(".SH FILES") && page.contains("/etc/ipsec\\-lab/psk"), "{name}");
+            assert!(
+                page.contains(".SH FILES") && page.contains("/etc/ipsec\\-lab/psk"),
+                "{name}"
+            );
         }
         let run = page("ipsec-lab-run.1");
         assert!(run.contains(".SH EXAMPLES"), "{run}");

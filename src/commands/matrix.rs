@@ -35,7 +35,9 @@ pub struct MatrixArgs {
     /// Tunnel threads per end, comma-separated, e.g. 1,2,4: the userspace rows once per
     /// count (`run --tunnel-threads`), the xfrm rows once per count as SA pairs (`run
     /// --sas`, "xfrm x2 SAs"); other backends' rows at counts above 1 say why they have none.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    // Refused here whatever the backends: a count of 0 means nothing for any row.
+    #[arg(long, value_delimiter = ',', default_value = "1", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
     pub threads: Vec<u16>,
     /// TCP streams per transfer in every cell, as `run -P` [default: the largest --threads
     /// count, so every tunnel thread has a stream to carry].
@@ -48,7 +50,8 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "SIZE", requires = "vm")]
     pub vm_bytes: Option<ByteSize>,
     /// Transfers per cell (median, min–max).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+          value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
     /// MTU of the veth link.
     #[arg(long, default_value_t = 1500)]
