@@ -36,15 +36,11 @@ pub fn completions(args: CompletionsArgs) -> LabResult<()> {
 /// offers them otherwise), and with every free-form value (a size, a port, a host) marked
 /// as such, so the shell offers no file names where no file is meant.
 fn for_completion(command: Command) -> Command {
-    let hidden: Vec<String> = command
-        .get_subcommands()
-        .filter(|s| s.is_hide_set())
-        .map(|s| s.get_name().to_string())
-        .collect();
-    let mut visible = match hidden.is_empty() {
-        true => command,
+    let any_hidden = command.get_subcommands().any(Command::is_hide_set);
+    let mut visible = match any_hidden {
+        false => command,
         // clap cannot remove a subcommand: rebuild the top level without the hidden ones.
-        false => {
+        true => {
             let mut top = Command::new(env!("CARGO_BIN_NAME")).version(env!("CARGO_PKG_VERSION"));
             if let Some(about) = command.get_about() {
                 top = top.about(about.clone());
