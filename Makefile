@@ -11,6 +11,8 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 # What `make install` builds first; `make install INSTALL_BUILD= BIN=...` installs a given binary.
 INSTALL_BUILD ?= build
+# The strip `make install` runs on the installed copy (a cross toolchain's for a cross build).
+STRIP ?= strip
 
 setup:
 	@bash lab/setup.sh
@@ -66,9 +68,10 @@ deb: build
 	@bash lab/deb/cargo-deb.sh
 	bash lab/deb/build.sh $(BIN) target/debian
 
-# From source: the binary, its man pages and completions, and the service unit.
+# From source: the binary (stripped, as the .deb's: symbols and debug info are most of its
+# size), its man pages and completions, and the service unit.
 install: $(INSTALL_BUILD)
-	install -Dm755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ipsec-lab
+	install -Dm755 -s --strip-program=$(STRIP) $(BIN) $(DESTDIR)$(PREFIX)/bin/ipsec-lab
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d \
 		$(DESTDIR)$(PREFIX)/lib/systemd/system

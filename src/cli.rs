@@ -51,21 +51,21 @@ pub struct RunArgs {
     /// tunnel, one thread per end unless --tunnel-threads), openvpn (real OpenVPN),
     /// strongswan (kernel IPsec negotiated by strongSwan's charon over IKEv2), or WireGuard:
     /// wireguard (the kernel's), wireguard-go or boringtun (chacha20-poly1305 only).
-    #[arg(long, default_value = "xfrm")]
+    #[arg(long, default_value = "xfrm", value_parser = crate::values::backend(), hide_possible_values = true)]
     pub backend: Backend,
     /// AES key size: 128, 192 or 256 [default: 256].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::key_bits(), hide_possible_values = true)]
     pub key_bits: Option<KeyBits>,
     /// Integrity added to AES-CBC: none or sha256 [default: sha256].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::hmac(), hide_possible_values = true)]
     pub hmac: Option<Hmac>,
     /// A whole cipher suite instead of --key-bits/--hmac: aes-256-gcm, aes-128-cbc,
     /// aes-256-cbc-hmac-sha256, none, ...
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::cipher(), hide_possible_values = true)]
     pub cipher: Option<CipherSuite>,
     /// Crypto implementation of the userspace backend: auto, soft (AES-NI off), rustcrypto,
     /// aws-lc [default: auto].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::crypto(), hide_possible_values = true)]
     pub crypto: Option<CryptoChoice>,
     /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30); at least 1MB [default: send for
     /// 2 s, as --time 2 (after --omit); 100MB with --peer or --with-iperf3, which have no
@@ -73,7 +73,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub bytes: Option<ByteSize>,
     /// Run the transfer N times and report min/median/max.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
     /// Parallel TCP streams, as iperf3 -P.
     #[arg(long, short = 'P', default_value_t = 1)]
@@ -83,7 +84,7 @@ pub struct RunArgs {
     pub mtu: u32,
     /// IPsec mode of the xfrm backend: tunnel or transport [default: tunnel; with --peer
     /// always transport].
-    #[arg(long)]
+    #[arg(long, value_parser = crate::values::mode(), hide_possible_values = true)]
     pub mode: Option<IpsecMode>,
     /// Seed of the pseudo-random payload, as printed (0x18ecd9107f28b6c7) or in decimal
     /// (default: from the clock; recorded in the report).
@@ -94,7 +95,8 @@ pub struct RunArgs {
     pub port: u16,
     /// Run inside a VM booting a stock kernel (optionally the given kernel image); `--vm auto`
     /// uses the VM only when this kernel has no ESP.
-    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",
+          value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
     /// Also run iperf3 over the same data path after each transfer and report the ratio.
     #[arg(long)]
@@ -110,7 +112,7 @@ pub struct RunArgs {
     pub no_progress: bool,
     /// Run against `ipsec-lab serve` on another machine, HOST[:PORT] (default port 5299),
     /// instead of between two local namespaces.
-    #[arg(long, value_name = "HOST[:PORT]")]
+    #[arg(long, value_name = "HOST[:PORT]", value_hint = clap::ValueHint::Hostname)]
     pub peer: Option<String>,
     /// Pre-shared key file for --peer (from `ipsec-lab psk generate`, mode 0600).
     #[arg(long, value_name = "FILE", requires = "peer")]
@@ -123,7 +125,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub tunnel_threads: u16,
     /// Encapsulate ESP for NAT traversal: udp (ESP in UDP, RFC 3948; xfrm backend only).
-    #[arg(long, value_name = "udp")]
+    #[arg(long, value_name = "udp", value_parser = crate::values::encap(), hide_possible_values = true)]
     pub encap: Option<model::EncapKind>,
     /// UDP port of --encap udp, on both ends [default: 4500].
     #[arg(long, value_name = "PORT")]
@@ -155,7 +157,8 @@ pub struct RunArgs {
 pub struct FamilyArgs {
     /// Address family of the lab's links and tunnels: 4 (198.18.0.0/15) or 6 (2001:2::/48)
     /// [default: 4].
-    #[arg(long, value_name = "4|6", conflicts_with_all = ["ipv4", "ipv6"])]
+    #[arg(long, value_name = "4|6", conflicts_with_all = ["ipv4", "ipv6"],
+          value_parser = crate::values::family(), hide_possible_values = true)]
     pub family: Option<model::Family>,
     /// IPv6 outer and inner addresses (--family 6).
     #[arg(short = '6', conflicts_with = "ipv4")]

@@ -11,6 +11,7 @@ mod commands;
 mod modes;
 mod output;
 mod progress;
+mod values;
 
 use std::process::ExitCode;
 

@@ -13,10 +13,11 @@ use lab::progress::Progress;
 use lab::{LabError, LabResult};
 
 /// How intervals are shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Show {
-    /// A line per interval; on stderr when stdout carries JSON.
-    Lines { to_stderr: bool },
+    /// A line per interval (and one per stream under it with `-P N`); on stderr when
+    /// stdout carries JSON. `period_s`: the `--interval`, to tell a short interval.
+    Lines { to_stderr: bool, period_s: f64 },
     /// `--json-stream`: an object per interval on stdout, the report last.
     JsonStream,
 }
@@ -34,8 +35,14 @@ impl Progress for Live {
 
 fn emit_interval(show: Show, record: &IntervalRecord) {
     match show {
-        Show::Lines { to_stderr: false } => println!("{}", interval_line(record)),
-        Show::Lines { to_stderr: true } => eprintln!("{}", interval_line(record)),
+        Show::Lines {
+            to_stderr: false,
+            period_s,
+        } => println!("{}", interval_lines(record, period_s)),
+        Show::Lines {
+            to_stderr: true,
+            period_s,
+        } => eprintln!("{}", interval_lines(record, period_s)),
         Show::JsonStream => {
             let object = serde_json::json!({ "event": "interval", "data": record });
             // Line by line, flushed: a reader follows the run as it goes.
@@ -59,6 +66,32 @@ pub fn end_of_stream(report: &RunReport) -> LabResult<()> {
     writeln!(out, "{object}")
         .and_then(|()| out.flush())
         .map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")))
+}
+
+/// An interval's line, then with `-P N` one line per stream under it (as iperf3 shows
+/// each stream beside the sum). An interval much shorter than the period (the last of a
+/// transfer of a size, the rest of one cut by `--omit`) is marked: its rate is a burst.
+pub fn interval_lines(r: &IntervalRecord, period_s: f64) -> String {
+    let seconds = r.end_s - r.start_s;
+    let mut lines = vec![interval_line(r)];
+    if seconds < period_s / 10.0 {
+        lines[0].push_str(&format!("  ({seconds:.3} s: too short for a steady rate)"));
+    }
+    let way = r.direction.map(|d| format!(" {d}")).unwrap_or_default();
+    for (stream, &bytes) in r.streams.iter().enumerate() {
+        let rate = if seconds > 0.0 {
+            bytes as f64 / seconds / 1e6
+        } else {
+            0.0
+        };
+        lines.push(format!(
+            "  stream {stream}{way}  {:6.2}-{:<6.2} s  {:>10}  {rate:8.1} MB/s",
+            r.start_s,
+            r.end_s,
+            model::ByteSize(bytes).to_string(),
+        ));
+    }
+    lines.join("\n")
 }
 
 /// `transfer 1 a->b  0.00-1.00 s  117.2 MB  117.2 MB/s (omitted)`.
@@ -169,6 +202,7 @@ mod tests {
             timestamp: 1.0,
             tunnel_cpu: [("ipl-tun-a".to_string(), 52.4)].into(),
             esp_bytes: Default::default(),
+            streams: Vec::new(),
         };
         let line = interval_line(&r);
         assert!(line.starts_with("transfer 1 b->a    2.00-3.00   s"), "{line}");
@@ -176,5 +210,60 @@ mod tests {
             line.contains("117.2 MB/s  tunnel cpu ipl-tun-a 52 %  (omitted)"),
             "{line}"
         );
+    }
+
+    fn record(start_s: f64, end_s: f64, streams: Vec<u64>) -> IntervalRecord {
+        let bytes = streams.iter().sum::<u64>().max(1_000_000);
+        IntervalRecord {
+            transfer: 1,
+            direction: None,
+            index: 1,
+            start_s,
+            end_s,
+            bytes,
+            mb_per_s: bytes as f64 / (end_s - start_s) / 1e6,
+            omitted: false,
+            timestamp: 1.0,
+            tunnel_cpu: Default::default(),
+            esp_bytes: Default::default(),
+            streams,
+        }
+    }
+
+    /// Regression: `-P 4 --interval 1` showed only the sum; iperf3 shows each stream too.
+    #[test]
+    fn with_several_streams_each_has_a_line_under_the_sum() {
+        let text = interval_lines(&record(1.0, 2.0, vec![300_000_000, 100_000_000]), 1.0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("transfer 1 ") && lines[0].contains("400.0 MB"),
+            "{text}"
+        );
+        assert!(
+            lines[1].starts_with("  stream 0 ") && lines[1].contains("300.0 MB/s"),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("  stream 1 ") && lines[2].contains("100.0 MB/s"),
+            "{text}"
+        );
+        // One stream: the one line.
+        assert_eq!(interval_lines(&record(1.0, 2.0, vec![]), 1.0).lines().count(), 1);
+    }
+
+    /// Regression: "2.00-2.01 s 24.1 MB 3615.1 MB/s" read as a rate above the link; a
+    /// sliver that still ends a transfer (one of a size) says it is one.
+    #[test]
+    fn an_interval_much_shorter_than_the_period_is_marked() {
+        let short = interval_lines(&record(2.0, 2.007, vec![]), 1.0);
+        assert!(
+            short.contains("(0.007 s: too short for a steady rate)"),
+            "{short}"
+        );
+        let full = interval_lines(&record(1.0, 2.0, vec![]), 1.0);
+        assert!(!full.contains("too short"), "{full}");
+        let last = interval_lines(&record(2.0, 2.5, vec![]), 1.0);
+        assert!(!last.contains("too short"), "{last}");
     }
 }

@@ -64,7 +64,7 @@ pub fn print_human(text: &str, json: Option<&Path>) {
 }
 
 pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
-    print_human(&table(report), json);
+    print_human(&human(report, json), json);
     if let Some(path) = json {
         write_text(path, &(to_json(report)? + "\n"))?;
     }
@@ -156,11 +156,14 @@ pub fn table(report: &RunReport) -> String {
         };
         let _ = writeln!(out, "{kind}: {note}");
     }
-    if !report.backend_details.is_empty() {
-        let _ = writeln!(
-            out,
-            "(the backend's full evidence is in the JSON report: --json FILE)"
-        );
+    out
+}
+
+/// The table, and where no JSON report is written, a pointer to the evidence only it holds.
+pub fn human(report: &RunReport, json: Option<&Path>) -> String {
+    let mut out = table(report);
+    if json.is_none() && !report.backend_details.is_empty() {
+        out.push_str("(the backend's full evidence is in the JSON report: --json FILE)\n");
     }
     out
 }
@@ -249,5 +252,39 @@ mod tests {
             text.contains("\nwarning: a transfer lasted 0.100 s: too short to be a stable figure"),
             "{text}"
         );
+    }
+
+    /// Regression: "(the backend's full evidence is in the JSON report: --json FILE)" was
+    /// printed also when --json was given.
+    #[test]
+    fn the_evidence_pointer_only_where_no_json_is_written() {
+        let plan = RunRequest {
+            backend: model::Backend::Userspace,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let t = Transfer {
+            bytes: 100_000_000,
+            seconds: 0.5,
+            streams: 1,
+            verified: true,
+            sender_cpu: CpuUsage::new(0.1, 0.0, 0.5),
+            receiver_cpu: CpuUsage::new(0.05, 0.0, 0.5),
+            sender_threads: 1,
+            receiver_threads: 1,
+        };
+        let mut report = RunReport::new(plan, Environment::detect(), vec![t]).unwrap();
+        report
+            .backend_details
+            .insert("tunnel".into(), serde_json::json!({"packets": 1}));
+        let pointer = "full evidence is in the JSON report";
+        assert!(human(&report, None).contains(pointer));
+        for json in ["report.json", "-"] {
+            let text = human(&report, Some(Path::new(json)));
+            assert!(!text.contains(pointer), "--json {json}: {text}");
+        }
+        report.backend_details.clear();
+        assert!(!human(&report, None).contains(pointer));
     }
 }

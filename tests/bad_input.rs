@@ -155,7 +155,7 @@ fn vm_bytes_without_vm_is_refused() {
 }
 
 #[test]
-fn speed_repeats_is_an_alias_of_repeat_and_sizes_take_units() {
+fn speed_repeats_is_a_visible_alias_of_repeat_and_sizes_take_units() {
     let out = lab()
         .args(["speed", "aes-128-cbc", "--crypto", "auto", "--seconds", "0.01"])
         .args(["--repeats", "1", "--sizes", "1400,8KiB,16k", "--json", "-"])
@@ -167,7 +167,8 @@ fn speed_repeats_is_an_alias_of_repeat_and_sizes_take_units() {
     let help = run_lab(&["speed", "--help"]);
     let help = text(&help);
     assert!(help.contains("--repeat <REPEAT>"), "{help}");
-    assert!(!help.contains("--repeats"), "the old name stays hidden: {help}");
+    // Regression: --repeats worked and --help did not say so; it is a visible alias now.
+    assert!(help.contains("[alias: --repeats]"), "{help}");
 }
 
 #[test]
@@ -178,4 +179,56 @@ fn run_help_says_port_range_and_peer_mode() {
         help.contains("with --peer") && help.contains("transport"),
         "{help}"
     );
+}
+
+/// Regression (issue 25, item 6): hints that led nowhere. Negative numbers were taken for
+/// unknown flags; `matrix --threads 0` ran with --backends plain and otherwise named
+/// `--tunnel-threads`; `speed --sizes 0` suggested a payload size; `--peer --vm` sent the
+/// user to the machines they were on.
+#[test]
+fn every_refusal_names_the_flag_given_and_a_way_that_works() {
+    let _lock = lab_lock();
+    let before = lab_namespaces();
+    assert_usage_errors(&[
+        (
+            &["run", "--repeat", "-1"][..],
+            "-1 is out of range: use 1 to 1000",
+        ),
+        (
+            &["matrix", "--repeat", "-1"][..],
+            "-1 is out of range: use 1 to 1000",
+        ),
+        (&["run", "--repeat", "1001"][..], "use 1 to 1000"),
+        (
+            &["compare", "a.json", "b.json", "--threshold", "-5"][..],
+            "--threshold -5 is out of range",
+        ),
+        (
+            &["compare", "a.json", "b.json", "--confidence", "-5"][..],
+            "--confidence -5 is out of range",
+        ),
+        (
+            &["matrix", "--threads", "0", "--backends", "plain"][..],
+            "'--threads",
+        ),
+        (&["matrix", "--threads", "1,0"][..], "0 is not in 1..=256"),
+        (&["matrix", "--threads", "-1"][..], "-1 is not in 1..=256"),
+        (&["speed", "--sizes", "0"][..], "e.g. 1400"),
+        (
+            &["run", "--peer", "192.0.2.1", "--vm"][..],
+            "use --backend userspace",
+        ),
+    ]);
+    for args in [
+        &["matrix", "--threads", "0"][..],
+        &["matrix", "--threads", "0", "--backends", "plain"][..],
+    ] {
+        let out = text(&run_lab(args));
+        assert!(!out.contains("--tunnel-threads"), "{args:?}: {out}");
+    }
+    let out = text(&run_lab(&["speed", "--sizes", "0"]));
+    assert!(!out.contains("100MB"), "a payload size is no block size: {out}");
+    let out = text(&run_lab(&["run", "--peer", "192.0.2.1", "--vm"]));
+    assert!(!out.contains("on the machines themselves"), "{out}");
+    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }

@@ -31,12 +31,12 @@ pub struct CompareArgs {
     pub kernels: Vec<String>,
     /// Smallest change of a median, in percent, that is flagged (it must also lie beyond
     /// the noise: see --confidence).
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5.0)]
     pub threshold: f64,
     /// Confidence, in percent, of the interval of each cell's ratio after/before; a change
     /// is beyond the noise where the interval leaves out 1. Three repeats a side reach 90 %;
     /// 95 % needs four or more.
-    #[arg(long, default_value_t = 90.0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 90.0)]
     pub confidence: f64,
     /// Exit with code 1 when a regression is flagged (an inconclusive cell never is: too few
     /// repeats for --confidence, transfers under 0.5 s, CPU steal above 5 %).

@@ -20,20 +20,24 @@ pub struct MatrixArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "plain,xfrm,userspace,openvpn,strongswan"
+        default_value = "plain,xfrm,userspace,openvpn,strongswan",
+        value_parser = crate::values::backend(),
+        hide_possible_values = true
     )]
     pub backends: Vec<Backend>,
     /// Cipher suites (the columns), comma-separated, e.g. aes-256-gcm,aes-256-cbc-hmac-sha256
     /// [default: the six classic ones, AES-128/192/256-CBC without and with HMAC-SHA256].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::values::cipher(), hide_possible_values = true)]
     pub ciphers: Vec<CipherSuite>,
     /// Crypto implementations of the userspace backend, one row each.
-    #[arg(long, value_delimiter = ',', default_value = "auto,soft")]
+    #[arg(long, value_delimiter = ',', default_value = "auto,soft", value_parser = crate::values::crypto(), hide_possible_values = true)]
     pub crypto: Vec<CryptoChoice>,
     /// Tunnel threads per end, comma-separated, e.g. 1,2,4: the userspace rows once per
     /// count (`run --tunnel-threads`), the xfrm rows once per count as SA pairs (`run
     /// --sas`, "xfrm x2 SAs"); other backends' rows at counts above 1 say why they have none.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    // Refused here whatever the backends: a count of 0 means nothing for any row.
+    #[arg(long, value_delimiter = ',', default_value = "1", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
     pub threads: Vec<u16>,
     /// TCP streams per transfer in every cell, as `run -P` [default: the largest --threads
     /// count, so every tunnel thread has a stream to carry].
@@ -46,7 +50,8 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "SIZE", requires = "vm")]
     pub vm_bytes: Option<ByteSize>,
     /// Transfers per cell (median, min–max).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+          value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
     /// MTU of the veth link.
     #[arg(long, default_value_t = 1500)]
@@ -58,7 +63,8 @@ pub struct MatrixArgs {
     /// a release with an image in /boot): one boot for all of them. Several kernels,
     /// comma-separated, boot one after the other: each kernel's rows are labelled with its
     /// uname -r, and `compare --kernels A,B` puts them side by side.
-    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",
+          value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
     /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
     /// [default: DIR/matrix.json with --out, else ipsec-lab-matrix-<unix time>.json].
@@ -71,7 +77,7 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub no_progress: bool,
     /// Add an xfrm row with ESP encapsulated: udp (ESP in UDP, RFC 3948).
-    #[arg(long, value_name = "udp")]
+    #[arg(long, value_name = "udp", value_parser = crate::values::encap(), hide_possible_values = true)]
     pub encap: Option<model::EncapKind>,
     /// UDP port of the --encap row [default: 4500].
     #[arg(long, value_name = "PORT", requires = "encap")]

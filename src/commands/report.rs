@@ -13,7 +13,7 @@ pub struct ReportArgs {
     /// A JSON result of `ipsec-lab matrix`, or `-` to read it from stdin.
     pub file: PathBuf,
     /// Output format: markdown, csv, svg or html.
-    #[arg(long, short = 'f', default_value = "markdown")]
+    #[arg(long, short = 'f', default_value = "markdown", value_parser = crate::values::report_format(), hide_possible_values = true)]
     pub format: report::Format,
     /// Write to FILE instead of stdout (`-`: stdout).
     #[arg(long, short = 'o', value_name = "FILE")]

@@ -23,12 +23,16 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     }
     // How intervals are shown: JSON objects, or lines beside the table (on stderr where
     // stdout carries the JSON report).
-    let show = plan.modes.interval_s.map(|_| match args.modes.json_stream {
-        true => Show::JsonStream,
-        false => Show::Lines {
-            to_stderr: args.json.as_deref().is_some_and(output::is_std_stream),
-        },
-    });
+    let show = plan
+        .modes
+        .interval_s
+        .map(|period_s| match args.modes.json_stream {
+            true => Show::JsonStream,
+            false => Show::Lines {
+                to_stderr: args.json.as_deref().is_some_and(output::is_std_stream),
+                period_s,
+            },
+        });
     lab::require_net_admin()?;
     let keys = lab::backend::xfrm::ShowKeys(args.show_keys);
     let report = if plan.peer.is_some() {

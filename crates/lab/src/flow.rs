@@ -57,6 +57,8 @@ pub fn timeline(plan: &RunPlan) -> Timeline {
     Timeline {
         every: plan.modes.interval_s.map(Duration::from_secs_f64),
         omit: Duration::from_secs_f64(plan.modes.omit_s),
+        // What arrives after a timed sender's deadline joins the last interval.
+        until: plan.modes.time_s.map(Duration::from_secs_f64),
     }
 }
 
@@ -161,35 +163,49 @@ impl Recorder<'_> {
         if esp_now.is_some() {
             self.esp_bytes = esp_now;
         }
-        for (direction, intervals) in closed {
-            self.emit_way(direction, intervals, &cpu, &esp);
+        // Both ways' intervals in time order (a->b first where they start together), not
+        // one way's and then the other's.
+        let mut all: Vec<(Direction, Interval)> = closed
+            .into_iter()
+            .flat_map(|(direction, intervals)| intervals.into_iter().map(move |i| (direction, i)))
+            .collect();
+        all.sort_by_key(|(direction, i)| (i.start, i.end, *direction == Direction::BToA));
+        for (direction, interval) in all {
+            self.emit_one(direction, interval, &cpu, &esp);
         }
     }
 
-    fn emit_way(
+    fn emit_one(
         &mut self,
         direction: Direction,
-        intervals: Vec<Interval>,
+        i: Interval,
         cpu: &BTreeMap<String, f64>,
         esp: &BTreeMap<String, u64>,
     ) {
-        for i in intervals {
-            let record = IntervalRecord {
-                transfer: self.attempt,
-                direction: labelled(self.plan, direction),
-                index: u32::try_from(i.index).unwrap_or(u32::MAX),
-                start_s: i.start.as_secs_f64(),
-                end_s: i.end.as_secs_f64(),
-                bytes: i.bytes,
-                mb_per_s: i.mb_per_s(),
-                omitted: i.omitted,
-                timestamp: (self.unix_epoch + i.end).as_secs_f64(),
-                tunnel_cpu: cpu.clone(),
-                esp_bytes: esp.clone(),
-            };
-            self.progress.interval(&record);
-            self.records.push(record);
+        let mb_per_s = i.mb_per_s();
+        let mut streams = i.streams;
+        // One stream has no breakdown; with several, every stream has a column, also one
+        // that filed nothing yet.
+        match self.plan.parallel {
+            0 | 1 => streams.clear(),
+            n => streams.resize(usize::from(n), 0),
         }
+        let record = IntervalRecord {
+            transfer: self.attempt,
+            direction: labelled(self.plan, direction),
+            index: u32::try_from(i.index).unwrap_or(u32::MAX),
+            start_s: i.start.as_secs_f64(),
+            end_s: i.end.as_secs_f64(),
+            bytes: i.bytes,
+            mb_per_s,
+            streams,
+            omitted: i.omitted,
+            timestamp: (self.unix_epoch + i.end).as_secs_f64(),
+            tunnel_cpu: cpu.clone(),
+            esp_bytes: esp.clone(),
+        };
+        self.progress.interval(&record);
+        self.records.push(record);
     }
 }
 
@@ -281,13 +297,15 @@ pub async fn transfer(
                 let mut closed = Vec::new();
                 for way in &mut ways {
                     let (now, tally) = way.counter.tally();
-                    // Once every stream has its last byte, the rest waits for the end, where
-                    // the last interval is cut at the last byte.
-                    if tally.streams_done < plan.parallel {
-                        let these = interval::closed(&timeline, &tally, now, way.shown);
-                        way.shown += these.len();
-                        closed.push((way.direction, these));
-                    }
+                    // Once every stream has its last byte the tally is final: the rest of
+                    // this way goes now, the last interval cut at the last byte, in time
+                    // order with the other way's, not after all of them.
+                    let these = match tally.streams_done < plan.parallel {
+                        true => interval::closed(&timeline, &tally, now, way.shown),
+                        false => interval::rest(&timeline, &tally, way.shown),
+                    };
+                    way.shown += these.len();
+                    closed.push((way.direction, these));
                 }
                 let esp = if recorder.wants(&closed) { esp_bytes(ends).await } else { None };
                 recorder.emit(closed, esp);

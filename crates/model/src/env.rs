@@ -59,12 +59,19 @@ impl BuildInfo {
 }
 
 impl Environment {
-    /// One host's conditions in a line: name, where it ran, kernel, CPUs and their crypto flags.
+    /// One host's conditions in a line: where it ran, its name, kernel, CPUs and their
+    /// crypto flags. The name is quoted and said to be one: a host named "vm" read as
+    /// "vm (host)" is easily taken for a VM.
     pub fn describe(&self) -> String {
+        let place = match self.virtualization.as_str() {
+            "host" => format!("host {:?}", self.hostname),
+            virt => match virt.strip_prefix("vm ") {
+                Some(how) => format!("a VM {how}, hostname {:?}", self.hostname),
+                None => format!("{virt}, hostname {:?}", self.hostname),
+            },
+        };
         format!(
-            "{} ({}), kernel {}, {} CPUs, {} [{}]",
-            self.hostname,
-            self.virtualization,
+            "{place}, kernel {}, {} CPUs, {} [{}]",
             self.kernel_release,
             self.cpus,
             self.cpu_model,
@@ -192,6 +199,23 @@ pub fn preferred_drivers(entries: &[CryptoEntry], algorithms: &[&str]) -> BTreeM
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: "measured on vm (host)" for a host named vm read as "in a VM".
+    #[test]
+    fn the_description_tells_the_hostname_from_where_it_ran() {
+        let mut env = Environment::detect();
+        env.hostname = "vm".into();
+        env.virtualization = "host".into();
+        let text = env.describe();
+        assert!(text.starts_with("host \"vm\", kernel "), "{text}");
+        env.hostname = "guest".into();
+        env.virtualization = "vm (tcg: emulated, speeds not representative)".into();
+        let text = env.describe();
+        assert!(
+            text.starts_with("a VM (tcg: emulated, speeds not representative), hostname \"guest\", kernel "),
+            "{text}"
+        );
+    }
 
     const CRYPTO: &str = "name         : cbc(aes)\ndriver       : cbc(aes-generic)\nmodule       : kernel\npriority     : 100\nrefcnt       : 1\nselftest     : passed\ntype         : skcipher\n\nname         : cbc(aes)\ndriver       : cbc-aes-aesni\nmodule       : aesni_intel\npriority     : 400\nselftest     : passed\ntype         : skcipher\n\nname         : hmac(sha256)\ndriver       : hmac(sha256-avx2)\nmodule       : kernel\npriority     : 170\nselftest     : passed\ntype         : shash\n";
 

@@ -207,6 +207,10 @@ pub struct IntervalRecord {
     /// Verified bytes received in the interval.
     pub bytes: u64,
     pub mb_per_s: f64,
+    /// With `-P N` (N of 2 or more): each stream's verified bytes, stream i's at index i,
+    /// adding up to `bytes` (iperf3's per-stream lines beside the sum); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<u64>,
     /// Inside the warm-up (`--omit`): not in the transfer's figure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub omitted: bool,

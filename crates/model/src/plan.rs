@@ -360,6 +360,9 @@ fn is_one(n: &u16) -> bool {
 /// Most queues the kernel gives one TUN device (`MAX_TAP_QUEUES`), so most tunnel threads.
 pub const MAX_TUNNEL_THREADS: u16 = 256;
 
+/// Most transfers per run (`--repeat`).
+pub const MAX_REPEAT: u32 = 1000;
+
 /// TCP port `ipsec-lab serve` listens on by default.
 pub const DEFAULT_PEER_PORT: u16 = 5299;
 
@@ -429,7 +432,7 @@ impl RunRequest {
     pub fn validate(self) -> Result<RunPlan, PlanError> {
         let mut ignored = Vec::new();
         check_payload("--bytes", self.bytes)?;
-        if self.repeat == 0 || self.repeat > 1000 {
+        if self.repeat == 0 || self.repeat > MAX_REPEAT {
             return Err(PlanError::Repeat(self.repeat));
         }
         if self.parallel == 0 || self.parallel > 128 {
@@ -644,7 +647,7 @@ pub enum PlanError {
     PayloadTooSmall { flag: &'static str, bytes: ByteSize },
     #[error("{0:?} is not a seed: give it as printed (0x18ecd9107f28b6c7) or in decimal")]
     Seed(String),
-    #[error("--repeat {0} is out of range: use 1 to 1000")]
+    #[error("--repeat {0} is out of range: use 1 to {MAX_REPEAT}")]
     Repeat(u32),
     #[error("--parallel {0} is out of range: use 1 to 128 streams")]
     Parallel(u16),
@@ -664,7 +667,7 @@ pub enum PlanError {
     NoChaCha(Backend),
     #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
     Peer(String),
-    #[error("--peer and --vm do not go together: run `ipsec-lab serve` and `run --peer` on the machines themselves")]
+    #[error("--peer and --vm do not go together: with --peer each end runs on its own host's kernel, not in a VM; where this host's kernel has no ESP, use --backend userspace between the hosts, or boot a kernel with ESP (Debian's linux-image-amd64 has it)")]
     PeerWithVm,
     #[error("the {0} backend does not run between two hosts yet: use --backend xfrm, userspace or plain with --peer")]
     PeerBackend(Backend),

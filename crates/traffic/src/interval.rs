@@ -5,7 +5,9 @@
 //! Slices start at the transfer's epoch (when the run started it, as iperf3 counts) and end
 //! at every multiple of the interval, with one more boundary at the end of the warm-up where
 //! that is not a multiple: so no slice straddles the warm-up, and the bytes of the slices
-//! inside it are exactly the bytes left out of the figure.
+//! inside it are exactly the bytes left out of the figure. A timed transfer (`--time`) has
+//! no boundary at or after its deadline: what arrives after it was sent before it, and
+//! belongs to the last slice, not to a sliver of its own whose "rate" is a burst.
 
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ pub struct Timeline {
     pub every: Option<Duration>,
     /// `--omit`: the warm-up at the start, left out of the figure (zero: none).
     pub omit: Duration,
+    /// `--time`: the sender's deadline; the slice before it runs to the last byte.
+    pub until: Option<Duration>,
 }
 
 impl Timeline {
@@ -40,6 +44,12 @@ impl Timeline {
 
     /// The `k`-th boundary (1-based), in nanoseconds since the epoch; None: there is none.
     fn boundary(&self, k: usize) -> Option<u128> {
+        let until = self.until.map(|u| u.as_nanos());
+        self.cut(k).filter(|&b| until.is_none_or(|u| b < u))
+    }
+
+    /// The `k`-th boundary as if there were no deadline.
+    fn cut(&self, k: usize) -> Option<u128> {
         let k = k as u128;
         match (self.every.map(|e| e.as_nanos()), self.extra()) {
             (None, None) => None,
@@ -55,7 +65,11 @@ impl Timeline {
 
     /// The slice holding the instant `t` after the epoch.
     pub fn slice_of(&self, t: Duration) -> usize {
-        let t = t.as_nanos();
+        // After the deadline: the slice the deadline ends (it has no boundary there).
+        let t = match self.until {
+            Some(until) if !until.is_zero() && t >= until => until.as_nanos() - 1,
+            _ => t.as_nanos(),
+        };
         let extra = usize::from(self.extra().is_some_and(|(_, omit)| t >= omit));
         match self.every.map(|e| e.as_nanos()) {
             Some(e) => usize::try_from(t / e).unwrap_or(usize::MAX - 1) + extra,
@@ -81,6 +95,8 @@ impl Timeline {
 pub struct Tally {
     /// Slice k's bytes at index k; slices after the last one written are absent (zero).
     pub slices: Vec<u64>,
+    /// The same per stream: stream i's at index i (`-P N`); they add up to `slices`.
+    pub streams: Vec<Vec<u64>>,
     /// Since the epoch.
     pub first_byte: Option<Duration>,
     pub last_byte: Option<Duration>,
@@ -95,10 +111,27 @@ impl Tally {
     pub fn bytes(&self) -> u64 {
         self.slices.iter().sum()
     }
+
+    /// Files `n` bytes of stream `stream` in slice `slice`: counted once in the slice's
+    /// total and once in the stream's, so the two always add up.
+    pub fn add(&mut self, stream: u16, slice: usize, n: u64) {
+        fn at(v: &mut Vec<u64>, k: usize) -> &mut u64 {
+            if v.len() <= k {
+                v.resize(k + 1, 0);
+            }
+            &mut v[k]
+        }
+        *at(&mut self.slices, slice) += n;
+        let stream = usize::from(stream);
+        if self.streams.len() <= stream {
+            self.streams.resize(stream + 1, Vec::new());
+        }
+        *at(&mut self.streams[stream], slice) += n;
+    }
 }
 
 /// One interval of a transfer: a slice, with the bytes verified in it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Interval {
     pub index: usize,
     /// Since the epoch. The last interval ends at the last byte, not at its slice's end.
@@ -107,6 +140,9 @@ pub struct Interval {
     pub bytes: u64,
     /// Inside the warm-up (`--omit`): not counted in the figure.
     pub omitted: bool,
+    /// Each stream's bytes (stream i's at index i, for every stream that filed any); they
+    /// add up to `bytes`.
+    pub streams: Vec<u64>,
 }
 
 impl Interval {
@@ -132,6 +168,11 @@ fn interval(timeline: &Timeline, tally: &Tally, k: usize, end: Duration) -> Inte
         end,
         bytes: tally.slices.get(k).copied().unwrap_or(0),
         omitted: timeline.omitted(k),
+        streams: tally
+            .streams
+            .iter()
+            .map(|stream| stream.get(k).copied().unwrap_or(0))
+            .collect(),
     }
 }
 
@@ -192,6 +233,14 @@ mod tests {
         Timeline {
             every: every.map(ms),
             omit: ms(omit),
+            until: None,
+        }
+    }
+
+    fn timed(every: u64, omit: u64, until: u64) -> Timeline {
+        Timeline {
+            until: Some(ms(until)),
+            ..timeline(Some(every), omit)
         }
     }
 
@@ -206,6 +255,10 @@ mod tests {
             timeline(Some(1000), 2000),
             timeline(Some(1000), 2500),
             timeline(Some(300), 100),
+            timed(1000, 0, 2000),
+            timed(1000, 0, 2500),
+            timed(1000, 1500, 3000),
+            timed(300, 0, 1000),
         ] {
             for t in (0..10_000).step_by(7).map(ms) {
                 let k = tl.slice_of(t);
@@ -238,6 +291,7 @@ mod tests {
     fn tally(per_slice: &[u64], last_ms: u64) -> Tally {
         Tally {
             slices: per_slice.to_vec(),
+            streams: vec![per_slice.to_vec()],
             first_byte: Some(ms(3)),
             last_byte: Some(ms(last_ms)),
             streams_done: 1,
@@ -289,7 +343,58 @@ mod tests {
             end: ms(5),
             bytes: 9,
             omitted: false,
+            streams: vec![9],
         };
         assert_eq!(empty.mb_per_s(), 0.0);
+    }
+
+    /// Regression: `--time 2 --interval 1` ended with "2.00-2.01 s 24.1 MB 3615.1 MB/s": the
+    /// bytes in flight at the deadline, reported as an interval of their own. They belong
+    /// to the last interval, which is not shown before the transfer ends.
+    #[test]
+    fn a_timed_transfers_tail_is_folded_into_its_last_interval() {
+        let tl = timed(1000, 0, 2000);
+        assert_eq!(tl.slice_of(ms(1999)), 1);
+        assert_eq!(tl.slice_of(ms(2000)), 1);
+        assert_eq!(tl.slice_of(ms(2012)), 1);
+        assert_eq!(tl.bounds(1), (ms(1000), None));
+        let mut t = Tally::default();
+        for (at, n) in [(500, 10), (1500, 20), (2010, 5)] {
+            t.add(0, tl.slice_of(ms(at)), n);
+        }
+        t.last_byte = Some(ms(2010));
+        // At 2.005 s the slice before the deadline is not closed: its tail may still come.
+        let live = closed(&tl, &t, ms(2005), 0);
+        assert_eq!(live.iter().map(|i| i.index).collect::<Vec<_>>(), [0]);
+        let rest = rest(&tl, &t, live.len());
+        assert_eq!(rest.len(), 1, "{rest:?}");
+        assert_eq!(
+            (rest[0].start, rest[0].end, rest[0].bytes),
+            (ms(1000), ms(2010), 25)
+        );
+        assert_eq!(live[0].bytes + rest[0].bytes, t.bytes());
+        // A deadline off the period keeps its short last period, tail included.
+        let tl = timed(1000, 0, 2500);
+        assert_eq!(tl.bounds(2), (ms(2000), None));
+        assert_eq!(tl.slice_of(ms(2600)), 2);
+        // Without a deadline, nothing changes.
+        assert_eq!(timeline(Some(1000), 0).slice_of(ms(2010)), 2);
+    }
+
+    /// Per-stream intervals add up to the interval's total, slice by slice.
+    #[test]
+    fn each_streams_bytes_add_up_to_the_interval() {
+        let tl = timeline(Some(1000), 0);
+        let mut t = Tally::default();
+        for (stream, at, n) in [(0, 100, 3), (1, 200, 4), (1, 1100, 5), (3, 1900, 6)] {
+            t.add(stream, tl.slice_of(ms(at)), n);
+        }
+        t.last_byte = Some(ms(1900));
+        let all = rest(&tl, &t, 0);
+        assert_eq!(all[0].streams, [3, 4, 0, 0]);
+        assert_eq!(all[1].streams, [0, 5, 0, 6]);
+        for i in &all {
+            assert_eq!(i.streams.iter().sum::<u64>(), i.bytes, "{i:?}");
+        }
     }
 }

@@ -122,8 +122,8 @@ impl Progress {
         now
     }
 
-    /// Files `n` verified bytes that arrived at `arrival`.
-    fn file(&self, n: u64, arrival: Instant) {
+    /// Files `n` verified bytes of stream `stream` that arrived at `arrival`.
+    fn file(&self, stream: u16, n: u64, arrival: Instant) {
         if n == 0 {
             return;
         }
@@ -132,10 +132,7 @@ impl Progress {
             let at = arrival.saturating_duration_since(self.0.epoch);
             let slice = self.0.timeline.slice_of(at);
             let tally = &mut book.tally;
-            if tally.slices.len() <= slice {
-                tally.slices.resize(slice + 1, 0);
-            }
-            tally.slices[slice] += n;
+            tally.add(stream, slice, n);
             tally.first_byte = Some(tally.first_byte.map_or(at, |f| f.min(at)));
             tally.last_byte = Some(tally.last_byte.map_or(at, |l| l.max(at)));
         }
@@ -613,7 +610,7 @@ async fn receive_stream(
         while filed < verified {
             let &(at, end) = unfiled.front().expect("verified bytes were read");
             let upto = end.min(verified);
-            progress.file(upto - filed, at);
+            progress.file(header.index, upto - filed, at);
             first_byte.get_or_insert(at);
             last_byte = at;
             filed = upto;
@@ -1010,6 +1007,7 @@ mod tests {
         let timeline = Timeline {
             every: Some(Duration::from_millis(250)),
             omit: Duration::ZERO,
+            until: cfg.duration,
         };
         let progress = Progress::new(timeline, Instant::now());
         let counter = progress.clone();
@@ -1027,7 +1025,14 @@ mod tests {
         assert_eq!(tally.bytes(), received.bytes);
         assert_eq!(progress.bytes(), received.bytes);
         assert_eq!(tally.streams_done, 2);
-        assert!(tally.slices.len() >= 6, "{tally:?}");
+        // Six slices of 0.25 s up to the deadline; what arrived after it is in the sixth.
+        assert_eq!(tally.slices.len(), 6, "{tally:?}");
+        // Both streams filed, each stream's bytes adding up to the slices'.
+        assert_eq!(tally.streams.len(), 2, "{tally:?}");
+        for (k, &bytes) in tally.slices.iter().enumerate() {
+            let per_stream: u64 = tally.streams.iter().map(|s| s.get(k).copied().unwrap_or(0)).sum();
+            assert_eq!(per_stream, bytes, "slice {k}");
+        }
     }
 
     /// A timed stream whose sender stops without its trailer is not verified.

@@ -24,11 +24,11 @@ pub struct SpeedArgs {
     #[arg(long, default_value_t = 1)]
     pub multi: usize,
     /// Repeats per cell; the table shows the median and flags spreads above 5 %.
-    #[arg(long, alias = "repeats", default_value_t = 3)]
+    #[arg(long, visible_alias = "repeats", default_value_t = 3)]
     pub repeat: usize,
     /// Block sizes, comma-separated, with units as --bytes takes them: 1400,8KiB,16k
     /// (default 16,64,256,1024,1400,8192,16384).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = parse_block_size)]
     pub sizes: Vec<ByteSize>,
     /// Print openssl's units (1000s of bytes per second) instead of MB/s.
     #[arg(long)]
@@ -40,15 +40,27 @@ pub struct SpeedArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Time the kernel rows inside a VM booting a stock kernel (default: the one Debian's
-    /// linux-image-amd64 points at) under virtme-ng, for kernels without AF_ALG; the other
-    /// rows run here. KERNEL,KERNEL: one boot per kernel, each row named after its kernel.
+    /// linux-image-amd64 points at, else the newest /boot/vmlinuz-*) under virtme-ng, for
+    /// kernels without AF_ALG; the other rows run here. KERNEL,KERNEL: one boot per kernel, each row named after its kernel.
     /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed.
-    #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "",
+          value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
     /// Internal: this process is a child run (soft rows, or kernel rows in the VM); print
     /// only JSON.
     #[arg(long, hide = true)]
     pub child: bool,
+}
+
+/// A block size of `--sizes`: a size as --bytes takes it, whose zero is refused with a
+/// block size to try (the payload sizes' hint, 100MB, is no block size).
+fn parse_block_size(text: &str) -> Result<ByteSize, String> {
+    text.parse::<ByteSize>().map_err(|e| match e {
+        model::size::ByteSizeError::Zero(_) => {
+            format!("block size {text:?} must be above zero, e.g. 1400 (a tunnel's packet) or 16KiB")
+        }
+        other => other.to_string(),
+    })
 }
 
 impl SpeedArgs {

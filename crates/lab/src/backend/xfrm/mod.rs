@@ -50,6 +50,19 @@ const NO_ESP: &str =
     "this kernel has no ESP support (CONFIG_INET_ESP); use --vm to run the kernel backend in a VM \
                       with a stock kernel, or --backend userspace";
 
+/// Between two hosts there is no VM to fall back to (`--peer` refuses `--vm`).
+const NO_ESP_WITH_PEER: &str = "this kernel has no ESP support (CONFIG_INET_ESP), and with --peer the kernel backend \
+     runs on this host's own kernel (--vm does not go with --peer): between these hosts use --backend userspace, \
+     or boot this host into a kernel with ESP (Debian's linux-image-amd64 has it)";
+
+/// What to do on a kernel without ESP, for a local run or one with a peer.
+fn no_esp_hint(plan: &RunPlan) -> &'static str {
+    match plan.peer {
+        Some(_) => NO_ESP_WITH_PEER,
+        None => NO_ESP,
+    }
+}
+
 /// Refuses, before anything is created, when the kernel cannot do what the plan asks.
 pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     if plan.pcrypt {
@@ -57,7 +70,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     }
     let caps = xfrm::probe().await?;
     if !caps.esp {
-        return Err(LabError::capability(anyhow::anyhow!(NO_ESP)));
+        return Err(LabError::capability(anyhow::anyhow!(no_esp_hint(plan))));
     }
     if !caps.supports(plan.suite) {
         return Err(LabError::capability(anyhow::anyhow!(
@@ -338,4 +351,32 @@ fn ports_are_free(plan: &RunPlan, addr: IpAddr) -> LabResult<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: `run --peer` on a client without ESP was told to use --vm, which --peer
+    /// refuses.
+    #[test]
+    fn without_esp_a_peer_run_is_pointed_at_what_works_between_hosts() {
+        let request = |peer: Option<&str>| model::RunRequest {
+            backend: model::Backend::Xfrm,
+            peer: peer.map(String::from),
+            ..Default::default()
+        };
+        let local = request(None).validate().unwrap();
+        assert!(no_esp_hint(&local).contains("use --vm"));
+        let remote = request(Some("192.0.2.1")).validate().unwrap();
+        let hint = no_esp_hint(&remote);
+        assert!(!hint.contains("use --vm"), "{hint}");
+        assert!(hint.contains("--backend userspace"), "{hint}");
+        // The alternative it names is one --peer accepts.
+        let userspace = model::RunRequest {
+            backend: model::Backend::Userspace,
+            ..request(Some("192.0.2.1"))
+        };
+        userspace.validate().unwrap();
+    }
 }
