@@ -155,7 +155,9 @@ impl ServerLimits {
     /// Whether this server runs `r`; refuses with the first limit it breaks.
     pub fn check(&self, r: &PeerRequest) -> Result<(), RequestError> {
         match (r.backend, r.suite) {
-            (Backend::Openvpn, _) => return Err(RequestError::Backend(r.backend)),
+            // strongSwan's ends would negotiate with each other's charon, which the
+            // protocol does not set up: refused here, not when its end fails to start.
+            (Backend::Openvpn | Backend::Strongswan, _) => return Err(RequestError::Backend(r.backend)),
             // Each end would need the other's public key, which the protocol does not carry.
             (b, _) if b.is_wireguard() => return Err(RequestError::Backend(b)),
             (Backend::Plain, CipherSuite::None) => {}
@@ -701,6 +703,15 @@ mod tests {
                 ..request()
             }),
             RequestError::Backend(Backend::Openvpn)
+        ));
+        // Issue 23: strongSwan passed this check and failed only when its end started, so a
+        // server without charon told its client to install strongSwan.
+        assert!(matches!(
+            refused(PeerRequest {
+                backend: Backend::Strongswan,
+                ..request()
+            }),
+            RequestError::Backend(Backend::Strongswan)
         ));
         for b in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
             let r = PeerRequest {
