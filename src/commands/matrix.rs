@@ -105,6 +105,10 @@ pub struct MatrixArgs {
     /// bar counts them).
     #[arg(long, hide = true)]
     pub report_cells: bool,
+    /// Append those lines to FILE instead (for a VM's guest: its stdout does not reach the
+    /// host, a file in the directory it shares with the host does).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub report_cells_file: Option<PathBuf>,
 }
 
 impl MatrixArgs {
@@ -168,7 +172,11 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
     if let Some(path) = &json_path {
         output::check_writable(path, "--json")?;
     }
-    let watcher = progress::for_sweep(args.no_progress, args.report_cells);
+    let watcher = progress::for_sweep(
+        args.no_progress,
+        args.report_cells,
+        args.report_cells_file.as_deref(),
+    )?;
     let (report, outcome) = super::run::runtime()?.block_on(lab::sweep::run(&plan, watcher.as_ref()));
     // The JSON is written whatever happened: cells measured before an error or Ctrl-C count.
     if !args.no_baseline {

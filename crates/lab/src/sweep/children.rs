@@ -15,11 +15,11 @@ use model::matrix::{MatrixReport, Row, RowKey, RowVariant, HOST, VM};
 use model::{Backend, ByteSize};
 use traffic::CancellationToken;
 
-use super::plan::{SweepPlan, CELL_DONE};
+use super::plan::SweepPlan;
 use super::rows::{refused_row, PlannedRow};
 use crate::child::{Child, ExitCodeFrom, Output};
 use crate::error::LabResult;
-use crate::progress::Progress;
+use crate::progress::{Marker, Progress};
 use crate::vm;
 
 /// Longest a VM sweep may take: boot plus the cells at TCG speed.
@@ -104,9 +104,10 @@ pub(super) async fn soft_child_rows(
         Err(e) => return fail(e.to_string()),
     };
     progress.note("userspace [soft] rows in a child process with hardware AES masked");
+    // This sweep counted the child's cells already: only its finished ones matter.
     let count = |line: &str| {
-        if line.trim() == CELL_DONE {
-            progress.cell_finished();
+        if let Some(Marker::Done(cell)) = Marker::parse(line) {
+            progress.cell_finished(&cell);
         }
     };
     let child = Child {
@@ -133,6 +134,7 @@ pub(super) async fn vm_rows(
     args: &SweepPlan,
     report: &mut MatrixReport,
     cancel: &CancellationToken,
+    progress: &dyn Progress,
 ) -> usize {
     let mut failed = 0;
     let kernels = vm::kernel_list(args.vm.as_deref());
@@ -158,7 +160,8 @@ pub(super) async fn vm_rows(
             report.rows.extend(refused("interrupted"));
             continue;
         }
-        match vm_sweep(args, kernel.as_deref(), several, cancel).await {
+        progress.vm_started();
+        match vm_sweep(args, kernel.as_deref(), several, cancel, progress).await {
             Ok(guest) => report.merge(guest),
             Err(e) => {
                 failed += 1;
@@ -179,13 +182,71 @@ pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
         .collect()
 }
 
+/// The cells one VM's guest sweep is expected to hold, before it counts its own (it may
+/// have more xfrm rows: one per `cbc(aes)` driver it finds): its plain baseline and each
+/// kernel row's suites, per link condition.
+pub(super) fn vm_cells(args: &SweepPlan) -> u64 {
+    let rows = vm_backends(args).len() as u64
+        + u64::from(args.encap.is_some())
+        + u64::from(args.pcrypt)
+        + args.threads.iter().filter(|t| **t > 1).count() as u64;
+    (args.suites.len() as u64 * rows + 1) * args.netem.len().max(1) as u64
+}
+
+/// The file a guest sweep appends its markers to, in the directory shared with the host.
+const CELLS_FILE: &str = "cells";
+
+/// What the guest appended to its markers file since the last look: each marker goes to
+/// `progress` (a cell's label then names the VM), a partial line waits for its end.
+struct CellsTail {
+    path: std::path::PathBuf,
+    read: u64,
+    partial: String,
+}
+
+impl CellsTail {
+    fn relay(&mut self, progress: &dyn Progress) {
+        use std::io::{Read, Seek, SeekFrom};
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return; // The guest has not started its sweep yet.
+        };
+        let mut bytes = Vec::new();
+        if file.seek(SeekFrom::Start(self.read)).is_err() || file.read_to_end(&mut bytes).is_err() {
+            return;
+        }
+        self.read += bytes.len() as u64;
+        self.partial.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=end).collect();
+            match Marker::parse(&line) {
+                Some(Marker::Cells(n)) => progress.phase_cells(n),
+                Some(Marker::Done(mut cell)) => {
+                    cell.label = vm_label(&cell.label);
+                    progress.cell_finished(&cell);
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// A guest cell's label as the host's table will show it: its row marked `(vm)`.
+fn vm_label(guest: &str) -> String {
+    format!("({VM}) {guest}")
+}
+
+/// How often the host looks at the guest's markers file.
+const CELLS_POLL: Duration = Duration::from_millis(500);
+
 /// The guest's sweep, its rows and environment keyed [`VM`], or `vm RELEASE` (the guest's
-/// kernel) where the sweep boots `several` kernels.
+/// kernel) where the sweep boots `several` kernels; `progress` gets the guest's cells as
+/// it finishes them.
 async fn vm_sweep(
     args: &SweepPlan,
     kernel_arg: Option<&str>,
     several: bool,
     cancel: &CancellationToken,
+    progress: &dyn Progress,
 ) -> LabResult<MatrixReport> {
     let kernel = vm::resolve_kernel(kernel_arg)?;
     let accel = vm::detect_accel(&kernel);
@@ -203,6 +264,9 @@ async fn vm_sweep(
         ]);
     }
     guest_args.extend(vm_row_args(args));
+    // Its stdout goes nowhere (vm::guest_script): it reports its cells in a shared file.
+    let cells_file = outdir.join(CELLS_FILE);
+    guest_args.extend(["--report-cells-file".into(), cells_file.display().to_string()]);
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
@@ -216,13 +280,28 @@ async fn vm_sweep(
     let conditions = args.netem.len().max(1) as u64;
     let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat) * conditions;
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
-    eprintln!(
-        "ipsec-lab: kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
+    // A note, so that it does not tear the sweep's bar.
+    progress.note(&format!(
+        "kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
         backends.join(", "),
         kernel.display(),
         accel.label()
-    );
-    let finished = child.run::<MatrixReport>(&outdir, cancel).await;
+    ));
+    let mut tail = CellsTail {
+        path: cells_file,
+        read: 0,
+        partial: String::new(),
+    };
+    let run = child.run::<MatrixReport>(&outdir, cancel);
+    tokio::pin!(run);
+    let finished = loop {
+        // The guest's markers as it writes them, while waiting for it to end.
+        tokio::select! {
+            finished = &mut run => break finished,
+            () = tokio::time::sleep(CELLS_POLL) => tail.relay(progress),
+        }
+    };
+    tail.relay(progress);
     let elapsed = finished.elapsed;
     let mut guest = finished.report()?;
     let environment = match guest.environments.get(HOST) {
@@ -263,6 +342,72 @@ fn vm_row_args(args: &SweepPlan) -> Vec<String> {
 mod tests {
     use super::super::tests::plan;
     use super::*;
+
+    /// What a watcher was told, in order.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<String>>);
+
+    impl Progress for Recorder {
+        fn phase_cells(&self, cells: u64) {
+            self.0.lock().unwrap().push(format!("cells {cells}"));
+        }
+        fn cell_finished(&self, cell: &crate::progress::CellDone) {
+            self.0.lock().unwrap().push(cell.line());
+        }
+    }
+
+    #[test]
+    fn the_guests_markers_reach_the_watcher_as_they_are_written() {
+        let dir = owner::PrivateDir::new("ipl-cells-test-").unwrap();
+        let path = dir.join(CELLS_FILE);
+        let mut tail = CellsTail {
+            path: path.clone(),
+            read: 0,
+            partial: String::new(),
+        };
+        let seen = Recorder::default();
+        // Before the guest's sweep starts there is no file: nothing, and no error.
+        tail.relay(&seen);
+        let done = Marker::Done(crate::progress::CellDone {
+            label: "xfrm AES-128-GCM".into(),
+            mb_per_s: Some(9.5),
+            elapsed_s: 2.0,
+        })
+        .line();
+        let (head, rest) = done.split_at(20);
+        std::fs::write(&path, format!("{}\n{head}", Marker::Cells(3).line())).unwrap();
+        tail.relay(&seen);
+        assert_eq!(*seen.0.lock().unwrap(), ["cells 3"]);
+        // The rest of the line arrives later: the cell counts once, labelled as the VM's.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut file, format!("{rest}\nnot a marker\n").as_bytes()).unwrap();
+        tail.relay(&seen);
+        tail.relay(&seen);
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            ["cells 3", "(vm) xfrm AES-128-GCM: 9.5 MB/s (2.0 s)"]
+        );
+    }
+
+    #[test]
+    fn the_vm_phase_expects_its_baseline_and_each_kernel_rows_suites() {
+        let one = SweepPlan {
+            suites: vec![model::CipherSuite::ChaCha20Poly1305],
+            backends: vec![Backend::Xfrm],
+            ..plan()
+        };
+        assert_eq!(vm_cells(&one), 2);
+        let a = SweepPlan {
+            threads: vec![1, 2],
+            parallel: 2,
+            pcrypt: true,
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        // xfrm, strongswan, wireguard, pcrypt and xfrm x2 SAs rows, each over 7 suites.
+        assert_eq!(vm_cells(&a), 7 * 5 + 1);
+    }
 
     #[test]
     fn the_vm_sweep_gets_the_counts_and_the_pcrypt_row() {

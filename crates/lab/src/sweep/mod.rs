@@ -34,7 +34,7 @@ mod plan;
 mod rows;
 mod steal;
 
-pub use plan::{SweepPlan, CELL_DONE};
+pub use plan::SweepPlan;
 
 use model::matrix::{MatrixReport, HOST};
 use model::{Backend, Environment};
@@ -42,7 +42,8 @@ use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
 use crate::error::LabResult;
-use crate::progress::Progress;
+use crate::progress::{Progress, SweepCells};
+use crate::vm;
 use rows::PlannedRow;
 
 /// Runs the sweep; SIGINT and SIGTERM end it early. The report holds every cell measured
@@ -99,13 +100,21 @@ async fn sweep(
     let soft_here = crypto::soft::active();
     let (local, soft_child): (Vec<PlannedRow>, Vec<PlannedRow>) =
         rows.into_iter().partition(|r| !r.is_soft() || soft_here);
-    let cells_total: usize = local
+    let host_cells: usize = local
         .iter()
         .chain(&soft_child)
         .map(|r| r.cells(&args.suites))
         .sum::<usize>()
         * args.netem.len();
-    progress.sweep_started(cells_total as u64);
+    let runs_vm = args.vm.is_some() && !children::vm_backends(args).is_empty();
+    let vms = match runs_vm {
+        true => vec![children::vm_cells(args); vm::kernel_list(args.vm.as_deref()).len()],
+        false => vec![],
+    };
+    progress.sweep_started(&SweepCells {
+        host: host_cells as u64,
+        vms,
+    });
     let spec = TopologySpec {
         run_id: netns::new_run_id(),
         mtu: args.mtu,
@@ -133,15 +142,17 @@ async fn sweep(
         let rows = children::soft_child_rows(args, &soft_child, cancel, progress).await;
         report.rows.extend(rows);
     }
-    progress.sweep_finished();
-    if args.vm.is_some() && !children::vm_backends(args).is_empty() {
-        let failed = children::vm_rows(args, report, cancel).await;
+    if runs_vm {
+        let failed = children::vm_rows(args, report, cancel, progress).await;
+        progress.sweep_finished();
         if failed > 0 && !cancel.is_cancelled() {
             // The rows say why; the exit code says that the kernel rows asked for are missing.
             return Err(crate::error::LabError::failed(anyhow::anyhow!(
                 "{failed} VM sweep(s) gave no kernel rows (the table says why)"
             )));
         }
+    } else {
+        progress.sweep_finished();
     }
     Ok(())
 }

@@ -49,9 +49,6 @@ pub struct SweepPlan {
     pub started_unix_s: u64,
 }
 
-/// The line a child sweep prints per finished cell with `--report-cells`.
-pub const CELL_DONE: &str = "ipsec-lab-cell-done";
-
 impl SweepPlan {
     /// Checks the suites and every cell's plan before anything is created.
     pub fn validate(mut self) -> LabResult<SweepPlan> {

@@ -311,7 +311,13 @@ pub(super) async fn run_row(
     let mut notes = row.notes.clone();
     let mut cells = Vec::new();
     for suite in row_suites {
-        progress.cell_started(&format!("{} {}", key.label(), suite.short_label()));
+        // The baseline's one cell has no cipher to name.
+        let label = match row.backend {
+            Backend::Plain => key.label(),
+            _ => format!("{} {}", key.label(), suite.short_label()),
+        };
+        progress.cell_started(&label);
+        let started = std::time::Instant::now();
         let mut cell = if cancel.is_cancelled() {
             Cell::not_run(suite, "interrupted")
         } else if let Some(why) = row.backend.suite_refusal(suite) {
@@ -338,7 +344,11 @@ pub(super) async fn run_row(
                 }
             }
         }
-        progress.cell_finished();
+        progress.cell_finished(&crate::progress::CellDone {
+            label,
+            mb_per_s: cell.measurement().map(|m| m.mb_per_s.median),
+            elapsed_s: started.elapsed().as_secs_f64(),
+        });
         cells.push(cell);
     }
     if let Some(guard) = guard {
