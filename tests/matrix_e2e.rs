@@ -447,9 +447,12 @@ fn soft_child_sweep_reports_each_cell_so_the_bar_keeps_counting() {
     let _ = std::fs::remove_file(&json);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        stdout.lines().filter(|l| *l == "ipsec-lab-cell-done").count(),
-        2,
-        "{stdout}"
-    );
+    // Its cell count first, then a marker per finished cell carrying what a line says.
+    assert_eq!(stdout.lines().next(), Some("ipsec-lab-cells 2"), "{stdout}");
+    let done: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("ipsec-lab-cell-done {"))
+        .collect();
+    assert_eq!(done.len(), 2, "{stdout}");
+    assert!(done[0].contains(r#""label":"userspace [auto] 128""#), "{stdout}");
 }
