@@ -529,6 +529,12 @@ fn an_idle_connection_flood_costs_the_server_almost_nothing() {
         // Its handshake timeouts end the admitted ones; then a real run succeeds.
         std::thread::sleep(Duration::from_secs(2));
         let out = lab.run(&["--backend", "plain", "--bytes", "2MB", "--json", "-"]);
+        assert!(
+            out.status.success(),
+            "nofile {nofile}: {}\nserver log:\n{}",
+            common::text(&out),
+            server.log()
+        );
         assert_eq!(report(&out)["transfers"][0]["verified"], true, "nofile {nofile}");
         if nofile == "20" {
             // Four connections per source exhaust 20 descriptors: accept fails and backs off.
