@@ -24,7 +24,8 @@ usage="usage: $0 [--keep DIR]... UNIT -- COMMAND [ARGS...]"
 keep=()
 while [[ ${1:-} == --keep ]]; do
   [[ -d ${2:-} ]] || { echo "sandbox.sh: --keep needs a directory: ${2:-}" >&2; exit 2; }
-  keep+=("$(realpath -e -- "$2")")
+  # As named (symlinks kept): that is the path the command is given.
+  keep+=("$(realpath -s -- "$2")")
   shift 2
 done
 (($#)) || { echo "$usage" >&2; exit 2; }
