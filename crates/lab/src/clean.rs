@@ -633,8 +633,7 @@ mod tests {
         let forged = Forged::new(
             "path",
             // Only paths this test made: should the check ever regress, nothing else goes.
-            &[&nested, &unnamed, &dotdot, &link, &file, &genuine]
-            .map(|p| Record::Path {
+            &[&nested, &unnamed, &dotdot, &link, &file, &genuine].map(|p| Record::Path {
                 path: p.to_path_buf(),
             }),
         );
