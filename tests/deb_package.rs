@@ -11,6 +11,10 @@
 //! lab/deb/sandbox.sh, which applies the unit's capability bounding set, no_new_privs and
 //! file-system protections; what it cannot apply (seccomp filter, socket families, namespace
 //! restriction, W^X) is checked against what the server really did, from strace.
+//!
+//! The fresh root lives under `CARGO_TARGET_TMPDIR`, which is wherever the checkout is: under
+//! /tmp or /home the unit's PrivateTmp or ProtectHome would hide it from the service, so
+//! sandbox.sh is told to keep it reachable (`--keep`), as /usr and /etc are on a real host.
 
 mod common;
 mod remote_common;
@@ -107,7 +111,6 @@ struct Root {
 
 impl Root {
     fn new(name: &str) -> Root {
-        // Not under /tmp: the unit's PrivateTmp hides /tmp from the service.
         let dir =
             Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ipl-deb-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -447,6 +450,9 @@ fn serve_installed(lab: &Lab, upper: &Path, trace: Option<&Path>, backends: &[&s
         }
     }
     let binary = argv[0].clone();
+    // With the trace: a run killed before it removed its namespace, which serve's cleanup at
+    // start must remove under the unit's restrictions (umount2, a writable /run/netns).
+    let dead_run = trace.map(|_| DeadRun::plant());
     let mut command = match trace {
         Some(trace) => {
             let mut c = lab.topo().b.command("strace");
@@ -457,11 +463,21 @@ fn serve_installed(lab: &Lab, upper: &Path, trace: Option<&Path>, backends: &[&s
     };
     command
         .arg(format!("{REPO}/lab/deb/sandbox.sh"))
+        .arg("--keep")
+        .arg(upper)
         .arg(&unit_path)
         .arg("--")
         .args(&argv);
     // Under TCG emulation (the xfrm run's VM) the sandboxed start alone takes ~30 s.
     let server = lab.serve_command_within(command, Duration::from_secs(120));
+    // Looked at now, asserted once the server is stopped: a failed assert with strace's
+    // server still running would leave the test waiting on it.
+    let dead_run_left = dead_run.as_ref().map(|dead| {
+        (
+            Path::new("/run/netns").join(&dead.namespace).exists(),
+            server.log(),
+        )
+    });
 
     let key = upper.join("etc/ipsec-lab/psk");
     for &backend in backends {
@@ -565,6 +581,24 @@ fn serve_installed(lab: &Lab, upper: &Path, trace: Option<&Path>, backends: &[&s
 
     // What the sandbox could not apply, checked against what the server did.
     let calls = service_syscalls(&trace_text, serve_pid, &binary);
+    if let (Some(dead), Some((left, start_log))) = (&dead_run, &dead_run_left) {
+        assert!(
+            !left,
+            "serve left the dead run's namespace {}: {start_log}",
+            dead.namespace
+        );
+        assert!(
+            start_log.contains(&format!("removed namespace {}", dead.namespace)),
+            "{start_log}"
+        );
+        let unmount = format!("\"/run/netns/{}\"", dead.namespace);
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.name == "umount2" && c.args.starts_with(&unmount)),
+            "serve's cleanup did not unmount {unmount} itself"
+        );
+    }
     // The trace saw the work: netlink and inet sockets, the TUN device's ioctl.
     assert!(calls
         .iter()
@@ -642,6 +676,50 @@ fn serve_installed(lab: &Lab, upper: &Path, trace: Option<&Path>, backends: &[&s
                 "MemoryDenyWriteExecute=yes forbids {}",
                 call.line
             );
+        }
+    }
+}
+
+/// A run that died and left a namespace recorded in its state file, as `clean` finds one:
+/// the namespace made with `ip netns add` (so no live process records it), the state file
+/// written by hand under a pid that has exited (its lock free).
+struct DeadRun {
+    namespace: String,
+    state: PathBuf,
+}
+
+impl DeadRun {
+    fn plant() -> DeadRun {
+        let namespace = format!("ipl-dead-{}", netns::new_run_id());
+        ok(
+            Command::new("ip")
+                .args(["netns", "add", &namespace])
+                .output()
+                .unwrap(),
+            "ip netns add",
+        );
+        let mut gone = Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let state = Path::new("/run/ipsec-lab").join(format!("{pid}-1.json"));
+        let doc = serde_json::json!({
+            "version": 1,
+            "owner": { "pid": pid, "start_time": 1, "command": "ipsec-lab run (killed, planted by deb_package.rs)" },
+            "records": [{ "kind": "namespace", "name": namespace }],
+        });
+        std::fs::write(&state, doc.to_string()).unwrap();
+        DeadRun { namespace, state }
+    }
+}
+
+impl Drop for DeadRun {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.state);
+        let _ = std::fs::remove_file(self.state.with_extension("lock"));
+        if Path::new("/run/netns").join(&self.namespace).exists() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.namespace])
+                .output();
         }
     }
 }

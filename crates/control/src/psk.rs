@@ -1,6 +1,8 @@
 //! The pre-shared key: 32 random bytes, stored as 64 hexadecimal characters and a newline
 //! (what `ipsec-lab psk generate` prints). The file must be readable by its owner only: a
-//! key anyone on the machine can read authenticates no one.
+//! key anyone on the machine can read authenticates no one. And its owner must be root or
+//! the user running ipsec-lab (as ssh requires of its keys): another user could change the
+//! key under a root `serve` and so choose who it lets in.
 
 use std::fmt;
 use std::os::unix::fs::PermissionsExt;
@@ -24,6 +26,11 @@ pub enum PskError {
          run `chmod 600 {path}`"
     )]
     Permissions { path: PathBuf, mode: u32 },
+    #[error(
+        "the pre-shared key file {path} belongs to uid {uid}: only root or the user running ipsec-lab \
+         (uid {euid}) may own it, or another user could change the key; run `chown {euid} {path}`"
+    )]
+    Owner { path: PathBuf, uid: u32, euid: u32 },
     #[error(
         "the pre-shared key file {path} does not exist: make one with `ipsec-lab psk generate > {path}` \
          and copy it to both hosts"
@@ -104,12 +111,16 @@ impl Psk {
         Ok(Psk(bytes))
     }
 
-    /// Reads a key file, refusing one that group or others may read or write.
+    /// Reads a key file, refusing one that group or others may read or write, or that
+    /// someone other than root or this user owns.
     pub fn load(path: &Path) -> Result<Psk, PskError> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
         let read = |source| PskError::Read {
             path: path.to_path_buf(),
             source,
         };
+        // Looked at before opening, so a FIFO or device is refused, not opened.
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => PskError::Missing {
                 path: path.to_path_buf(),
@@ -121,6 +132,23 @@ impl Psk {
                 path: path.to_path_buf(),
             });
         }
+        // The checks below are on the file opened, whatever the path names by now.
+        let mut file = std::fs::File::open(path).map_err(read)?;
+        let meta = file.metadata().map_err(read)?;
+        if !meta.is_file() {
+            return Err(PskError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if meta.uid() != 0 && meta.uid() != euid {
+            return Err(PskError::Owner {
+                path: path.to_path_buf(),
+                uid: meta.uid(),
+                euid,
+            });
+        }
         let mode = meta.permissions().mode() & 0o7777;
         if mode & 0o077 != 0 {
             return Err(PskError::Permissions {
@@ -128,7 +156,8 @@ impl Psk {
                 mode,
             });
         }
-        let text = Zeroizing::new(std::fs::read_to_string(path).map_err(read)?);
+        let mut text = Zeroizing::new(String::new());
+        file.read_to_string(&mut text).map_err(read)?;
         Psk::parse(&text, &format!("in {} ", path.display()))
     }
 }
@@ -215,6 +244,35 @@ mod tests {
             source = s.source();
         }
         out
+    }
+
+    /// Regression (issue 22): a 0600 key file owned by another user was accepted, so that
+    /// user could change the key a root `serve` trusts.
+    #[test]
+    fn a_key_file_owned_by_another_user_is_refused() {
+        if !testcap::root("a_key_file_owned_by_another_user_is_refused") {
+            return;
+        }
+        let text = Psk::generate().unwrap().to_file_text();
+        let path = temp_file("owner", &text, 0o600);
+        assert!(Psk::load(&path).is_ok(), "root's own file");
+        // nobody (65534) stands for any other user.
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let e = Psk::load(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            matches!(
+                e,
+                PskError::Owner {
+                    uid: 65534,
+                    euid: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("belongs to uid 65534"), "{e}");
+        assert!(e.to_string().contains("chown 0 "), "{e}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod namespace;
 pub mod netem;
 mod topology;
 
-pub use namespace::{delete_by_name, lab_namespaces, Namespace};
+pub use namespace::{delete_by_name, is_lab_name, lab_namespaces, Namespace};
 pub use topology::{Topology, TopologySpec};
 
 /// Prefix of every namespace the lab creates.
@@ -27,6 +27,14 @@ pub enum NetnsError {
         "network namespace {name} already exists: another run or a leftover owns it (run `ipsec-lab clean`)"
     )]
     Exists { name: String },
+    #[error(
+        "{name:?} is not a namespace name the lab gives ({prefix} then letters, digits, '-' or '_'): \
+         the lab makes and removes no other namespace",
+        prefix = LAB_PREFIX
+    )]
+    NotLabName { name: String },
+    #[error("/run/netns/{name} is not a network namespace's mount (a {what}): left alone")]
+    NotNamespace { name: String, what: String },
     #[error("network namespace {name} does not exist")]
     Missing { name: String },
     #[error("{action} for namespace {name}: {source}")]
@@ -83,6 +91,38 @@ pub fn new_run_id() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Regression (issue 22): `delete_by_name("../../tmp/x")` unmounted and deleted /tmp/x.
+    /// A name that is not the lab's is refused before any system call.
+    #[test]
+    fn only_lab_names_are_taken_as_namespace_names() {
+        assert!(is_lab_name("ipl-1a2b3c-a") && is_lab_name("ipl-dead_1"));
+        let long = format!("ipl-{}", "a".repeat(61));
+        for bad in [
+            "",
+            "ipl-",
+            "other-ns",
+            "../../tmp/x",
+            "ipl-../../x",
+            "ipl-a/b",
+            "ipl-a b",
+            "ipl-\u{e4}",
+            "ipl-x\n",
+            &long,
+        ] {
+            assert!(!is_lab_name(bad), "{bad:?}");
+            assert!(
+                matches!(delete_by_name(bad), Err(NetnsError::NotLabName { .. })),
+                "{bad:?}"
+            );
+            assert!(
+                matches!(Namespace::create(bad), Err(NetnsError::NotLabName { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
     #[test]
     fn run_ids_fit_interface_names() {
         let id = super::new_run_id();

@@ -30,6 +30,7 @@ impl Namespace {
     /// Creates a new, empty namespace (`ip netns add NAME`). Fails with
     /// [`NetnsError::Exists`] rather than reusing one: the lab never adopts what it did not make.
     pub fn create(name: &str) -> Result<Namespace, NetnsError> {
+        check_lab_name(name)?;
         let sys = |action, source| NetnsError::Sys {
             action,
             name: name.to_string(),
@@ -298,19 +299,58 @@ fn prepare_netns_dir() -> io::Result<()> {
     }
 }
 
+/// True for a name the lab gives its namespaces: [`LAB_PREFIX`], then ASCII letters, digits,
+/// '-' and '_', at most 64 characters in all. Such a name is one file in /run/netns, never a
+/// path elsewhere (no '/', no "..").
+pub fn is_lab_name(name: &str) -> bool {
+    name.len() <= 64
+        && name.strip_prefix(LAB_PREFIX).is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+fn check_lab_name(name: &str) -> Result<(), NetnsError> {
+    if is_lab_name(name) {
+        Ok(())
+    } else {
+        Err(NetnsError::NotLabName {
+            name: name.to_string(),
+        })
+    }
+}
+
 /// Removes the name of a namespace (`ip netns del NAME`). Processes inside are not
 /// touched: those the lab started are stopped by their owners (or by `clean`, by recorded
 /// pid), and the namespace itself goes once the last of them exits.
+///
+/// Only a lab name ([`is_lab_name`]) is taken, and only a namespace's mount (or the empty
+/// file a failed create left) is removed: the name comes from state files, which `clean`
+/// does not trust to name a path or a mount.
 pub fn delete_by_name(name: &str) -> Result<(), NetnsError> {
+    check_lab_name(name)?;
     let path = path_of(name);
     let sys = |action, source| NetnsError::Sys {
         action,
         name: name.to_string(),
         source,
     };
-    match umount2(&path, MntFlags::MNT_DETACH) {
-        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => return Err(sys("unmount", e.into())),
+    match what_is_there(&path) {
+        Ok(There::Namespace) => match umount2(&path, MntFlags::MNT_DETACH) {
+            Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(sys("unmount", e.into())),
+        },
+        Ok(There::EmptyFile) => {}
+        Ok(There::Other(what)) => {
+            return Err(NetnsError::NotNamespace {
+                name: name.to_string(),
+                what,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(sys("inspect", e)),
     }
     match std::fs::remove_file(&path) {
         Ok(()) => {}
@@ -321,6 +361,68 @@ pub fn delete_by_name(name: &str) -> Result<(), NetnsError> {
         name: name.to_string(),
     });
     Ok(())
+}
+
+/// What a /run/netns entry is.
+enum There {
+    /// A network namespace bound there (nsfs).
+    Namespace,
+    /// The empty regular file that is the mount point, with nothing mounted on it.
+    EmptyFile,
+    /// Anything else (a directory, a symlink, another file system mounted there).
+    Other(String),
+}
+
+fn what_is_there(path: &Path) -> io::Result<There> {
+    // nsfs's magic number (linux/magic.h NSFS_MAGIC).
+    const NSFS_MAGIC: i64 = 0x6e73_6673;
+    let meta = std::fs::symlink_metadata(path)?;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        return Ok(There::Other("symlink".into()));
+    }
+    let magic = nix::sys::statfs::statfs(path)
+        .map_err(io::Error::from)?
+        .filesystem_type()
+        .0 as i64;
+    if magic == NSFS_MAGIC {
+        return Ok(There::Namespace);
+    }
+    if is_mount_point(path) {
+        return Ok(There::Other("mount of another file system".into()));
+    }
+    if kind.is_file() && meta.len() == 0 {
+        return Ok(There::EmptyFile);
+    }
+    let what = if kind.is_dir() {
+        "directory"
+    } else if kind.is_file() {
+        "file with content"
+    } else {
+        "special file"
+    };
+    Ok(There::Other(what.into()))
+}
+
+/// True when something is mounted on `path` (or mountinfo cannot be read: then nothing is
+/// removed).
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    let wanted = path.to_string_lossy();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mount_point| unescape_mountinfo(mount_point) == wanted)
+}
+
+/// mountinfo writes space, tab, newline and backslash as octal escapes.
+fn unescape_mountinfo(field: &str) -> String {
+    field
+        .replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 /// Names of the namespaces on this machine that carry the lab prefix, whoever made them.

@@ -32,12 +32,17 @@ pub enum Record {
     Namespace {
         name: String,
     },
-    /// A process it started, with its start time (clock ticks since boot, /proc/PID/stat
-    /// field 22): a pid reused by another process never matches.
+    /// A process it started, with its identity: its start time (clock ticks since boot,
+    /// /proc/PID/stat field 22) and its executable (/proc/PID/exe). `clean` stops only a
+    /// process that matches both: a pid reused by another process never does.
     Process {
         pid: u32,
         start_time: u64,
         program: String,
+        /// None in records of versions before it was recorded: such a process is not
+        /// stopped, as nothing but its pid and start time says it is the lab's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exe: Option<PathBuf>,
     },
     /// An ESP SA in `namespace` (a /run/netns name, or [`CURRENT_NAMESPACE`]).
     XfrmSa {
@@ -80,14 +85,22 @@ pub struct PolicyRecord {
 }
 
 impl Record {
-    /// A process record for `pid`, with its start time read now.
+    /// A process record for `pid`, with its start time and executable read now (after its
+    /// exec: `Command::spawn` returns once the exec succeeded).
     pub fn process(pid: u32, program: &str) -> Record {
         Record::Process {
             pid,
             start_time: process_start_time(pid).unwrap_or(0),
             program: program.to_string(),
+            exe: process_exe(pid).ok(),
         }
     }
+}
+
+/// The executable `pid` runs (the target of /proc/PID/exe; " (deleted)" appended when the
+/// file was removed or replaced since).
+pub fn process_exe(pid: u32) -> std::io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
 }
 
 /// When `pid` started, in clock ticks since boot (/proc/PID/stat field 22); None when no
@@ -112,6 +125,24 @@ mod tests {
     fn start_time_is_field_22_even_with_parentheses_in_the_name() {
         let stat = "4242 (a) b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 50";
         assert_eq!(parse_start_time(stat), Some(987654));
+    }
+
+    #[test]
+    fn a_process_record_carries_its_executable_and_old_records_still_read() {
+        let Record::Process { exe, .. } = Record::process(std::process::id(), "self") else {
+            unreachable!()
+        };
+        assert_eq!(exe, Some(std::env::current_exe().unwrap()));
+        let old = r#"{"kind":"process","pid":7,"start_time":9,"program":"openvpn"}"#;
+        assert_eq!(
+            serde_json::from_str::<Record>(old).unwrap(),
+            Record::Process {
+                pid: 7,
+                start_time: 9,
+                program: "openvpn".into(),
+                exe: None
+            }
+        );
     }
 
     #[test]

@@ -182,8 +182,10 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedOwner>, OwnerError> {
             })
         }
     };
+    // Plain files only: a symlink is never a state file (and is not followed).
     let mut states: Vec<PathBuf> = entries
         .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == STATE_EXT))
         .collect();
@@ -200,7 +202,7 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedOwner>, OwnerError> {
 fn scan_one(state_path: &Path) -> Result<Option<ScannedOwner>, OwnerError> {
     let lock_path = state_path.with_extension(LOCK_EXT);
     let read = || -> Result<Option<Document>, OwnerError> {
-        match std::fs::read(state_path) {
+        match read_no_follow(state_path) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .map_err(|source| OwnerError::Parse {
@@ -230,6 +232,18 @@ fn scan_one(state_path: &Path) -> Result<Option<ScannedOwner>, OwnerError> {
             doc,
         },
     })))
+}
+
+/// The bytes of `path`, refusing a symlink there (ELOOP): a state file is always a plain file.
+fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(o_nofollow())
+        .open(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Takes the lock of a state file without waiting: None when its owner holds it.
@@ -272,6 +286,7 @@ fn open_lock_file(path: &Path) -> std::io::Result<File> {
         .write(true)
         .create(true)
         .truncate(false)
+        .custom_flags(o_nofollow())
         .mode(0o600)
         .open(path)
 }
@@ -323,7 +338,9 @@ fn prepare_dir(dir: &Path) -> Result<(), OwnerError> {
     Ok(())
 }
 
-/// Writes `doc` to a temporary file, syncs it and renames it over `path`.
+/// Writes `doc` to a temporary file, syncs it and renames it over `path`. The temporary
+/// file is created fresh (O_EXCL, O_NOFOLLOW): a file or symlink planted at its name is
+/// removed (unlink never follows a symlink), never written through.
 fn write_atomically(path: &Path, doc: &Document) -> Result<(), OwnerError> {
     let write_error = |source| OwnerError::Write {
         path: path.to_path_buf(),
@@ -332,17 +349,41 @@ fn write_atomically(path: &Path, doc: &Document) -> Result<(), OwnerError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = path.with_extension(format!("{STATE_EXT}.tmp"));
     let text = serde_json::to_vec_pretty(doc).expect("records serialise");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(write_error)?;
+    let mut f = create_fresh(&tmp).map_err(write_error)?;
     f.write_all(&text).map_err(write_error)?;
     f.sync_all().map_err(write_error)?;
     std::fs::rename(&tmp, path).map_err(write_error)?;
     File::open(dir).and_then(|d| d.sync_all()).map_err(write_error)
+}
+
+/// Creates `path` as a new file of mode 0600. Whatever is already there (a temporary file a
+/// crash left, or a planted symlink) is unlinked first; a few tries, in case something keeps
+/// planting one.
+fn create_fresh(path: &Path) -> std::io::Result<File> {
+    let mut tries = 0;
+    loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(o_nofollow())
+            .mode(0o600)
+            .open(path);
+        match opened {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => {
+                tries += 1;
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+fn o_nofollow() -> i32 {
+    nix::fcntl::OFlag::O_NOFOLLOW.bits()
 }
 
 fn command_line() -> String {
@@ -464,5 +505,35 @@ mod tests {
         std::fs::write(dir.path().join("notes.txt"), "hi").unwrap();
         assert!(scan(dir.path()).unwrap().is_empty());
         assert!(scan(&dir.path().join("missing")).unwrap().is_empty());
+    }
+
+    /// Regression (issue 22): a symlink planted at the temporary name made the next write
+    /// overwrite its target.
+    #[test]
+    fn write_atomically_does_not_follow_a_planted_symlink_at_its_temporary_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let mut mine = StateFile::create_in(&dir.path().join("state")).unwrap();
+        let tmp = mine.path().with_extension("json.tmp");
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        mine.add(ns("ipl-1-a")).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&tmp).is_err(), "renamed into place");
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(mine.path()).unwrap()).unwrap();
+        assert_eq!(doc["records"][0]["name"], "ipl-1-a");
+        // A leftover temporary file (a crash between create and rename) is replaced too.
+        std::fs::write(&tmp, "half a file").unwrap();
+        mine.add(ns("ipl-1-b")).unwrap();
+        assert!(std::fs::symlink_metadata(&tmp).is_err());
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(mine.path()).unwrap()).unwrap();
+        assert_eq!(doc["records"][1]["name"], "ipl-1-b");
+        // A symlink among the state files is skipped, not read.
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::os::unix::fs::symlink(&victim, other.join("1-1.json")).unwrap();
+        assert!(scan(&other).unwrap().is_empty());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        mine.delete();
     }
 }
