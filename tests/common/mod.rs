@@ -34,15 +34,6 @@ pub fn new_lab_namespaces(before: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Links in the host namespace whose names carry the lab prefix.
-pub fn host_lab_links() -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["-o", "link", "show"])
-        .output()
-        .expect("ip link");
-    own::lab_links(&String::from_utf8_lossy(&out.stdout))
-}
-
 /// The records in the state file of process `pid` (/run/ipsec-lab/PID-START.json), if it
 /// has one now.
 pub fn state_records(pid: u32) -> Option<Vec<serde_json::Value>> {
@@ -105,17 +96,8 @@ pub fn private_dir(prefix: &str) -> tempfile::TempDir {
 /// and, as root, nothing made: each runs in a namespace of its own (own.rs), where no lab
 /// namespace or link may be left, whatever other runs on the machine do meanwhile.
 pub fn assert_usage_errors(cases: &[(&[&str], &str)]) {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
     for (args, hint) in cases {
-        let out = if root {
-            let run = own::run_lab_own(args);
-            assert_eq!(run.namespaces_left, Vec::<String>::new(), "{args:?}");
-            assert_eq!(run.links_left, Vec::<String>::new(), "{args:?}");
-            run.out
-        } else {
-            run_lab(args)
-        };
+        let out = own::run_lab_leaving_nothing(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(hint), "{args:?}: {}", text(&out));
     }
