@@ -34,6 +34,16 @@ pub fn new_lab_namespaces(before: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Links in the host namespace whose names carry the lab prefix (the VM's tests, where
+/// the guest is the test's alone).
+pub fn host_lab_links() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .expect("ip link");
+    own::lab_links(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// The records in the state file of process `pid` (/run/ipsec-lab/PID-START.json), if it
 /// has one now.
 pub fn state_records(pid: u32) -> Option<Vec<serde_json::Value>> {
