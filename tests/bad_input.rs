@@ -6,8 +6,6 @@ use common::*;
 
 #[test]
 fn bad_values_exit_2_and_create_nothing() {
-    let _lock = lab_lock();
-    let before = lab_namespaces();
     assert_usage_errors(&[
         (&["run", "--key-bits", "100"][..], "128, 192 or 256"),
         (&["run", "--bytes", "abc"][..], "100MB"),
@@ -27,7 +25,6 @@ fn bad_values_exit_2_and_create_nothing() {
         (&["run", "--repeat", "0"][..], "1 to 1000"),
         (&["run", "--parallel", "0"][..], "1 to 128"),
     ]);
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 #[test]
@@ -47,73 +44,65 @@ fn without_net_admin_nothing_is_created_and_exit_is_3() {
         eprintln!("skipped without_net_admin_nothing_is_created_and_exit_is_3: setpriv not installed");
         return;
     }
-    let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = std::process::Command::new("setpriv")
-        .args([
+    // In a namespace of its own, dropping every capability inside it: what is counted
+    // afterwards is this run's alone.
+    let run = own::Sandbox::default()
+        .wrapper(&[
+            "setpriv",
             "--inh-caps=-all",
             "--bounding-set=-all",
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
         ])
-        .arg(env!("CARGO_BIN_EXE_ipsec-lab"))
-        .args(["run", "--backend", "plain", "--bytes", "1MB"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(text(&out).contains("needs CAP_NET_ADMIN"), "{}", text(&out));
+        .run(&["run", "--backend", "plain", "--bytes", "1MB"]);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(3), "{}", text(out));
+    assert!(text(out).contains("needs CAP_NET_ADMIN"), "{}", text(out));
     assert!(
-        !text(&out).contains("ipsec-lab: ipsec-lab"),
+        !text(out).contains("ipsec-lab: ipsec-lab"),
         "name doubled: {}",
-        text(&out)
+        text(out)
     );
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
 }
 
-/// Runs `args` in a fresh empty directory; returns the output and what the directory holds
-/// afterwards (nothing may be created there by a refused command).
-fn run_in_empty_dir(name: &str, args: &[&str]) -> (std::process::Output, Vec<String>) {
-    let dir = std::env::temp_dir().join(format!("ipl-bad-input-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = lab().args(args).current_dir(&dir).output().unwrap();
-    let left: Vec<String> = std::fs::read_dir(&dir)
+/// Runs `args` in a fresh empty directory, in a namespace of its own (own.rs); returns the
+/// output, what the directory holds afterwards (nothing may be created there by a refused
+/// command) and the lab namespaces the run left.
+fn run_in_empty_dir(args: &[&str]) -> (std::process::Output, Vec<String>, Vec<String>) {
+    let dir = private_dir("ipl-bad-input-");
+    // Not root, nothing can be made to count.
+    let (out, namespaces_left) = if own::is_root() {
+        let run = own::Sandbox::default().current_dir(dir.path()).run(args);
+        (run.out, run.namespaces_left)
+    } else {
+        (lab().args(args).current_dir(dir.path()).output().unwrap(), vec![])
+    };
+    let left: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    let _ = std::fs::remove_dir_all(&dir);
-    (out, left)
+    (out, left, namespaces_left)
 }
 
 #[test]
 fn json_to_nonexistent_dir_is_refused_before_any_work() {
-    let _lock = lab_lock();
-    let before = lab_namespaces();
     let missing = "No such file or directory";
-    for (name, args, why) in [
+    for (args, why) in [
         (
-            "run",
             &["run", "--backend", "plain", "--json", "/nonexistent/x.json"][..],
             missing,
         ),
         (
-            "speed",
             &["speed", "aes-128-cbc", "--json", "/nonexistent/x.json"][..],
             missing,
         ),
-        (
-            "matrix-json",
-            &["matrix", "--json", "/nonexistent/x.json"][..],
-            missing,
-        ),
-        (
-            "matrix-out",
-            &["matrix", "--out", "/dev/null/results"][..],
-            "Not a directory",
-        ),
+        (&["matrix", "--json", "/nonexistent/x.json"][..], missing),
+        (&["matrix", "--out", "/dev/null/results"][..], "Not a directory"),
     ] {
         let started = std::time::Instant::now();
-        let (out, left) = run_in_empty_dir(name, args);
+        let (out, left, namespaces_left) = run_in_empty_dir(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         let path = args.last().unwrap();
         assert!(
@@ -129,8 +118,8 @@ fn json_to_nonexistent_dir_is_refused_before_any_work() {
         // Refused up front: no transfer, no timing, no sweep, and no file.
         assert!(started.elapsed().as_secs() < 5, "{args:?} worked first");
         assert_eq!(left, Vec::<String>::new(), "{args:?}");
+        assert_eq!(namespaces_left, Vec::<String>::new(), "{args:?}");
     }
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 #[test]
@@ -187,8 +176,6 @@ fn run_help_says_port_range_and_peer_mode() {
 /// user to the machines they were on.
 #[test]
 fn every_refusal_names_the_flag_given_and_a_way_that_works() {
-    let _lock = lab_lock();
-    let before = lab_namespaces();
     assert_usage_errors(&[
         (
             &["run", "--repeat", "-1"][..],
@@ -223,12 +210,16 @@ fn every_refusal_names_the_flag_given_and_a_way_that_works() {
         &["matrix", "--threads", "0"][..],
         &["matrix", "--threads", "0", "--backends", "plain"][..],
     ] {
-        let out = text(&run_lab(args));
+        let out = text(&own::run_lab_leaving_nothing(args));
         assert!(!out.contains("--tunnel-threads"), "{args:?}: {out}");
     }
-    let out = text(&run_lab(&["speed", "--sizes", "0"]));
+    let out = text(&own::run_lab_leaving_nothing(&["speed", "--sizes", "0"]));
     assert!(!out.contains("100MB"), "a payload size is no block size: {out}");
-    let out = text(&run_lab(&["run", "--peer", "192.0.2.1", "--vm"]));
+    let out = text(&own::run_lab_leaving_nothing(&[
+        "run",
+        "--peer",
+        "192.0.2.1",
+        "--vm",
+    ]));
     assert!(!out.contains("on the machines themselves"), "{out}");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }

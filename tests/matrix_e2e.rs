@@ -60,12 +60,12 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
     let dir = std::env::temp_dir().join(format!("ipl-matrix-e2e-{}", std::process::id()));
     let json = dir.join("m.json");
     std::fs::create_dir_all(&dir).unwrap();
     let started = Instant::now();
-    let out = run_lab(&[
+    // In a namespace of its own: what is counted afterwards is this sweep's alone.
+    let out = own::run_lab_leaving_nothing(&[
         "matrix",
         "--bytes",
         "1MB",
@@ -187,8 +187,6 @@ fn host_matrix_has_every_row_and_column_and_renders_every_format() {
     );
 
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
 }
 
 /// Each tunnel cell against its own crypto ceiling, timed right after it where it ran:
@@ -202,10 +200,9 @@ fn every_tunnel_cell_has_its_own_ceiling_in_every_format() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
     let dir = private_dir("ipl-matrix-ceiling-");
     let started = Instant::now();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "matrix",
         "--backends",
         "plain,userspace,openvpn,boringtun,wireguard-go",
@@ -280,8 +277,6 @@ fn every_tunnel_cell_has_its_own_ceiling_in_every_format() {
     );
     let html = std::fs::read_to_string(dir.path().join("matrix.html")).unwrap();
     assert!(html.contains(" ceiling"), "{html}");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
 }
 
 #[test]
@@ -291,35 +286,32 @@ fn ctrl_c_keeps_the_cells_already_measured() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
     let json = std::env::temp_dir().join(format!("ipl-matrix-int-{}.json", std::process::id()));
     let _ = std::fs::remove_file(&json);
-    let child = lab()
-        .args([
-            "matrix",
-            "--backends",
-            "plain,openvpn",
-            "--bytes",
-            "20MB",
-            "--repeat",
-            "3",
-            "--json",
-        ])
-        .arg(&json)
-        .arg("--no-progress")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    // In a namespace of its own: what is counted afterwards is this sweep's alone.
+    let mut child = own::Sandbox::default().spawn(&[
+        "matrix",
+        "--backends",
+        "plain,openvpn",
+        "--bytes",
+        "20MB",
+        "--repeat",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
+        "--no-progress",
+    ]);
+    let sweep = child.lab_pid();
     // The plain baseline takes well under a second; openvpn cells take several each.
     std::thread::sleep(Duration::from_secs(4));
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(sweep as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let run = child.wait();
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(130), "{}", text(out));
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     assert_eq!(report["interrupted"], true);
@@ -336,8 +328,8 @@ fn ctrl_c_keeps_the_cells_already_measured() {
     let interrupted = cells.iter().filter(|c| c["reason"] == "interrupted").count();
     assert!(interrupted >= 1, "{report}");
     assert_eq!(cells.len(), 1 + 6, "every cell is in the JSON, measured or not");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.links_left, Vec::<String>::new());
 }
 
 /// A fresh empty working directory for a sweep: what it holds afterwards is what the sweep

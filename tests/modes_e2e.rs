@@ -9,8 +9,10 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+/// Runs `args` in a namespace of its own (own.rs), asserting it left nothing there; the
+/// JSON report it printed.
 fn run_json(args: &[&str]) -> Value {
-    let out = run_lab(args);
+    let out = own::run_lab_leaving_nothing(args);
     assert!(out.status.success(), "{args:?}: {}", text(&out));
     serde_json::from_slice(&out.stdout).expect("stdout is the JSON report")
 }
@@ -31,7 +33,6 @@ fn time_run_ends_on_time_verified_with_interval_lines_adding_up() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
     let args = [
         "run",
         "--backend",
@@ -45,7 +46,7 @@ fn time_run_ends_on_time_verified_with_interval_lines_adding_up() {
         "--json",
         "-",
     ];
-    let out = run_lab(&args);
+    let out = own::run_lab_leaving_nothing(&args);
     assert!(out.status.success(), "{}", text(&out));
     let report: Value = serde_json::from_slice(&out.stdout).expect("stdout is the JSON report");
     let t = &report["transfers"][0];
@@ -82,7 +83,6 @@ fn time_run_ends_on_time_verified_with_interval_lines_adding_up() {
         (mb - total_mb).abs() <= rounding + 0.001,
         "{mb} MB in the lines, {total_mb} MB verified"
     );
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 /// The byte column of an interval line (`... s   131.6 MB   263.2 MB/s`), in MB, and
@@ -106,7 +106,7 @@ fn json_stream_objects_add_up_to_the_report_that_ends_it() {
         return;
     }
     let _lock = lab_lock();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
         "plain",
@@ -200,7 +200,6 @@ fn reverse_local_runs_are_verified_b_to_a() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
     for backend in ["plain", "userspace"] {
         let report = run_json(&[
             "run",
@@ -230,13 +229,10 @@ fn reverse_local_runs_are_verified_b_to_a() {
             assert!(last["tunnel_cpu"]["ipl-tun-b"].as_f64().is_some(), "{last}");
         }
     }
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
 }
 
 fn check_bidir(backend: &str) {
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
         backend,
@@ -286,8 +282,6 @@ fn check_bidir(backend: &str) {
     ] {
         assert!(table.contains(&row), "{table}");
     }
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
 }
 
 #[test]
@@ -313,8 +307,6 @@ fn bidir_is_verified_both_ways_through_openvpn() {
 
 #[test]
 fn bad_mode_combinations_exit_2_and_create_nothing() {
-    let _lock = lab_lock();
-    let before = lab_namespaces();
     assert_usage_errors(&[
         (&["run", "--time", "3", "--bytes", "10MB"][..], "--bytes"),
         (&["run", "--time", "0"][..], "0.5 to 86400"),
@@ -333,7 +325,6 @@ fn bad_mode_combinations_exit_2_and_create_nothing() {
             "tunnel",
         ),
     ]);
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 /// Regression (issue 25, item 7): `-P 4 --time 2 --interval 1` ended with a sliver,
@@ -347,8 +338,7 @@ fn timed_intervals_end_at_the_deadline_with_each_streams_share() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
         "plain",
@@ -393,7 +383,6 @@ fn timed_intervals_end_at_the_deadline_with_each_streams_share() {
     let streams = stderr.lines().filter(|l| l.starts_with("  stream ")).count();
     assert_eq!((sums, streams), (2, 8), "{stderr}");
     assert!(!stderr.contains("too short"), "{stderr}");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 /// Regression (issue 25, item 7): `--bidir` printed one way's intervals and then the
@@ -406,8 +395,7 @@ fn bidir_intervals_come_in_time_order_without_slivers() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
         "plain",
@@ -447,5 +435,4 @@ fn bidir_intervals_come_in_time_order_without_slivers() {
         })
         .collect();
     assert_eq!(line_starts, starts, "{stderr}");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use nix::sys::signal::{kill, Signal};
@@ -14,8 +14,7 @@ fn plain_run_json_verified_and_nothing_left() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
         "plain",
@@ -42,8 +41,6 @@ fn plain_run_json_verified_and_nothing_left() {
     }
     assert!(report["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
     assert!(report["environment"]["kernel_release"].as_str().unwrap().len() > 1);
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
 }
 
 #[test]
@@ -141,40 +138,30 @@ fn run_json_dash_moves_the_table_to_stderr_and_warns_of_a_short_transfer() {
         .any(|n| n.as_str().unwrap().contains("too short")));
 }
 
-/// Waits until a run has built its namespaces (so a signal lands mid-run).
-fn wait_for_namespaces(before: &[String]) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let new = new_lab_namespaces(before);
-        if new.len() == 2 || Instant::now() > deadline {
-            return new;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn sigint_mid_transfer_leaves_nothing() {
     if !root_or_skip("sigint_mid_transfer_leaves_nothing") {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
+    // In a namespace of its own: what is counted afterwards is this run's alone.
     // Big enough that the transfer is still running when the signal arrives.
-    let child = lab()
-        .args(["run", "--backend", "plain", "--bytes", "50GB", "--no-progress"])
-        .spawn()
-        .unwrap();
-    assert_eq!(
-        wait_for_namespaces(&before).len(),
-        2,
-        "run never built its topology"
-    );
+    let mut child =
+        own::Sandbox::default().spawn(&["run", "--backend", "plain", "--bytes", "50GB", "--no-progress"]);
+    let pid = child.lab_pid();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while own::namespaces_seen_by(pid).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run never built its topology"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::thread::sleep(Duration::from_millis(500));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "interrupted runs exit 130");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
+    kill(Pid::from_raw(pid as i32), Signal::SIGINT).unwrap();
+    let run = child.wait();
+    assert_eq!(run.out.status.code(), Some(130), "interrupted runs exit 130");
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
 }
 
 fn ip(args: &[&str]) {

@@ -26,17 +26,25 @@ fn wireguard_go_or_skip(test: &str) -> bool {
     found
 }
 
-/// UAPI sockets of lab devices (`ipl-wg*`) left in wireguard-go's socket directory.
-fn lab_sockets() -> Vec<String> {
+/// UAPI sockets of this test process's own lab devices (`ipl-wg{PID}-*`, as the lab names
+/// them) in wireguard-go's socket directory: never another run's on the machine.
+fn own_sockets() -> Vec<String> {
+    let prefix = format!("ipl-wg{}-", std::process::id() % 10_000_000);
     std::fs::read_dir("/var/run/wireguard")
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("ipl-wg"))
+                .filter(|n| n.starts_with(&prefix))
                 .collect()
         })
         .unwrap_or_default()
 }
+
+/// A run's own socket directory: a tmpfs on /run/wireguard (where /var/run/wireguard
+/// leads) that only its sandbox sees, and what is in it after the run.
+const OWN_SOCKET_DIR: &str =
+    "mkdir -p /run/wireguard && mount -t tmpfs -o mode=0700 ipl-own-wg /run/wireguard";
+const SOCKETS_LEFT: &str = "ls -A /var/run/wireguard";
 
 #[test]
 fn wireguard_go_verified_with_handshake_counters_and_nothing_left() {
@@ -60,19 +68,23 @@ fn boringtun_verified_with_handshake_counters_thread_cpu_and_nothing_left() {
 /// and no namespace, link or UAPI socket left.
 fn userspace_wireguard_run(backend: &str, implementation: &str) {
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let sockets_before = lab_sockets();
-    let out = run_lab(&[
-        "run",
-        "--backend",
-        backend,
-        "--bytes",
-        "20MB",
-        "--json",
-        "-",
-        "--no-progress",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
+    // In namespaces and a socket directory of its own: what is counted afterwards is this
+    // run's alone.
+    let run = own::Sandbox::default()
+        .setup(OWN_SOCKET_DIR)
+        .after(SOCKETS_LEFT)
+        .run(&[
+            "run",
+            "--backend",
+            backend,
+            "--bytes",
+            "20MB",
+            "--json",
+            "-",
+            "--no-progress",
+        ]);
+    let out = &run.out;
+    assert!(out.status.success(), "{}", text(out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
     assert_eq!(report["plan"]["backend"], backend);
     assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
@@ -96,9 +108,9 @@ fn userspace_wireguard_run(backend: &str, implementation: &str) {
     let age = a["last_handshake_age_s"].as_f64().unwrap();
     assert!((0.0..60.0).contains(&age), "handshake age {age} s: {d}");
     assert!(report["notes"].to_string().contains("handshake in"));
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
-    assert_eq!(host_lab_links(), Vec::<String>::new());
-    assert_eq!(lab_sockets(), sockets_before, "a UAPI socket was left");
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.links_left, Vec::<String>::new());
+    assert_eq!(run.after, "", "a UAPI socket was left");
 }
 
 #[test]
@@ -108,8 +120,7 @@ fn userspace_tunnel_carries_chacha20_poly1305() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
         "userspace",
@@ -128,7 +139,6 @@ fn userspace_tunnel_carries_chacha20_poly1305() {
     let d = &report["backend_details"]["userspace"];
     assert_eq!(d["b"]["drops"]["bad_mac"], 0, "{d}");
     assert!(d["b"]["delivered"]["bytes"].as_u64().unwrap() >= 3_000_000, "{d}");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 #[test]
@@ -145,11 +155,10 @@ fn kernel_wireguard_without_the_module_is_refused_naming_vm() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&["run", "--backend", "wireguard", "--bytes", "2MB", "--no-progress"]);
+    let out =
+        own::run_lab_leaving_nothing(&["run", "--backend", "wireguard", "--bytes", "2MB", "--no-progress"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("--vm"), "{}", text(&out));
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 #[test]
@@ -184,10 +193,10 @@ fn a_wrong_peer_key_fails_the_run_and_leaves_nothing() {
         return;
     }
     let _lock = lab_lock();
-    let sockets_before = lab_sockets();
+    let sockets_before = own_sockets();
     common::wireguard::wrong_peer_key_fails(model::Backend::WireguardGo);
     common::wireguard::wrong_peer_key_fails(model::Backend::Boringtun);
-    assert_eq!(lab_sockets(), sockets_before, "a UAPI socket was left");
+    assert_eq!(own_sockets(), sockets_before, "a UAPI socket was left");
 }
 
 /// In `matrix`, a WireGuard row's AES cells say why they did not run (never a zero), its
@@ -199,8 +208,7 @@ fn matrix_gives_wireguard_its_cipher_and_says_why_not_aes() {
         return;
     }
     let _lock = lab_lock();
-    let before = lab_namespaces();
-    let out = run_lab(&[
+    let out = own::run_lab_leaving_nothing(&[
         "matrix",
         "--backends",
         "plain,xfrm,wireguard-go,boringtun",
@@ -233,7 +241,6 @@ fn matrix_gives_wireguard_its_cipher_and_says_why_not_aes() {
     assert_eq!(row("boringtun")["cells"][1]["status"], "measured");
     let xfrm = &row("xfrm")["cells"];
     assert_eq!(xfrm[1]["status"], "not_run", "{xfrm}");
-    assert_eq!(new_lab_namespaces(&before), Vec::<String>::new());
 }
 
 /// SIGKILL a run mid-transfer, then `clean`: the UAPI sockets (which a killed boringtun

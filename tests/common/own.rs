@@ -5,7 +5,8 @@
 //! namespace, as an oracle for what a run on this kernel must do (never the lab's own
 //! probe, whose answer is what is being tested).
 
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// One run in its own network and mount namespace.
 pub struct OwnRun {
@@ -18,6 +19,8 @@ pub struct OwnRun {
     pub files_left: Vec<String>,
     /// `ip xfrm state` and `ip xfrm policy` in its own host namespace afterwards.
     pub xfrm_left: String,
+    /// What [`Sandbox::after`]'s command printed (empty without one).
+    pub after: String,
 }
 
 /// The sandbox: a tmpfs on /run/netns that only this mount namespace sees, the test's
@@ -31,6 +34,7 @@ ls -A /run/netns >"$IPL_OWN/netns"
 ls -A "$TMPDIR" >"$IPL_OWN/files"
 ip -o link show >"$IPL_OWN/links"
 { ip xfrm state list; ip xfrm policy list; } >"$IPL_OWN/xfrm"
+eval "$IPL_AFTER" >"$IPL_OWN/after"
 exit $rc"#;
 
 /// Runs `ipsec-lab ARGS` in a network and mount namespace of its own (root only) and says
@@ -40,12 +44,49 @@ pub fn run_lab_own(args: &[&str]) -> OwnRun {
     Sandbox::default().run(args)
 }
 
+/// Runs `ipsec-lab ARGS` as [`run_lab_own`] does and asserts that it left no lab namespace
+/// and no lab link in its own namespace; returns its output. Not root, it runs plainly:
+/// then it can make nothing to count.
+pub fn run_lab_leaving_nothing(args: &[&str]) -> Output {
+    if !is_root() {
+        return super::run_lab(args);
+    }
+    let run = run_lab_own(args);
+    assert_eq!(
+        run.namespaces_left,
+        Vec::<String>::new(),
+        "{args:?}: {}",
+        super::text(&run.out)
+    );
+    assert_eq!(
+        run.links_left,
+        Vec::<String>::new(),
+        "{args:?}: {}",
+        super::text(&run.out)
+    );
+    run.out
+}
+
+/// Whether this test runs as root (a sandbox needs it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// A sandbox with more to it than [`run_lab_own`]'s.
 #[derive(Default)]
 pub struct Sandbox {
     setup: String,
     wrapper: Vec<std::ffi::OsString>,
     host_network: bool,
+    current_dir: Option<std::path::PathBuf>,
+    after: String,
+}
+
+/// A run started in its sandbox ([`Sandbox::spawn`]), still going.
+pub struct OwnChild {
+    child: Child,
+    dir: tempfile::TempDir,
 }
 
 impl Sandbox {
@@ -69,7 +110,38 @@ impl Sandbox {
         self
     }
 
+    /// The run's working directory (the test's own by default).
+    pub fn current_dir(mut self, dir: &std::path::Path) -> Sandbox {
+        self.current_dir = Some(dir.to_owned());
+        self
+    }
+
+    /// A shell command run in the sandbox after the run; its stdout is [`OwnRun::after`]
+    /// (say, what is left in a directory the setup mounted for the run alone).
+    pub fn after(mut self, command: &str) -> Sandbox {
+        self.after = command.to_string();
+        self
+    }
+
     pub fn run(self, args: &[&str]) -> OwnRun {
+        let (mut command, dir) = self.command(args);
+        let out = command.output().expect("unshare (util-linux) runs");
+        collect(&dir, out)
+    }
+
+    /// Starts the run (stdin empty, stdout and stderr piped) without waiting for it.
+    pub fn spawn(self, args: &[&str]) -> OwnChild {
+        let (mut command, dir) = self.command(args);
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux) runs");
+        OwnChild { child, dir }
+    }
+
+    fn command(self, args: &[&str]) -> (Command, tempfile::TempDir) {
         let dir = super::private_dir("ipl-own-");
         let tmp = dir.path().join("tmp");
         std::fs::create_dir(&tmp).unwrap();
@@ -77,28 +149,103 @@ impl Sandbox {
         if !self.host_network {
             unshare.arg("--net");
         }
-        let out = unshare
+        unshare
             .args(["--mount", "--propagation", "private", "--", "sh", "-c", SANDBOX])
             .args(&self.wrapper)
             .arg(env!("CARGO_BIN_EXE_ipsec-lab"))
             .args(args)
             .env("IPL_OWN", dir.path())
             .env("IPL_SETUP", &self.setup)
-            .env("TMPDIR", &tmp)
-            .output()
-            .expect("unshare (util-linux) runs");
-        let read = |name: &str| {
-            std::fs::read_to_string(dir.path().join(name))
-                .unwrap_or_else(|e| panic!("the sandbox wrote no {name} ({e}): {}", super::text(&out)))
-        };
-        let lines = |name: &str| read(name).lines().map(String::from).collect();
-        OwnRun {
-            namespaces_left: lines("netns"),
-            links_left: lab_links(&read("links")),
-            files_left: lines("files"),
-            xfrm_left: read("xfrm"),
-            out,
+            .env("IPL_AFTER", &self.after)
+            .env("TMPDIR", &tmp);
+        if let Some(cwd) = &self.current_dir {
+            unshare.current_dir(cwd);
         }
+        (unshare, dir)
+    }
+}
+
+impl OwnChild {
+    /// The pid of the run itself (the sandbox shell's child running ipsec-lab), once it
+    /// has started; for a signal. Panics if the sandbox ends first or within 20 s.
+    pub fn lab_pid(&mut self) -> u32 {
+        let lab = std::fs::canonicalize(env!("CARGO_BIN_EXE_ipsec-lab")).unwrap();
+        let shell = self.child.id().to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(pid) = children(&shell)
+                .into_iter()
+                .find(|c| std::fs::read_link(format!("/proc/{c}/exe")).is_ok_and(|e| e == lab))
+            {
+                return pid;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("the sandbox ended ({status}) before its run was seen");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sandbox's run did not start within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the sandbox (and so its run) has ended.
+    pub fn ended(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Waits for the run and says what it left, as [`Sandbox::run`] does.
+    pub fn wait(self) -> OwnRun {
+        let out = self.child.wait_with_output().expect("the sandbox is waited for");
+        collect(&self.dir, out)
+    }
+}
+
+/// The named namespaces in the /run/netns that process `pid` sees: a sandboxed run's own,
+/// while it runs.
+pub fn namespaces_seen_by(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/root/run/netns"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The processes whose parent is `parent` (a pid), from /proc.
+fn children(parent: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+                .filter(|pid| {
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                    // The parent is the second field after the command name's ')'.
+                    stat.rfind(')')
+                        .and_then(|close| stat[close + 1..].split_whitespace().nth(1))
+                        == Some(parent)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the sandbox in `dir` wrote after its run.
+fn collect(dir: &tempfile::TempDir, out: Output) -> OwnRun {
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name))
+            .unwrap_or_else(|e| panic!("the sandbox wrote no {name} ({e}): {}", super::text(&out)))
+    };
+    let lines = |name: &str| read(name).lines().map(String::from).collect();
+    OwnRun {
+        namespaces_left: lines("netns"),
+        links_left: lab_links(&read("links")),
+        files_left: lines("files"),
+        xfrm_left: read("xfrm"),
+        after: read("after"),
+        out,
     }
 }
 
