@@ -264,3 +264,36 @@ fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
     }
     assert!(!alive(grandchild(&pidfile)), "vng's helper outlived the sweep");
 }
+
+/// Issue 25: after a VM sweep was killed outright, `clean` found nothing to stop although
+/// qemu ran on. Every process of the VM's group is recorded as it appears, so `clean` stops
+/// them all.
+#[test]
+fn a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop() {
+    let test = "a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = private_dir("ipl-vm-cli-");
+    let pidfile = dir.path().join("qemu.pid");
+    let path = fake_vng_with_qemu(dir.path(), &pidfile, "sleep 1000");
+    let mut child = matrix_vm(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let qemu = grandchild(&pidfile);
+    // The sweep looks for its VM's new processes once a second.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(alive(qemu), "SIGKILL gave the sweep no chance to stop its VM");
+    let clean = run_lab(&["clean"]);
+    assert!(clean.status.success(), "{}", text(&clean));
+    assert!(
+        !alive(qemu),
+        "clean left the VM's qemu running:\n{}",
+        text(&clean)
+    );
+}

@@ -33,6 +33,8 @@ const GRACE: Duration = Duration::from_secs(30);
 const DRAIN: Duration = Duration::from_secs(2);
 /// How often the child is checked for having exited.
 const POLL: Duration = Duration::from_millis(200);
+/// How often the child's process group is looked at for new members to record.
+const GROUP_SCAN: Duration = Duration::from_secs(1);
 /// How long what is left of the child's process group has after a SIGTERM, and then after
 /// a SIGKILL, to be gone.
 const GROUP_GRACE: Duration = Duration::from_secs(5);
@@ -358,18 +360,62 @@ async fn wait_recorded(
     let waiting = wait(child, cancel, timeout);
     tokio::pin!(reading, waiting);
     let mut read_all = false;
+    // The processes the child starts (qemu, virtiofsd) are recorded as they appear, so a
+    // `clean` after this process was killed stops them too, not only the child.
+    let mut members = GroupRecords::new(group, program);
+    let mut scan = tokio::time::interval(GROUP_SCAN);
     let status = loop {
         tokio::select! {
             status = &mut waiting => break status,
             () = &mut reading, if !read_all => read_all = true,
+            _ = scan.tick() => members.scan(),
         }
     };
     if !read_all {
         let _ = tokio::time::timeout(DRAIN, reading).await;
     }
     stop_group(group).await;
+    members.forget();
     owner::forget(&record);
     status
+}
+
+/// The members of a child's process group (its descendants), each recorded in the state
+/// file with its identity while it runs.
+struct GroupRecords {
+    group: u32,
+    program: String,
+    recorded: Vec<(u32, owner::Record)>,
+}
+
+impl GroupRecords {
+    fn new(group: u32, program: &str) -> GroupRecords {
+        GroupRecords {
+            group,
+            program: program.to_string(),
+            recorded: Vec::new(),
+        }
+    }
+
+    /// Records the group's members not recorded yet (the child itself is already).
+    fn scan(&mut self) {
+        for pid in group_members(self.group) {
+            if pid == self.group || self.recorded.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
+            let record = owner::Record::process(pid, &format!("started by {}", self.program));
+            // Best effort, as for the child: unrecorded, it is still stopped with the group.
+            if owner::record(record.clone()).is_ok() {
+                self.recorded.push((pid, record));
+            }
+        }
+    }
+
+    fn forget(self) {
+        for (_, record) in &self.recorded {
+            owner::forget(record);
+        }
+    }
 }
 
 /// Live (not zombie) processes of process group `group`, from /proc: its members may be
