@@ -526,8 +526,10 @@ fn an_idle_connection_flood_costs_the_server_almost_nothing() {
             server.log()
         );
         drop(flood);
-        // Its handshake timeouts end the admitted ones; then a real run succeeds.
-        std::thread::sleep(Duration::from_secs(2));
+        // The server drains what the flood left (admitted sessions, connections still in
+        // its accept queue while it was out of descriptors); then a real run succeeds. Wait
+        // for that, not for a guessed time: on a busy machine the drain takes longer.
+        wait_until_only_listening(&lab, Duration::from_secs(30));
         let out = lab.run(&["--backend", "plain", "--bytes", "2MB", "--json", "-"]);
         assert!(
             out.status.success(),
@@ -545,6 +547,37 @@ fn an_idle_connection_flood_costs_the_server_almost_nothing() {
             );
         }
         eprintln!("nofile {nofile}: {cpu:.3} s CPU over 4 s, {lines} log lines");
+    }
+}
+
+/// Waits until the control port has nothing but its listening socket with an empty
+/// accept queue: every connection of a flood accepted and closed by the server.
+fn wait_until_only_listening(lab: &Lab, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", lab.topo().b.name(), "ss", "-Htan"])
+            .arg(format!("sport = :{}", model::DEFAULT_PEER_PORT))
+            .output()
+            .unwrap();
+        let sockets = String::from_utf8_lossy(&out.stdout).into_owned();
+        // State, Recv-Q: the listener's Recv-Q is its accept queue. A TIME-WAIT socket was
+        // closed by the server already and holds none of its descriptors.
+        let drained = sockets.lines().all(|l| {
+            let mut f = l.split_whitespace();
+            match f.next() {
+                Some("LISTEN") => f.next() == Some("0"),
+                state => state == Some("TIME-WAIT"),
+            }
+        });
+        if drained {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the server never drained the flood:\n{sockets}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

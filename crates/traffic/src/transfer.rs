@@ -181,6 +181,9 @@ pub enum TrafficError {
     Foreign { local: SocketAddr, peer: SocketAddr },
     #[error("interrupted")]
     Cancelled,
+    /// The runtime that drives the streams could not be made (out of descriptors: EMFILE).
+    #[error("starting the transfer's event loop: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// The receiving end, bound before the sender starts so that the sender never races it.
@@ -729,10 +732,12 @@ fn block_on<T>(
     cancel: CancellationToken,
     work: impl std::future::Future<Output = Result<T, TrafficError>>,
 ) -> Result<T, TrafficError> {
+    // Not infallible: it needs descriptors (epoll, an eventfd), and a server at its limit
+    // has none to spare; that is a failed transfer, not a panic.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a current-thread runtime can always be built");
+        .map_err(TrafficError::Runtime)?;
     runtime.block_on(async {
         tokio::select! {
             result = work => result,
