@@ -13,6 +13,16 @@ set -euo pipefail
 
 kernels=/var/lib/ipsec-lab/kernels
 suite=${IPSEC_LAB_SECOND_KERNEL_SUITE:-bookworm-backports}
+# A second kernel already here, image and modules: nothing to fetch, not even the index
+# (so the test suite's set-up also runs where the mirrors cannot be reached).
+for image in "$kernels"/vmlinuz-*; do
+    [ -f "$image" ] || continue
+    release=${image##*/vmlinuz-}
+    if [ -f "/lib/modules/$release/modules.dep" ]; then
+        echo "lab/second-kernel.sh: $release already in $kernels"
+        exit 0
+    fi
+done
 work=$(mktemp -d /tmp/ipl-second-kernel-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$kernels"
@@ -25,10 +35,6 @@ package=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 \
     | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
 [ -n "$package" ] || { echo "lab/second-kernel.sh: no kernel image in $suite" >&2; exit 3; }
 release=${package#linux-image-}
-if [ -f "$kernels/vmlinuz-$release" ] && [ -f "/lib/modules/$release/modules.dep" ]; then
-    echo "lab/second-kernel.sh: $release already in $kernels"
-    exit 0
-fi
 echo "lab/second-kernel.sh: fetching $package from $suite"
 (cd "$work" && apt-get -qq "${apt_opts[@]}" download "$package")
 dpkg-deb -x "$work"/"$package"_*.deb "$work/root"
