@@ -13,7 +13,7 @@ set -euo pipefail
 
 dir=/var/lib/ipsec-lab/wireguard-go
 binary=$dir/wireguard-go
-# The package version, which the backend reports: upstream's 0.0.20231211 still prints
+# The package version, which the backend reports: 0.0.20231211 (an upstream snapshot) prints
 # "v0.0.20230223" for --version.
 package_file=$dir/wireguard-go.deb-version
 suite=${IPSEC_LAB_WIREGUARD_GO_SUITE:-trixie}

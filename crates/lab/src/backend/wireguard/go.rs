@@ -39,10 +39,13 @@ const UAPI_TIMEOUT: Duration = Duration::from_secs(5);
 pub const LAB_DIR: &str = "/var/lib/ipsec-lab/wireguard-go";
 const BINARY: &str = "wireguard-go";
 /// One line: the package version and suite the lab's build came from. Its `--version`
-/// cannot say: upstream's 0.0.20231211 still prints "v0.0.20230223".
+/// cannot say: 0.0.20231211 (an upstream snapshot) prints "v0.0.20230223".
 const PACKAGE_FILE: &str = "wireguard-go.deb-version";
-/// The first release with TUN offloads (TSO/GRO); 0.0.20231211 added UDP GSO/GRO.
-const TUN_OFFLOAD_RELEASE: u32 = 20230223;
+/// The version string of upstream's snapshot of 2023-02-23. The offloads came after it
+/// (TUN TCP GSO/GRO in March 2023, UDP GSO/GRO in October) and later builds, Debian's
+/// 0.0.20231211 among them, still print it: an older string predates the offloads for
+/// sure, this one cannot tell.
+const PRE_OFFLOAD_VERSION: u32 = 20230223;
 
 /// The wireguard-go binary a run starts, and what it says it is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -101,7 +104,7 @@ impl GoProgram {
             });
         }
         let note = match release(&version) {
-            Some(r) if r < TUN_OFFLOAD_RELEASE => format!(
+            Some(r) if r < PRE_OFFLOAD_VERSION => format!(
                 "{} ({version}, from PATH) predates wireguard-go's TUN and UDP offloads \
                  (0.0.20231211): it is not wireguard-go at its best; lab/wireguard-go.sh \
                  installs Debian 13's build in {LAB_DIR}, which the lab then prefers",
