@@ -10,7 +10,7 @@ packages=(
   openssl           # openssl speed: the openvpn rows' crypto ceiling, speed --with-openssl
   charon-systemd    # strongSwan's IKE daemon (the strongswan backend; no pid file)
   strongswan-swanctl # swanctl, configuring charon over VICI
-  wireguard-go      # the Go userspace WireGuard (--backend wireguard-go)
+  wireguard-go      # the Go userspace WireGuard, if lab/wireguard-go.sh cannot fetch Debian 13's
   wireguard-tools   # wg(8): captures the WireGuard fixtures (tests/fixtures/wireguard)
   util-linux        # setpriv: run the binary without capabilities in tests
   strace            # captures iproute2's netlink requests for fixtures
@@ -42,6 +42,12 @@ fi
 
 # The Debian package's test builds it with the pinned cargo-deb (compiled once: minutes).
 bash "$(dirname "$0")/deb/cargo-deb.sh"
+
+# Debian 13's wireguard-go beside the host's (never into dpkg's database): Debian 12's
+# predates the offloads, and the wireguard-go row should be wireguard-go at its best. Without
+# it the backend runs the one in PATH and says so in its evidence.
+bash "$(dirname "$0")/wireguard-go.sh" \
+  || echo "lab/setup.sh: warning: lab/wireguard-go.sh failed; --backend wireguard-go runs the PATH's build" >&2
 
 # A second kernel for the VM lab (kernel rows per kernel), only when asked.
 if [[ " $* " == *" --second-kernel "* || "${IPSEC_LAB_SECOND_KERNEL:-0}" == 1 ]]; then

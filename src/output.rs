@@ -63,8 +63,47 @@ pub fn print_human(text: &str, json: Option<&Path>) {
     }
 }
 
+/// The width of the terminal the human text goes to (stderr when stdout carries the
+/// JSON); None where it is a pipe or a file, which get one line per note, for grep.
+pub fn terminal_width(json: Option<&Path>) -> Option<usize> {
+    let fd = if json.is_some_and(is_std_stream) { 2 } else { 1 };
+    // SAFETY: isatty and TIOCGWINSZ only read the descriptor's state into `ws`.
+    unsafe {
+        if libc::isatty(fd) != 1 {
+            return None;
+        }
+        let mut ws: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) != 0 || ws.ws_col == 0 {
+            return Some(80);
+        }
+        Some(ws.ws_col as usize)
+    }
+}
+
+/// `line` broken at spaces into lines of at most `width` characters, the continuation
+/// lines indented by two; a word longer than that stays whole on a line of its own.
+pub fn wrap(line: &str, width: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    // Nothing on `current` yet but the continuation indent.
+    let mut fresh = true;
+    for word in line.split(' ') {
+        if !fresh && current.chars().count() + 1 + word.chars().count() > width {
+            out.push(std::mem::replace(&mut current, "  ".into()));
+            fresh = true;
+        }
+        if !fresh {
+            current.push(' ');
+        }
+        current.push_str(word);
+        fresh = false;
+    }
+    out.push(current);
+    out
+}
+
 pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
-    print_human(&human(report, json), json);
+    print_human(&human(report, json, terminal_width(json)), json);
     if let Some(path) = json {
         write_text(path, &(to_json(report)? + "\n"))?;
     }
@@ -75,24 +114,30 @@ pub fn to_json(report: &RunReport) -> LabResult<String> {
     serde_json::to_string_pretty(report).map_err(LabError::failed)
 }
 
-/// The human-readable result: one row per transfer, a summary row when repeated, then the
-/// conditions the numbers were measured under.
+/// The human-readable result: the suite, one row per transfer, a summary row when
+/// repeated, then the conditions the numbers were measured under. The suite is one per
+/// run, so it is said once above the table rather than in a column: the rows fit 80
+/// columns (issue 25: they were 97-105).
 pub fn table(report: &RunReport) -> String {
+    table_for(report, None)
+}
+
+/// [`table`], with the lines under the table wrapped to `width` where it is a terminal's.
+pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     let plan = &report.plan;
-    let mut rows: Vec<[String; 7]> = vec![[
+    let mut rows: Vec<[String; 6]> = vec![[
         "backend".into(),
-        "cipher".into(),
         "payload".into(),
         "time".into(),
         "throughput".into(),
-        "sender cpu".into(),
-        "receiver cpu".into(),
+        "send cpu".into(),
+        "recv cpu".into(),
     ]];
     for (label, record) in crate::modes::rows(report) {
-        rows.push(row(report, label, record));
+        rows.push(row(label, record));
     }
-    let mut out = String::new();
-    let widths: Vec<usize> = (0..7)
+    let mut out = format!("cipher: {}\n", plan.suite);
+    let widths: Vec<usize> = (0..6)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     for r in &rows {
@@ -103,6 +148,9 @@ pub fn table(report: &RunReport) -> String {
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
+    // Everything under the table is prose: wrapped on a terminal, one line per item elsewhere.
+    let rows_text = out;
+    let mut out = String::new();
     let s = &report.mb_per_s;
     // The report refuses untimed transfers, so every rate here is finite.
     if s.n > 1 {
@@ -156,12 +204,23 @@ pub fn table(report: &RunReport) -> String {
         };
         let _ = writeln!(out, "{kind}: {note}");
     }
+    let under = out;
+    let mut out = rows_text;
+    for line in under.lines() {
+        let lines = match width {
+            Some(w) => wrap(line, w),
+            None => vec![line.to_string()],
+        };
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
     out
 }
 
 /// The table, and where no JSON report is written, a pointer to the evidence only it holds.
-pub fn human(report: &RunReport, json: Option<&Path>) -> String {
-    let mut out = table(report);
+pub fn human(report: &RunReport, json: Option<&Path>, width: Option<usize>) -> String {
+    let mut out = table_for(report, width);
     if json.is_none() && !report.backend_details.is_empty() {
         out.push_str("(the backend's full evidence is in the JSON report: --json FILE)\n");
     }
@@ -187,11 +246,10 @@ fn ceiling_lines(c: &model::ceiling::RunCeiling) -> String {
     lines.join("\n")
 }
 
-fn row(report: &RunReport, label: String, record: &TransferRecord) -> [String; 7] {
+fn row(label: String, record: &TransferRecord) -> [String; 6] {
     let t = &record.transfer;
     [
         label,
-        report.plan.suite.to_string(),
         model::ByteSize(t.bytes).to_string(),
         format!("{:.3} s", t.seconds),
         format!(
@@ -230,20 +288,13 @@ mod tests {
         };
         let report = RunReport::new(plan, Environment::detect(), vec![t(0.125), t(0.1)]).unwrap();
         let text = table(&report);
-        let first = text.lines().next().unwrap();
-        for col in [
-            "backend",
-            "cipher",
-            "payload",
-            "time",
-            "throughput",
-            "sender cpu",
-            "receiver cpu",
-        ] {
-            assert!(first.contains(col), "{first}");
+        assert!(text.starts_with("cipher: none\n"), "{text}");
+        let header = text.lines().nth(1).unwrap();
+        for col in ["backend", "payload", "time", "throughput", "send cpu", "recv cpu"] {
+            assert!(header.contains(col), "{header}");
         }
         assert!(
-            text.contains("plain    none    100.0 MB  0.125 s  800.0 MB/s (6.40 Gbit/s)"),
+            text.contains("\nplain    100.0 MB  0.125 s  800.0 MB/s (6.40 Gbit/s)"),
             "{text}"
         );
         assert!(text.contains("median 900.0 MB/s over 2 runs"), "{text}");
@@ -279,12 +330,90 @@ mod tests {
             .backend_details
             .insert("tunnel".into(), serde_json::json!({"packets": 1}));
         let pointer = "full evidence is in the JSON report";
-        assert!(human(&report, None).contains(pointer));
+        assert!(human(&report, None, None).contains(pointer));
         for json in ["report.json", "-"] {
-            let text = human(&report, Some(Path::new(json)));
+            let text = human(&report, Some(Path::new(json)), None);
             assert!(!text.contains(pointer), "--json {json}: {text}");
         }
         report.backend_details.clear();
-        assert!(!human(&report, None).contains(pointer));
+        assert!(!human(&report, None, None).contains(pointer));
+    }
+
+    fn transfer(bytes: u64, seconds: f64) -> Transfer {
+        Transfer {
+            bytes,
+            seconds,
+            streams: 1,
+            verified: true,
+            sender_cpu: CpuUsage::new(0.1, 0.0, seconds),
+            receiver_cpu: CpuUsage::new(0.05, 0.0, seconds),
+            sender_threads: 1,
+            receiver_threads: 1,
+        }
+    }
+
+    /// Issue 25 item 9: the table was 97-105 columns (the suite repeated in every row,
+    /// "receiver cpu"), the conditions line up to 259 characters. Now the rows of the
+    /// README's runs fit 80 columns, and on an 80-column terminal so does every line.
+    #[test]
+    fn the_table_fits_80_columns_and_the_lines_under_it_wrap_on_a_terminal() {
+        for (backend, bytes, seconds) in [
+            (model::Backend::Userspace, 100_000_000, 0.7),
+            (model::Backend::Openvpn, 100_000_000, 8.133),
+            (model::Backend::Plain, 1_000_000_000, 0.94),
+        ] {
+            let plan = RunRequest {
+                backend,
+                key_bits: (backend != model::Backend::Plain).then_some(model::KeyBits::Aes256),
+                hmac: (backend != model::Backend::Plain).then_some(model::Hmac::Sha256),
+                repeat: 3,
+                ..Default::default()
+            }
+            .validate()
+            .unwrap();
+            let t = transfer(bytes, seconds);
+            let mut report =
+                RunReport::new(plan, Environment::detect(), vec![t.clone(), t.clone(), t]).unwrap();
+            report.notes.push(
+                "ESP SA spi 0x1a522c01 a->b (sent by a): 2972 packets, 4254368 bytes, 0 replay drops, \
+                 0 integrity failures, and some more words to pass any width"
+                    .into(),
+            );
+            let piped = table(&report);
+            let rows: Vec<&str> = piped.lines().take_while(|l| !l.is_empty()).collect();
+            assert!(rows.len() >= 5, "{piped}");
+            for row in &rows {
+                assert!(
+                    row.chars().count() <= 80,
+                    "{} columns: {row}",
+                    row.chars().count()
+                );
+            }
+            // In a pipe a note stays one line (grep finds it whole).
+            assert!(piped.contains("note: ESP SA spi 0x1a522c01 a->b (sent by a): 2972 packets, 4254368"));
+            let terminal = table_for(&report, Some(80));
+            for line in terminal.lines() {
+                assert!(
+                    line.chars().count() <= 80,
+                    "{} columns: {line}",
+                    line.chars().count()
+                );
+            }
+            // Wrapping moves words, never loses one.
+            let words = |t: &str| t.split_whitespace().map(String::from).collect::<Vec<_>>();
+            assert_eq!(words(&terminal), words(&piped));
+        }
+    }
+
+    #[test]
+    fn wrap_breaks_at_spaces_and_indents_the_continuation() {
+        assert_eq!(wrap("a bb ccc dddd", 6), ["a bb", "  ccc", "  dddd"]);
+        assert_eq!(wrap("short", 80), ["short"]);
+        assert_eq!(wrap("", 80), [""]);
+        // A word wider than the line stays whole.
+        assert_eq!(
+            wrap("see /a/very/long/path/indeed now", 10),
+            ["see", "  /a/very/long/path/indeed", "  now"]
+        );
     }
 }

@@ -62,8 +62,8 @@ fn parallel_streams_and_table_output() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.starts_with("backend  cipher"), "{stdout}");
-    assert!(stdout.contains("plain    none    10.0 MB"), "{stdout}");
+    assert!(stdout.starts_with("cipher: none\nbackend  payload"), "{stdout}");
+    assert!(stdout.contains("\nplain    10.0 MB"), "{stdout}");
     assert!(stdout.contains("3 stream(s)"), "{stdout}");
 }
 
@@ -117,7 +117,7 @@ fn run_json_dash_moves_the_table_to_stderr_and_warns_of_a_short_transfer() {
     assert_eq!(report["plan"]["seed"], 0x18ec_d910_7f28_b6c7_u64);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("backend  cipher"),
+        stderr.contains("backend  payload"),
         "the table goes to stderr: {stderr}"
     );
     assert!(stderr.contains(&format!("seed {seed}")), "{stderr}");

@@ -52,7 +52,27 @@ fn wireguard_go_verified_with_handshake_counters_and_nothing_left() {
     if !wireguard_go_or_skip(test) {
         return;
     }
-    userspace_wireguard_run("wireguard-go", "wireguard-go");
+    let d = userspace_wireguard_run("wireguard-go", "wireguard-go");
+    // Which binary ran, and what it says it is (issue 25 item 9): the lab's Debian 13
+    // build where lab/wireguard-go.sh installed it, else the PATH's with a note.
+    let program = &d["program"];
+    assert!(
+        program["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("wireguard-go v0.0."),
+        "{d}"
+    );
+    let lab_build = "/var/lib/ipsec-lab/wireguard-go/wireguard-go";
+    if std::path::Path::new(lab_build).is_file() {
+        assert_eq!(program["path"], lab_build, "{d}");
+        let package = program["package"].as_str().unwrap();
+        assert_eq!(d["implementation"], format!("wireguard-go {package}"), "{d}");
+        assert!(program.get("note").is_none(), "{d}");
+    } else {
+        let note = program["note"].as_str().unwrap();
+        assert!(note.contains("lab/wireguard-go.sh"), "{d}");
+    }
 }
 
 #[test]
@@ -61,12 +81,13 @@ fn boringtun_verified_with_handshake_counters_thread_cpu_and_nothing_left() {
     if !root_or_skip(test) {
         return;
     }
-    userspace_wireguard_run("boringtun", "boringtun 0.7");
+    let d = userspace_wireguard_run("boringtun", "boringtun 0.7");
+    assert!(d.get("program").is_none(), "{d}");
 }
 
 /// A verified 20 MB run of `backend` with its handshake, counters and tunnel CPU reported,
-/// and no namespace, link or UAPI socket left.
-fn userspace_wireguard_run(backend: &str, implementation: &str) {
+/// and no namespace, link or UAPI socket left. Returns the backend's evidence.
+fn userspace_wireguard_run(backend: &str, implementation: &str) -> serde_json::Value {
     let _lock = lab_lock();
     // In namespaces and a socket directory of its own: what is counted afterwards is this
     // run's alone.
@@ -111,6 +132,7 @@ fn userspace_wireguard_run(backend: &str, implementation: &str) {
     assert_eq!(run.namespaces_left, Vec::<String>::new());
     assert_eq!(run.links_left, Vec::<String>::new());
     assert_eq!(run.after, "", "a UAPI socket was left");
+    d.clone()
 }
 
 #[test]

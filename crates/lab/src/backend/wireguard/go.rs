@@ -1,9 +1,14 @@
-//! wireguard-go (`--backend wireguard-go`): Debian's userspace WireGuard, one process per end
+//! wireguard-go (`--backend wireguard-go`): the Go userspace WireGuard, one process per end
 //! started in the end's namespace in the foreground (`-f`), configured over its UAPI socket
 //! (/var/run/wireguard/IFNAME.sock, text written here, crate `wgnl::uapi`), its TUN device
 //! addressed and brought up over rtnetlink. The process is recorded for `clean` (and gets
 //! SIGTERM if the lab dies); so is its socket, which a killed wireguard-go leaves behind.
 //! Stopping it (SIGTERM) removes its TUN device and socket.
+//!
+//! Which binary: Debian 13's build, which `lab/wireguard-go.sh` installs in [`LAB_DIR`],
+//! where present, else the one in PATH ([`GoProgram`]). Debian 12's (0.0.20220316)
+//! predates the TUN and UDP offloads (GSO/GRO) and moves about a fifth as much here: a
+//! comparison against it would flatter every other row.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -13,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use model::RunPlan;
 use netns::Topology;
+use serde::Serialize;
 use wgnl::PeerStats;
 
 use super::{
@@ -21,23 +27,130 @@ use super::{
 use crate::backend::site::{Side, Site};
 use crate::error::{LabError, LabResult};
 
-const INSTALL: &str =
-    "wireguard-go is not installed: install it with `apt-get install wireguard-go` (Debian/Ubuntu)";
+const INSTALL: &str = "wireguard-go is not installed: `bash lab/setup.sh` (or lab/wireguard-go.sh) \
+     installs Debian 13's build, the one with offloads; `apt-get install wireguard-go` installs \
+     the distribution's";
 const SOCKET_DIR: &str = "/var/run/wireguard";
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 const UAPI_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn find_program(name: &str) -> Option<PathBuf> {
+/// Where `lab/wireguard-go.sh` installs Debian 13's wireguard-go, with the Debian package
+/// version beside it in [`PACKAGE_FILE`].
+pub const LAB_DIR: &str = "/var/lib/ipsec-lab/wireguard-go";
+const BINARY: &str = "wireguard-go";
+/// One line: the package version and suite the lab's build came from. Its `--version`
+/// cannot say: 0.0.20231211 (an upstream snapshot) prints "v0.0.20230223".
+const PACKAGE_FILE: &str = "wireguard-go.deb-version";
+/// The version string of upstream's snapshot of 2023-02-23. The offloads came after it
+/// (TUN TCP GSO/GRO in March 2023, UDP GSO/GRO in October) and later builds, Debian's
+/// 0.0.20231211 among them, still print it: an older string predates the offloads for
+/// sure, this one cannot tell.
+const PRE_OFFLOAD_VERSION: u32 = 20230223;
+
+/// The wireguard-go binary a run starts, and what it says it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GoProgram {
+    pub path: PathBuf,
+    /// The first line of its `--version`.
+    pub version: String,
+    /// The Debian package version, for the lab's build (from `lab/wireguard-go.sh`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub package: Option<String>,
+    /// Why a figure from this binary may not be wireguard-go at its best; None for the
+    /// lab's build.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl GoProgram {
+    /// The lab's build in `lab_dir` where it is there, else the first in `search`.
+    fn path_in(lab_dir: &Path, search: impl IntoIterator<Item = PathBuf>) -> Option<(PathBuf, bool)> {
+        let lab = lab_dir.join(BINARY);
+        if lab.is_file() {
+            return Some((lab, true));
+        }
+        search
+            .into_iter()
+            .map(|d| d.join(BINARY))
+            .find(|p| p.is_file())
+            .map(|p| (p, false))
+    }
+
+    /// The binary a run would start, found without running it: the lab's build first.
+    pub fn path() -> Option<PathBuf> {
+        Self::path_in(Path::new(LAB_DIR), search_path()).map(|(p, _)| p)
+    }
+
+    /// The binary a run would start, with its `--version` (run here) and, for the PATH's,
+    /// a note where it predates the offloads.
+    pub fn find() -> Option<GoProgram> {
+        Self::find_in(Path::new(LAB_DIR), search_path())
+    }
+
+    fn find_in(lab_dir: &Path, search: impl IntoIterator<Item = PathBuf>) -> Option<GoProgram> {
+        let (path, lab) = Self::path_in(lab_dir, search)?;
+        let version = crate::backend::daemon::version_line(&path.to_string_lossy())
+            .unwrap_or_else(|| "wireguard-go (version unknown)".into());
+        if lab {
+            let package = std::fs::read_to_string(lab_dir.join(PACKAGE_FILE))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
+            return Some(GoProgram {
+                path,
+                version,
+                package,
+                note: None,
+            });
+        }
+        let note = match release(&version) {
+            Some(r) if r < PRE_OFFLOAD_VERSION => format!(
+                "{} ({version}, from PATH) predates wireguard-go's TUN and UDP offloads \
+                 (0.0.20231211): it is not wireguard-go at its best; lab/wireguard-go.sh \
+                 installs Debian 13's build in {LAB_DIR}, which the lab then prefers",
+                path.display()
+            ),
+            _ => format!(
+                "{} ({version}, from PATH): lab/wireguard-go.sh installs Debian 13's build \
+                 (0.0.20231211, TUN and UDP offloads) in {LAB_DIR}, which the lab then prefers",
+                path.display()
+            ),
+        };
+        Some(GoProgram {
+            path,
+            version,
+            package: None,
+            note: Some(note),
+        })
+    }
+
+    /// What the report names: the package version where known (`--version` understates
+    /// 0.0.20231211), else `--version`.
+    pub fn implementation(&self) -> String {
+        match &self.package {
+            Some(p) => format!("wireguard-go {p}"),
+            None => self.version.clone(),
+        }
+    }
+}
+
+/// PATH, then the system directories a root shell may not have in it.
+fn search_path() -> Vec<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin".into(), "/usr/bin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+        .collect()
+}
+
+/// 20220316 from "wireguard-go v0.0.20220316".
+fn release(version: &str) -> Option<u32> {
+    let v = version.split_whitespace().find_map(|w| w.strip_prefix("v0.0."))?;
+    v.parse().ok()
 }
 
 /// Refuses, before anything is created, without wireguard-go or a TUN device.
 pub async fn preflight(_plan: &RunPlan) -> LabResult<()> {
-    if find_program("wireguard-go").is_none() {
+    if GoProgram::path().is_none() {
         return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
     }
     if !Path::new("/dev/net/tun").exists() {
@@ -46,12 +159,6 @@ pub async fn preflight(_plan: &RunPlan) -> LabResult<()> {
         )));
     }
     Ok(())
-}
-
-/// `wireguard-go --version`'s first line, for the evidence.
-pub fn implementation() -> String {
-    crate::backend::daemon::version_line("wireguard-go")
-        .unwrap_or_else(|| "wireguard-go (version unknown)".into())
 }
 
 /// One end: its wireguard-go process, until dropped.
@@ -76,16 +183,17 @@ impl GoEnd {
                 socket.display()
             )));
         }
+        let program = GoProgram::path().ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
         let child = site
             .namespace
-            .command("wireguard-go")
+            .command(&program)
             .args(["-f", &name])
             .env("LOG_LEVEL", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| LabError::failed(anyhow::anyhow!("{what}: start wireguard-go: {e}")))?;
+            .map_err(|e| LabError::failed(anyhow::anyhow!("{what}: start {}: {e}", program.display())))?;
         let records = [
             owner::Record::process(child.id(), "wireguard-go"),
             owner::Record::Path { path: socket.clone() },
@@ -267,5 +375,108 @@ pub(super) async fn bring_up(
             return Ok(Some(took));
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the system's temp dir, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!("ipl-go-test-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        /// A fake wireguard-go in `sub` that prints `version` as real ones do.
+        fn fake(&self, sub: &str, version: &str) -> PathBuf {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = self.0.join(sub);
+            std::fs::create_dir_all(&dir).unwrap();
+            let bin = dir.join(BINARY);
+            std::fs::write(
+                &bin,
+                format!("#!/bin/sh\necho '{version}'\necho\necho 'Userspace WireGuard daemon'\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            // A fork elsewhere in this test process may hold the file open for writing a
+            // moment longer (ETXTBSY): wait until it runs.
+            for _ in 0..100 {
+                match std::process::Command::new(&bin).output() {
+                    Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    _ => break,
+                }
+            }
+            dir
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Issue 25 item 9: the lab's Debian 13 build wins over the PATH's, and the evidence
+    /// carries its path, `--version` and package version, with no note.
+    #[test]
+    fn wireguard_go_prefers_the_labs_offload_build_and_reports_its_version() {
+        let s = Scratch::new("prefer");
+        let lab = s.fake("lab", "wireguard-go v0.0.20230223");
+        std::fs::write(lab.join(PACKAGE_FILE), "0.0.20231211-1+b9 (Debian trixie)\n").unwrap();
+        let path_dir = s.fake("path", "wireguard-go v0.0.20220316");
+        let p = GoProgram::find_in(&lab, [path_dir]).unwrap();
+        assert_eq!(p.path, lab.join(BINARY));
+        assert_eq!(p.version, "wireguard-go v0.0.20230223");
+        assert_eq!(p.package.as_deref(), Some("0.0.20231211-1+b9 (Debian trixie)"));
+        assert_eq!(p.note, None);
+        assert_eq!(
+            p.implementation(),
+            "wireguard-go 0.0.20231211-1+b9 (Debian trixie)"
+        );
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["path"], lab.join(BINARY).to_str().unwrap());
+        assert_eq!(json["version"], "wireguard-go v0.0.20230223");
+    }
+
+    /// Without the lab's build, Debian 12's from PATH runs, and the evidence says it
+    /// predates the offloads and how to get the build that has them.
+    #[test]
+    fn wireguard_go_from_path_is_noted_as_predating_the_offloads() {
+        let s = Scratch::new("fallback");
+        let empty = s.0.join("no-lab-build");
+        let path_dir = s.fake("path", "wireguard-go v0.0.20220316");
+        let p = GoProgram::find_in(&empty, [s.0.join("nothing-here"), path_dir.clone()]).unwrap();
+        assert_eq!(p.path, path_dir.join(BINARY));
+        assert_eq!(p.version, "wireguard-go v0.0.20220316");
+        assert_eq!(p.package, None);
+        assert_eq!(p.implementation(), "wireguard-go v0.0.20220316");
+        let note = p.note.unwrap();
+        assert!(
+            note.contains("predates wireguard-go's TUN and UDP offloads"),
+            "{note}"
+        );
+        assert!(note.contains("lab/wireguard-go.sh"), "{note}");
+        // A PATH build from the offload era is still named as not the lab's, without the
+        // claim that it predates anything.
+        let newer = s.fake("newer", "wireguard-go v0.0.20230223");
+        let note = GoProgram::find_in(&empty, [newer]).unwrap().note.unwrap();
+        assert!(!note.contains("predates"), "{note}");
+        assert!(note.contains("from PATH"), "{note}");
+        assert!(GoProgram::find_in(&empty, [s.0.join("nothing-here")]).is_none());
+    }
+
+    #[test]
+    fn release_is_read_from_the_version_line() {
+        assert_eq!(release("wireguard-go v0.0.20220316"), Some(20220316));
+        assert_eq!(release("wireguard-go (version unknown)"), None);
     }
 }

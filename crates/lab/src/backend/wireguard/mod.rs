@@ -4,8 +4,9 @@
 //!
 //! * [`kernel`] (`--backend wireguard`): the kernel's module; link over rtnetlink, keys and
 //!   peer over generic netlink (crate `wgnl`).
-//! * [`go`] (`--backend wireguard-go`): Debian's wireguard-go, one process per end,
-//!   configured over its UAPI socket.
+//! * [`go`] (`--backend wireguard-go`): wireguard-go (Debian 13's build where
+//!   `lab/wireguard-go.sh` installed it), one process per end, configured over its UAPI
+//!   socket.
 //! * [`boring`] (`--backend boringtun`): the `boringtun` crate's device in this process,
 //!   one per end, configured over the same UAPI.
 //!
@@ -19,7 +20,8 @@
 //! [`WireguardEvidence`]): `implementation`, `cipher`, `listen_port`, `mtu`, `handshake_s`
 //! (from b's first datagram to the handshake b's device reports), and per end the peer's
 //! `rx_bytes`/`tx_bytes` as the device counts them after the transfers, and for wireguard-go
-//! its process's `cpu` (all its threads), for boringtun its device threads' `cpu`.
+//! its process's `cpu` (all its threads), for boringtun its device threads' `cpu`; for
+//! wireguard-go also `program` (the binary's path, `--version`, package, note).
 
 pub mod boring;
 pub mod go;
@@ -195,6 +197,10 @@ pub struct WireguardEvidence {
     pub mtu: u32,
     pub handshake_s: Option<f64>,
     pub ends: BTreeMap<&'static str, WireguardEnd>,
+    /// wireguard-go only: which binary ran, its version, and a note where it is not the
+    /// offload-era build.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<go::GoProgram>,
 }
 
 impl WireguardEvidence {
@@ -206,6 +212,7 @@ impl WireguardEvidence {
             mtu: inner_mtu(plan),
             handshake_s: ends.iter().find_map(|e| e.handshake_s),
             ends: ends.into_iter().map(|e| (e.side, e)).collect(),
+            program: None,
         }
     }
 
@@ -239,14 +246,27 @@ impl WireguardEvidence {
                 e.interface, e.rx_bytes, e.tx_bytes
             ));
         }
+        if let Some(note) = self.program.as_ref().and_then(|p| p.note.clone()) {
+            lines.push(note);
+        }
         lines
     }
 }
 
 /// Both ends' evidence as one local run's.
 pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> WireguardEvidence {
+    if plan.backend == model::Backend::WireguardGo {
+        // The binary the ends were started from: the lab's build wins wherever it is.
+        let program = go::GoProgram::find();
+        let implementation = program.as_ref().map_or_else(
+            || "wireguard-go (binary not found after the run)".into(),
+            go::GoProgram::implementation,
+        );
+        let mut evidence = WireguardEvidence::new(plan, implementation, [a, b]);
+        evidence.program = program;
+        return evidence;
+    }
     let implementation = match plan.backend {
-        model::Backend::WireguardGo => go::implementation(),
         model::Backend::Boringtun => boring::implementation(),
         _ => kernel::implementation(),
     };
