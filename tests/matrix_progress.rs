@@ -87,19 +87,13 @@ fn a_piped_matrix_prints_a_line_per_cell_and_none_with_no_progress() {
 /// it exits and leaves `exited` behind: a cell shown before that was counted while the
 /// "guest" ran, not read from its report afterwards.
 fn fake_vng_running_the_guest(dir: &Path, exited: &Path) -> String {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = format!(
-        "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'virtme-ng 1.0'; exit 0; }}\n\
+    let body = format!(
+        "{VNG_VERSION}\n\
          while [ $# -gt 0 ]; do [ \"$1\" = --exec ] && {{ script=\"$2\"; shift; }}; shift; done\n\
-         sh -c \"$script\"\nsleep 3\ntouch '{}'\n",
+         sh -c \"$script\"\nsleep 3\ntouch '{}'",
         exited.display()
     );
-    let vng = bin.join("vng");
-    std::fs::write(&vng, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&vng, std::fs::Permissions::from_mode(0o755)).unwrap();
-    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+    fake_vng(dir, &body)
 }
 
 /// Issue 25: on a terminal the VM phase was one step with no progress and the ETA left it

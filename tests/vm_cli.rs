@@ -9,22 +9,6 @@ use std::process::Command;
 
 use common::*;
 
-/// A `vng` that records its arguments (one per line) in `log` and does nothing else, first
-/// in PATH: shows what the lab would have handed to the real one.
-fn fake_vng(dir: &Path, log: &Path) -> String {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = format!(
-        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\" >> '{}'; done\n",
-        log.display()
-    );
-    let vng = bin.join("vng");
-    std::fs::write(&vng, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&vng, std::fs::Permissions::from_mode(0o755)).unwrap();
-    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
-}
-
 #[test]
 fn matrix_vm_with_a_missing_kernel_exits_2_before_anything_is_created() {
     let dir = private_dir("ipl-vm-cli-");
@@ -48,7 +32,14 @@ fn matrix_vm_with_a_missing_kernel_exits_2_before_anything_is_created() {
 fn tmpdir_with_a_space_or_a_quote_is_refused_and_never_reaches_vng() {
     let dir = private_dir("ipl-vm-cli-");
     let log = dir.path().join("vng-args");
-    let path = fake_vng(dir.path(), &log);
+    // Records its arguments, one per line: what the lab would have handed to the real one.
+    let path = fake_vng(
+        dir.path(),
+        &format!(
+            "for a in \"$@\"; do printf '%s\\n' \"$a\" >> '{}'; done",
+            log.display()
+        ),
+    );
     for name in ["a b", "x' --rw 'y"] {
         let tmp = dir.path().join(name);
         std::fs::create_dir(&tmp).unwrap();
@@ -147,18 +138,8 @@ fn lab_vm_script_refuses_an_outdir_vng_would_split() {
 /// script ignores SIGINT, as qemu outlived vng's), writes its pid to `pidfile`, then runs
 /// `rest`: `sleep 1000` for a guest that hangs, `exit 1` for one that gives nothing back.
 fn fake_vng_with_qemu(dir: &Path, pidfile: &Path, rest: &str) -> String {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = format!(
-        "#!/bin/sh\n[ \"$1\" = --version ] && {{ echo 'virtme-ng 1.0'; exit 0; }}\n\
-         sleep 1000 &\necho $! > '{}'\n{rest}\n",
-        pidfile.display()
-    );
-    let vng = bin.join("vng");
-    std::fs::write(&vng, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&vng, std::fs::Permissions::from_mode(0o755)).unwrap();
-    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+    let qemu = format!("sleep 1000 &\necho $! > '{}'", pidfile.display());
+    fake_vng(dir, &format!("{VNG_VERSION}\n{qemu}\n{rest}"))
 }
 
 fn alive(pid: u32) -> bool {

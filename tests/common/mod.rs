@@ -93,6 +93,21 @@ pub fn openvpn_or_skip(test: &str) -> bool {
     found
 }
 
+/// A `vng` first in PATH (in `dir/bin`) that runs `body`, a shell script: shows what the
+/// lab hands to the real one, or plays a VM. Returns the PATH to run the lab with.
+pub fn fake_vng(dir: &std::path::Path, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let vng = bin.join("vng");
+    std::fs::write(&vng, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&vng, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// The part of a fake `vng` that answers `vng --version` as an installed one does.
+pub const VNG_VERSION: &str = "[ \"$1\" = --version ] && { echo 'virtme-ng 1.0'; exit 0; }";
+
 /// A fresh private directory for a test's files (random name, mode 0700, never reused),
 /// removed when dropped.
 pub fn private_dir(prefix: &str) -> tempfile::TempDir {
