@@ -133,13 +133,16 @@ fn route_into_the_tunnel_reaches_nothing_else(family: model::Family, threads: &s
         .run(move || TcpStream::connect_timeout(&service, Duration::from_secs(2)).is_ok())
         .unwrap();
     // More than the few router solicitations an honest TUN device sends, so the count
-    // below is the attack's.
+    // below is the attack's. Paced: a burst beside the bulk transfer overflowed the TUN
+    // device's queue (13 of 100 reached the tunnel once, on a loaded machine), and the
+    // kernel's drops there are not what this test is about.
     lab.topo()
         .a
         .run(move || {
             let s = UdpSocket::bind((model::Family::of(other).unspecified(), 0)).unwrap();
             for _ in 0..DATAGRAMS {
                 s.send_to(b"ipl: reach past the tunnel", service).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
             }
         })
         .unwrap();
