@@ -142,6 +142,34 @@ fn fake_vng_with_qemu(dir: &Path, pidfile: &Path, rest: &str) -> String {
     fake_vng(dir, &format!("{VNG_VERSION}\n{qemu}\n{rest}"))
 }
 
+/// One test's fake VM: the lab's lock held, and a fake `vng` (see [`fake_vng_with_qemu`])
+/// first in `path`, its "qemu" writing its pid to `pidfile`.
+struct FakeVm {
+    _lock: std::sync::MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    pidfile: std::path::PathBuf,
+    path: String,
+}
+
+impl FakeVm {
+    /// None (the test skips, saying why) where the VM path is missing.
+    fn new(test: &str, rest: &str) -> Option<FakeVm> {
+        if !vm_or_skip(test) {
+            return None;
+        }
+        let lock = lab_lock();
+        let dir = private_dir("ipl-vm-cli-");
+        let pidfile = dir.path().join("qemu.pid");
+        let path = fake_vng_with_qemu(dir.path(), &pidfile, rest);
+        Some(FakeVm {
+            _lock: lock,
+            _dir: dir,
+            pidfile,
+            path,
+        })
+    }
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         !stat
@@ -193,20 +221,18 @@ fn grandchild(pidfile: &Path) -> u32 {
 /// process group goes with the run, before it says that everything was removed.
 #[test]
 fn a_stopped_vm_sweep_takes_its_whole_process_tree_with_it() {
-    let test = "a_stopped_vm_sweep_takes_its_whole_process_tree_with_it";
-    if !vm_or_skip(test) {
+    let Some(vm) = FakeVm::new(
+        "a_stopped_vm_sweep_takes_its_whole_process_tree_with_it",
+        "sleep 1000",
+    ) else {
         return;
-    }
-    let _lock = lab_lock();
-    let dir = private_dir("ipl-vm-cli-");
-    let pidfile = dir.path().join("qemu.pid");
-    let path = fake_vng_with_qemu(dir.path(), &pidfile, "sleep 1000");
-    let child = matrix_vm(&path)
+    };
+    let child = matrix_vm(&vm.path)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let qemu = grandchild(&pidfile);
+    let qemu = grandchild(&vm.pidfile);
     assert!(alive(qemu));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -227,15 +253,13 @@ fn a_stopped_vm_sweep_takes_its_whole_process_tree_with_it() {
 /// or directory (os error 2)"), and what vng left running stayed.
 #[test]
 fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
-    let test = "a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing";
-    if !vm_or_skip(test) {
+    let Some(vm) = FakeVm::new(
+        "a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing",
+        "exit 1",
+    ) else {
         return;
-    }
-    let _lock = lab_lock();
-    let dir = private_dir("ipl-vm-cli-");
-    let pidfile = dir.path().join("qemu.pid");
-    let path = fake_vng_with_qemu(dir.path(), &pidfile, "exit 1");
-    let out = matrix_vm(&path).output().unwrap();
+    };
+    let out = matrix_vm(&vm.path).output().unwrap();
     let shown = text(&out);
     assert_eq!(out.status.code(), Some(1), "{shown}");
     assert!(shown.contains("gave no kernel rows"), "{shown}");
@@ -243,7 +267,7 @@ fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
     for line in shown.lines() {
         assert!(line.matches(&cause).count() <= 1, "said twice: {line}");
     }
-    assert!(!alive(grandchild(&pidfile)), "vng's helper outlived the sweep");
+    assert!(!alive(grandchild(&vm.pidfile)), "vng's helper outlived the sweep");
 }
 
 /// Issue 25: after a VM sweep was killed outright, `clean` found nothing to stop although
@@ -251,20 +275,18 @@ fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
 /// them all.
 #[test]
 fn a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop() {
-    let test = "a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop";
-    if !vm_or_skip(test) {
+    let Some(vm) = FakeVm::new(
+        "a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop",
+        "sleep 1000",
+    ) else {
         return;
-    }
-    let _lock = lab_lock();
-    let dir = private_dir("ipl-vm-cli-");
-    let pidfile = dir.path().join("qemu.pid");
-    let path = fake_vng_with_qemu(dir.path(), &pidfile, "sleep 1000");
-    let mut child = matrix_vm(&path)
+    };
+    let mut child = matrix_vm(&vm.path)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let qemu = grandchild(&pidfile);
+    let qemu = grandchild(&vm.pidfile);
     // The sweep looks for its VM's new processes once a second.
     std::thread::sleep(std::time::Duration::from_millis(2500));
     child.kill().unwrap();
