@@ -51,19 +51,7 @@ fn route_into_the_tunnel_reaches_nothing_else(family: model::Family, threads: &s
         ),
     };
     // Another address of the server's host, and a service bound only to it.
-    let added = Command::new("ip")
-        .args([
-            "-n",
-            lab.topo().b.name(),
-            "address",
-            "add",
-            &other.to_string(),
-            "dev",
-            "lo",
-        ])
-        .status()
-        .unwrap();
-    assert!(added.success());
+    lab.add_address('b', &other.to_string(), "lo");
     let service = SocketAddr::new(other, SERVICE_PORT);
     let (listener, udp) = lab
         .topo()

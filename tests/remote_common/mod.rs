@@ -130,20 +130,23 @@ impl Lab {
 
     /// Gives namespace a (the client's host) one more address, `addr` in the lab's /24.
     pub fn add_client_address(&self, addr: &str) {
+        let veth = self.topo().veth_a.clone();
+        self.add_address('a', &format!("{addr}/24"), &veth);
+    }
+
+    /// `ip -n NS address add ADDR dev DEV` in namespace `side` ('a' or 'b').
+    pub fn add_address(&self, side: char, addr: &str, dev: &str) {
+        let ns = if side == 'a' {
+            &self.topo().a
+        } else {
+            &self.topo().b
+        };
         let ok = Command::new("ip")
-            .args([
-                "-n",
-                self.topo().a.name(),
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-            ])
-            .arg(&self.topo().veth_a)
+            .args(["-n", ns.name(), "address", "add", addr, "dev", dev])
             .status()
             .unwrap()
             .success();
-        assert!(ok, "adding {addr} to namespace a");
+        assert!(ok, "adding {addr} to {dev} in namespace {side}");
     }
 
     /// `ip -n NS ARGS` output.

@@ -182,8 +182,9 @@ pub enum TrafficError {
     #[error("interrupted")]
     Cancelled,
     /// The runtime that drives the streams could not be made (out of descriptors: EMFILE).
+    /// Not a `#[source]`: the message says it, and a source would say it again in `{:#}`.
     #[error("starting the transfer's event loop: {0}")]
-    Runtime(#[source] std::io::Error),
+    Runtime(std::io::Error),
 }
 
 /// The receiving end, bound before the sender starts so that the sender never races it.
