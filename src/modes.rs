@@ -129,7 +129,7 @@ pub fn interval_line(r: &IntervalRecord) -> String {
 /// The table's rows: one per transfer, named by the way it went; in a two-way run each
 /// way's and then their sum.
 pub fn rows(report: &RunReport) -> Vec<(String, &TransferRecord)> {
-    let backend = report.plan.backend.to_string();
+    let backend = report.plan.backend().to_string();
     let Some(modes) = &report.modes else {
         return report.transfers.iter().map(|t| (backend.clone(), t)).collect();
     };

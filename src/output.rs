@@ -136,7 +136,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     for (label, record) in crate::modes::rows(report) {
         rows.push(row(label, record));
     }
-    let mut out = format!("cipher: {}\n", plan.suite);
+    let mut out = format!("cipher: {}\n", plan.suite());
     let widths: Vec<usize> = (0..6)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -182,15 +182,15 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     }
     let env = &report.environment;
     // The family and the encapsulation are conditions of the figure, as the MTU is.
-    let encap = plan.encap.map(|e| format!(", {e}")).unwrap_or_default();
+    let encap = plan.encap().map(|e| format!(", {e}")).unwrap_or_default();
     let _ = writeln!(
         out,
         "\nmeasured on {}, seed {:#x}, mtu {}, {} stream(s), {}{encap}",
         env.describe(),
-        plan.seed,
-        plan.mtu,
-        plan.parallel,
-        plan.family,
+        plan.workload().seed,
+        plan.link().mtu,
+        plan.workload().parallel,
+        plan.link().family,
     );
     if let Some(c) = &report.ceiling {
         let _ = writeln!(out, "{}", ceiling_lines(c));

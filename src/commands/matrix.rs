@@ -132,7 +132,8 @@ impl MatrixArgs {
             encap: self
                 .encap
                 .map(|kind| model::Encap::from_args(kind, self.encap_port))
-                .transpose()?,
+                .transpose()
+                .map_err(model::PlanError::from)?,
             pcrypt: self.pcrypt,
             family: self.family.family(),
             netem: match &self.netem {

@@ -10,7 +10,7 @@ use crate::{modes, output, progress};
 pub fn run(args: RunArgs) -> LabResult<()> {
     // Stage two of parsing: nothing below this line runs on invalid input.
     let plan = args.request().validate()?;
-    for ignored in &plan.ignored {
+    for ignored in plan.ignored() {
         eprintln!("note: ignored {ignored}");
     }
     if let Some(json) = &args.json {
@@ -24,6 +24,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     // How intervals are shown: JSON objects, or lines beside the table (on stderr where
     // stdout carries the JSON report).
     let show = plan
+        .workload()
         .modes
         .interval_s
         .map(|period_s| match args.modes.json_stream {
@@ -35,7 +36,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         });
     lab::require_net_admin()?;
     let keys = lab::backend::xfrm::ShowKeys(args.show_keys);
-    let report = if plan.peer.is_some() {
+    let report = if plan.peer().is_some() {
         let psk = lab::remote::client::load_psk(args.psk_file.as_deref())?;
         lab::remote::client::check_local(&plan, args.mtu)?;
         runtime()?.block_on(lab::remote::client::run(&plan, &psk, keys))?

@@ -23,8 +23,8 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
         .unwrap();
         let spec = netns::TopologySpec {
             run_id: netns::new_run_id(),
-            mtu: plan.mtu,
-            addressing: plan.addressing,
+            mtu: plan.link().mtu,
+            addressing: plan.link().addressing,
         };
         let topology = netns::Topology::create(&spec).await.unwrap();
         let right = RunSecrets::generate(&plan).unwrap();

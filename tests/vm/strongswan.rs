@@ -197,8 +197,8 @@ async fn wrong_psk() {
     .unwrap();
     let spec = netns::TopologySpec {
         run_id: netns::new_run_id(),
-        mtu: plan.mtu,
-        addressing: plan.addressing,
+        mtu: plan.link().mtu,
+        addressing: plan.link().addressing,
     };
     let topology = netns::Topology::create(&spec).await.unwrap();
     let ad = topology.addressing;

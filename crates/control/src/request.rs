@@ -154,12 +154,12 @@ pub enum RequestError {
 impl ServerLimits {
     /// Whether this server runs `r`; refuses with the first limit it breaks.
     pub fn check(&self, r: &PeerRequest) -> Result<(), RequestError> {
+        // What its description says does not run between two hosts is refused here, not
+        // when its end fails to start (strongSwan's would negotiate with the other charon).
+        if !r.backend.describe().two_hosts {
+            return Err(RequestError::Backend(r.backend));
+        }
         match (r.backend, r.suite) {
-            // strongSwan's ends would negotiate with each other's charon, which the
-            // protocol does not set up: refused here, not when its end fails to start.
-            (Backend::Openvpn | Backend::Strongswan, _) => return Err(RequestError::Backend(r.backend)),
-            // Each end would need the other's public key, which the protocol does not carry.
-            (b, _) if b.is_wireguard() => return Err(RequestError::Backend(b)),
             (Backend::Plain, CipherSuite::None) => {}
             (Backend::Plain, s) => return Err(RequestError::PlainSuite(s)),
             (Backend::Xfrm, CipherSuite::None) => return Err(RequestError::XfrmNone),

@@ -18,6 +18,7 @@
 //! Leaves out: the types and the shares (`model::ceiling`), the timing loop (`speed`).
 
 use crypto::{AeadAlgorithm, CryptoError, Implementation};
+use model::backend::CeilingSource;
 use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
 use model::{Backend, RunPlan};
 use speed::measure::{measure_cell, measure_cell_with, Method};
@@ -94,7 +95,7 @@ pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
         _ => None,
     };
     from_counters.unwrap_or_else(|| Packet {
-        bytes: tunnel::inner_mtu(plan.mtu, plan.suite) as usize,
+        bytes: tunnel::inner_mtu(plan.link().mtu, plan.suite()) as usize,
         source: "the inner MTU, full-sized packets".into(),
     })
 }
@@ -104,20 +105,16 @@ pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
 pub fn measure(plan: &RunPlan, evidence: &Evidence) -> Ceiling {
     let packet = packet(plan, evidence);
     let none = |reason: String| Ceiling::none(packet.bytes as u32, packet.source.clone(), reason);
-    let Some(suite) = SpeedSuite::from_cipher_suite(&plan.suite) else {
+    let Some(suite) = SpeedSuite::from_cipher_suite(&plan.suite()) else {
         return none("the run does not encrypt".into());
     };
-    let timed = match plan.backend {
-        Backend::Plain => return none("the plain row has no crypto".into()),
-        Backend::Userspace => userspace(plan, suite, packet.bytes),
-        Backend::Xfrm | Backend::Strongswan | Backend::Wireguard => kernel(plan.backend, suite, packet.bytes),
-        Backend::Openvpn => openssl(suite, packet.bytes),
-        Backend::Boringtun => ring_chacha(suite, packet.bytes),
-        Backend::WireguardGo => Err(
-            "wireguard-go encrypts with Go's golang.org/x/crypto ChaCha20-Poly1305, which this lab cannot \
-             time; its speed is not that of any implementation here"
-                .into(),
-        ),
+    let timed = match plan.backend().describe().ceiling {
+        CeilingSource::NoCrypto => return none("the plain row has no crypto".into()),
+        CeilingSource::LabCrypto => userspace(plan, suite, packet.bytes),
+        CeilingSource::KernelCrypto => kernel(plan.backend(), suite, packet.bytes),
+        CeilingSource::Openssl => openssl(suite, packet.bytes),
+        CeilingSource::Ring => ring_chacha(suite, packet.bytes),
+        CeilingSource::Untimed(why) => Err(why.to_string()),
     };
     match timed {
         Ok(speed) => Ceiling {
@@ -208,9 +205,9 @@ fn method(threads: u16) -> Method {
 /// The implementation the userspace tunnel ran, in this process (hardware AES masked here
 /// too where the run is `--crypto soft`), one timing thread per tunnel thread.
 fn userspace(plan: &RunPlan, suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
-    let imp = Implementation::new(plan.crypto).map_err(|e| e.to_string())?;
+    let imp = Implementation::new(plan.crypto()).map_err(|e| e.to_string())?;
     crypto::self_test(&imp).map_err(|e| e.to_string())?;
-    let threads = plan.tunnel_threads.max(1);
+    let threads = plan.tunnel_threads().max(1);
     let m = method(threads);
     both_ways(imp.info().label, suite, threads, SECONDS_PER_DIRECTION, &|dir| {
         measure_cell(&imp, suite, dir, size, &m)
@@ -438,7 +435,7 @@ mod tests {
         assert!(s.encrypt_mb_per_s > 0.0 && s.decrypt_mb_per_s > 0.0, "{s:?}");
         assert_eq!(s.mb_per_s, s.encrypt_mb_per_s.min(s.decrypt_mb_per_s));
         assert_eq!(s.suite, "aes-256-gcm");
-        assert_eq!(c.packet_bytes, tunnel::inner_mtu(1500, p.suite));
+        assert_eq!(c.packet_bytes, tunnel::inner_mtu(1500, p.suite()));
     }
 
     #[test]

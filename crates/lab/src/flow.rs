@@ -43,9 +43,9 @@ pub struct Measured {
 
 /// The ways a plan's data takes.
 pub fn directions(plan: &RunPlan) -> Vec<Direction> {
-    if plan.modes.bidir {
+    if plan.workload().modes.bidir {
         vec![Direction::AToB, Direction::BToA]
-    } else if plan.reverse {
+    } else if plan.workload().reverse {
         vec![Direction::BToA]
     } else {
         vec![Direction::AToB]
@@ -55,10 +55,10 @@ pub fn directions(plan: &RunPlan) -> Vec<Direction> {
 /// The timeline each way's bytes are tallied on.
 pub fn timeline(plan: &RunPlan) -> Timeline {
     Timeline {
-        every: plan.modes.interval_s.map(Duration::from_secs_f64),
-        omit: Duration::from_secs_f64(plan.modes.omit_s),
+        every: plan.workload().modes.interval_s.map(Duration::from_secs_f64),
+        omit: Duration::from_secs_f64(plan.workload().modes.omit_s),
         // What arrives after a timed sender's deadline joins the last interval.
-        until: plan.modes.time_s.map(Duration::from_secs_f64),
+        until: plan.workload().modes.time_s.map(Duration::from_secs_f64),
     }
 }
 
@@ -97,8 +97,8 @@ fn start(
         Direction::BToA => (Side::B, Side::A),
     };
     let seed = match direction {
-        Direction::BToA if plan.modes.bidir => plan.seed ^ BIDIR_SEED,
-        _ => plan.seed,
+        Direction::BToA if plan.workload().modes.bidir => plan.workload().seed ^ BIDIR_SEED,
+        _ => plan.workload().seed,
     };
     let config = traffic::TransferConfig {
         seed,
@@ -139,7 +139,7 @@ struct Recorder<'a> {
 impl Recorder<'_> {
     /// Whether any of `closed` is to be reported.
     fn wants(&self, closed: &[(Direction, Vec<Interval>)]) -> bool {
-        self.plan.modes.interval_s.is_some() && closed.iter().any(|(_, i)| !i.is_empty())
+        self.plan.workload().modes.interval_s.is_some() && closed.iter().any(|(_, i)| !i.is_empty())
     }
 
     /// Records and shows the intervals that closed, each way's, with the tunnel's CPU and
@@ -186,7 +186,7 @@ impl Recorder<'_> {
         let mut streams = i.streams;
         // One stream has no breakdown; with several, every stream has a column, also one
         // that filed nothing yet.
-        match self.plan.parallel {
+        match self.plan.workload().parallel {
             0 | 1 => streams.clear(),
             n => streams.resize(usize::from(n), 0),
         }
@@ -211,7 +211,7 @@ impl Recorder<'_> {
 
 /// The direction as the report names it: a forward run's is left out.
 fn labelled(plan: &RunPlan, direction: Direction) -> Option<Direction> {
-    (plan.modes.bidir || plan.reverse).then_some(direction)
+    (plan.workload().modes.bidir || plan.workload().reverse).then_some(direction)
 }
 
 /// The ESP SAs' byte counters by way (`a->b`, `b->a`), from end a, where the run's ends are
@@ -259,10 +259,10 @@ pub async fn transfer(
         ways.push(way);
         threads.push(started);
     }
-    let total = match plan.modes.time_s {
+    let total = match plan.workload().modes.time_s {
         // A timed transfer's size is what gets through: the bar counts without a total.
         Some(_) => 0,
-        None => plan.bytes.0 * ways.len() as u64,
+        None => plan.workload().bytes.0 * ways.len() as u64,
     };
     progress.transfer_started(&label, total);
     let mut recorder = Recorder {
@@ -272,10 +272,11 @@ pub async fn transfer(
         progress,
         records: Vec::new(),
         tunnel_cpu: plan
+            .workload()
             .modes
             .interval_s
-            .and_then(|_| TunnelCpu::for_backend(plan.backend)),
-        esp_bytes: match plan.modes.interval_s {
+            .and_then(|_| TunnelCpu::for_backend(plan.backend())),
+        esp_bytes: match plan.workload().modes.interval_s {
             Some(_) => esp_bytes(ends).await,
             None => None,
         },
@@ -300,7 +301,7 @@ pub async fn transfer(
                     // Once every stream has its last byte the tally is final: the rest of
                     // this way goes now, the last interval cut at the last byte, in time
                     // order with the other way's, not after all of them.
-                    let these = match tally.streams_done < plan.parallel {
+                    let these = match tally.streams_done < plan.workload().parallel {
                         true => interval::closed(&timeline, &tally, now, way.shown),
                         false => interval::rest(&timeline, &tally, way.shown),
                     };
@@ -370,8 +371,8 @@ fn leave_out_warm_up(
         return Err(LabError::failed(anyhow::anyhow!(
             "the {direction} transfer ended {:.2} s in, inside --omit {}: nothing was left to measure; give a larger {} or a shorter --omit",
             last.as_secs_f64(),
-            plan.modes.omit_s,
-            if plan.modes.time_s.is_some() { "--time" } else { "--bytes" },
+            plan.workload().modes.omit_s,
+            if plan.workload().modes.time_s.is_some() { "--time" } else { "--bytes" },
         )));
     }
     transfer.bytes -= bytes;
@@ -419,10 +420,10 @@ fn both_ways(timeline: &Timeline, each: &[(Transfer, Tally)]) -> Transfer {
 /// The report's part of the modes, from every transfer's measurements; None for a forward
 /// `--bytes` run, whose report stays as it was.
 pub fn report(plan: &RunPlan, measured: &[Measured]) -> Option<ModesReport> {
-    if plan.modes.is_default() && !plan.reverse {
+    if plan.workload().modes.is_default() && !plan.workload().reverse {
         return None;
     }
-    let bidir = plan.modes.bidir.then(|| {
+    let bidir = plan.workload().modes.bidir.then(|| {
         let way = |i: usize| -> Vec<Transfer> {
             measured
                 .iter()
@@ -442,7 +443,7 @@ pub fn report(plan: &RunPlan, measured: &[Measured]) -> Option<ModesReport> {
         }
     });
     Some(ModesReport {
-        direction: (plan.reverse && !plan.modes.bidir).then_some(Direction::BToA),
+        direction: (plan.workload().reverse && !plan.workload().modes.bidir).then_some(Direction::BToA),
         intervals: measured.iter().flat_map(|m| m.intervals.clone()).collect(),
         omitted: measured.iter().flat_map(|m| m.omitted.clone()).collect(),
         bidir,

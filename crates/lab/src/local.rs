@@ -24,8 +24,8 @@ pub fn host_has_esp() -> bool {
 /// SIGTERM unwind it. The caller builds the runtime.
 pub async fn run(plan: &RunPlan, show: ShowKeys, progress: &dyn Progress) -> LabResult<RunReport> {
     backend::preflight(plan).await?;
-    crate::netem::preflight(plan.netem.as_ref())?;
-    if plan.with_iperf3 {
+    crate::netem::preflight(plan.link().netem.as_ref())?;
+    if plan.workload().with_iperf3 {
         reference::require_iperf3()?;
     }
     let cancel = CancellationToken::new();
@@ -46,13 +46,13 @@ async fn execute(
 ) -> LabResult<RunReport> {
     let spec = TopologySpec {
         run_id: netns::new_run_id(),
-        mtu: plan.mtu,
-        addressing: plan.addressing,
+        mtu: plan.link().mtu,
+        addressing: plan.link().addressing,
     };
     // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
     let topology = Topology::create(&spec).await?;
     let (mut report, evidence) = run_on(plan, &topology, cancel, show, progress).await?;
-    if plan.ceiling {
+    if plan.times_ceiling() {
         progress.note("timing the suite's crypto ceiling at the tunnel's packet size");
         let crypto = crate::ceiling::measure_async(plan, &evidence).await;
         // After the backend is down (its SAs, policies and processes gone), on the same
@@ -74,22 +74,9 @@ async fn line_rate(
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> LabResult<LineRate> {
-    let plain = RunPlan {
-        backend: model::Backend::Plain,
-        suite: model::CipherSuite::None,
-        tunnel_threads: 1,
-        encap: None,
-        sas: 1,
-        pcrypt: false,
-        // The same time and directions as the run's, without its interval lines.
-        modes: model::Modes {
-            interval_s: None,
-            ..plan.modes
-        },
-        ..plan.clone()
-    };
+    let plain = plan.line_rate();
     // The link as the run had it: shaped again for the plain transfers, unshaped after.
-    let conditions = match &plan.netem {
+    let conditions = match &plan.link().netem {
         Some(spec) => Some(crate::netem::shape(topology, spec).await?),
         None => None,
     };
@@ -112,7 +99,7 @@ async fn line_rate(
     })
 }
 
-/// `plan.repeat` plain transfers' MB/s, or why one failed (Ctrl-C is an error).
+/// `plan.workload().repeat` plain transfers' MB/s, or why one failed (Ctrl-C is an error).
 async fn plain_rates(
     plain: &RunPlan,
     topology: &Topology,
@@ -125,11 +112,11 @@ async fn plain_rates(
         b: ad.outer_b,
     };
     let mut rates = Vec::new();
-    for attempt in 1..=plain.repeat {
+    for attempt in 1..=plain.workload().repeat {
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }
-        let label = format!("plain (line rate) {attempt}/{}", plain.repeat);
+        let label = format!("plain (line rate) {attempt}/{}", plain.workload().repeat);
         match flow::transfer(plain, &[], topology, hosts, cancel, progress, attempt, label).await {
             Ok(m) => rates.push(m.transfer.mb_per_s()),
             Err(e) if e.kind == crate::ExitKind::Interrupted => return Err(e),
@@ -140,7 +127,7 @@ async fn plain_rates(
 }
 
 /// Runs one plan on a topology that is already up: the link shaped (`--netem`), both ends
-/// up, `plan.repeat` verified transfers (each followed by iperf3 when asked), the ends'
+/// up, `plan.workload().repeat` verified transfers (each followed by iperf3 when asked), the ends'
 /// evidence, the ends down, the link unshaped. The topology is left as it was, so a sweep
 /// can run many plans on one topology.
 pub async fn run_on(
@@ -150,7 +137,7 @@ pub async fn run_on(
     show: ShowKeys,
     progress: &dyn Progress,
 ) -> LabResult<(RunReport, Evidence)> {
-    let Some(spec) = &plan.netem else {
+    let Some(spec) = &plan.link().netem else {
         return run_ends(plan, topology, cancel, show, progress).await;
     };
     let result = match crate::netem::shape(topology, spec).await {
@@ -197,7 +184,7 @@ async fn run_ends(
             lab_link: Some(&topology.veth_b),
         },
     ];
-    progress.backend_starting(plan.backend.name());
+    progress.backend_starting(plan.backend().name());
     // Declared before the ends, so dropped after them: OpenVPN's and charon's processes
     // stop before their directory goes.
     let secrets = RunSecrets::generate(plan)?;
@@ -216,18 +203,26 @@ async fn run_ends(
     let mut transfers = Vec::new();
     let mut measured = Vec::new();
     let mut iperf3_runs = Vec::new();
-    for attempt in 1..=plan.repeat {
+    for attempt in 1..=plan.workload().repeat {
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }
-        let label = format!("{} {}/{}", plan.backend, attempt, plan.repeat);
+        let label = format!("{} {}/{}", plan.backend(), attempt, plan.workload().repeat);
         let m = flow::transfer(plan, &ends, topology, hosts, cancel, progress, attempt, label).await?;
         transfers.push(m.transfer.clone());
         measured.push(m);
-        if plan.with_iperf3 {
+        if plan.workload().with_iperf3 {
             // Right after the lab's own transfer, over the same path: the two see the same
             // machine state as nearly as a noisy machine allows.
-            iperf3_runs.push(reference::iperf3(topology, target, plan.bytes.0, plan.parallel).await?);
+            iperf3_runs.push(
+                reference::iperf3(
+                    topology,
+                    target,
+                    plan.workload().bytes.0,
+                    plan.workload().parallel,
+                )
+                .await?,
+            );
         }
     }
     let evidence = evidence(plan, &mut ends, &secrets).await?;
@@ -238,7 +233,7 @@ async fn run_ends(
     if !evidence.is_none() {
         report
             .backend_details
-            .insert(plan.backend.name().to_string(), evidence.to_json());
+            .insert(plan.backend().name().to_string(), evidence.to_json());
     }
     report.notes.extend(evidence.lines());
     let iperf3_rates: Vec<f64> = iperf3_runs.iter().map(|r| r.mb_per_s).collect();

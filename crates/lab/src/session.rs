@@ -11,11 +11,11 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn transfer_config(plan: &RunPlan) -> TransferConfig {
     TransferConfig {
-        seed: plan.seed,
-        total_bytes: plan.bytes.0,
-        streams: plan.parallel,
+        seed: plan.workload().seed,
+        total_bytes: plan.workload().bytes.0,
+        streams: plan.workload().parallel,
         idle_timeout: IDLE_TIMEOUT,
-        duration: plan.modes.time_s.map(Duration::from_secs_f64),
+        duration: plan.workload().modes.time_s.map(Duration::from_secs_f64),
     }
 }
 
@@ -25,7 +25,7 @@ pub fn record(plan: &RunPlan, received: TransferSide, sent: TransferSide) -> Tra
     Transfer {
         bytes: received.bytes,
         seconds: received.seconds,
-        streams: plan.parallel,
+        streams: plan.workload().parallel,
         verified: true,
         sender_cpu: sent.cpu,
         receiver_cpu: received.cpu,

@@ -412,20 +412,25 @@ pub fn exec_in_guest<T: DeserializeOwned>(
 /// Whether `plan` runs in the VM: `--vm KERNEL` always, `--vm auto` where this kernel
 /// cannot run what the backend needs of it (ESP for xfrm and strongswan, WireGuard).
 pub fn wanted(plan: &RunPlan) -> bool {
-    let host_can = || match plan.backend {
-        model::Backend::Xfrm | model::Backend::Strongswan => crate::local::host_has_esp(),
-        model::Backend::Wireguard => crate::backend::wireguard::kernel::host_has_wireguard(),
-        _ => true,
+    let host_can = || match plan.backend().describe().kernel {
+        Some(model::backend::KernelNeed::Esp) => crate::local::host_has_esp(),
+        Some(model::backend::KernelNeed::Wireguard) => {
+            crate::backend::wireguard::kernel::host_has_wireguard()
+        }
+        None => true,
     };
-    let host_can = || host_can() && (plan.netem.is_none() || netns::netem::kernel_has_netem());
-    let not_needed = plan.vm_is_auto() && host_can();
-    plan.vm.is_some() && !not_needed
+    let host_can = || host_can() && (plan.link().netem.is_none() || netns::netem::kernel_has_netem());
+    match plan.vm() {
+        None => false,
+        Some(model::VmKernel::Auto) => !host_can(),
+        Some(_) => true,
+    }
 }
 
 /// Runs `plan` (this process's own command line, less its `--vm` and `--json`) in a guest
 /// and returns the report it wrote.
 pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
-    let kernel_arg = plan.vm.clone().flatten();
+    let kernel_arg = plan.vm().and_then(model::VmKernel::image).map(str::to_string);
     let kernel = resolve_kernel(kernel_arg.as_deref())?;
     let accel = detect_accel(&kernel);
     let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();

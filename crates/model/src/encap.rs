@@ -9,8 +9,6 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::PlanError;
-
 /// The IKE NAT-T port (RFC 3948): where ESP-in-UDP travels unless `--encap-port` says
 /// otherwise.
 pub const NATT_PORT: u16 = 4500;
@@ -24,12 +22,21 @@ pub enum EncapKind {
     Udp,
 }
 
+/// `--encap`/`--encap-port` values that name no encapsulation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncapError {
+    #[error("unknown encapsulation {0:?}: use udp (ESP in UDP, RFC 3948)")]
+    Unknown(String),
+    #[error("--encap-port {0} is not a port: use 1 to 65535 (default 4500)")]
+    Port(u16),
+}
+
 impl FromStr for EncapKind {
-    type Err = PlanError;
-    fn from_str(s: &str) -> Result<Self, PlanError> {
+    type Err = EncapError;
+    fn from_str(s: &str) -> Result<Self, EncapError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "udp" => Ok(EncapKind::Udp),
-            _ => Err(PlanError::UnknownEncap(s.to_string())),
+            _ => Err(EncapError::Unknown(s.to_string())),
         }
     }
 }
@@ -44,10 +51,10 @@ pub enum Encap {
 
 impl Encap {
     /// The plan's encapsulation from `--encap`/`--encap-port`; port 0 is refused.
-    pub fn from_args(kind: EncapKind, port: Option<u16>) -> Result<Encap, PlanError> {
+    pub fn from_args(kind: EncapKind, port: Option<u16>) -> Result<Encap, EncapError> {
         match kind {
             EncapKind::Udp => match port.unwrap_or(NATT_PORT) {
-                0 => Err(PlanError::EncapPort(0)),
+                0 => Err(EncapError::Port(0)),
                 port => Ok(Encap::EspInUdp { port }),
             },
         }
@@ -106,7 +113,8 @@ mod tests {
 
     #[test]
     fn plans_take_encap_only_for_xfrm_on_a_real_port() {
-        use crate::plan::{Backend, RunRequest};
+        use crate::plan::{PlanError, RunRequest};
+        use crate::Backend;
         let req = |backend, encap, encap_port| RunRequest {
             backend,
             encap,
@@ -114,8 +122,8 @@ mod tests {
             ..Default::default()
         };
         let plan = req(Backend::Xfrm, Some(EncapKind::Udp), None).validate().unwrap();
-        assert_eq!(plan.encap, Some(Encap::EspInUdp { port: NATT_PORT }));
-        assert_eq!(req(Backend::Xfrm, None, None).validate().unwrap().encap, None);
+        assert_eq!(plan.encap(), Some(Encap::EspInUdp { port: NATT_PORT }));
+        assert_eq!(req(Backend::Xfrm, None, None).validate().unwrap().encap(), None);
         for backend in [
             Backend::Plain,
             Backend::Userspace,
@@ -127,14 +135,14 @@ mod tests {
         }
         assert!(matches!(
             req(Backend::Xfrm, Some(EncapKind::Udp), Some(0)).validate(),
-            Err(PlanError::EncapPort(0))
+            Err(PlanError::Encap(EncapError::Port(0)))
         ));
         let peer = RunRequest {
             peer: Some("192.0.2.1".into()),
             ..req(Backend::Xfrm, Some(EncapKind::Udp), None)
         };
         assert_eq!(
-            peer.clone().validate().unwrap().encap,
+            peer.clone().validate().unwrap().encap(),
             Some(Encap::EspInUdp { port: NATT_PORT })
         );
         let low = RunRequest {
@@ -144,9 +152,9 @@ mod tests {
         assert!(matches!(low.validate(), Err(PlanError::EncapPeer(500))));
         let stray = req(Backend::Xfrm, None, Some(4501)).validate().unwrap();
         assert!(
-            stray.ignored.iter().any(|i| i.contains("--encap-port")),
+            stray.ignored().iter().any(|i| i.contains("--encap-port")),
             "{:?}",
-            stray.ignored
+            stray.ignored()
         );
     }
 }

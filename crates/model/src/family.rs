@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{Addressing, Backend, PlanError};
+use crate::backend::Backend;
 
 /// IPv4 or IPv6, for the outer (link) and the inner (tunnel) addresses alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
@@ -85,22 +85,43 @@ impl Family {
     }
 
     /// Why `backend` cannot run over this family in the lab, where it cannot: the run is
-    /// refused (exit 2), never carried over IPv4 instead. Every backend carries IPv6 today;
-    /// a backend added without it answers here.
+    /// refused (exit 2), never carried over IPv4 instead. Its description says.
     pub fn refusal(self, backend: Backend) -> Option<&'static str> {
-        match (self, backend) {
-            (Family::Ipv4, _) => None,
-            (
-                Family::Ipv6,
-                Backend::Plain
-                | Backend::Xfrm
-                | Backend::Userspace
-                | Backend::Openvpn
-                | Backend::Strongswan
-                | Backend::Wireguard
-                | Backend::WireguardGo
-                | Backend::Boringtun,
-            ) => None,
+        match self {
+            Family::Ipv4 => None,
+            Family::Ipv6 => backend.describe().no_ipv6,
+        }
+    }
+}
+
+/// The lab's address plan. Defaults come from 198.18.0.0/15 (RFC 2544, benchmarking); the
+/// IPv6 plan (2001:2::/48, RFC 5180) is [`Family::addressing`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Addressing {
+    /// Outer (link) addresses of the two ends, /24 (IPv6: /64) on the veth.
+    pub outer_a: IpAddr,
+    pub outer_b: IpAddr,
+    /// Inner addresses carried through tunnels (tunnel-mode ESP, TUN devices).
+    pub inner_a: IpAddr,
+    pub inner_b: IpAddr,
+    pub prefix_len: u8,
+}
+
+impl Addressing {
+    /// The family of the outer addresses (the inner ones are the same family).
+    pub fn family(&self) -> Family {
+        Family::of(self.outer_a)
+    }
+}
+
+impl Default for Addressing {
+    fn default() -> Self {
+        Addressing {
+            outer_a: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)),
+            outer_b: IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)),
+            inner_a: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)),
+            inner_b: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
+            prefix_len: 24,
         }
     }
 }
@@ -114,14 +135,19 @@ impl fmt::Display for Family {
     }
 }
 
+/// A family name that is neither IPv4's nor IPv6's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown address family {0:?}: use 4 or 6 (or -4/-6)")]
+pub struct UnknownFamily(pub String);
+
 impl FromStr for Family {
-    type Err = PlanError;
+    type Err = UnknownFamily;
     /// `4`, `6`, `ipv4`, `ipv6`, `inet`, `inet6`.
-    fn from_str(s: &str) -> Result<Family, PlanError> {
+    fn from_str(s: &str) -> Result<Family, UnknownFamily> {
         match s.trim().to_ascii_lowercase().as_str() {
             "4" | "ipv4" | "inet" => Ok(Family::Ipv4),
             "6" | "ipv6" | "inet6" => Ok(Family::Ipv6),
-            _ => Err(PlanError::UnknownFamily(s.to_string())),
+            _ => Err(UnknownFamily(s.to_string())),
         }
     }
 }

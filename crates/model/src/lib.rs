@@ -4,6 +4,7 @@
 //! Pure data and validation. Leaves out everything that acts: kernel objects (`netns`,
 //! `xfrm`), traffic (`traffic`) and printing (the `ipsec-lab` binary).
 
+pub mod backend;
 pub mod ceiling;
 pub mod encap;
 pub mod env;
@@ -14,23 +15,23 @@ pub mod modes;
 pub mod netem;
 pub mod plan;
 pub mod report;
-pub mod sa_pairs;
 pub mod size;
 pub mod stats;
 pub mod suite;
+pub mod transfer;
 
-pub use encap::{Encap, EncapKind, NATT_PORT};
+pub use backend::{Backend, Description};
+pub use encap::{Encap, EncapError, EncapKind, NATT_PORT};
 pub use env::Environment;
-pub use family::{Family, MIN_IPV6_MTU};
+pub use family::{Addressing, Family, MIN_IPV6_MTU};
 pub use modes::{Direction, Modes, ModesReport, ModesRequest};
 pub use netem::{LinkConditions, NetemError, NetemSpec};
 pub use plan::{
-    check_payload, parse_seed, Addressing, Backend, CryptoChoice, IpsecMode, Peer, PlanError, RunPlan,
-    RunRequest, DEFAULT_PEER_PORT, MIN_PAYLOAD,
+    check_payload, parse_seed, BackendPlan, CryptoChoice, IpsecMode, Link, Peer, Placement, PlanError,
+    RunPlan, RunRequest, UserspacePlan, VmKernel, Workload, XfrmPlan, DEFAULT_PEER_PORT, MIN_PAYLOAD,
 };
-pub use report::{
-    CpuUsage, ReportError, RunReport, Transfer, TransferSide, MIN_STABLE_SECONDS, SCHEMA_VERSION,
-};
+pub use report::{ReportError, RunReport, SCHEMA_VERSION};
 pub use size::ByteSize;
 pub use stats::Summary;
 pub use suite::{CipherSuite, Hmac, KeyBits, SuiteError};
+pub use transfer::{CpuUsage, Transfer, TransferSide, MIN_STABLE_SECONDS};

@@ -9,8 +9,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::Backend;
 use crate::env::Environment;
-use crate::plan::{Backend, CryptoChoice};
+use crate::plan::CryptoChoice;
 use crate::size::ByteSize;
 use crate::stats::Summary;
 use crate::suite::CipherSuite;

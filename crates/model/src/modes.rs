@@ -6,12 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::TransferRecord;
 use crate::stats::Summary;
+use crate::transfer::TransferRecord;
 
 /// Longest `--time` and `--omit` (a day), and the shortest `--time` a figure is taken of.
 pub const MAX_SECONDS: f64 = 86_400.0;
-pub const MIN_TIME: f64 = crate::report::MIN_STABLE_SECONDS;
+pub const MIN_TIME: f64 = crate::transfer::MIN_STABLE_SECONDS;
 /// Shortest and longest `--interval` (iperf3's shortest is 0.1 s too).
 pub const MIN_INTERVAL: f64 = 0.1;
 pub const MAX_INTERVAL: f64 = 3600.0;

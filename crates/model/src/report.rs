@@ -6,109 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::env::Environment;
 use crate::plan::RunPlan;
 use crate::stats::Summary;
+pub use crate::transfer::{CpuUsage, Rates, Transfer, TransferRecord, TransferSide, MIN_STABLE_SECONDS};
 
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// What one end measured of one transfer: the bytes it moved, its seconds (the receiver's:
-/// first payload byte to last; the sender's: connect to close) and its threads' CPU (one
-/// thread per stream, added up). The same whether measured in this process or reported by a
-/// peer.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct TransferSide {
-    pub bytes: u64,
-    pub seconds: f64,
-    pub cpu: CpuUsage,
-    /// Threads that moved the streams (and whose CPU `cpu` adds up): one per stream.
-    #[serde(default = "one_thread")]
-    pub threads: u16,
-}
-
-fn one_thread() -> u16 {
-    1
-}
-
-/// CPU time a process or thread spent during the transfer.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct CpuUsage {
-    pub user_s: f64,
-    pub system_s: f64,
-    /// (user + system) / wall time, in percent of one core.
-    pub percent_of_core: f64,
-}
-
-impl CpuUsage {
-    pub fn new(user_s: f64, system_s: f64, wall_s: f64) -> CpuUsage {
-        let percent_of_core = if wall_s > 0.0 {
-            (user_s + system_s) / wall_s * 100.0
-        } else {
-            0.0
-        };
-        CpuUsage {
-            user_s,
-            system_s,
-            percent_of_core,
-        }
-    }
-
-    pub fn total_s(&self) -> f64 {
-        self.user_s + self.system_s
-    }
-}
-
-/// One verified transfer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Transfer {
-    pub bytes: u64,
-    /// Receiver's clock, first byte to last byte.
-    pub seconds: f64,
-    pub streams: u16,
-    pub verified: bool,
-    pub sender_cpu: CpuUsage,
-    pub receiver_cpu: CpuUsage,
-    /// Threads per side, one per stream (reports from before had one per side).
-    #[serde(default = "one_thread")]
-    pub sender_threads: u16,
-    #[serde(default = "one_thread")]
-    pub receiver_threads: u16,
-}
-
-impl Transfer {
-    pub fn mb_per_s(&self) -> f64 {
-        self.bytes as f64 / self.seconds / 1e6
-    }
-    pub fn mib_per_s(&self) -> f64 {
-        self.bytes as f64 / self.seconds / (1024.0 * 1024.0)
-    }
-    pub fn mbit_per_s(&self) -> f64 {
-        self.bytes as f64 * 8.0 / self.seconds / 1e6
-    }
-}
-
-/// Derived rates, written out so that readers of the JSON need not recompute them.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Rates {
-    pub mb_per_s: f64,
-    pub mib_per_s: f64,
-    pub mbit_per_s: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TransferRecord {
-    #[serde(flatten)]
-    pub transfer: Transfer,
-    pub rates: Rates,
-}
-
-impl From<Transfer> for TransferRecord {
-    fn from(t: Transfer) -> Self {
-        let rates = Rates {
-            mb_per_s: t.mb_per_s(),
-            mib_per_s: t.mib_per_s(),
-            mbit_per_s: t.mbit_per_s(),
-        };
-        TransferRecord { transfer: t, rates }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
@@ -146,10 +46,6 @@ pub struct RunReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<crate::ceiling::RunCeiling>,
 }
-
-/// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
-/// first congestion-window rounds and a single scheduling hiccup weigh on the result.
-pub const MIN_STABLE_SECONDS: f64 = 0.5;
 
 /// Why no report can be made of a run's transfers.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -50,7 +50,7 @@ impl RunSecrets {
     /// Fresh secrets for `plan`, by the end that decides them (a local run, a client).
     pub fn generate(plan: &RunPlan) -> LabResult<RunSecrets> {
         let mut keys = RunKeys::default();
-        match plan.backend {
+        match plan.backend() {
             Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
             Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
             Backend::Plain
@@ -60,23 +60,23 @@ impl RunSecrets {
             | Backend::WireguardGo
             | Backend::Boringtun => {}
         }
-        let openvpn = match plan.backend {
+        let openvpn = match plan.backend() {
             Backend::Openvpn => Some(openvpn::Material::create(plan)?),
             _ => None,
         };
-        let strongswan = match plan.backend {
+        let strongswan = match plan.backend() {
             Backend::Strongswan => Some(strongswan::Material::create(plan)?),
             _ => None,
         };
-        let wireguard = match plan.backend.is_wireguard() {
+        let wireguard = match plan.backend().is_wireguard() {
             true => Some(wireguard::Keys::generate()?),
             false => None,
         };
         let xfrm_more_pairs = match &keys.xfrm {
-            Some(first) if plan.sas > 1 => xfrm::generate_more_pairs(plan, first)?,
+            Some(first) if plan.sas() > 1 => xfrm::generate_more_pairs(plan, first)?,
             _ => Vec::new(),
         };
-        let pcrypt = match plan.backend == Backend::Xfrm && plan.pcrypt {
+        let pcrypt = match plan.backend() == Backend::Xfrm && plan.pcrypt() {
             true => Some(xfrm::PcryptGuard::create()?),
             false => None,
         };
@@ -105,7 +105,7 @@ impl RunSecrets {
 
 /// Checks that the backend can run here, creating nothing that outlives the check.
 pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
-    match plan.backend {
+    match plan.backend() {
         Backend::Plain => Ok(()),
         Backend::Xfrm => xfrm::preflight(plan).await,
         Backend::Userspace => userspace::preflight(plan).await,
@@ -138,7 +138,7 @@ impl End {
         site: &Site<'_>,
         show: xfrm::ShowKeys,
     ) -> LabResult<End> {
-        match plan.backend {
+        match plan.backend() {
             Backend::Plain => Ok(End::Plain),
             Backend::Xfrm => Ok(End::Xfrm(
                 xfrm::XfrmEnd::start(plan, &secrets.keys, &secrets.xfrm_more_pairs, site, show).await?,
@@ -170,10 +170,10 @@ impl End {
                 let keys = secrets.wireguard.as_ref().ok_or_else(|| {
                     LabError::usage(anyhow::anyhow!(
                         "the {} backend does not run between two hosts",
-                        plan.backend
+                        plan.backend()
                     ))
                 })?;
-                Ok(match plan.backend {
+                Ok(match plan.backend() {
                     Backend::Wireguard => {
                         End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?)
                     }

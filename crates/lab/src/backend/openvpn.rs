@@ -47,7 +47,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     if find_program("openvpn").is_none() {
         return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
     }
-    if matches!(plan.suite, CipherSuite::AesGcm { .. }) && find_program("openssl").is_none() {
+    if matches!(plan.suite(), CipherSuite::AesGcm { .. }) && find_program("openssl").is_none() {
         return Err(LabError::capability(anyhow::anyhow!(
             "openssl is needed to make the throwaway certificates for OpenVPN's AES-GCM (TLS) mode: \
              `apt-get install openssl`"
@@ -199,7 +199,7 @@ pub struct Material {
 
 impl Material {
     pub fn create(plan: &RunPlan) -> LabResult<Material> {
-        let (mode, cipher, auth) = openvpn_suite(plan.suite);
+        let (mode, cipher, auth) = openvpn_suite(plan.suite());
         let dir = owner::PrivateDir::new("ipl-openvpn-")?;
         let mut args: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         match mode {
@@ -248,7 +248,7 @@ impl Material {
             mode,
             cipher,
             auth,
-            tun_mtu: tunnel::inner_mtu_over(plan.mtu, plan.suite, plan.addressing.family()),
+            tun_mtu: tunnel::inner_mtu_over(plan.link().mtu, plan.suite(), plan.link().addressing.family()),
             version: openvpn_version(),
             args,
             dir,
@@ -278,7 +278,7 @@ pub struct OpenvpnEnd {
 impl OpenvpnEnd {
     /// Starts the end's process; [`OpenvpnEnd::wait_ready`] then waits for its handshake.
     pub fn start(plan: &RunPlan, material: &Material, site: &Site<'_>) -> LabResult<OpenvpnEnd> {
-        let ad = plan.addressing;
+        let ad = plan.link().addressing;
         let (end, args) = (site.side.name(), &material.args[site.side as usize]);
         let (inner, inner_peer) = match site.side {
             Side::A => (ad.inner_a, ad.inner_b),

@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use model::{Backend, IpsecMode, RunPlan};
+use model::{IpsecMode, RunPlan};
 use netns::Namespace;
 
 /// Which end of a run something belongs to: `A` is namespace a of the local lab, or the
@@ -33,7 +33,7 @@ impl Side {
 
     /// The end whose receiver takes the data.
     pub fn receiver(plan: &RunPlan) -> Side {
-        if plan.reverse {
+        if plan.workload().reverse {
             Side::A
         } else {
             Side::B
@@ -60,22 +60,13 @@ impl Hosts {
 /// Where the receiver of `side` listens: its end of the tunnel where a tunnel carries the
 /// data (inner addresses), else its outer address.
 pub fn data_addr(plan: &RunPlan, hosts: Hosts, side: Side) -> SocketAddr {
-    let tunnelled = match plan.backend {
-        Backend::Plain => false,
-        Backend::Xfrm => plan.mode == IpsecMode::Tunnel,
-        Backend::Userspace
-        | Backend::Openvpn
-        | Backend::Strongswan
-        | Backend::Wireguard
-        | Backend::WireguardGo
-        | Backend::Boringtun => true,
-    };
+    let tunnelled = plan.backend().describe().tunnelled && plan.mode() == IpsecMode::Tunnel;
     let ip = match (tunnelled, side) {
-        (true, Side::A) => plan.addressing.inner_a,
-        (true, Side::B) => plan.addressing.inner_b,
+        (true, Side::A) => plan.link().addressing.inner_a,
+        (true, Side::B) => plan.link().addressing.inner_b,
         (false, side) => hosts.of(side),
     };
-    (ip, plan.port).into()
+    (ip, plan.workload().port).into()
 }
 
 /// Where one end runs.

@@ -49,14 +49,14 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
             "no /dev/net/tun: load the tun module (`modprobe tun`) to use --backend userspace"
         )));
     }
-    crypto::soft::reexec_if_needed(plan.crypto).map_err(LabError::capability)?;
+    crypto::soft::reexec_if_needed(plan.crypto()).map_err(LabError::capability)?;
     let imp = implementation(plan)?;
     crypto::self_test(&imp).map_err(LabError::failed)?;
     Ok(())
 }
 
 pub fn implementation(plan: &RunPlan) -> LabResult<Implementation> {
-    Implementation::new(plan.crypto).map_err(LabError::capability)
+    Implementation::new(plan.crypto()).map_err(LabError::capability)
 }
 
 /// A run's tunnel key: fresh from the OS RNG.
@@ -84,12 +84,12 @@ impl UserspaceEnd {
         let key = StaticKey::from_bytes(array);
         let implementation = implementation(plan)?;
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let ad = plan.addressing;
+        let ad = plan.link().addressing;
         let (inner, peer_inner, dir, first_cpu) = match site.side {
             Side::A => (ad.inner_a, ad.inner_b, KeyDirection::Normal, 0),
             Side::B => (ad.inner_b, ad.inner_a, KeyDirection::Inverse, 1),
         };
-        let threads = usize::from(plan.tunnel_threads.max(1));
+        let threads = usize::from(plan.tunnel_threads().max(1));
         let (local, peer) = outer_pair(site.hosts.of(site.side), site.hosts.of(site.side.other()))?;
         let config = TunnelConfig {
             tun_name: format!("ipl-tun-{}", site.side.name()),
@@ -116,9 +116,9 @@ impl UserspaceEnd {
             .map(|i| {
                 // One thread: the whole id space, as the single-queue tunnel always had.
                 let endpoint = if threads == 1 {
-                    Endpoint::new(plan.suite, implementation, &key, dir)
+                    Endpoint::new(plan.suite(), implementation, &key, dir)
                 } else {
-                    Endpoint::for_queue(plan.suite, implementation, &key, dir, i as u8)
+                    Endpoint::for_queue(plan.suite(), implementation, &key, dir, i as u8)
                 };
                 Ok((
                     endpoint.map_err(LabError::failed)?,
@@ -167,7 +167,7 @@ fn outer_pair(local: IpAddr, peer: IpAddr) -> LabResult<(IpAddr, IpAddr)> {
 
 /// The TUN device's MTU: the link's less the outer headers of `outer`'s family and the suite.
 fn tunnel_mtu(plan: &RunPlan, outer: IpAddr) -> u32 {
-    inner_mtu_over(plan.mtu, plan.suite, model::Family::of(outer))
+    inner_mtu_over(plan.link().mtu, plan.suite(), model::Family::of(outer))
 }
 
 /// The speed benchmark's suite for a tunnel suite; None for `none`.
@@ -219,14 +219,14 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
 /// now in this process (same implementation, same hardware-AES state as the tunnel).
 pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabResult<UserspaceEvidence> {
     let implementation = implementation(plan)?;
-    let (encrypting, enc) = match (plan.modes.bidir, plan.reverse) {
+    let (encrypting, enc) = match (plan.workload().modes.bidir, plan.workload().reverse) {
         (true, _) => ("both", &a),
         (false, true) => ("b", &b),
         (false, false) => ("a", &a),
     };
     let enc_cpu_s = (enc.cpu.user_s + enc.cpu.system_s).max(1e-9);
     let tunnel_payload_mb_per_cpu_s = enc.sent.bytes as f64 / 1e6 / enc_cpu_s;
-    let crypto = match speed_suite(plan.suite) {
+    let crypto = match speed_suite(plan.suite()) {
         Some(s) => {
             // Per CPU-second like the tunnel's figure: on a shared machine the benchmark
             // thread gets only a share of a core, which wall time hides.
@@ -250,9 +250,9 @@ pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabRe
         None => None,
     };
     Ok(UserspaceEvidence {
-        suite: plan.suite,
+        suite: plan.suite(),
         implementation: implementation.info(),
-        inner_mtu: tunnel_mtu(plan, plan.addressing.outer_a.to_canonical()),
+        inner_mtu: tunnel_mtu(plan, plan.link().addressing.outer_a.to_canonical()),
         batching: a.batching,
         a,
         b,

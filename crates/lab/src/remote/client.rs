@@ -6,7 +6,7 @@ use std::path::Path;
 
 use control::text::untrusted;
 use control::{Channel, ControlError, Message, Psk};
-use model::{Backend, CryptoChoice, Environment, Family, RunPlan, RunReport, Transfer};
+use model::{Backend, CryptoChoice, Environment, Family, Link, RunPlan, RunReport, Transfer};
 use netns::Namespace;
 use serde_json::json;
 use tokio::net::TcpStream;
@@ -33,7 +33,7 @@ fn unexpected(got: &Message, waiting_for: &str) -> LabError {
 
 /// What `run --peer` refuses before contacting anyone (exit 2).
 pub fn check_local(plan: &RunPlan, mtu_flag: u32) -> LabResult<()> {
-    if plan.backend == Backend::Userspace && plan.crypto == CryptoChoice::Soft {
+    if plan.backend() == Backend::Userspace && plan.crypto() == CryptoChoice::Soft {
         return Err(LabError::usage(anyhow::anyhow!(
             "--crypto soft does not run with --peer: it needs both processes restarted with hardware AES \
              masked, which a server does not do; use it in a local run"
@@ -42,7 +42,7 @@ pub fn check_local(plan: &RunPlan, mtu_flag: u32) -> LabResult<()> {
     if mtu_flag != model::RunRequest::default().mtu {
         return Err(LabError::usage(anyhow::anyhow!(
             "--mtu sets the MTU of the local lab's veth link; between two hosts the link is theirs and \
-             the run uses its path MTU (reported as plan.mtu): leave --mtu out with --peer"
+             the run uses its path MTU (reported as plan.link().mtu): leave --mtu out with --peer"
         )));
     }
     Ok(())
@@ -76,7 +76,7 @@ pub async fn run(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
 }
 
 async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
-    let peer = plan.peer.as_ref().expect("remote runs have a peer");
+    let peer = plan.peer().expect("remote runs have a peer");
     let addrs: Vec<SocketAddr> = tokio::time::timeout(
         STEP_TIMEOUT,
         tokio::net::lookup_host((peer.host.as_str(), peer.port)),
@@ -87,7 +87,7 @@ async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
     .collect();
     // `-6` takes only an IPv6 address; otherwise IPv4 first, IPv6 where that is all there
     // is (`--peer [2001:db8::1]` runs over IPv6 as written).
-    let addr = match plan.family {
+    let addr = match plan.link().family {
         Family::Ipv6 => addrs.iter().find(|a| a.is_ipv6()).copied().ok_or_else(|| {
             LabError::usage(anyhow::anyhow!(
                 "-6: {peer} has no IPv6 address ({})",
@@ -118,17 +118,17 @@ async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
 }
 
 async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunReport> {
-    let peer = plan.peer.clone().expect("remote runs have a peer");
+    let peer = plan.peer().cloned().expect("remote runs have a peer");
     let stream = connect(plan).await?;
     let hosts = Hosts {
         a: stream.local_addr().map_err(LabError::failed)?.ip().to_canonical(),
         b: stream.peer_addr().map_err(LabError::failed)?.ip().to_canonical(),
     };
     // The run's family is the connection's: what the user wrote decided it.
-    let plan = &RunPlan {
+    let plan = &plan.with_link(Link {
         family: Family::of(hosts.b),
-        ..plan.clone()
-    };
+        ..plan.link().clone()
+    });
     let request = peer_request(plan, link_mtu(&stream)?);
     let mut chan = Channel::initiate(stream, psk, control::HANDSHAKE_TIMEOUT)
         .await
@@ -180,11 +180,11 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
             )));
         }
     }
-    let plan = &RunPlan {
+    let plan = &plan.with_link(Link {
         addressing: addressing(hosts, server_end.tunnel),
         mtu: server_end.link_mtu,
-        ..plan.clone()
-    };
+        ..plan.link().clone()
+    });
     let namespace = Namespace::current()?;
     let site = Site {
         side: Side::A,
@@ -195,7 +195,7 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     let mut end = End::start(plan, &secrets, &site, show).await?;
     drop(secrets);
     let mut transfers = Vec::new();
-    for attempt in 1..=plan.repeat {
+    for attempt in 1..=plan.workload().repeat {
         transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
     }
     chan.send(&Message::Finish).await.map_err(LabError::from)?;
@@ -217,9 +217,9 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     if !details["client"].is_null() || !details["server"].is_null() {
         report
             .backend_details
-            .insert(plan.backend.name().to_string(), details);
+            .insert(plan.backend().name().to_string(), details);
     }
-    let (from, to) = if plan.reverse {
+    let (from, to) = if plan.workload().reverse {
         (hosts.b, hosts.a)
     } else {
         (hosts.a, hosts.b)
@@ -232,7 +232,7 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
             "server_address": hosts.b.to_string(),
             "sender": from.to_string(),
             "receiver": to.to_string(),
-            "link_mtu": plan.mtu,
+            "link_mtu": plan.link().mtu,
             "tunnel": server_end.tunnel,
         }),
     );
@@ -267,7 +267,7 @@ async fn transfer(
 ) -> LabResult<Transfer> {
     let config = session::transfer_config(plan);
     let cancel = CancellationToken::new();
-    if plan.reverse {
+    if plan.workload().reverse {
         let receiver = receiver(plan, hosts, Side::A)?;
         chan.send(&Message::Send { attempt })
             .await

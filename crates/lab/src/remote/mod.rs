@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use control::{Cidr, PeerRequest, ServerEnd, TunnelAddresses};
 use futures::TryStreamExt;
-use model::{Addressing, IpsecMode, RunPlan};
+use model::{
+    Addressing, BackendPlan, IpsecMode, Link, Placement, RunPlan, UserspacePlan, Workload, XfrmPlan,
+};
 use tokio::net::TcpStream;
 use traffic::Receiver;
 
@@ -40,27 +42,29 @@ pub const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A receiver on `side` that takes streams only from the other side's data address.
 pub fn receiver(plan: &RunPlan, hosts: Hosts, side: Side) -> LabResult<Receiver> {
     let from = data_addr(plan, hosts, side.other()).ip();
-    Ok(Receiver::bind(data_addr(plan, hosts, side), plan.parallel)
-        .map_err(LabError::failed)?
-        .only_from(from))
+    Ok(
+        Receiver::bind(data_addr(plan, hosts, side), plan.workload().parallel)
+            .map_err(LabError::failed)?
+            .only_from(from),
+    )
 }
 
 /// What the client asks the server for: only what a client may choose (DESIGN.md §3b).
 pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
     PeerRequest {
-        backend: plan.backend,
-        suite: plan.suite,
-        crypto: plan.crypto,
-        bytes: plan.bytes.0,
-        streams: plan.parallel,
-        repeat: plan.repeat,
-        reverse: plan.reverse,
-        data_port: plan.port,
-        seed: plan.seed,
+        backend: plan.backend(),
+        suite: plan.suite(),
+        crypto: plan.crypto(),
+        bytes: plan.workload().bytes.0,
+        streams: plan.workload().parallel,
+        repeat: plan.workload().repeat,
+        reverse: plan.workload().reverse,
+        data_port: plan.workload().port,
+        seed: plan.workload().seed,
         link_mtu,
-        tunnel_threads: plan.tunnel_threads,
-        family: plan.family,
-        encap: plan.encap,
+        tunnel_threads: plan.tunnel_threads(),
+        family: plan.link().family,
+        encap: plan.encap(),
     }
 }
 
@@ -90,42 +94,41 @@ pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
 /// The server's plan, derived from a request it has checked and from what it decided itself;
 /// nothing in it is an address or a prefix from the client.
 pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPlan {
-    RunPlan {
-        backend: request.backend,
-        suite: request.suite,
-        crypto: request.crypto,
+    let backend = match BackendPlan::default_for(request.backend) {
+        // ESP in UDP where the client asked for it (checked: xfrm only, a port >= 1024); one
+        // SA pair and the default drivers (`--sas`, `--pcrypt` are refused with `--peer`).
+        BackendPlan::Xfrm(xfrm) => BackendPlan::Xfrm(XfrmPlan {
+            mode: IpsecMode::Transport,
+            encap: request.encap,
+            ..xfrm
+        }),
+        // Checked against the server's --max-tunnel-threads and --allow-soft-crypto.
+        BackendPlan::Userspace(_) => BackendPlan::Userspace(UserspacePlan {
+            crypto: request.crypto,
+            tunnel_threads: request.tunnel_threads,
+        }),
+        bare => bare,
+    };
+    let workload = Workload {
         bytes: model::ByteSize(request.bytes),
         repeat: request.repeat,
         parallel: request.streams,
-        mtu: end.link_mtu,
-        mode: IpsecMode::Transport,
         seed: request.seed,
         port: request.data_port,
-        addressing: addressing(hosts, end.tunnel),
-        vm: None,
-        with_iperf3: false,
-        ignored: Vec::new(),
-        peer: None,
         reverse: request.reverse,
-        // Checked against the server's --max-tunnel-threads; only the userspace tunnel has any.
-        tunnel_threads: if request.backend == model::Backend::Userspace {
-            request.tunnel_threads
-        } else {
-            1
-        },
-        // ESP in UDP where the client asked for it (checked: xfrm only, a port >= 1024).
-        encap: request.encap,
-        family: model::Family::of(hosts.b.to_canonical()),
-        // One SA pair and the default drivers (`--sas`, `--pcrypt` are refused with `--peer`).
-        sas: 1,
-        pcrypt: false,
-        // `--netem` shapes the local lab's veth; it is refused with `--peer`.
-        netem: None,
         // `--time`, `--interval`, `--bidir`... are refused with `--peer`.
         modes: Default::default(),
-        // A two-host run's ceiling is not timed (the lab's ceilings are local runs').
-        ceiling: false,
-    }
+        with_iperf3: false,
+    };
+    // `--netem` shapes the local lab's veth; it is refused with `--peer`.
+    let link = Link {
+        mtu: end.link_mtu,
+        family: model::Family::of(hosts.b.to_canonical()),
+        addressing: addressing(hosts, end.tunnel),
+        netem: None,
+    };
+    // The server's end is this host's: a local placement, its ceiling not timed.
+    RunPlan::new(backend, request.suite, workload, link, Placement::Local)
 }
 
 /// This host's MTU toward the peer: the path MTU the kernel knows for the (connected) control

@@ -462,7 +462,7 @@ async fn serve_run(
             transfers = attempt;
         }
         match msg {
-            Message::Receive { .. } if !plan.reverse => {
+            Message::Receive { .. } if !plan.workload().reverse => {
                 let receiver = super::receiver(&plan, hosts, Side::B)?;
                 chan.send(&Message::Listening).await.map_err(LabError::from)?;
                 let (config, tx) = (session::transfer_config(&plan), CancellationToken::new());
@@ -471,7 +471,7 @@ async fn serve_run(
                 let result = watch(chan, work, &tx, cancel).await?;
                 reply(chan, result, |transfer| Message::Received { transfer }).await?;
             }
-            Message::Send { .. } if plan.reverse => {
+            Message::Send { .. } if plan.workload().reverse => {
                 // Only to the client that asked: its host address, or its end of the tunnel.
                 let target = data_addr(&plan, hosts, Side::A);
                 let (config, tx) = (session::transfer_config(&plan), CancellationToken::new());

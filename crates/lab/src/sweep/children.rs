@@ -176,9 +176,9 @@ pub(super) async fn vm_rows(
 
 /// The rows that need the stock kernel (ESP, WireGuard's module): what the VM runs.
 pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
-    [Backend::Xfrm, Backend::Strongswan, Backend::Wireguard]
+    Backend::ALL
         .into_iter()
-        .filter(|b| args.has(*b))
+        .filter(|b| b.describe().kernel.is_some() && args.has(*b))
         .collect()
 }
 

@@ -113,15 +113,16 @@ impl SweepPlan {
         Ok(self)
     }
 
-    pub(super) fn plan(
+    /// A cell's run as a request, checked by [`RunRequest::validate`] like any other.
+    pub(super) fn request(
         &self,
         backend: Backend,
         suite: CipherSuite,
         crypto: CryptoChoice,
         tunnel_threads: u16,
         seed: u64,
-    ) -> LabResult<RunPlan> {
-        Ok(RunRequest {
+    ) -> RunRequest {
+        RunRequest {
             backend,
             cipher: backend.encrypts().then_some(suite),
             crypto: (backend == Backend::Userspace).then_some(crypto),
@@ -145,7 +146,19 @@ impl SweepPlan {
             family: self.family,
             ..Default::default()
         }
-        .validate()?)
+    }
+
+    pub(super) fn plan(
+        &self,
+        backend: Backend,
+        suite: CipherSuite,
+        crypto: CryptoChoice,
+        tunnel_threads: u16,
+        seed: u64,
+    ) -> LabResult<RunPlan> {
+        Ok(self
+            .request(backend, suite, crypto, tunnel_threads, seed)
+            .validate()?)
     }
 
     /// The conditions as `--netem` takes them back (`none;delay 20ms`), for child sweeps;

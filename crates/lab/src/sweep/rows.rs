@@ -6,8 +6,9 @@
 //! kernel driver ([`super::drivers`]), rows that run in a child process or a VM
 //! ([`super::children`]).
 
+use model::backend::Threads;
 use model::matrix::{Cell, CellOutcome, Measurement, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST};
-use model::{Backend, CipherSuite, CryptoChoice, RunPlan, RunReport, Summary};
+use model::{Backend, CipherSuite, CryptoChoice, RunReport, RunRequest, Summary};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
@@ -123,7 +124,7 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     }
     // With --vm the kernel's WireGuard row comes from the VM, like xfrm's.
     for b in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
-        if args.has(b) && (b != Backend::Wireguard || args.vm.is_none()) {
+        if args.has(b) && (b.describe().kernel.is_none() || args.vm.is_none()) {
             rows.push(local(b, RowVariant::Default, CryptoChoice::Auto, None));
         }
     }
@@ -140,17 +141,11 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
 /// At every `--threads` count above 1, a row for each backend in the sweep without tunnel
 /// threads, saying why it has no such row.
 fn threadless_rows(args: &SweepPlan) -> Vec<PlannedRow> {
-    let why = |backend| match backend {
-        Backend::Strongswan | Backend::Wireguard => Some(
-            "the kernel's tunnel has no tunnel threads: each packet is encrypted on the CPU it is on \
-             (one SA pair or peer for every stream here)",
-        ),
-        Backend::Openvpn => Some("OpenVPN 2.6 moves all of a tunnel's packets on its one thread"),
-        Backend::WireguardGo | Backend::Boringtun => {
-            Some("the implementation chooses its own worker threads; the lab does not set their number")
-        }
-        // xfrm's rows at a count are its SA pairs (`xfrm_extra_rows`).
-        Backend::Plain | Backend::Userspace | Backend::Xfrm => None,
+    // xfrm's rows at a count are its SA pairs (`xfrm_extra_rows`); the plain row is the
+    // sweep's baseline, not a tunnel that could have threads.
+    let why = |backend: Backend| match backend.describe().threads {
+        Threads::None(why) if backend != Backend::Plain => Some(why),
+        _ => None,
     };
     let mut rows = Vec::new();
     for t in args.threads.iter().filter(|t| **t > 1) {
@@ -378,21 +373,23 @@ async fn run_cell(
             RowVariant::Encap(e) => Some(e),
             _ => None,
         };
-        let plan = RunPlan {
-            encap,
+        let plan = RunRequest {
+            encap: encap.map(|_| model::EncapKind::Udp),
+            encap_port: encap.map(|model::Encap::EspInUdp { port }| port),
             pcrypt: row.key.variant == RowVariant::Pcrypt,
             netem: netem.cloned(),
-            ..args.plan(backend, suite, crypto, row.key.tunnel_threads, args.seed)?
-        };
+            ..args.request(backend, suite, crypto, row.key.tunnel_threads, args.seed)
+        }
+        .validate()?;
         backend::preflight(&plan).await?;
-        crate::netem::preflight(plan.netem.as_ref())?;
+        crate::netem::preflight(plan.link().netem.as_ref())?;
         if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
             // The kernel IPsec backends add addresses and routes to the veths: a fresh
             // topology per cell keeps cells independent.
             let spec = TopologySpec {
                 run_id: netns::new_run_id(),
-                mtu: plan.mtu,
-                addressing: plan.addressing,
+                mtu: plan.link().mtu,
+                addressing: plan.link().addressing,
             };
             let fresh = Topology::create(&spec).await?;
             let report =
@@ -456,7 +453,7 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
         notes: report
             .notes
             .iter()
-            .chain(report.plan.ignored.iter())
+            .chain(report.plan.ignored().iter())
             .cloned()
             .collect(),
     }

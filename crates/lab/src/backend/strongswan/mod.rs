@@ -48,7 +48,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     if find_program(charon::DAEMON).is_none() || find_program(charon::SWANCTL).is_none() {
         return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
     }
-    if config::esp_proposal(plan.suite).is_none() {
+    if config::esp_proposal(plan.suite()).is_none() {
         return Err(LabError::usage(anyhow::anyhow!(
             "the strongswan backend negotiates encrypted ESP: choose an encrypting suite"
         )));
@@ -79,7 +79,7 @@ impl Material {
     /// Each end with its own PSK, in hex digits: equal ones for a run, different ones to
     /// show that authentication fails.
     pub fn with_psks(plan: &RunPlan, psk_a: &str, psk_b: &str) -> LabResult<Material> {
-        let esp = config::esp_proposal(plan.suite).ok_or_else(|| {
+        let esp = config::esp_proposal(plan.suite()).ok_or_else(|| {
             LabError::usage(anyhow::anyhow!(
                 "the strongswan backend needs an encrypting suite"
             ))
@@ -96,7 +96,7 @@ impl Material {
         }
         Ok(Material {
             esp,
-            suite: plan.suite,
+            suite: plan.suite(),
             psk: [Zeroizing::new(psk_a.into()), Zeroizing::new(psk_b.into())],
             dir,
         })
@@ -146,7 +146,7 @@ impl StrongswanEnd {
                 "the strongswan backend does not run between two hosts"
             ))
         })?;
-        let ad = plan.addressing;
+        let ad = plan.link().addressing;
         let peer_of = |side: Side| Peer {
             id: format!("ipl-{}", side.name()),
             outer: site.hosts.of(side),

@@ -363,7 +363,7 @@ pub(super) async fn bring_up(
 ) -> LabResult<Option<Duration>> {
     let (inner, _) = inner_addrs(plan, site.side);
     set_mtu(site, ifname, inner_mtu(plan)).await?;
-    Topology::add_address(site.namespace, ifname, inner, plan.addressing.prefix_len).await?;
+    Topology::add_address(site.namespace, ifname, inner, plan.link().addressing.prefix_len).await?;
     Topology::set_link_up(site.namespace, ifname).await?;
     if site.side != Side::B {
         return Ok(None);

@@ -89,7 +89,13 @@ impl KernelEnd {
         let config = device_config(plan, keys, site, &end.ifname);
         end.handle.set(&config).await?;
         let (inner, _) = inner_addrs(plan, site.side);
-        Topology::add_address(site.namespace, &end.ifname, inner, plan.addressing.prefix_len).await?;
+        Topology::add_address(
+            site.namespace,
+            &end.ifname,
+            inner,
+            plan.link().addressing.prefix_len,
+        )
+        .await?;
         Topology::set_link_up(site.namespace, &end.ifname).await?;
         if site.side == Side::B {
             let started = start_handshake(plan, site, &what)?;

@@ -71,8 +71,8 @@ impl Keys {
 /// The inner MTU: the link's less WireGuard's overhead, so packets are never fragmented.
 pub fn inner_mtu(plan: &RunPlan) -> u32 {
     // OVERHEAD counts IPv4's 20-byte header; IPv6's is 20 bytes longer.
-    let ipv6 = (plan.addressing.family() == model::Family::Ipv6) as u32 * 20;
-    plan.mtu - OVERHEAD - ipv6
+    let ipv6 = (plan.link().addressing.family() == model::Family::Ipv6) as u32 * 20;
+    plan.link().mtu - OVERHEAD - ipv6
 }
 
 /// An end's device name. wireguard-go's UAPI socket (/var/run/wireguard/NAME.sock) is not
@@ -110,7 +110,7 @@ pub fn peer_allowed_ips(plan: &RunPlan, side: Side) -> Vec<AllowedIp> {
 
 /// This end's inner address and the peer's.
 pub fn inner_addrs(plan: &RunPlan, side: Side) -> (IpAddr, IpAddr) {
-    let ad = plan.addressing;
+    let ad = plan.link().addressing;
     match side {
         Side::A => (ad.inner_a, ad.inner_b),
         Side::B => (ad.inner_b, ad.inner_a),
@@ -255,7 +255,7 @@ impl WireguardEvidence {
 
 /// Both ends' evidence as one local run's.
 pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> WireguardEvidence {
-    if plan.backend == model::Backend::WireguardGo {
+    if plan.backend() == model::Backend::WireguardGo {
         // The binary the ends were started from: the lab's build wins wherever it is.
         let program = go::GoProgram::find();
         let implementation = program.as_ref().map_or_else(
@@ -266,7 +266,7 @@ pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> Wireg
         evidence.program = program;
         return evidence;
     }
-    let implementation = match plan.backend {
+    let implementation = match plan.backend() {
         model::Backend::Boringtun => boring::implementation(),
         _ => kernel::implementation(),
     };
@@ -289,7 +289,7 @@ mod tests {
             }
             .validate()
             .unwrap();
-            let ad = plan.addressing;
+            let ad = plan.link().addressing;
             let host = if family == model::Family::Ipv4 { 32 } else { 128 };
             for (side, peer) in [(Side::A, ad.inner_b), (Side::B, ad.inner_a)] {
                 let allowed = peer_allowed_ips(&plan, side);

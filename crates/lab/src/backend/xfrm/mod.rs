@@ -57,7 +57,7 @@ const NO_ESP_WITH_PEER: &str = "this kernel has no ESP support (CONFIG_INET_ESP)
 
 /// What to do on a kernel without ESP, for a local run or one with a peer.
 fn no_esp_hint(plan: &RunPlan) -> &'static str {
-    match plan.peer {
+    match plan.peer() {
         Some(_) => NO_ESP_WITH_PEER,
         None => NO_ESP,
     }
@@ -65,18 +65,18 @@ fn no_esp_hint(plan: &RunPlan) -> &'static str {
 
 /// Refuses, before anything is created, when the kernel cannot do what the plan asks.
 pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
-    if plan.pcrypt {
+    if plan.pcrypt() {
         pcrypt::preflight()?;
     }
     let caps = xfrm::probe().await?;
     if !caps.esp {
         return Err(LabError::capability(anyhow::anyhow!(no_esp_hint(plan))));
     }
-    if !caps.supports(plan.suite) {
+    if !caps.supports(plan.suite()) {
         return Err(LabError::capability(anyhow::anyhow!(
             "this kernel cannot run {} in ESP: {:?}; load the crypto modules (e.g. `modprobe aesni_intel`) or \
              use --vm",
-            plan.suite,
+            plan.suite(),
             caps.algorithms
         )));
     }
@@ -92,7 +92,7 @@ pub fn generate_keys(plan: &RunPlan) -> LabResult<XfrmKeys> {
 /// each pair's keys fresh: pairs never share a key.
 pub fn generate_more_pairs(plan: &RunPlan, first: &XfrmKeys) -> LabResult<Vec<XfrmKeys>> {
     let ids = ids_of(first);
-    (1..plan.sas.min(RunIds::MAX_PAIRS))
+    (1..plan.sas().min(RunIds::MAX_PAIRS))
         .map(|i| keys_for(plan, ids.pair(i)))
         .collect()
 }
@@ -106,7 +106,7 @@ fn ids_of(k: &XfrmKeys) -> RunIds {
 }
 
 fn keys_for(plan: &RunPlan, ids: RunIds) -> LabResult<XfrmKeys> {
-    let p = Protection::generate(plan.suite, AuthTrunc::Bits128).map_err(LabError::usage)?;
+    let p = Protection::generate(plan.suite(), AuthTrunc::Bits128).map_err(LabError::usage)?;
     let (enc, auth) = match &p {
         Protection::AesCbc { key, auth } => (key, auth.as_ref().map(|a| &a.key)),
         Protection::AesGcm { key } => (key, None),
@@ -165,10 +165,10 @@ impl XfrmEnd {
             .xfrm
             .as_ref()
             .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's secrets")))?;
-        if more_pairs.len() + 1 != usize::from(plan.sas) {
+        if more_pairs.len() + 1 != usize::from(plan.sas()) {
             return Err(LabError::usage(anyhow::anyhow!(
                 "{} SA pairs planned but keys for {}",
-                plan.sas,
+                plan.sas(),
                 more_pairs.len() + 1
             )));
         }
@@ -176,7 +176,7 @@ impl XfrmEnd {
             .chain(more_pairs)
             .map(|k| pair_of(plan, k))
             .collect::<LabResult<Vec<SaPair>>>()?;
-        let mode = plan.mode;
+        let mode = plan.mode();
         let hosts = site.hosts;
         let sender = Side::receiver(plan).other();
         let data = |side| data_addr(plan, hosts, side).ip();
@@ -188,7 +188,7 @@ impl XfrmEnd {
             pairs,
             sender,
             encap: plan
-                .encap
+                .encap()
                 .map(|model::Encap::EspInUdp { port }| UdpEncap::symmetric(port)),
         };
         if site.side == Side::A {
@@ -214,16 +214,16 @@ impl XfrmEnd {
             }
         };
         // The socket comes first: once the SAs exist the peer may already be sending.
-        let encap_socket = match plan.encap {
+        let encap_socket = match plan.encap() {
             Some(model::Encap::EspInUdp { port }) => Some(encap_socket(site, port)?),
             None => None,
         };
         let installed = Installed::install(handle, site.side, &set, site.lab_link.is_none()).await?;
         let ports = (0..set.pairs.len())
             .map(|pair| {
-                (0..plan.parallel)
+                (0..plan.workload().parallel)
                     .filter(|i| usize::from(*i) % set.pairs.len() == pair)
-                    .map(|i| plan.port + i)
+                    .map(|i| plan.workload().port + i)
                     .collect()
             })
             .collect();
@@ -233,7 +233,7 @@ impl XfrmEnd {
             reqids: set.pairs.iter().map(|p| p.ids.reqid).collect(),
             ports,
             protection: set.first().protection.clone(),
-            encap: plan.encap,
+            encap: plan.encap(),
             family: model::Family::of(hosts.a.to_canonical()),
             _encap_socket: encap_socket,
         })
@@ -296,7 +296,7 @@ fn pair_of(plan: &RunPlan, k: &XfrmKeys) -> LabResult<SaPair> {
         )));
     }
     let protection = Protection::from_keys(
-        plan.suite,
+        plan.suite(),
         AuthTrunc::Bits128,
         KeyInput {
             enc: k.enc.expose(),
@@ -339,8 +339,8 @@ fn show_keys(set: &SaSet, show: ShowKeys) {
 /// the policies would select that service's traffic too.
 fn ports_are_free(plan: &RunPlan, addr: IpAddr) -> LabResult<()> {
     // Counted in u32: the last port of a range ending at 65535 must not wrap to 0.
-    let first = u32::from(plan.port);
-    for port in first..first + u32::from(plan.parallel) {
+    let first = u32::from(plan.workload().port);
+    for port in first..first + u32::from(plan.workload().parallel) {
         let port =
             u16::try_from(port).map_err(|_| LabError::usage(anyhow::anyhow!("data ports run past 65535")))?;
         if let Err(e) = std::net::TcpListener::bind((addr, port)) {

@@ -68,8 +68,8 @@ impl SaSet {
             pair,
             priority,
         };
-        let per_stream = (0..plan.parallel).map(|i| {
-            let sel = TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.port + i);
+        let per_stream = (0..plan.workload().parallel).map(|i| {
+            let sel = TrafficSelector::port(sender, receiver, IpProto::Tcp, plan.workload().port + i);
             flow(sel, usize::from(i) % pairs.max(1), LAB_POLICY_PRIORITY)
         });
         match (mode, pairs) {
@@ -177,7 +177,7 @@ mod tests {
             mode: IpsecMode::Transport,
             pairs: vec![SaPair {
                 ids: RunIds::for_slot(1),
-                protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
+                protection: Protection::generate(plan.suite(), AuthTrunc::Bits128).unwrap(),
             }],
             addr_a: a,
             addr_b: b,
@@ -209,7 +209,7 @@ mod tests {
             pairs: (0..2)
                 .map(|i| SaPair {
                     ids: ids.pair(i),
-                    protection: Protection::generate(plan.suite, AuthTrunc::Bits128).unwrap(),
+                    protection: Protection::generate(plan.suite(), AuthTrunc::Bits128).unwrap(),
                 })
                 .collect(),
             addr_a: a,

@@ -1,0 +1,362 @@
+//! What each backend is and what it can do, written once. Every check reads a backend's
+//! [`Description`]: the plan's refusals, a server's limits, the sweep's rows, where a run is
+//! placed (host or VM), whose CPU a run reports and where a row's crypto ceiling comes from.
+//! Adding a backend is a variant here, its description, and its module in the lab crate.
+//!
+//! Leaves out how a backend is started (the lab crate's `backend` modules) and the wording of
+//! refusals (`plan::PlanError`, `control`'s `RequestError`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::suite::CipherSuite;
+
+/// How the data is carried between the two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Plain TCP over the link: the line-rate baseline.
+    Plain,
+    /// Kernel IPsec: ESP SAs and policies programmed over netlink XFRM.
+    Xfrm,
+    /// The lab's single-threaded TUN+UDP tunnel (OpenVPN-style).
+    Userspace,
+    /// Real OpenVPN 2.x, static key, point-to-point.
+    Openvpn,
+    /// Kernel IPsec whose SAs strongSwan's charon negotiated over IKEv2.
+    Strongswan,
+    /// Kernel WireGuard: a wireguard link configured over generic netlink.
+    Wireguard,
+    /// wireguard-go (the Go userspace implementation), one process per end, over its UAPI.
+    #[serde(rename = "wireguard-go")]
+    WireguardGo,
+    /// boringtun (Cloudflare's Rust WireGuard), its device in the lab's process, per end.
+    Boringtun,
+}
+
+/// Which cipher suites a backend carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suites {
+    /// None: the baseline does not encrypt, and cipher options are ignored.
+    Unencrypted,
+    /// AES-CBC with or without HMAC-SHA256, and AES-GCM (ESP, OpenVPN).
+    Aes,
+    /// AES and ChaCha20-Poly1305 (the lab's own tunnel).
+    AesAndChaCha,
+    /// ChaCha20-Poly1305 only (WireGuard).
+    ChaCha,
+}
+
+/// What a backend needs of the kernel it runs on; where the host's kernel lacks it, the run
+/// can go to a VM (`--vm`), and a sweep's VM runs these rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelNeed {
+    Esp,
+    Wireguard,
+}
+
+/// The backend's own options beyond the suite and the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnOptions {
+    None,
+    /// `--mode`, `--encap`, `--sas`, `--pcrypt`.
+    Xfrm,
+    /// `--crypto`, `--tunnel-threads`.
+    Userspace,
+}
+
+/// Whose CPU carries the tunnel, so whose time a run reports per interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunnelCpuSource {
+    /// No tunnel of its own (plain).
+    NoTunnel,
+    /// The kernel's softirq time, charged to nobody.
+    Kernel,
+    /// Threads of the lab's own process whose names start with this prefix.
+    Threads(&'static str),
+    /// A daemon the lab starts, a child process of this name.
+    Daemon(&'static str),
+}
+
+/// Where a row's crypto ceiling comes from: the implementation the backend encrypts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CeilingSource {
+    /// The row does not encrypt.
+    NoCrypto,
+    /// The lab's own implementation, the one the run chose (`--crypto`).
+    LabCrypto,
+    /// The kernel's crypto API driver, through AF_ALG.
+    KernelCrypto,
+    /// `openssl speed` of the OpenSSL the daemon links.
+    Openssl,
+    /// ring's ChaCha20-Poly1305 (boringtun's).
+    Ring,
+    /// Not timed, and why.
+    Untimed(&'static str),
+}
+
+/// How a backend spreads a tunnel over cores, for a sweep's `--threads` rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// Tunnel threads of its own (`--tunnel-threads`).
+    TunnelThreads,
+    /// SA pairs, one per stream (`--sas`).
+    SaPairs,
+    /// No such knob, and why (said in the row at a count above 1).
+    None(&'static str),
+}
+
+/// Everything the lab knows about one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Description {
+    pub backend: Backend,
+    pub name: &'static str,
+    pub suites: Suites,
+    /// Why the backend does not run over IPv6 in the lab; None: it does.
+    pub no_ipv6: Option<&'static str>,
+    /// Whether it runs between two hosts (`--peer`, `serve`).
+    pub two_hosts: bool,
+    pub kernel: Option<KernelNeed>,
+    pub options: OwnOptions,
+    pub cpu: TunnelCpuSource,
+    pub ceiling: CeilingSource,
+    pub threads: Threads,
+    /// The data crosses the link inside a tunnel with addresses of its own (the inner
+    /// addresses), rather than between the outer ones. xfrm's transport mode does not.
+    pub tunnelled: bool,
+}
+
+const KERNEL_THREADS: &str =
+    "the kernel's tunnel has no tunnel threads: each packet is encrypted on the CPU it \
+                              is on (one SA pair or peer for every stream here)";
+const OWN_WORKERS: &str =
+    "the implementation chooses its own worker threads; the lab does not set their number";
+
+const DESCRIPTIONS: [Description; 8] = [
+    Description {
+        backend: Backend::Plain,
+        name: "plain",
+        suites: Suites::Unencrypted,
+        no_ipv6: None,
+        two_hosts: true,
+        kernel: None,
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::NoTunnel,
+        ceiling: CeilingSource::NoCrypto,
+        threads: Threads::None("the plain row has no tunnel"),
+        tunnelled: false,
+    },
+    Description {
+        backend: Backend::Xfrm,
+        name: "xfrm",
+        suites: Suites::Aes,
+        no_ipv6: None,
+        two_hosts: true,
+        kernel: Some(KernelNeed::Esp),
+        options: OwnOptions::Xfrm,
+        cpu: TunnelCpuSource::Kernel,
+        ceiling: CeilingSource::KernelCrypto,
+        threads: Threads::SaPairs,
+        tunnelled: true,
+    },
+    Description {
+        backend: Backend::Userspace,
+        name: "userspace",
+        suites: Suites::AesAndChaCha,
+        no_ipv6: None,
+        two_hosts: true,
+        kernel: None,
+        options: OwnOptions::Userspace,
+        cpu: TunnelCpuSource::Threads("ipl-tun-"),
+        ceiling: CeilingSource::LabCrypto,
+        threads: Threads::TunnelThreads,
+        tunnelled: true,
+    },
+    Description {
+        backend: Backend::Openvpn,
+        name: "openvpn",
+        suites: Suites::Aes,
+        no_ipv6: None,
+        two_hosts: false,
+        kernel: None,
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::Daemon("openvpn"),
+        ceiling: CeilingSource::Openssl,
+        threads: Threads::None("OpenVPN 2.6 moves all of a tunnel's packets on its one thread"),
+        tunnelled: true,
+    },
+    Description {
+        backend: Backend::Strongswan,
+        name: "strongswan",
+        suites: Suites::Aes,
+        no_ipv6: None,
+        // Each end would negotiate with the other's charon, which the protocol does not set up.
+        two_hosts: false,
+        kernel: Some(KernelNeed::Esp),
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::Kernel,
+        ceiling: CeilingSource::KernelCrypto,
+        threads: Threads::None(KERNEL_THREADS),
+        tunnelled: true,
+    },
+    Description {
+        backend: Backend::Wireguard,
+        name: "wireguard",
+        suites: Suites::ChaCha,
+        no_ipv6: None,
+        // Each end would need the other's public key, which the protocol does not carry.
+        two_hosts: false,
+        kernel: Some(KernelNeed::Wireguard),
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::Kernel,
+        ceiling: CeilingSource::KernelCrypto,
+        threads: Threads::None(KERNEL_THREADS),
+        tunnelled: true,
+    },
+    Description {
+        backend: Backend::WireguardGo,
+        name: "wireguard-go",
+        suites: Suites::ChaCha,
+        no_ipv6: None,
+        two_hosts: false,
+        kernel: None,
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::Daemon("wireguard-go"),
+        ceiling: CeilingSource::Untimed(
+            "wireguard-go encrypts with Go's golang.org/x/crypto ChaCha20-Poly1305, which this lab cannot \
+             time; its speed is not that of any implementation here",
+        ),
+        threads: Threads::None(OWN_WORKERS),
+        tunnelled: true,
+    },
+    Description {
+        backend: Backend::Boringtun,
+        name: "boringtun",
+        suites: Suites::ChaCha,
+        no_ipv6: None,
+        two_hosts: false,
+        kernel: None,
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::Threads("ipl-boringtun-"),
+        ceiling: CeilingSource::Ring,
+        threads: Threads::None(OWN_WORKERS),
+        tunnelled: true,
+    },
+];
+
+impl Backend {
+    pub const ALL: [Backend; 8] = [
+        Backend::Plain,
+        Backend::Xfrm,
+        Backend::Userspace,
+        Backend::Openvpn,
+        Backend::Strongswan,
+        Backend::Wireguard,
+        Backend::WireguardGo,
+        Backend::Boringtun,
+    ];
+
+    /// What this backend is and can do.
+    pub fn describe(self) -> &'static Description {
+        // DESCRIPTIONS is in declaration order; a test holds it there.
+        &DESCRIPTIONS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.describe().name
+    }
+
+    /// A WireGuard implementation: its one cipher is ChaCha20-Poly1305.
+    pub fn is_wireguard(self) -> bool {
+        self.describe().suites == Suites::ChaCha
+    }
+
+    /// Whether the backend encrypts (and so honours --key-bits/--hmac/--cipher).
+    pub fn encrypts(self) -> bool {
+        self.describe().suites != Suites::Unencrypted
+    }
+
+    /// The backends that run between two hosts, for messages that list them.
+    pub fn two_host_names() -> String {
+        let names: Vec<_> = Backend::ALL
+            .into_iter()
+            .filter(|b| b.describe().two_hosts)
+            .map(Backend::name)
+            .collect();
+        names.join(", ")
+    }
+
+    /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
+    /// cell that is "not run"); `none` is the plain row's business and not judged here.
+    pub fn suite_refusal(self, suite: CipherSuite) -> Option<&'static str> {
+        let chacha = suite == CipherSuite::ChaCha20Poly1305;
+        match self.describe().suites {
+            Suites::ChaCha if !chacha && suite != CipherSuite::None => {
+                Some("WireGuard has one cipher, chacha20-poly1305")
+            }
+            Suites::Aes if chacha => {
+                Some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is no backend's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn, strongswan, wireguard, wireguard-go or boringtun")]
+pub struct UnknownBackend(pub String);
+
+impl FromStr for Backend {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownBackend(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_has_its_own_description_under_its_serde_name() {
+        for b in Backend::ALL {
+            assert_eq!(b.describe().backend, b);
+            assert_eq!(serde_json::to_value(b).unwrap(), b.name());
+            assert_eq!(b.name().parse::<Backend>().unwrap(), b);
+        }
+        let e = "beet".parse::<Backend>().unwrap_err().to_string();
+        for b in Backend::ALL {
+            assert!(e.contains(b.name()), "{e} leaves out {b}");
+        }
+    }
+
+    #[test]
+    fn the_descriptions_say_what_the_lab_has_always_done() {
+        let two_hosts: Vec<_> = Backend::ALL
+            .into_iter()
+            .filter(|b| b.describe().two_hosts)
+            .collect();
+        assert_eq!(two_hosts, [Backend::Plain, Backend::Xfrm, Backend::Userspace]);
+        assert_eq!(Backend::two_host_names(), "plain, xfrm, userspace");
+        let in_vm: Vec<_> = Backend::ALL
+            .into_iter()
+            .filter(|b| b.describe().kernel.is_some())
+            .collect();
+        assert_eq!(in_vm, [Backend::Xfrm, Backend::Strongswan, Backend::Wireguard]);
+        let wg: Vec<_> = Backend::ALL.into_iter().filter(|b| b.is_wireguard()).collect();
+        assert_eq!(wg, [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun]);
+        assert!(!Backend::Plain.encrypts() && Backend::ALL[1..].iter().all(|b| b.encrypts()));
+    }
+}

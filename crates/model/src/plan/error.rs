@@ -1,0 +1,93 @@
+//! Why a request is not a plan: every refusal says what to do instead.
+
+use crate::backend::{Backend, UnknownBackend};
+use crate::encap::EncapError;
+use crate::family::{Family, UnknownFamily, MIN_IPV6_MTU};
+use crate::modes::ModesError;
+use crate::netem::NetemError;
+use crate::plan::limits::{MAX_REPEAT, MAX_SA_PAIRS, MAX_TUNNEL_THREADS, MIN_PAYLOAD};
+use crate::size::ByteSize;
+use crate::suite::CipherSuite;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Backend(#[from] UnknownBackend),
+    #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
+    UnknownCrypto(String),
+    #[error("unknown IPsec mode {0:?}: use tunnel or transport")]
+    UnknownMode(String),
+    #[error(
+        "{flag} {bytes} is too small to time: give at least {min} (below it the payload fits in the sockets' buffers and the clock measures copies, not the data path)",
+        min = MIN_PAYLOAD
+    )]
+    PayloadTooSmall { flag: &'static str, bytes: ByteSize },
+    #[error("{0:?} is not a seed: give it as printed (0x18ecd9107f28b6c7) or in decimal")]
+    Seed(String),
+    #[error("--repeat {0} is out of range: use 1 to {MAX_REPEAT}")]
+    Repeat(u32),
+    #[error("--parallel {0} is out of range: use 1 to 128 streams")]
+    Parallel(u16),
+    #[error("--mtu {0} is out of range: use 576 to 9000")]
+    Mtu(u32),
+    #[error("--port {0} leaves no room for the streams: use a port between 1 and 65535 minus --parallel")]
+    Port(u16),
+    #[error("--tunnel-threads {0} is out of range: use 1 to {MAX_TUNNEL_THREADS} (the kernel gives a TUN device at most {MAX_TUNNEL_THREADS} queues)")]
+    TunnelThreads(u16),
+    #[error("--cipher names the whole suite: give either --cipher or --key-bits/--hmac, not both")]
+    CipherConflict,
+    #[error("the {backend} backend cannot carry cipher {suite}: choose an encrypting suite, or --backend plain for the baseline")]
+    SuiteNotSupported { backend: Backend, suite: CipherSuite },
+    #[error("the {backend} backend cannot carry {suite}: WireGuard has one cipher, chacha20-poly1305 (give no --cipher/--key-bits/--hmac, or --cipher chacha20-poly1305)")]
+    WireguardSuite { backend: Backend, suite: CipherSuite },
+    #[error("the {0} backend does not run chacha20-poly1305 in this lab: use --backend wireguard, wireguard-go or userspace for it")]
+    NoChaCha(Backend),
+    #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
+    Peer(String),
+    #[error("--peer and --vm do not go together: with --peer each end runs on its own host's kernel, not in a VM; where this host's kernel has no ESP, use --backend userspace between the hosts, or boot a kernel with ESP (Debian's linux-image-amd64 has it)")]
+    PeerWithVm,
+    #[error("the {0} backend does not run between two hosts yet: use --backend {list} with --peer", list = Backend::two_host_names())]
+    PeerBackend(Backend),
+    #[error("--port {0} with --peer: the data ports must be 1024 or above, clear of system services such as SSH, which the run's policies must never select")]
+    PeerPort(u16),
+    #[error("--mode tunnel is not offered between two hosts: the lab uses transport mode there, whose policies select only its data port")]
+    PeerTunnelMode,
+    #[error(transparent)]
+    Encap(#[from] EncapError),
+    #[error(
+        "--encap udp needs the xfrm backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate"
+    )]
+    EncapBackend(Backend),
+    #[error("--sas {0} is out of range: use 1 to {max} SA pairs", max = MAX_SA_PAIRS)]
+    Sas(u16),
+    #[error("--sas {sas} with {parallel} stream(s): each SA pair needs a stream of its own; add -P {sas}")]
+    SasStreams { sas: u16, parallel: u16 },
+    #[error("--sas above 1 does not run between two hosts yet: the server installs one SA pair")]
+    PeerSas,
+    #[error("--pcrypt needs the xfrm backend (kernel ESP SAs), not {0}")]
+    PcryptBackend(Backend),
+    #[error("--pcrypt wraps rfc4106(gcm(aes)): use --cipher aes-128-gcm or aes-256-gcm, not {0}")]
+    PcryptSuite(CipherSuite),
+    #[error("--pcrypt with --peer is not offered yet: the server does not instantiate crypto templates")]
+    PeerPcrypt,
+    #[error("--encap-port {0} with --peer: both hosts bind it, so it must be 1024 or above, clear of system services")]
+    EncapPeer(u16),
+    #[error(transparent)]
+    Family(#[from] UnknownFamily),
+    #[error("the {backend} backend does not run over {family} in this lab: {why}; use plain, xfrm, userspace or openvpn with -6, or run it without -6")]
+    FamilyBackend {
+        backend: Backend,
+        family: Family,
+        why: &'static str,
+    },
+    #[error("--mtu {0} with -6: IPv6 needs 1280 bytes inside the tunnels, so give --mtu {min} or more", min = MIN_IPV6_MTU)]
+    FamilyMtu(u32),
+    #[error("--encap udp with -6 is not offered yet: ESP in UDP runs over IPv4")]
+    FamilyEncap,
+    #[error("--netem shapes the lab's own veth link; between two hosts shape the real link with tc on the machines themselves")]
+    NetemPeer,
+    #[error(transparent)]
+    Netem(#[from] NetemError),
+    #[error(transparent)]
+    Modes(#[from] ModesError),
+}

@@ -1,0 +1,21 @@
+//! The numbers a plan is checked against.
+
+use crate::size::ByteSize;
+
+/// Most queues the kernel gives one TUN device (`MAX_TAP_QUEUES`), so most tunnel threads.
+pub const MAX_TUNNEL_THREADS: u16 = 256;
+
+/// Most transfers per run (`--repeat`).
+pub const MAX_REPEAT: u32 = 1000;
+
+/// TCP port `ipsec-lab serve` listens on by default.
+pub const DEFAULT_PEER_PORT: u16 = 5299;
+
+/// Smallest payload a run times. Below it the whole payload fits in the two sockets'
+/// buffers, so the clock measures memory copies and scheduling rather than the data path:
+/// the figure would be noise (or, for a payload read in one go, a division by zero).
+pub const MIN_PAYLOAD: ByteSize = ByteSize(1_000_000);
+
+/// Most SA pairs a run installs (`--sas`): each pair takes two of the run's 256 SPIs, and 64
+/// keeps the netlink work of a run small.
+pub const MAX_SA_PAIRS: u16 = 64;

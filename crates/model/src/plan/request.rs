@@ -1,0 +1,751 @@
+//! The run as typed on the command line ([`RunRequest`]), and the one place it is checked
+//! together and turned into a [`RunPlan`].
+
+use super::{
+    BackendPlan, CryptoChoice, IpsecMode, Link, Peer, Placement, PlanError, RunPlan, UserspacePlan, VmKernel,
+    Workload, XfrmPlan,
+};
+use crate::backend::{Backend, OwnOptions, Suites};
+use crate::encap::{Encap, EncapKind};
+use crate::family::{Family, MIN_IPV6_MTU};
+use crate::modes::{ModesRequest, RunContext};
+use crate::netem::NetemSpec;
+use crate::plan::limits::{MAX_REPEAT, MAX_SA_PAIRS, MAX_TUNNEL_THREADS, MIN_PAYLOAD};
+use crate::size::ByteSize;
+use crate::suite::{CipherSuite, Hmac, KeyBits};
+
+/// Everything a run needs, as typed on the command line but not yet checked together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    pub backend: Backend,
+    /// `None` where the user gave no value: defaults apply, and nothing is reported as ignored.
+    pub key_bits: Option<KeyBits>,
+    pub hmac: Option<Hmac>,
+    /// A whole suite instead of `key_bits`/`hmac`.
+    pub cipher: Option<CipherSuite>,
+    pub crypto: Option<CryptoChoice>,
+    pub bytes: ByteSize,
+    pub repeat: u32,
+    pub parallel: u16,
+    pub mtu: u32,
+    pub mode: Option<IpsecMode>,
+    pub seed: Option<u64>,
+    pub port: u16,
+    /// Run inside a VM booting this kernel image (`Some(None)` = the default stock kernel).
+    pub vm: Option<Option<String>>,
+    /// Also measure iperf3 over the same data path, one run after each of the lab's.
+    pub with_iperf3: bool,
+    /// `HOST[:PORT]` of an `ipsec-lab serve` on another machine: the run is between this
+    /// host and that one instead of two local namespaces.
+    pub peer: Option<String>,
+    /// b sends and a receives (with a peer: the peer sends and this host receives).
+    pub reverse: bool,
+    /// Threads (TUN queues) per end of the userspace tunnel.
+    pub tunnel_threads: u16,
+    /// `--encap`/`--encap-port`: ESP encapsulated in UDP (xfrm only).
+    pub encap: Option<EncapKind>,
+    pub encap_port: Option<u16>,
+    /// `--sas N` (xfrm): N SA pairs, stream i on pair i mod N, each selected by its port.
+    pub sas: u16,
+    /// `--pcrypt` (xfrm, AES-GCM): the SAs run on a `pcrypt(rfc4106(gcm(aes)))` instance.
+    pub pcrypt: bool,
+    /// `-6`/`--family 6`: IPv6 outer and inner addresses.
+    pub family: Family,
+    /// `--netem SPEC`: the WAN conditions the lab's link gets.
+    pub netem: Option<NetemSpec>,
+    /// `--time`, `--interval`, `--omit`, `--bidir` (crate::modes).
+    pub modes: ModesRequest,
+    /// `--no-ceiling`: leave out the crypto ceiling and the line rate.
+    pub no_ceiling: bool,
+}
+
+impl Default for RunRequest {
+    fn default() -> Self {
+        RunRequest {
+            // The lab's subject: kernel IPsec, AES-256-CBC + HMAC-SHA256.
+            backend: Backend::Xfrm,
+            key_bits: None,
+            hmac: None,
+            cipher: None,
+            crypto: None,
+            bytes: ByteSize(100_000_000),
+            repeat: 1,
+            parallel: 1,
+            mtu: 1500,
+            mode: None,
+            seed: None,
+            port: 5201,
+            vm: None,
+            with_iperf3: false,
+            peer: None,
+            reverse: false,
+            tunnel_threads: 1,
+            encap: None,
+            encap_port: None,
+            sas: 1,
+            pcrypt: false,
+            family: Family::Ipv4,
+            netem: None,
+            modes: Default::default(),
+            no_ceiling: false,
+        }
+    }
+}
+
+impl RunRequest {
+    pub fn validate(self) -> Result<RunPlan, PlanError> {
+        let mut ignored = Vec::new();
+        check_payload("--bytes", self.bytes)?;
+        if self.repeat == 0 || self.repeat > MAX_REPEAT {
+            return Err(PlanError::Repeat(self.repeat));
+        }
+        if self.parallel == 0 || self.parallel > 128 {
+            return Err(PlanError::Parallel(self.parallel));
+        }
+        if !(576..=9000).contains(&self.mtu) {
+            return Err(PlanError::Mtu(self.mtu));
+        }
+        if self.port == 0 || u32::from(self.port) + u32::from(self.parallel) > 65535 {
+            return Err(PlanError::Port(self.port));
+        }
+        if self.tunnel_threads == 0 || self.tunnel_threads > MAX_TUNNEL_THREADS {
+            return Err(PlanError::TunnelThreads(self.tunnel_threads));
+        }
+        let description = self.backend.describe();
+        let suite = self.suite(&mut ignored)?;
+        let peer = self.peer.as_deref().map(str::parse::<Peer>).transpose()?;
+        if let Some(why) = self.family.refusal(self.backend) {
+            return Err(PlanError::FamilyBackend {
+                backend: self.backend,
+                family: self.family,
+                why,
+            });
+        }
+        if self.family == Family::Ipv6 {
+            if self.mtu < MIN_IPV6_MTU {
+                return Err(PlanError::FamilyMtu(self.mtu));
+            }
+            if self.encap.is_some() {
+                return Err(PlanError::FamilyEncap);
+            }
+        }
+        let placement = match (&peer, &self.vm) {
+            (Some(_), Some(_)) => return Err(PlanError::PeerWithVm),
+            (Some(peer), None) => {
+                if !description.two_hosts {
+                    return Err(PlanError::PeerBackend(self.backend));
+                }
+                // The xfrm policies select the data ports: never a system service's (SSH is 22).
+                if self.port < 1024 {
+                    return Err(PlanError::PeerPort(self.port));
+                }
+                if self.netem.is_some() {
+                    return Err(PlanError::NetemPeer);
+                }
+                Placement::Peer(peer.clone())
+            }
+            (None, Some(kernel)) => Placement::Vm(VmKernel::from_arg(kernel.clone())),
+            (None, None) => Placement::Local,
+        };
+        let backend = match description.options {
+            OwnOptions::None => BackendPlan::Bare(self.backend),
+            OwnOptions::Xfrm => BackendPlan::Xfrm(self.xfrm(suite, peer.is_some())?),
+            OwnOptions::Userspace => BackendPlan::Userspace(UserspacePlan {
+                crypto: self.crypto.unwrap_or(CryptoChoice::Auto),
+                tunnel_threads: self.tunnel_threads,
+            }),
+        };
+        self.not_for(&backend, &mut ignored)?;
+        let one_way_policies = matches!(backend, BackendPlan::Xfrm(x) if x.mode == IpsecMode::Transport);
+        let modes = self.modes.validate(RunContext {
+            peer: peer.is_some(),
+            reverse: self.reverse,
+            with_iperf3: self.with_iperf3,
+            one_way_policies,
+        })?;
+        Ok(RunPlan {
+            backend,
+            suite,
+            workload: Workload {
+                bytes: self.bytes,
+                repeat: self.repeat,
+                parallel: self.parallel,
+                seed: self.seed.unwrap_or_else(seed_from_clock),
+                port: self.port,
+                reverse: self.reverse,
+                modes,
+                with_iperf3: self.with_iperf3,
+            },
+            link: Link {
+                mtu: self.mtu,
+                family: self.family,
+                addressing: self.family.addressing(),
+                netem: self.netem,
+            },
+            placement,
+            ignored,
+            ceiling: !self.no_ceiling && self.backend.encrypts() && peer.is_none(),
+        })
+    }
+
+    /// The suite the backend carries, from `--cipher` or `--key-bits`/`--hmac`.
+    fn suite(&self, ignored: &mut Vec<String>) -> Result<CipherSuite, PlanError> {
+        if self.cipher.is_some() && (self.key_bits.is_some() || self.hmac.is_some()) {
+            return Err(PlanError::CipherConflict);
+        }
+        let cbc = CipherSuite::cbc(
+            self.key_bits.unwrap_or(KeyBits::Aes256),
+            self.hmac.unwrap_or(Hmac::Sha256),
+        );
+        let backend = self.backend;
+        let suite = match backend.describe().suites {
+            Suites::Unencrypted => {
+                if self.key_bits.is_some() || self.hmac.is_some() || self.cipher.is_some() {
+                    ignored.push("--key-bits/--hmac/--cipher (the plain backend does not encrypt)".into());
+                }
+                return Ok(CipherSuite::None);
+            }
+            Suites::ChaCha => {
+                if self.key_bits.is_some() || self.hmac.is_some() {
+                    return Err(PlanError::WireguardSuite { backend, suite: cbc });
+                }
+                let suite = self.cipher.unwrap_or(CipherSuite::ChaCha20Poly1305);
+                if suite != CipherSuite::ChaCha20Poly1305 {
+                    return Err(PlanError::WireguardSuite { backend, suite });
+                }
+                suite
+            }
+            Suites::Aes => {
+                let suite = self.cipher.unwrap_or(cbc);
+                // The lab's own tunnel has an AEAD engine for it; ESP and OpenVPN rows are not run.
+                if suite == CipherSuite::ChaCha20Poly1305 {
+                    return Err(PlanError::NoChaCha(backend));
+                }
+                suite
+            }
+            Suites::AesAndChaCha => self.cipher.unwrap_or(cbc),
+        };
+        // A kernel SA without a cipher is no tunnel.
+        if suite == CipherSuite::None && backend.describe().kernel.is_some() {
+            return Err(PlanError::SuiteNotSupported { backend, suite });
+        }
+        Ok(suite)
+    }
+
+    /// xfrm's own part: its mode, encapsulation, SA pairs and pcrypt.
+    fn xfrm(&self, suite: CipherSuite, peer: bool) -> Result<XfrmPlan, PlanError> {
+        if self.sas == 0 || self.sas > MAX_SA_PAIRS {
+            return Err(PlanError::Sas(self.sas));
+        }
+        let encap = match self.encap {
+            Some(kind) => {
+                let encap = Encap::from_args(kind, self.encap_port)?;
+                // Between real hosts both bind the port: never a system service's.
+                let Encap::EspInUdp { port } = encap;
+                if peer && port < 1024 {
+                    return Err(PlanError::EncapPeer(port));
+                }
+                Some(encap)
+            }
+            None => None,
+        };
+        if self.pcrypt {
+            if !matches!(suite, CipherSuite::AesGcm { .. }) {
+                return Err(PlanError::PcryptSuite(suite));
+            }
+            if peer {
+                return Err(PlanError::PeerPcrypt);
+            }
+        }
+        if self.sas > 1 {
+            if peer {
+                return Err(PlanError::PeerSas);
+            }
+            // A pair without a stream would carry nothing: its counters would prove nothing.
+            if self.sas > self.parallel {
+                return Err(PlanError::SasStreams {
+                    sas: self.sas,
+                    parallel: self.parallel,
+                });
+            }
+        }
+        // Between real machines only transport mode: its policies select the lab's data
+        // port and nothing else, so no other traffic between the hosts is captured.
+        let mode = match (peer, self.mode) {
+            (true, Some(IpsecMode::Tunnel)) => return Err(PlanError::PeerTunnelMode),
+            (true, _) => IpsecMode::Transport,
+            (false, mode) => mode.unwrap_or_default(),
+        };
+        Ok(XfrmPlan {
+            mode,
+            encap,
+            sas: self.sas,
+            pcrypt: self.pcrypt,
+        })
+    }
+
+    /// Options given for another backend's part: refused where they would change what the
+    /// user measures, noted in `ignored` where they would not.
+    fn not_for(&self, backend: &BackendPlan, ignored: &mut Vec<String>) -> Result<(), PlanError> {
+        let b = self.backend;
+        if !matches!(backend, BackendPlan::Xfrm(_)) {
+            if self.encap.is_some() {
+                return Err(PlanError::EncapBackend(b));
+            }
+            if self.sas == 0 || self.sas > MAX_SA_PAIRS {
+                return Err(PlanError::Sas(self.sas));
+            }
+            if self.pcrypt {
+                return Err(PlanError::PcryptBackend(b));
+            }
+            if self.sas > 1 {
+                ignored.push(format!("--sas {} (only the xfrm backend has SAs)", self.sas));
+            }
+            if self.mode.is_some() {
+                ignored.push("--mode (only the xfrm backend has IPsec modes)".into());
+            }
+        }
+        if self.encap.is_none() && self.encap_port.is_some() {
+            ignored.push("--encap-port (only with --encap udp)".into());
+        }
+        if !matches!(backend, BackendPlan::Userspace(_)) {
+            // With --peer the server checks the count against its own limit.
+            if self.tunnel_threads > 1 {
+                ignored.push(format!(
+                    "--tunnel-threads {} (only the userspace backend has tunnel threads)",
+                    self.tunnel_threads
+                ));
+            }
+            if let Some(crypto) = self.crypto {
+                ignored.push(format!(
+                    "--crypto {crypto} (only the userspace backend chooses its crypto implementation)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a payload below [`MIN_PAYLOAD`]; `flag` names the option in the message.
+pub fn check_payload(flag: &'static str, bytes: ByteSize) -> Result<(), PlanError> {
+    if bytes < MIN_PAYLOAD {
+        return Err(PlanError::PayloadTooSmall { flag, bytes });
+    }
+    Ok(())
+}
+
+/// A payload seed as the lab prints it (`0x18ecd9107f28b6c7`) or in decimal, so the seed of a
+/// report can be given back to `--seed` to replay its payload.
+pub fn parse_seed(s: &str) -> Result<u64, PlanError> {
+    let t = s.trim();
+    let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => t.parse(),
+    };
+    parsed.map_err(|_| PlanError::Seed(s.to_string()))
+}
+
+fn seed_from_clock() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::DEFAULT_PEER_PORT;
+
+    #[test]
+    fn ipsec_modes_parse_from_the_names_json_and_ip_xfrm_use() {
+        for m in IpsecMode::ALL {
+            assert_eq!(m.name().parse::<IpsecMode>().unwrap(), m);
+            assert_eq!(serde_json::to_value(m).unwrap(), m.name());
+        }
+        assert_eq!(" Tunnel ".parse::<IpsecMode>().unwrap(), IpsecMode::Tunnel);
+        assert!("beet".parse::<IpsecMode>().is_err());
+    }
+
+    #[test]
+    fn bytes_20kb_is_refused_as_too_small_to_time() {
+        for bytes in [1, 20_000, 999_999] {
+            let e = RunRequest {
+                bytes: ByteSize(bytes),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap_err();
+            assert!(matches!(e, PlanError::PayloadTooSmall { .. }), "{e}");
+            assert!(e.to_string().contains("at least 1.0 MB"), "{e}");
+        }
+        let one_mb = RunRequest {
+            bytes: MIN_PAYLOAD,
+            ..Default::default()
+        };
+        assert!(one_mb.validate().is_ok());
+    }
+
+    #[test]
+    fn seed_accepts_the_printed_hex_form() {
+        assert_eq!(parse_seed("0x18ecd9107f28b6c7"), Ok(0x18ec_d910_7f28_b6c7));
+        assert_eq!(parse_seed(&format!("{:#x}", u64::MAX)), Ok(u64::MAX));
+        assert_eq!(parse_seed("42"), Ok(42));
+        assert!(parse_seed("0xZZ").unwrap_err().to_string().contains("as printed"));
+        assert!(parse_seed("-1").is_err());
+    }
+
+    #[test]
+    fn ipv6_plans_take_the_ipv6_addresses_or_are_refused() {
+        let v6 = |backend| RunRequest {
+            backend,
+            family: crate::Family::Ipv6,
+            ..Default::default()
+        };
+        let plan = v6(Backend::Userspace).validate().unwrap();
+        assert_eq!(plan.link().family, crate::Family::Ipv6);
+        assert_eq!(plan.link().addressing, crate::Family::Ipv6.addressing());
+        assert_eq!(plan.link().addressing.family(), crate::Family::Ipv6);
+        assert!(v6(Backend::Strongswan).validate().is_ok());
+        let small = RunRequest {
+            mtu: 1280,
+            ..v6(Backend::Xfrm)
+        };
+        assert_eq!(small.validate(), Err(PlanError::FamilyMtu(1280)));
+        let encap = RunRequest {
+            encap: Some(crate::encap::EncapKind::Udp),
+            ..v6(Backend::Xfrm)
+        };
+        assert_eq!(encap.validate(), Err(PlanError::FamilyEncap));
+        // Reports written before the family existed read as IPv4.
+        let mut json = serde_json::to_value(RunRequest::default().validate().unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("family");
+        let old: RunPlan = serde_json::from_value(json).unwrap();
+        assert_eq!(old.link().family, crate::Family::Ipv4);
+    }
+
+    #[test]
+    fn defaults_validate_to_the_main_use() {
+        let plan = RunRequest {
+            backend: Backend::Xfrm,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(plan.suite(), CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256));
+        assert_eq!(plan.workload().bytes, ByteSize(100_000_000));
+        assert!(plan.ignored().is_empty());
+    }
+
+    #[test]
+    fn strongswan_needs_an_encrypting_suite_and_runs_locally_only() {
+        let swan = || RunRequest {
+            backend: Backend::Strongswan,
+            ..Default::default()
+        };
+        assert!(swan().validate().is_ok());
+        let none = RunRequest {
+            cipher: Some(CipherSuite::None),
+            ..swan()
+        };
+        assert!(matches!(
+            none.validate(),
+            Err(PlanError::SuiteNotSupported { .. })
+        ));
+        let peer = RunRequest {
+            peer: Some("192.0.2.1".into()),
+            ..swan()
+        };
+        assert_eq!(peer.validate(), Err(PlanError::PeerBackend(Backend::Strongswan)));
+    }
+
+    #[test]
+    fn plain_ignores_cipher_options_and_says_so() {
+        let plain = || RunRequest {
+            backend: Backend::Plain,
+            ..Default::default()
+        };
+        let plan = plain().validate().unwrap();
+        assert_eq!(plan.suite(), CipherSuite::None);
+        assert!(plan.ignored().is_empty(), "nothing given, nothing ignored");
+        let plan = RunRequest {
+            key_bits: Some(KeyBits::Aes128),
+            ..plain()
+        }
+        .validate()
+        .unwrap();
+        assert!(plan.ignored().iter().any(|i| i.contains("--key-bits")));
+    }
+
+    #[test]
+    fn cipher_overrides_key_bits_and_hmac() {
+        let req = RunRequest {
+            backend: Backend::Userspace,
+            cipher: Some(CipherSuite::AesGcm { key: KeyBits::Aes128 }),
+            ..Default::default()
+        };
+        assert_eq!(
+            req.validate().unwrap().suite(),
+            CipherSuite::AesGcm { key: KeyBits::Aes128 }
+        );
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_refused() {
+        let bad = [
+            RunRequest {
+                repeat: 0,
+                ..Default::default()
+            },
+            RunRequest {
+                parallel: 0,
+                ..Default::default()
+            },
+            RunRequest {
+                mtu: 100,
+                ..Default::default()
+            },
+            RunRequest {
+                port: 65535,
+                parallel: 4,
+                ..Default::default()
+            },
+            RunRequest {
+                backend: Backend::Xfrm,
+                cipher: Some(CipherSuite::None),
+                ..Default::default()
+            },
+        ];
+        for req in bad {
+            assert!(req.clone().validate().is_err(), "{req:?} accepted");
+        }
+    }
+
+    #[test]
+    fn tunnel_threads_within_the_kernels_queues_and_only_for_the_userspace_backend() {
+        let req = |backend, tunnel_threads| RunRequest {
+            backend,
+            tunnel_threads,
+            ..Default::default()
+        };
+        assert_eq!(RunRequest::default().validate().unwrap().tunnel_threads(), 1);
+        let plan = req(Backend::Userspace, MAX_TUNNEL_THREADS).validate().unwrap();
+        assert_eq!(plan.tunnel_threads(), 256);
+        for n in [0, MAX_TUNNEL_THREADS + 1] {
+            assert_eq!(
+                req(Backend::Userspace, n).validate(),
+                Err(PlanError::TunnelThreads(n))
+            );
+            // Out of range is refused whatever the backend.
+            assert_eq!(req(Backend::Xfrm, n).validate(), Err(PlanError::TunnelThreads(n)));
+        }
+        let xfrm = req(Backend::Xfrm, 2).validate().unwrap();
+        assert_eq!(xfrm.tunnel_threads(), 1);
+        assert!(
+            xfrm.ignored()[0].starts_with("--tunnel-threads 2"),
+            "{:?}",
+            xfrm.ignored()
+        );
+        let peer = RunRequest {
+            peer: Some("198.18.0.2".into()),
+            ..req(Backend::Userspace, 2)
+        };
+        // Between two hosts the server decides how many it allows.
+        assert_eq!(peer.validate().unwrap().tunnel_threads(), 2);
+        // A plan written before the field existed reads as single-threaded.
+        let mut json = serde_json::to_value(&plan).unwrap();
+        json.as_object_mut().unwrap().remove("tunnel_threads");
+        assert_eq!(
+            serde_json::from_value::<RunPlan>(json).unwrap().tunnel_threads(),
+            1
+        );
+    }
+
+    #[test]
+    fn peers_parse_with_the_default_port() {
+        for (text, host, port) in [
+            ("192.0.2.7", "192.0.2.7", DEFAULT_PEER_PORT),
+            ("hostb:6000", "hostb", 6000),
+            ("[2001:db8::1]:7", "2001:db8::1", 7),
+            ("[2001:db8::1]", "2001:db8::1", DEFAULT_PEER_PORT),
+        ] {
+            let p: Peer = text.parse().unwrap();
+            assert_eq!((p.host.as_str(), p.port), (host, port), "{text}");
+        }
+        for bad in ["", "h:0", "h:x", "h:70000", "[::1", "[::1]x", "a b"] {
+            assert!(bad.parse::<Peer>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_peer_means_transport_mode_and_refuses_what_cannot_cross_hosts() {
+        let req = |backend, mode, vm| RunRequest {
+            backend,
+            mode,
+            vm,
+            peer: Some("198.18.0.2".into()),
+            reverse: true,
+            ..Default::default()
+        };
+        let plan = req(Backend::Xfrm, None, None).validate().unwrap();
+        assert_eq!(plan.mode(), IpsecMode::Transport);
+        assert!(plan.workload().reverse);
+        assert_eq!(plan.peer().unwrap().to_string(), "198.18.0.2:5299");
+        let low_port = RunRequest {
+            port: 22,
+            ..req(Backend::Xfrm, None, None)
+        };
+        for bad in [
+            low_port,
+            req(Backend::Xfrm, Some(IpsecMode::Tunnel), None),
+            req(Backend::Openvpn, None, None),
+            req(Backend::Plain, None, Some(None)),
+        ] {
+            assert!(bad.validate().is_err());
+        }
+        // A local run has a direction too: b sends.
+        let local = RunRequest {
+            reverse: true,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert!(local.workload().reverse && local.ignored().is_empty());
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!("XFRM".parse::<Backend>().unwrap(), Backend::Xfrm);
+        assert_eq!("strongswan".parse::<Backend>().unwrap(), Backend::Strongswan);
+        assert_eq!("wireguard".parse::<Backend>().unwrap(), Backend::Wireguard);
+        assert_eq!("WireGuard-Go".parse::<Backend>().unwrap(), Backend::WireguardGo);
+        assert_eq!("boringtun".parse::<Backend>().unwrap(), Backend::Boringtun);
+        let json = serde_json::to_string(&Backend::WireguardGo).unwrap();
+        assert_eq!(json, "\"wireguard-go\"");
+        assert_eq!("aws-lc".parse::<CryptoChoice>().unwrap(), CryptoChoice::AwsLc);
+        assert!("nonsense".parse::<CryptoChoice>().is_err());
+    }
+
+    #[test]
+    fn wireguard_carries_chacha20_poly1305_only() {
+        let wg = |cipher, key_bits| RunRequest {
+            backend: Backend::Wireguard,
+            cipher,
+            key_bits,
+            ..Default::default()
+        };
+        assert_eq!(
+            wg(None, None).validate().unwrap().suite(),
+            CipherSuite::ChaCha20Poly1305
+        );
+        assert_eq!(
+            wg(Some(CipherSuite::ChaCha20Poly1305), None)
+                .validate()
+                .unwrap()
+                .suite(),
+            CipherSuite::ChaCha20Poly1305
+        );
+        for bad in [
+            wg(Some(CipherSuite::AesGcm { key: KeyBits::Aes256 }), None),
+            wg(None, Some(KeyBits::Aes128)),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(matches!(e, PlanError::WireguardSuite { .. }), "{e}");
+            assert!(e.to_string().contains("chacha20-poly1305"), "{e}");
+        }
+        let chacha = |backend| RunRequest {
+            backend,
+            cipher: Some(CipherSuite::ChaCha20Poly1305),
+            ..Default::default()
+        };
+        assert!(chacha(Backend::Userspace).validate().is_ok());
+        for b in [Backend::Xfrm, Backend::Openvpn] {
+            assert_eq!(chacha(b).validate().unwrap_err(), PlanError::NoChaCha(b));
+        }
+        let peer = RunRequest {
+            peer: Some("198.18.0.2".into()),
+            ..wg(None, None)
+        };
+        assert_eq!(
+            peer.validate().unwrap_err(),
+            PlanError::PeerBackend(Backend::Wireguard)
+        );
+    }
+
+    fn sas_req(backend: Backend, sas: u16, parallel: u16) -> RunRequest {
+        RunRequest {
+            backend,
+            sas,
+            parallel,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sas_within_range_and_the_streams_and_only_for_xfrm() {
+        assert_eq!(RunRequest::default().validate().unwrap().sas(), 1);
+        assert_eq!(sas_req(Backend::Xfrm, 4, 4).validate().unwrap().sas(), 4);
+        assert_eq!(sas_req(Backend::Xfrm, 2, 5).validate().unwrap().sas(), 2);
+        assert_eq!(sas_req(Backend::Xfrm, 0, 1).validate(), Err(PlanError::Sas(0)));
+        assert_eq!(
+            sas_req(Backend::Xfrm, 65, 128).validate(),
+            Err(PlanError::Sas(65))
+        );
+        assert_eq!(
+            sas_req(Backend::Xfrm, 3, 2).validate(),
+            Err(PlanError::SasStreams { sas: 3, parallel: 2 })
+        );
+        let userspace = sas_req(Backend::Userspace, 2, 2).validate().unwrap();
+        assert_eq!(userspace.sas(), 1);
+        assert!(
+            userspace.ignored()[0].contains("--sas 2"),
+            "{:?}",
+            userspace.ignored()
+        );
+        let peer = RunRequest {
+            peer: Some("192.0.2.1".into()),
+            ..sas_req(Backend::Xfrm, 2, 2)
+        };
+        assert_eq!(peer.validate(), Err(PlanError::PeerSas));
+    }
+
+    #[test]
+    fn pcrypt_needs_xfrm_with_aes_gcm_locally() {
+        let gcm = CipherSuite::AesGcm { key: KeyBits::Aes128 };
+        let pcrypt = |backend, cipher| RunRequest {
+            backend,
+            cipher: Some(cipher),
+            pcrypt: true,
+            ..Default::default()
+        };
+        assert!(pcrypt(Backend::Xfrm, gcm).validate().unwrap().pcrypt());
+        assert!(!RunRequest::default().validate().unwrap().pcrypt());
+        assert_eq!(
+            pcrypt(Backend::Userspace, gcm).validate(),
+            Err(PlanError::PcryptBackend(Backend::Userspace))
+        );
+        let cbc = CipherSuite::cbc(KeyBits::Aes256, crate::suite::Hmac::Sha256);
+        assert_eq!(
+            pcrypt(Backend::Xfrm, cbc).validate(),
+            Err(PlanError::PcryptSuite(cbc))
+        );
+        let peer = RunRequest {
+            peer: Some("192.0.2.1".into()),
+            ..pcrypt(Backend::Xfrm, gcm)
+        };
+        assert_eq!(peer.validate(), Err(PlanError::PeerPcrypt));
+    }
+
+    #[test]
+    fn plans_without_the_options_read_as_before() {
+        let plan = RunRequest::default().validate().unwrap();
+        let json = serde_json::to_value(&plan).unwrap();
+        assert!(
+            json.get("sas").is_none() && json.get("pcrypt").is_none(),
+            "{json}"
+        );
+        let back: crate::RunPlan = serde_json::from_value(json).unwrap();
+        assert_eq!((back.sas(), back.pcrypt()), (1, false));
+    }
+}
