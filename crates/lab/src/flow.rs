@@ -231,22 +231,42 @@ async fn esp_bytes(ends: &[End]) -> Option<BTreeMap<String, u64>> {
     )
 }
 
+/// What every step of a local run works on: the two namespaces, the run's cancellation
+/// (Ctrl-C) and whoever watches its progress.
+#[derive(Clone, Copy)]
+pub struct Bench<'a> {
+    pub topology: &'a Topology,
+    pub cancel: &'a CancellationToken,
+    pub progress: &'a dyn Progress,
+}
+
+impl Bench<'_> {
+    /// The two ends' outer (link) addresses.
+    pub fn hosts(&self) -> Hosts {
+        let ad = self.topology.addressing;
+        Hosts {
+            a: ad.outer_a,
+            b: ad.outer_b,
+        }
+    }
+}
+
 /// One verified transfer of `plan`'s data, every way it takes, on a topology whose `ends`
 /// are up. `label` names it on the progress bar.
-#[allow(clippy::too_many_arguments)]
 pub async fn transfer(
+    bench: Bench<'_>,
     plan: &RunPlan,
     ends: &[End],
-    topology: &Topology,
-    hosts: Hosts,
-    cancel: &CancellationToken,
-    progress: &dyn Progress,
     attempt: u32,
     label: String,
 ) -> LabResult<Measured> {
+    let Bench {
+        topology, progress, ..
+    } = bench;
+    let hosts = bench.hosts();
     // A way that failed to start stops the one already running (and a finished transfer's
     // token is cancelled harmlessly).
-    let stop = cancel.child_token();
+    let stop = bench.cancel.child_token();
     let _stop_on_return = stop.clone().drop_guard();
     let timeline = timeline(plan);
     let epoch = Instant::now();

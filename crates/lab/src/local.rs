@@ -7,10 +7,10 @@ use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
 use crate::backend::xfrm::ShowKeys;
-use crate::backend::{self, data_addr, userspace, End, Hosts, RunSecrets, Side, Site};
+use crate::backend::{self, data_addr, userspace, End, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
 use crate::evidence::{EndEvidence, Evidence};
-use crate::flow;
+use crate::flow::{self, Bench};
 use crate::progress::Progress;
 use crate::reference;
 
@@ -51,13 +51,18 @@ async fn execute(
     };
     // The guard removes the namespaces when dropped: on success, on `?`, on Ctrl-C.
     let topology = Topology::create(&spec).await?;
-    let (mut report, evidence) = run_on(plan, &topology, cancel, show, progress).await?;
+    let bench = Bench {
+        topology: &topology,
+        cancel,
+        progress,
+    };
+    let (mut report, evidence) = run_on(bench, plan, show).await?;
     if plan.times_ceiling() {
         progress.note("timing the suite's crypto ceiling at the tunnel's packet size");
         let crypto = crate::ceiling::measure_async(plan, &evidence).await;
         // After the backend is down (its SAs, policies and processes gone), on the same
         // topology: the run's own objects come up first, as without a ceiling.
-        let line_rate = line_rate(plan, &topology, cancel, progress).await?;
+        let line_rate = line_rate(bench, plan).await?;
         report.ceiling = Some(RunCeiling::new(report.mb_per_s.median, crypto, line_rate));
     }
     topology.destroy()?;
@@ -68,25 +73,27 @@ async fn execute(
 /// the same payload, streams and directions, between the same two namespaces, over the same
 /// `--netem` conditions. A failed one is recorded as the reason there is no line rate;
 /// Ctrl-C ends the run.
-async fn line_rate(
-    plan: &RunPlan,
-    topology: &Topology,
-    cancel: &CancellationToken,
-    progress: &dyn Progress,
-) -> LabResult<LineRate> {
+async fn line_rate(bench: Bench<'_>, plan: &RunPlan) -> LabResult<LineRate> {
+    let topology = bench.topology;
     let plain = plan.line_rate();
     // The link as the run had it: shaped again for the plain transfers, unshaped after.
     let conditions = match &plan.link().netem {
         Some(spec) => Some(crate::netem::shape(topology, spec).await?),
         None => None,
     };
-    let measured = plain_rates(&plain, topology, cancel, progress).await;
+    let measured = plain_rates(bench, &plain).await;
     if conditions.is_some() {
         crate::netem::unshape(topology).await?;
     }
-    let rates = match measured? {
+    let rates = match measured {
         Ok(rates) => rates,
-        Err(reason) => return Ok(LineRate::None { reason }),
+        Err(e) if e.kind == crate::ExitKind::Interrupted => return Err(e),
+        // A failed plain transfer is the reason there is no line rate, not the run's failure.
+        Err(e) => {
+            return Ok(LineRate::None {
+                reason: format!("the plain transfer failed: {e:#}"),
+            })
+        }
     };
     Ok(match model::Summary::of(&rates) {
         Some(s) if s.median.is_finite() && s.median > 0.0 => LineRate::Measured {
@@ -99,57 +106,39 @@ async fn line_rate(
     })
 }
 
-/// `plan.workload().repeat` plain transfers' MB/s, or why one failed (Ctrl-C is an error).
-async fn plain_rates(
-    plain: &RunPlan,
-    topology: &Topology,
-    cancel: &CancellationToken,
-    progress: &dyn Progress,
-) -> LabResult<Result<Vec<f64>, String>> {
-    let ad = topology.addressing;
-    let hosts = Hosts {
-        a: ad.outer_a,
-        b: ad.outer_b,
-    };
+/// `plan.workload().repeat` plain transfers' MB/s; the first failure (or Ctrl-C) ends them.
+async fn plain_rates(bench: Bench<'_>, plain: &RunPlan) -> LabResult<Vec<f64>> {
     let mut rates = Vec::new();
     for attempt in 1..=plain.workload().repeat {
-        if cancel.is_cancelled() {
+        if bench.cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }
         let label = format!("plain (line rate) {attempt}/{}", plain.workload().repeat);
-        match flow::transfer(plain, &[], topology, hosts, cancel, progress, attempt, label).await {
-            Ok(m) => rates.push(m.transfer.mb_per_s()),
-            Err(e) if e.kind == crate::ExitKind::Interrupted => return Err(e),
-            Err(e) => return Ok(Err(format!("the plain transfer failed: {e:#}"))),
-        }
+        rates.push(
+            flow::transfer(bench, plain, &[], attempt, label)
+                .await?
+                .transfer
+                .mb_per_s(),
+        );
     }
-    Ok(Ok(rates))
+    Ok(rates)
 }
 
 /// Runs one plan on a topology that is already up: the link shaped (`--netem`), both ends
 /// up, `plan.workload().repeat` verified transfers (each followed by iperf3 when asked), the ends'
 /// evidence, the ends down, the link unshaped. The topology is left as it was, so a sweep
 /// can run many plans on one topology.
-pub async fn run_on(
-    plan: &RunPlan,
-    topology: &Topology,
-    cancel: &CancellationToken,
-    show: ShowKeys,
-    progress: &dyn Progress,
-) -> LabResult<(RunReport, Evidence)> {
+pub async fn run_on(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult<(RunReport, Evidence)> {
+    let topology = bench.topology;
     let Some(spec) = &plan.link().netem else {
-        return run_ends(plan, topology, cancel, show, progress).await;
+        return run_ends(bench, plan, show).await;
     };
     let result = match crate::netem::shape(topology, spec).await {
-        Ok(conditions) => {
-            run_ends(plan, topology, cancel, show, progress)
-                .await
-                .map(|(mut report, evidence)| {
-                    report.notes.push(conditions.line());
-                    report.conditions = Some(conditions);
-                    (report, evidence)
-                })
-        }
+        Ok(conditions) => run_ends(bench, plan, show).await.map(|(mut report, evidence)| {
+            report.notes.push(conditions.line());
+            report.conditions = Some(conditions);
+            (report, evidence)
+        }),
         Err(e) => Err(e),
     };
     let unshaped = crate::netem::unshape(topology).await;
@@ -158,18 +147,13 @@ pub async fn run_on(
     Ok(done)
 }
 
-async fn run_ends(
-    plan: &RunPlan,
-    topology: &Topology,
-    cancel: &CancellationToken,
-    show: ShowKeys,
-    progress: &dyn Progress,
-) -> LabResult<(RunReport, Evidence)> {
-    let ad = topology.addressing;
-    let hosts = Hosts {
-        a: ad.outer_a,
-        b: ad.outer_b,
-    };
+async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult<(RunReport, Evidence)> {
+    let Bench {
+        topology,
+        cancel,
+        progress,
+    } = bench;
+    let hosts = bench.hosts();
     let sites = [
         Site {
             side: Side::A,
@@ -208,7 +192,7 @@ async fn run_ends(
             return Err(LabError::interrupted());
         }
         let label = format!("{} {}/{}", plan.backend(), attempt, plan.workload().repeat);
-        let m = flow::transfer(plan, &ends, topology, hosts, cancel, progress, attempt, label).await?;
+        let m = flow::transfer(bench, plan, &ends, attempt, label).await?;
         transfers.push(m.transfer.clone());
         measured.push(m);
         if plan.workload().with_iperf3 {

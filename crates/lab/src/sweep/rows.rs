@@ -383,6 +383,12 @@ async fn run_cell(
         .validate()?;
         backend::preflight(&plan).await?;
         crate::netem::preflight(plan.link().netem.as_ref())?;
+        // A cell's progress is the sweep's, counted per cell: the run inside says nothing.
+        let bench = |topology| crate::flow::Bench {
+            topology,
+            cancel,
+            progress: &crate::progress::Quiet,
+        };
         if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
             // The kernel IPsec backends add addresses and routes to the veths: a fresh
             // topology per cell keeps cells independent.
@@ -392,12 +398,11 @@ async fn run_cell(
                 addressing: plan.link().addressing,
             };
             let fresh = Topology::create(&spec).await?;
-            let report =
-                crate::local::run_on(&plan, &fresh, cancel, ShowKeys(false), &crate::progress::Quiet).await;
+            let report = crate::local::run_on(bench(&fresh), &plan, ShowKeys(false)).await;
             fresh.destroy()?;
             report
         } else {
-            crate::local::run_on(&plan, topology, cancel, ShowKeys(false), &crate::progress::Quiet).await
+            crate::local::run_on(bench(topology), &plan, ShowKeys(false)).await
         }
     }
     .await;
