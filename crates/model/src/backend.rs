@@ -113,6 +113,8 @@ pub enum Threads {
 pub struct Description {
     pub backend: Backend,
     pub name: &'static str,
+    /// What carries the payload, in a line of the docs' table.
+    pub summary: &'static str,
     pub suites: Suites,
     /// Why the backend does not run over IPv6 in the lab; None: it does.
     pub no_ipv6: Option<&'static str>,
@@ -138,6 +140,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Plain,
         name: "plain",
+        summary: "TCP over the veth, nothing else: the line rate",
         suites: Suites::Unencrypted,
         no_ipv6: None,
         two_hosts: true,
@@ -151,6 +154,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Xfrm,
         name: "xfrm",
+        summary: "kernel IPsec (ESP SAs and policies over netlink XFRM); `--sas N` SA pairs by data port, `--pcrypt`",
         suites: Suites::Aes,
         no_ipv6: None,
         two_hosts: true,
@@ -164,6 +168,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Userspace,
         name: "userspace",
+        summary: "the lab's one-thread-per-end TUN+UDP tunnel; `--tunnel-threads N`, `--crypto`",
         suites: Suites::AesAndChaCha,
         no_ipv6: None,
         two_hosts: true,
@@ -177,6 +182,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Openvpn,
         name: "openvpn",
+        summary: "OpenVPN 2.6, one process per end, no DCO",
         suites: Suites::Aes,
         no_ipv6: None,
         two_hosts: false,
@@ -190,6 +196,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Strongswan,
         name: "strongswan",
+        summary: "kernel ESP whose SAs strongSwan's charon negotiated over IKEv2 (PSK, the run's suite as the ESP proposal); reports the negotiated algorithms beside the xfrm row's",
         suites: Suites::Aes,
         no_ipv6: None,
         // Each end would negotiate with the other's charon, which the protocol does not set up.
@@ -204,6 +211,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Wireguard,
         name: "wireguard",
+        summary: "the kernel's WireGuard (link over rtnetlink, keys over generic netlink)",
         suites: Suites::ChaCha,
         no_ipv6: None,
         // Each end would need the other's public key, which the protocol does not carry.
@@ -218,6 +226,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::WireguardGo,
         name: "wireguard-go",
+        summary: "wireguard-go, one process per end, configured over UAPI",
         suites: Suites::ChaCha,
         no_ipv6: None,
         two_hosts: false,
@@ -234,6 +243,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Boringtun,
         name: "boringtun",
+        summary: "boringtun's device, one per end inside the lab's process",
         suites: Suites::ChaCha,
         no_ipv6: None,
         two_hosts: false,
@@ -304,6 +314,51 @@ impl Backend {
     }
 }
 
+impl Suites {
+    /// How the docs name the suites.
+    pub fn label(self) -> &'static str {
+        match self {
+            Suites::Unencrypted => "none",
+            Suites::Aes => "AES-CBC ± HMAC, AES-GCM",
+            Suites::AesAndChaCha => "AES-CBC ± HMAC, AES-GCM, ChaCha20-Poly1305",
+            Suites::ChaCha => "ChaCha20-Poly1305",
+        }
+    }
+}
+
+impl Description {
+    /// Where the backend runs, as the docs say it.
+    pub fn placement_label(&self) -> String {
+        let kernel = match self.kernel {
+            Some(KernelNeed::Esp) => "VM where the host has no ESP",
+            Some(KernelNeed::Wireguard) => "VM where the host has no WireGuard",
+            None => "host",
+        };
+        match self.two_hosts {
+            true => format!("{kernel}; also with `--peer`"),
+            false => format!("{kernel}; local runs only"),
+        }
+    }
+}
+
+/// The README's backend table, made from the descriptions (a test holds the README to it).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| `--backend` | what carries the payload | where it runs | suites |\n|---|---|---|---|\n",
+    );
+    for b in Backend::ALL {
+        let d = b.describe();
+        out += &format!(
+            "| `{}` | {} | {} | {} |\n",
+            d.name,
+            d.summary,
+            d.placement_label(),
+            d.suites.label()
+        );
+    }
+    out
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -358,5 +413,15 @@ mod tests {
         let wg: Vec<_> = Backend::ALL.into_iter().filter(|b| b.is_wireguard()).collect();
         assert_eq!(wg, [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun]);
         assert!(!Backend::Plain.encrypts() && Backend::ALL[1..].iter().all(|b| b.encrypts()));
+    }
+
+    #[test]
+    fn the_readme_shows_the_backends_as_described() {
+        let readme = include_str!("../../../README.md");
+        let table = markdown_table();
+        assert!(
+            readme.contains(&table),
+            "README.md's backend table differs from the descriptions; put this in it:\n{table}"
+        );
     }
 }
