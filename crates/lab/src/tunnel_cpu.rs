@@ -1,12 +1,18 @@
 //! The tunnel's own CPU interval by interval (`--interval`), for the backends whose tunnel
-//! is a thread or process of its own: the lab's userspace tunnel threads (`ipl-tun-*`, in
-//! this process) and the openvpn or wireguard-go daemons (this process's children). Read
-//! from /proc (utime + stime, in clock ticks: 10 ms resolution) whenever intervals close.
+//! is a thread or process of its own: the lab's userspace tunnel threads (`ipl-tun-*`) and
+//! boringtun's device threads (`ipl-boringtun-*`), both in this process, and the openvpn or
+//! wireguard-go daemons (this process's children). Read from /proc (utime + stime, in clock
+//! ticks: 10 ms resolution) whenever intervals close.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use model::Backend;
+
+/// How this process's tunnel threads are named: the userspace tunnel names each thread,
+/// boringtun's workers inherit the name of the thread that made the device (all of an
+/// end's share one name, so its entry is their sum).
+const THREADS: [&str; 2] = ["ipl-tun-", "ipl-boringtun-"];
 
 /// Children of this process that carry a backend's tunnel.
 const DAEMONS: [&str; 2] = ["openvpn", "wireguard-go"];
@@ -24,7 +30,7 @@ impl TunnelCpu {
     pub fn for_backend(backend: Backend) -> Option<TunnelCpu> {
         if !matches!(
             backend,
-            Backend::Userspace | Backend::Openvpn | Backend::WireguardGo
+            Backend::Userspace | Backend::Boringtun | Backend::Openvpn | Backend::WireguardGo
         ) {
             return None;
         }
@@ -58,7 +64,7 @@ impl TunnelCpu {
 fn ticks_now() -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for (_, stat) in procstat::own_threads() {
-        if stat.comm.starts_with("ipl-tun-") {
+        if THREADS.iter().any(|prefix| stat.comm.starts_with(prefix)) {
             *out.entry(stat.comm.clone()).or_insert(0) += stat.cpu_ticks();
         }
     }
@@ -111,5 +117,44 @@ mod tests {
         let seen_s = shares["ipl-tun-test"] / 100.0 * wall;
         assert!(seen_s >= 0.18, "{shares:?} over {wall} s");
         assert!(TunnelCpu::for_backend(Backend::Plain).is_none());
+    }
+
+    /// boringtun's workers share their end's name: the sample is their sum. Two threads of
+    /// that name each spin for 100 ms of their own CPU time.
+    #[test]
+    fn boringtun_threads_of_one_end_are_summed() {
+        use std::sync::mpsc;
+        let t0 = std::time::Instant::now();
+        let mut cpu = TunnelCpu::for_backend(Backend::Boringtun).unwrap();
+        let (burned_tx, burned_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (burned_tx, stop_rx) = (burned_tx.clone(), stop_rx.clone());
+                std::thread::Builder::new()
+                    .name("ipl-boringtun-t".into())
+                    .spawn(move || {
+                        let start = procstat::CpuTime::this_thread();
+                        while procstat::CpuTime::this_thread().since(start).total_s() < 0.1 {
+                            std::hint::spin_loop();
+                        }
+                        burned_tx.send(()).unwrap();
+                        let _ = stop_rx.lock().unwrap().recv();
+                    })
+                    .unwrap()
+            })
+            .collect();
+        burned_rx.recv().unwrap();
+        burned_rx.recv().unwrap();
+        let shares = cpu.sample();
+        let wall = t0.elapsed().as_secs_f64();
+        drop(stop_tx);
+        for w in workers {
+            w.join().unwrap();
+        }
+        // 200 ms burned, less a clock tick of rounding per thread.
+        let seen_s = shares["ipl-boringtun-t"] / 100.0 * wall;
+        assert!(seen_s >= 0.18, "{shares:?} over {wall} s");
     }
 }
