@@ -35,7 +35,7 @@ use netns::Topology;
 use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, UdpEncap, XfrmHandle};
 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
-pub use pcrypt::{PcryptEvidence, PcryptGuard};
+pub use pcrypt::PcryptGuard;
 pub use set::{SaPair, SaSet};
 
 use super::site::{data_addr, Side, Site};
