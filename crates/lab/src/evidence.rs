@@ -478,4 +478,43 @@ mod tests {
         assert_eq!(json["sas"][0]["packets"], 2952);
         assert_eq!(json["kernel_drivers"]["cbc(aes)"], "cbc-aes-aesni");
     }
+
+    /// An SA's row in the report, byte for byte: its fields' names and order.
+    #[test]
+    fn sa_rows_keep_their_json() {
+        let row = |pair| SaCounters {
+            spi: "0x1".into(),
+            direction: "a->b (sent by a)".into(),
+            pair,
+            packets: 2,
+            bytes: 300,
+            replay_drops: 4,
+            integrity_failures: 5,
+        };
+        fn json(v: &impl Serialize) -> String {
+            serde_json::to_string(v).unwrap()
+        }
+        assert_eq!(
+            json(&row(None)),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5}"#
+        );
+        assert_eq!(
+            json(&row(Some(1))),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","pair":1,"packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5}"#
+        );
+        let negotiated = NegotiatedSa {
+            counters: row(None),
+            reqid: 7,
+            mode: "tunnel",
+            algorithms: vec![Algorithm {
+                name: "rfc4106(gcm(aes))".into(),
+                key_bits: 288,
+                icv_bits: Some(128),
+            }],
+        };
+        assert_eq!(
+            json(&negotiated),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5,"reqid":7,"mode":"tunnel","algorithms":[{"name":"rfc4106(gcm(aes))","key_bits":288,"icv_bits":128}]}"#
+        );
+    }
 }
