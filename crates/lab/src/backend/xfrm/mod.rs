@@ -240,7 +240,7 @@ impl XfrmEnd {
     }
 
     /// Both SAs' counters now, as this end sees them (`--interval` reads them as it goes).
-    pub async fn sa_counters(&self) -> LabResult<Vec<crate::evidence::SaCounters>> {
+    pub async fn sa_counters(&self) -> LabResult<Vec<crate::evidence::SaEvidence>> {
         self.installed.counters(&self.ports).await
     }
 
