@@ -85,6 +85,41 @@ fn boringtun_verified_with_handshake_counters_thread_cpu_and_nothing_left() {
     assert!(d.get("program").is_none(), "{d}");
 }
 
+/// boringtun's device threads are this process's, named after their end: each interval
+/// carries their CPU, as it does the userspace tunnel's threads'.
+#[test]
+fn boringtun_intervals_carry_its_threads_cpu() {
+    let test = "boringtun_intervals_carry_its_threads_cpu";
+    if !root_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let run = own::Sandbox::default().setup(OWN_SOCKET_DIR).run(&[
+        "run",
+        "--backend",
+        "boringtun",
+        "--bytes",
+        "20MB",
+        "--interval",
+        "0.1",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    let out = &run.out;
+    assert!(out.status.success(), "{}", text(out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    let last = report["modes"]["intervals"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    for end in ["ipl-boringtun-a", "ipl-boringtun-b"] {
+        assert!(last["tunnel_cpu"][end].as_f64().is_some(), "{end}: {last}");
+    }
+}
+
 /// A verified 20 MB run of `backend` with its handshake, counters and tunnel CPU reported,
 /// and no namespace, link or UAPI socket left. Returns the backend's evidence.
 fn userspace_wireguard_run(backend: &str, implementation: &str) -> serde_json::Value {

@@ -68,19 +68,19 @@ pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
             .find(|sa| sa.direction.starts_with("a->b"))
             .and_then(|sa| {
                 counted(
-                    sa.bytes,
-                    sa.packets,
+                    sa.counters.bytes,
+                    sa.counters.packets,
                     "the a->b SA's counters (IP header included)",
                 )
             }),
         Evidence::Strongswan(s) => s
             .sas
             .iter()
-            .find(|sa| sa.counters.direction.starts_with("a->b"))
+            .find(|sa| sa.sa.direction.starts_with("a->b"))
             .and_then(|sa| {
                 counted(
-                    sa.counters.bytes,
-                    sa.counters.packets,
+                    sa.sa.counters.bytes,
+                    sa.sa.counters.packets,
                     "the a->b SA's counters (IP header included)",
                 )
             }),
@@ -372,7 +372,7 @@ fn ring_op(direction: CryptoOp, size: usize) -> Result<Op, OpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::{SaCounters, XfrmEvidence};
+    use crate::evidence::{SaEvidence, XfrmEvidence};
 
     fn plan(backend: Backend, cipher: &str) -> RunPlan {
         model::RunRequest {
@@ -387,13 +387,14 @@ mod tests {
     #[test]
     fn the_packet_size_comes_from_the_counters_of_the_encrypting_direction() {
         let p = plan(Backend::Xfrm, "aes-256-gcm");
-        let sa = |direction: &str, bytes, packets| SaCounters {
+        let sa = |direction: &str, bytes, packets| SaEvidence {
             spi: "0x1".into(),
             direction: direction.into(),
-            packets,
-            bytes,
-            replay_drops: 0,
-            integrity_failures: 0,
+            counters: xfrm::SaCounters {
+                packets,
+                bytes,
+                ..Default::default()
+            },
             pair: None,
         };
         let x = XfrmEvidence {

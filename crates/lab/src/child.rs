@@ -421,23 +421,10 @@ impl GroupRecords {
 /// Live (not zombie) processes of process group `group`, from /proc: its members may be
 /// grandchildren, which this process cannot wait for.
 fn group_members(group: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // After the command name (which may hold spaces): state, ppid, pgrp.
-            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-                return false;
-            };
-            let mut fields = after.split_whitespace();
-            let state = fields.next();
-            let pgrp = fields.nth(1).and_then(|f| f.parse::<u32>().ok());
-            state != Some("Z") && pgrp == Some(group)
-        })
+    procstat::processes()
+        .into_iter()
+        .filter(|(_, stat)| stat.state != 'Z' && stat.pgrp == group)
+        .map(|(pid, _)| pid)
         .collect()
 }
 
@@ -703,14 +690,7 @@ mod tests {
     }
 
     fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            !stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
+        procstat::Stat::of_process(pid).is_some_and(|stat| stat.state != 'Z')
     }
 
     async fn run_child(command: Command, timeout: Option<Duration>) -> Finished<u32> {

@@ -47,7 +47,7 @@ pub struct XfrmEvidence {
     pub mode: &'static str,
     pub suite: String,
     pub reqid: String,
-    pub sas: Vec<SaCounters>,
+    pub sas: Vec<SaEvidence>,
     pub esp_overhead_bytes_per_packet: usize,
     /// `ESP in UDP port N` with `--encap udp` (its 8 bytes are in the overhead above).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -56,22 +56,54 @@ pub struct XfrmEvidence {
     pub kernel_drivers: BTreeMap<String, String>,
     /// With `--pcrypt`: the pcrypt instance the SAs ran on.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pcrypt: Option<crate::backend::xfrm::PcryptEvidence>,
+    pub pcrypt: Option<PcryptEvidence>,
 }
 
-/// An SA's kernel counters after the transfers.
+/// What the report shows of the instance (`backend_details.xfrm.pcrypt`).
 #[derive(Debug, Clone, Serialize)]
-pub struct SaCounters {
+pub struct PcryptEvidence {
+    pub algorithm: &'static str,
+    /// The instance's driver, e.g. `pcrypt(rfc4106-gcm-aesni)`.
+    pub driver: String,
+    /// Its /proc/crypto priority (pcrypt adds 100 to what it wraps, so it serves the SAs).
+    pub priority: i32,
+    /// Its /proc/crypto reference count while the SAs existed: 1 plus one per SA using it.
+    pub refcnt_with_sas: Option<u32>,
+    /// Whether this run made it (and so removes it), or found it there.
+    pub instantiated_by_run: bool,
+}
+
+impl PcryptEvidence {
+    pub fn line(&self) -> String {
+        let refcnt = self
+            .refcnt_with_sas
+            .map_or_else(|| "unknown".to_string(), |r| r.to_string());
+        format!(
+            "pcrypt: {} served by {} (priority {}, refcnt {refcnt} while the SAs existed), {}",
+            self.algorithm,
+            self.driver,
+            self.priority,
+            if self.instantiated_by_run {
+                "instantiated over NETLINK_CRYPTO for this run and removed after it"
+            } else {
+                "already present before the run (left in place)"
+            }
+        )
+    }
+}
+
+/// An SA after the transfers: which one, and the kernel's counters (their fields follow
+/// `pair` in the report, as if they were this row's own).
+#[derive(Debug, Clone, Serialize)]
+pub struct SaEvidence {
     pub spi: String,
     /// e.g. `a->b (sent by a)`.
     pub direction: String,
     /// With several SA pairs (`--sas N`): which one, 0 to N-1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pair: Option<u16>,
-    pub packets: u64,
-    pub bytes: u64,
-    pub replay_drops: u32,
-    pub integrity_failures: u32,
+    #[serde(flatten)]
+    pub counters: xfrm::SaCounters,
 }
 
 /// One end of a userspace tunnel: its thread's counters over its life.
@@ -201,7 +233,7 @@ pub struct StrongswanEvidence {
 #[derive(Debug, Clone, Serialize)]
 pub struct NegotiatedSa {
     #[serde(flatten)]
-    pub counters: SaCounters,
+    pub sa: SaEvidence,
     pub reqid: u32,
     pub mode: &'static str,
     pub algorithms: Vec<Algorithm>,
@@ -234,12 +266,12 @@ impl StrongswanEvidence {
             self.version, self.ike_version, self.auth, self.ike_proposal, self.esp_proposal
         )];
         for sa in &self.sas {
-            let c = &sa.counters;
+            let (id, c) = (&sa.sa, &sa.sa.counters);
             let algorithms: Vec<String> = sa.algorithms.iter().map(|a| a.to_string()).collect();
             lines.push(format!(
                 "ESP SA spi {} {} (reqid {}, {} mode): {}; {} packets, {} bytes, {} replay drops, {} integrity failures",
-                c.spi,
-                c.direction,
+                id.spi,
+                id.direction,
                 sa.reqid,
                 sa.mode,
                 algorithms.join(" + "),
@@ -324,9 +356,10 @@ impl XfrmEvidence {
             .sas
             .iter()
             .map(|sa| {
+                let c = &sa.counters;
                 format!(
                     "ESP SA spi {} {}: {} packets, {} bytes, {} replay drops, {} integrity failures",
-                    sa.spi, sa.direction, sa.packets, sa.bytes, sa.replay_drops, sa.integrity_failures,
+                    sa.spi, sa.direction, c.packets, c.bytes, c.replay_drops, c.integrity_failures,
                 )
             })
             .collect();
@@ -420,14 +453,16 @@ mod tests {
             mode: "tunnel",
             suite: "aes-256-cbc-hmac-sha256".into(),
             reqid: "0x1a5abc".into(),
-            sas: vec![SaCounters {
+            sas: vec![SaEvidence {
                 spi: "0x1a500101".into(),
                 direction: "a->b (sent by a)".into(),
                 pair: None,
-                packets: 2952,
-                bytes: 4232538,
-                replay_drops: 0,
-                integrity_failures: 0,
+                counters: xfrm::SaCounters {
+                    packets: 2952,
+                    bytes: 4232538,
+                    replay_drops: 0,
+                    integrity_failures: 0,
+                },
             }],
             esp_overhead_bytes_per_packet: 68,
             encap: None,
@@ -444,5 +479,46 @@ mod tests {
         let json = Evidence::Xfrm(e).to_json();
         assert_eq!(json["sas"][0]["packets"], 2952);
         assert_eq!(json["kernel_drivers"]["cbc(aes)"], "cbc-aes-aesni");
+    }
+
+    /// An SA's row in the report, byte for byte: its fields' names and order.
+    #[test]
+    fn sa_rows_keep_their_json() {
+        let row = |pair| SaEvidence {
+            spi: "0x1".into(),
+            direction: "a->b (sent by a)".into(),
+            pair,
+            counters: xfrm::SaCounters {
+                packets: 2,
+                bytes: 300,
+                replay_drops: 4,
+                integrity_failures: 5,
+            },
+        };
+        fn json(v: &impl Serialize) -> String {
+            serde_json::to_string(v).unwrap()
+        }
+        assert_eq!(
+            json(&row(None)),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5}"#
+        );
+        assert_eq!(
+            json(&row(Some(1))),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","pair":1,"packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5}"#
+        );
+        let negotiated = NegotiatedSa {
+            sa: row(None),
+            reqid: 7,
+            mode: "tunnel",
+            algorithms: vec![Algorithm {
+                name: "rfc4106(gcm(aes))".into(),
+                key_bits: 288,
+                icv_bits: Some(128),
+            }],
+        };
+        assert_eq!(
+            json(&negotiated),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5,"reqid":7,"mode":"tunnel","algorithms":[{"name":"rfc4106(gcm(aes))","key_bits":288,"icv_bits":128}]}"#
+        );
     }
 }

@@ -225,7 +225,7 @@ async fn esp_bytes(ends: &[End]) -> Option<BTreeMap<String, u64>> {
         sas.into_iter()
             .map(|c| {
                 let way = c.direction.split(' ').next().unwrap_or_default().to_string();
-                (way, c.bytes)
+                (way, c.counters.bytes)
             })
             .collect(),
     )

@@ -1,12 +1,18 @@
 //! The tunnel's own CPU interval by interval (`--interval`), for the backends whose tunnel
-//! is a thread or process of its own: the lab's userspace tunnel threads (`ipl-tun-*`, in
-//! this process) and the openvpn or wireguard-go daemons (this process's children). Read
-//! from /proc (utime + stime, in clock ticks: 10 ms resolution) whenever intervals close.
+//! is a thread or process of its own: the lab's userspace tunnel threads (`ipl-tun-*`) and
+//! boringtun's device threads (`ipl-boringtun-*`), both in this process, and the openvpn or
+//! wireguard-go daemons (this process's children). Read from /proc (utime + stime, in clock
+//! ticks: 10 ms resolution) whenever intervals close.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use model::Backend;
+
+/// How this process's tunnel threads are named: the userspace tunnel names each thread,
+/// boringtun's workers inherit the name of the thread that made the device (all of an
+/// end's share one name, so its entry is their sum).
+const THREADS: [&str; 2] = ["ipl-tun-", "ipl-boringtun-"];
 
 /// Children of this process that carry a backend's tunnel.
 const DAEMONS: [&str; 2] = ["openvpn", "wireguard-go"];
@@ -24,16 +30,14 @@ impl TunnelCpu {
     pub fn for_backend(backend: Backend) -> Option<TunnelCpu> {
         if !matches!(
             backend,
-            Backend::Userspace | Backend::Openvpn | Backend::WireguardGo
+            Backend::Userspace | Backend::Boringtun | Backend::Openvpn | Backend::WireguardGo
         ) {
             return None;
         }
-        // SAFETY: sysconf only reads a configuration value.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Some(TunnelCpu {
             last: ticks_now(),
             at: Instant::now(),
-            ticks_per_s: if ticks > 0 { ticks as f64 } else { 100.0 },
+            ticks_per_s: procstat::ticks_per_s(),
         })
     }
 
@@ -59,62 +63,23 @@ impl TunnelCpu {
 /// utime + stime of every tunnel thread (by name) and daemon (`name[pid]`) now.
 fn ticks_now() -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            let comm = comm.trim();
-            if comm.starts_with("ipl-tun-") {
-                if let Some((_, _, ticks)) = stat(&task.path().join("stat")) {
-                    *out.entry(comm.to_string()).or_insert(0) += ticks;
-                }
-            }
+    for (_, stat) in procstat::own_threads() {
+        if THREADS.iter().any(|prefix| stat.comm.starts_with(prefix)) {
+            *out.entry(stat.comm.clone()).or_insert(0) += stat.cpu_ticks();
         }
     }
     let me = std::process::id();
-    if let Ok(procs) = std::fs::read_dir("/proc") {
-        for p in procs.flatten() {
-            let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            if let Some((comm, ppid, ticks)) = stat(&p.path().join("stat")) {
-                if ppid == me && DAEMONS.contains(&comm.as_str()) {
-                    out.insert(format!("{comm}[{pid}]"), ticks);
-                }
-            }
+    for (pid, stat) in procstat::processes() {
+        if stat.ppid == me && DAEMONS.contains(&stat.comm.as_str()) {
+            out.insert(format!("{}[{pid}]", stat.comm), stat.cpu_ticks());
         }
     }
     out
 }
 
-/// (comm, ppid, utime + stime) from a /proc stat file.
-fn stat(path: &std::path::Path) -> Option<(String, u32, u64)> {
-    parse_stat(&std::fs::read_to_string(path).ok()?)
-}
-
-/// `pid (comm) state ppid ...`: comm may hold spaces and parentheses, so the fields are
-/// counted from its last `)`; utime and stime are fields 14 and 15.
-fn parse_stat(text: &str) -> Option<(String, u32, u64)> {
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_string();
-    let fields: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
-    // fields[0] is field 3 (state).
-    let ppid = fields.get(1)?.parse().ok()?;
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((comm, ppid, utime + stime))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_lines_parse_even_with_odd_names() {
-        let line = "4242 (open vpn) x) S 17 4242 4242 0 -1 4194560 120 0 0 0 250 75 0 0 20 0 1 0 9 0 0";
-        assert_eq!(parse_stat(line), Some(("open vpn) x".into(), 17, 325)));
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     /// The CPU a thread named like a tunnel thread burned is what the sample reports: it
     /// spins for 200 ms of its own CPU time (however long a shared machine takes to give
@@ -152,5 +117,44 @@ mod tests {
         let seen_s = shares["ipl-tun-test"] / 100.0 * wall;
         assert!(seen_s >= 0.18, "{shares:?} over {wall} s");
         assert!(TunnelCpu::for_backend(Backend::Plain).is_none());
+    }
+
+    /// boringtun's workers share their end's name: the sample is their sum. Two threads of
+    /// that name each spin for 100 ms of their own CPU time.
+    #[test]
+    fn boringtun_threads_of_one_end_are_summed() {
+        use std::sync::mpsc;
+        let t0 = std::time::Instant::now();
+        let mut cpu = TunnelCpu::for_backend(Backend::Boringtun).unwrap();
+        let (burned_tx, burned_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (burned_tx, stop_rx) = (burned_tx.clone(), stop_rx.clone());
+                std::thread::Builder::new()
+                    .name("ipl-boringtun-t".into())
+                    .spawn(move || {
+                        let start = procstat::CpuTime::this_thread();
+                        while procstat::CpuTime::this_thread().since(start).total_s() < 0.1 {
+                            std::hint::spin_loop();
+                        }
+                        burned_tx.send(()).unwrap();
+                        let _ = stop_rx.lock().unwrap().recv();
+                    })
+                    .unwrap()
+            })
+            .collect();
+        burned_rx.recv().unwrap();
+        burned_rx.recv().unwrap();
+        let shares = cpu.sample();
+        let wall = t0.elapsed().as_secs_f64();
+        drop(stop_tx);
+        for w in workers {
+            w.join().unwrap();
+        }
+        // 200 ms burned, less a clock tick of rounding per thread.
+        let seen_s = shares["ipl-boringtun-t"] / 100.0 * wall;
+        assert!(seen_s >= 0.18, "{shares:?} over {wall} s");
     }
 }

@@ -106,26 +106,12 @@ pub fn process_exe(pid: u32) -> std::io::Result<PathBuf> {
 /// When `pid` started, in clock ticks since boot (/proc/PID/stat field 22); None when no
 /// such process exists.
 pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
-}
-
-/// Field 22 of a /proc/PID/stat line. The command name (field 2) may hold spaces and
-/// parentheses, so fields are counted after its last ')'.
-fn parse_start_time(stat: &str) -> Option<u64> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_whitespace().nth(19)?.parse().ok()
+    procstat::Stat::of_process(pid).map(|s| s.start_time)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn start_time_is_field_22_even_with_parentheses_in_the_name() {
-        let stat = "4242 (a) b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 50";
-        assert_eq!(parse_start_time(stat), Some(987654));
-    }
 
     #[test]
     fn a_process_record_carries_its_executable_and_old_records_still_read() {

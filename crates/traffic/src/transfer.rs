@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use model::{CpuUsage, TransferSide};
+use procstat::CpuTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -276,7 +277,7 @@ impl Receiver {
         progress: Progress,
         cancel: CancellationToken,
     ) -> Result<TransferSide, TrafficError> {
-        let started_cpu = thread_cpu();
+        let started_cpu = CpuTime::this_thread();
         let wall = Instant::now();
         // Cancelled by Ctrl-C, or by the first stream that fails, so the others stop too.
         let stop = cancel.child_token();
@@ -335,7 +336,7 @@ impl Receiver {
         let mut first: Option<Instant> = None;
         let mut last: Option<Instant> = None;
         let mut bytes = 0;
-        let mut cpu = thread_cpu().since(started_cpu);
+        let mut cpu = CpuTime::this_thread().since(started_cpu);
         let mut error = accepted.err();
         for outcome in outcomes {
             cpu = cpu.plus(outcome.cpu);
@@ -358,7 +359,7 @@ impl Receiver {
         Ok(TransferSide {
             bytes,
             seconds,
-            cpu: cpu.usage(wall.elapsed().as_secs_f64()),
+            cpu: usage(cpu, wall.elapsed().as_secs_f64()),
             threads: config.streams,
         })
     }
@@ -367,7 +368,7 @@ impl Receiver {
 /// What one stream's thread did, and the CPU it took.
 struct StreamOutcome<T = StreamResult> {
     result: Result<T, TrafficError>,
-    cpu: ThreadCpu,
+    cpu: CpuTime,
 }
 
 /// Runs one stream's `work` on the calling (fresh) thread; a failure stops the other streams.
@@ -375,14 +376,14 @@ fn stream_thread<T>(
     stop: &CancellationToken,
     work: impl std::future::Future<Output = Result<T, TrafficError>>,
 ) -> StreamOutcome<T> {
-    let cpu0 = thread_cpu();
+    let cpu0 = CpuTime::this_thread();
     let result = block_on(stop.clone(), work);
     if result.is_err() {
         stop.cancel();
     }
     StreamOutcome {
         result,
-        cpu: thread_cpu().since(cpu0),
+        cpu: CpuTime::this_thread().since(cpu0),
     }
 }
 
@@ -419,7 +420,7 @@ pub fn send(
     config: TransferConfig,
     cancel: CancellationToken,
 ) -> Result<TransferSide, TrafficError> {
-    let started_cpu = thread_cpu();
+    let started_cpu = CpuTime::this_thread();
     let wall = Instant::now();
     let stop = cancel.child_token();
     let mut threads = Vec::with_capacity(usize::from(config.streams));
@@ -443,7 +444,7 @@ pub fn send(
         }
     }
     let mut bytes = 0;
-    let mut cpu = ThreadCpu::default();
+    let mut cpu = CpuTime::default();
     for outcome in join_streams(threads, &stop) {
         cpu = cpu.plus(outcome.cpu);
         match outcome.result {
@@ -458,7 +459,7 @@ pub fn send(
     Ok(TransferSide {
         bytes,
         seconds,
-        cpu: cpu.plus(thread_cpu().since(started_cpu)).usage(seconds),
+        cpu: usage(cpu.plus(CpuTime::this_thread().since(started_cpu)), seconds),
         threads: config.streams,
     })
 }
@@ -747,42 +748,9 @@ fn block_on<T>(
     })
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct ThreadCpu {
-    user_s: f64,
-    system_s: f64,
-}
-
-impl ThreadCpu {
-    fn since(self, start: ThreadCpu) -> ThreadCpu {
-        ThreadCpu {
-            user_s: self.user_s - start.user_s,
-            system_s: self.system_s - start.system_s,
-        }
-    }
-
-    fn plus(self, other: ThreadCpu) -> ThreadCpu {
-        ThreadCpu {
-            user_s: self.user_s + other.user_s,
-            system_s: self.system_s + other.system_s,
-        }
-    }
-
-    fn usage(self, wall_s: f64) -> CpuUsage {
-        CpuUsage::new(self.user_s, self.system_s, wall_s)
-    }
-}
-
-/// This thread's CPU time so far (getrusage RUSAGE_THREAD: microsecond resolution).
-fn thread_cpu() -> ThreadCpu {
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage only writes into the struct we pass.
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    ThreadCpu {
-        user_s: secs(usage.ru_utime),
-        system_s: secs(usage.ru_stime),
-    }
+/// As the report carries it, over `wall_s` seconds.
+fn usage(cpu: CpuTime, wall_s: f64) -> CpuUsage {
+    CpuUsage::new(cpu.user_s, cpu.system_s, wall_s)
 }
 
 #[cfg(test)]

@@ -1,8 +1,6 @@
-//! The calling thread's CPU: pinning it to one core and reading its own CPU time.
+//! The calling thread's CPU: pinning it to one core. Its CPU time is `procstat::CpuTime`.
 
 use std::io;
-
-use serde::{Deserialize, Serialize};
 
 /// Pins the calling thread to `cpu` (`sched_setaffinity(0, ...)` acts on the caller only).
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
@@ -21,38 +19,4 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// CPU time of one thread, split the way `time(1)` splits it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct ThreadCpu {
-    pub user_s: f64,
-    /// Kernel time: system calls, and the network stack work done on their behalf.
-    pub system_s: f64,
-}
-
-impl ThreadCpu {
-    /// CPU time the calling thread has used so far (`getrusage(RUSAGE_THREAD)`).
-    pub fn now() -> ThreadCpu {
-        // SAFETY: rusage is plain data, filled by the kernel.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: ru is a valid rusage to write into. RUSAGE_THREAD cannot fail for the caller.
-        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        ThreadCpu {
-            user_s: secs(ru.ru_utime),
-            system_s: secs(ru.ru_stime),
-        }
-    }
-
-    pub fn since(self, start: ThreadCpu) -> ThreadCpu {
-        ThreadCpu {
-            user_s: self.user_s - start.user_s,
-            system_s: self.system_s - start.system_s,
-        }
-    }
-
-    pub fn total_s(&self) -> f64 {
-        self.user_s + self.system_s
-    }
 }

@@ -13,10 +13,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use procstat::CpuTime;
 use tunnel_proto::{Endpoint, InnerAddresses};
 
 use crate::config::{Batching, TunnelConfig, TunnelError};
-use crate::cpu::{pin_current_thread, ThreadCpu};
+use crate::cpu::pin_current_thread;
 use crate::receive::ReceivePath;
 use crate::send::SendPath;
 use crate::stats::TunnelStats;
@@ -176,7 +177,7 @@ impl Loop {
             tun: tun_name.clone(),
             source,
         };
-        let cpu0 = ThreadCpu::now();
+        let cpu0 = CpuTime::this_thread();
         let t0 = Instant::now();
         let pollfd = |fd| libc::pollfd {
             fd,
@@ -211,7 +212,7 @@ impl Loop {
             // GSO was refused (or never on). TUN offload, if on, stays: it does not need it.
             stats.batching = Batching::Mmsg;
         }
-        stats.cpu = ThreadCpu::now().since(cpu0);
+        stats.cpu = CpuTime::this_thread().since(cpu0);
         stats.wall_s = t0.elapsed().as_secs_f64();
         Ok(stats)
     }

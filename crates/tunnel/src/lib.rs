@@ -26,7 +26,7 @@
 //!   (`recvmmsg` with GRO, each receive split by its stride).
 //! * `tun`: the TUN device. `offload`: segmenting and joining TCP, no I/O.
 //! * `config`: where an end sits, how it batches, its errors. `stats`: the counters.
-//!   `cpu`: pinning and thread CPU time.
+//!   `cpu`: pinning threads.
 //!
 //! Leaves out: the packet format and crypto (`tunnel-proto`, `crypto`), the namespaces and
 //! veth (`netns`), and the traffic that flows through (`traffic`).
@@ -52,7 +52,7 @@ use netns::Namespace;
 use tunnel_proto::Endpoint;
 
 pub use config::{inner_mtu, inner_mtu_over, Batching, TunnelConfig, TunnelError, BATCH};
-pub use cpu::{pin_current_thread, ThreadCpu};
+pub use cpu::pin_current_thread;
 pub use multi::MultiQueue;
 pub use stats::{Flow, IoErrors, TunnelStats};
 pub use tun::Tun;

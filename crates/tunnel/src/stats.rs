@@ -4,11 +4,11 @@
 //! Leaves out: how the counts are taken (`send`, `receive`) and how they are reported (the
 //! lab's backends).
 
+use procstat::CpuTime;
 use serde::{Deserialize, Serialize};
 use tunnel_proto::DropCounters;
 
 use crate::config::Batching;
-use crate::cpu::ThreadCpu;
 
 /// Payload packets and bytes that went one way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +70,7 @@ pub struct TunnelStats {
     pub tun_reads: u64,
     pub tun_writes: u64,
     /// The thread's CPU time from the end of set-up to stop.
-    pub cpu: ThreadCpu,
+    pub cpu: CpuTime,
     pub wall_s: f64,
 }
 
@@ -102,7 +102,7 @@ impl TunnelStats {
             recv_calls: 0,
             tun_reads: 0,
             tun_writes: 0,
-            cpu: ThreadCpu::default(),
+            cpu: CpuTime::default(),
             wall_s: 0.0,
         }
     }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use model::{CipherSuite, Hmac, KeyBits, RunPlan};
 use netns::Namespace;
+use procstat::CpuTime;
 use tunnel_proto::{KeyDirection, StaticKey};
 
 use super::daemon;
@@ -107,17 +108,9 @@ impl Process {
         std::fs::read_to_string(&self.log).is_ok_and(|t| t.contains(READY_LINE))
     }
 
-    /// User and system CPU seconds so far, from /proc/PID/stat (fields 14 and 15).
-    fn cpu(&self) -> Option<(f64, f64)> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        let after_comm = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = after_comm.split_whitespace().collect();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some((
-            fields[11].parse::<f64>().ok()? / hz,
-            fields[12].parse::<f64>().ok()? / hz,
-        ))
+    /// User and system CPU so far, from /proc/PID/stat; none once the process is gone.
+    fn cpu(&self) -> CpuTime {
+        procstat::Stat::of_process(self.child.id()).map_or_else(CpuTime::default, |s| s.cpu())
     }
 }
 
@@ -336,11 +329,11 @@ impl OpenvpnEnd {
 
     /// The process's CPU since it was up.
     pub fn finish(&self) -> OpenvpnProcess {
-        let (user, system) = self.process.cpu().unwrap_or((0.0, 0.0));
+        let cpu = self.process.cpu();
         OpenvpnProcess {
             side: self.process.end,
             pid: self.process.child.id(),
-            cpu: model::CpuUsage::new(user, system, self.started.elapsed().as_secs_f64()),
+            cpu: model::CpuUsage::new(cpu.user_s, cpu.system_s, self.started.elapsed().as_secs_f64()),
         }
     }
 }

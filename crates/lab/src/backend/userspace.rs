@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use control::{KeyMaterial, RunKeys};
 use crypto::{AeadAlgorithm, Implementation};
 use model::{CipherSuite, Hmac, RunPlan};
-use tunnel::{inner_mtu_over, Batching, MultiQueue, ThreadCpu, TunnelConfig, TunnelStats};
+use procstat::CpuTime;
+use tunnel::{inner_mtu_over, Batching, MultiQueue, TunnelConfig, TunnelStats};
 use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN};
 
 use super::site::{Side, Site};
@@ -231,9 +232,9 @@ pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabRe
             // Per CPU-second like the tunnel's figure: on a shared machine the benchmark
             // thread gets only a share of a core, which wall time hides.
             let (wall_mb_per_s, cpu_share) = tokio::task::spawn_blocking(move || {
-                let (cpu0, t0) = (ThreadCpu::now(), Instant::now());
+                let (cpu0, t0) = (CpuTime::this_thread(), Instant::now());
                 let mb = speed::single_core_mb_per_s(&implementation, s, PACKET_BYTES, SPEED_SAMPLE)?;
-                let share = ThreadCpu::now().since(cpu0).total_s() / t0.elapsed().as_secs_f64();
+                let share = CpuTime::this_thread().since(cpu0).total_s() / t0.elapsed().as_secs_f64();
                 Ok::<_, speed::SpeedError>((mb, share.clamp(1e-3, 1.0)))
             })
             .await

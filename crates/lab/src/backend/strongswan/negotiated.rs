@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use model::IpsecMode;
 use xfrm::{InstalledAlgorithm, SaInfo};
 
-use crate::evidence::{Algorithm, NegotiatedSa, SaCounters};
+use crate::evidence::{Algorithm, NegotiatedSa, SaEvidence};
 
 impl From<&InstalledAlgorithm> for Algorithm {
     fn from(a: &InstalledAlgorithm) -> Algorithm {
@@ -32,14 +32,11 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
                 _ => return None,
             };
             Some(NegotiatedSa {
-                counters: SaCounters {
+                sa: SaEvidence {
                     spi: sa.id.spi.to_string(),
                     direction: direction.into(),
                     pair: None,
-                    packets: sa.counters.packets,
-                    bytes: sa.counters.bytes,
-                    replay_drops: sa.counters.replay_drops,
-                    integrity_failures: sa.counters.integrity_failures,
+                    counters: sa.counters,
                 },
                 reqid: sa.reqid.0,
                 mode: sa.mode.map_or("unknown", IpsecMode::name),
@@ -52,7 +49,7 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
             })
         })
         .collect();
-    sas.sort_by_key(|sa| !sa.counters.direction.starts_with("a->b"));
+    sas.sort_by_key(|sa| !sa.sa.direction.starts_with("a->b"));
     sas
 }
 
@@ -63,14 +60,14 @@ pub fn differences(sas: &[NegotiatedSa], expected: &[Algorithm]) -> Vec<String> 
     for direction in ["a->b", "b->a"] {
         let n = sas
             .iter()
-            .filter(|sa| sa.counters.direction.starts_with(direction))
+            .filter(|sa| sa.sa.direction.starts_with(direction))
             .count();
         if n != 1 {
             out.push(format!("{n} SAs {direction} (the lab installs 1)"));
         }
     }
     for sa in sas {
-        let spi = &sa.counters.spi;
+        let spi = &sa.sa.spi;
         if sa.mode != "tunnel" {
             out.push(format!("SA {spi}: {} mode (the lab's: tunnel)", sa.mode));
         }
@@ -142,9 +139,9 @@ mod tests {
             "198.18.0.2".parse().unwrap(),
         );
         assert_eq!(sas.len(), 2);
-        assert_eq!(sas[0].counters.spi, Spi(0xc0000001).to_string());
-        assert_eq!(sas[0].counters.direction, "a->b (sent by a)");
-        assert_eq!(sas[1].counters.direction, "b->a (received by a)");
+        assert_eq!(sas[0].sa.spi, Spi(0xc0000001).to_string());
+        assert_eq!(sas[0].sa.direction, "a->b (sent by a)");
+        assert_eq!(sas[1].sa.direction, "b->a (received by a)");
         assert_eq!(
             sas[0].algorithms[1].to_string(),
             "hmac(sha256) 256-bit key, 128-bit ICV"

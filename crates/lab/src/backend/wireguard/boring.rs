@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use boringtun::device::{DeviceConfig, DeviceHandle};
 use model::{CpuUsage, RunPlan};
+use procstat::CpuTime;
 
 use super::go::{bring_up, socket_path, uapi_peers, uapi_set};
 use super::{device_config, ifname, Keys, WireguardEnd};
@@ -100,37 +101,22 @@ impl BoringEnd {
         Ok(end)
     }
 
-    /// The device's threads in this process (by the name they inherited).
-    fn thread_ids(&self) -> Vec<u32> {
-        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-            return Vec::new();
-        };
-        tasks
-            .flatten()
-            .filter_map(|t| t.file_name().to_string_lossy().parse::<u32>().ok())
-            .filter(|tid| {
-                std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-                    .is_ok_and(|c| c.trim() == self.threads)
-            })
+    /// The device's threads in this process (by the name they inherited), with their stat.
+    fn device_threads(&self) -> Vec<procstat::Stat> {
+        procstat::own_threads()
+            .into_iter()
+            .map(|(_, stat)| stat)
+            .filter(|stat| stat.comm == self.threads)
             .collect()
     }
 
-    /// User and system seconds of the device's threads so far.
-    fn cpu(&self) -> (usize, f64, f64) {
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let ids = self.thread_ids();
-        let (mut user, mut system) = (0.0, 0.0);
-        for tid in &ids {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-                continue;
-            };
-            let Some(close) = stat.rfind(')') else { continue };
-            let f: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-            user += f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / hz;
-            system += f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / hz;
-        }
-        (ids.len(), user, system)
+    /// How many device threads there are, and their user and system time so far.
+    fn cpu(&self) -> (usize, CpuTime) {
+        let threads = self.device_threads();
+        let cpu = threads
+            .iter()
+            .fold(CpuTime::default(), |sum, t| sum.plus(t.cpu()));
+        (threads.len(), cpu)
     }
 
     /// The peer's counters and the device threads' CPU since the handshake.
@@ -138,14 +124,18 @@ impl BoringEnd {
         let what = format!("boringtun end {}", self.side.name());
         let peers = boringtun_times(uapi_peers(&self.socket, &what)?);
         let mut end = WireguardEnd::from_stats(self.side, &self.ifname, &peers)?;
-        let (n, user, system) = self.cpu();
+        let (n, cpu) = self.cpu();
         if n == 0 {
             return Err(LabError::failed(anyhow::anyhow!(
                 "{what}: no thread named {} in this process",
                 self.threads
             )));
         }
-        end.cpu = Some(CpuUsage::new(user, system, self.started.elapsed().as_secs_f64()));
+        end.cpu = Some(CpuUsage::new(
+            cpu.user_s,
+            cpu.system_s,
+            self.started.elapsed().as_secs_f64(),
+        ));
         end.handshake_s = self.handshake.map(|d| d.as_secs_f64());
         Ok(end)
     }
@@ -157,7 +147,7 @@ impl Drop for BoringEnd {
     fn drop(&mut self) {
         drop(self.device.take());
         let deadline = Instant::now() + STOP_TIMEOUT;
-        while !self.thread_ids().is_empty() && Instant::now() < deadline {
+        while !self.device_threads().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = std::fs::remove_file(&self.socket);

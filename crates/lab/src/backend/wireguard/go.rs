@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use model::RunPlan;
 use netns::Topology;
+use procstat::CpuTime;
 use serde::Serialize;
 use wgnl::PeerStats;
 
@@ -246,26 +247,19 @@ impl GoEnd {
         uapi_peers(&self.socket, what)
     }
 
-    /// User and system CPU seconds of the whole process so far (/proc/PID/stat 14 and 15).
-    fn cpu(&self) -> Option<(f64, f64)> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some((
-            fields[11].parse::<f64>().ok()? / hz,
-            fields[12].parse::<f64>().ok()? / hz,
-        ))
+    /// User and system CPU of the whole process so far (/proc/PID/stat); none once it is gone.
+    fn cpu(&self) -> CpuTime {
+        procstat::Stat::of_process(self.child.id()).map_or_else(CpuTime::default, |s| s.cpu())
     }
 
     /// The peer's counters and the process's CPU since the handshake.
     pub fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let what = format!("wireguard-go end {}", self.side.name());
         let mut end = WireguardEnd::from_stats(self.side, &self.ifname, &self.peers(&what)?)?;
-        let (user, system) = self.cpu().unwrap_or((0.0, 0.0));
+        let cpu = self.cpu();
         end.cpu = Some(model::CpuUsage::new(
-            user,
-            system,
+            cpu.user_s,
+            cpu.system_s,
             self.started.elapsed().as_secs_f64(),
         ));
         end.handshake_s = self.handshake.map(|d| d.as_secs_f64());

@@ -8,7 +8,7 @@ use xfrm::{IpProto, PolicyDirection, PolicyId, SaId, TrafficSelector, XfrmError,
 use super::set::SaSet;
 use crate::backend::site::Side;
 use crate::error::{LabError, LabResult};
-use crate::evidence::SaCounters;
+use crate::evidence::SaEvidence;
 
 /// One end's kernel objects. Dropping it removes them.
 pub struct Installed {
@@ -69,13 +69,13 @@ impl Installed {
 
     /// The kernel's counters of this end's SAs, installed pair by pair (a→b, then b→a);
     /// with several pairs each says which, and `ports` names the data ports of each pair.
-    pub async fn counters(&self, ports: &[Vec<u16>]) -> LabResult<Vec<SaCounters>> {
+    pub async fn counters(&self, ports: &[Vec<u16>]) -> LabResult<Vec<SaEvidence>> {
         let me = self.side.name();
         let several = self.sas.len() > 2;
         let mut sas = Vec::new();
         for (i, id) in self.sas.iter().enumerate() {
             let (pair, direction) = (i / 2, ["a->b", "b->a"][i % 2]);
-            let c = self.handle.sa_counters(id).await.map_err(LabError::from)?;
+            let counters = self.handle.sa_counters(id).await.map_err(LabError::from)?;
             let role = if direction.starts_with(me) {
                 "sent"
             } else {
@@ -88,14 +88,11 @@ impl Installed {
                 }
                 None => String::new(),
             };
-            sas.push(SaCounters {
+            sas.push(SaEvidence {
                 spi: id.spi.to_string(),
                 direction: format!("{direction} ({role} by {me}){which}"),
                 pair: several.then_some(pair as u16),
-                packets: c.packets,
-                bytes: c.bytes,
-                replay_drops: c.replay_drops,
-                integrity_failures: c.integrity_failures,
+                counters,
             });
         }
         Ok(sas)

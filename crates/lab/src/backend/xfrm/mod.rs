@@ -35,7 +35,7 @@ use netns::Topology;
 use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, UdpEncap, XfrmHandle};
 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
-pub use pcrypt::{PcryptEvidence, PcryptGuard};
+pub use pcrypt::PcryptGuard;
 pub use set::{SaPair, SaSet};
 
 use super::site::{data_addr, Side, Site};
@@ -240,7 +240,7 @@ impl XfrmEnd {
     }
 
     /// Both SAs' counters now, as this end sees them (`--interval` reads them as it goes).
-    pub async fn sa_counters(&self) -> LabResult<Vec<crate::evidence::SaCounters>> {
+    pub async fn sa_counters(&self) -> LabResult<Vec<crate::evidence::SaEvidence>> {
         self.installed.counters(&self.ports).await
     }
 

@@ -6,48 +6,15 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
 use xfrm::crypto_user::{CryptoUser, Instantiated};
 use xfrm::pcrypt;
 
 use crate::error::{LabError, LabResult};
+use crate::evidence::PcryptEvidence;
 
 /// How long removal waits for the kernel to free the deleted SAs' transforms (a work
 /// queue; slow under TCG emulation).
 const REMOVE_WAIT: Duration = Duration::from_secs(10);
-
-/// What the report shows of the instance (`backend_details.xfrm.pcrypt`).
-#[derive(Debug, Clone, Serialize)]
-pub struct PcryptEvidence {
-    pub algorithm: &'static str,
-    /// The instance's driver, e.g. `pcrypt(rfc4106-gcm-aesni)`.
-    pub driver: String,
-    /// Its /proc/crypto priority (pcrypt adds 100 to what it wraps, so it serves the SAs).
-    pub priority: i32,
-    /// Its /proc/crypto reference count while the SAs existed: 1 plus one per SA using it.
-    pub refcnt_with_sas: Option<u32>,
-    /// Whether this run made it (and so removes it), or found it there.
-    pub instantiated_by_run: bool,
-}
-
-impl PcryptEvidence {
-    pub fn line(&self) -> String {
-        let refcnt = self
-            .refcnt_with_sas
-            .map_or_else(|| "unknown".to_string(), |r| r.to_string());
-        format!(
-            "pcrypt: {} served by {} (priority {}, refcnt {refcnt} while the SAs existed), {}",
-            self.algorithm,
-            self.driver,
-            self.priority,
-            if self.instantiated_by_run {
-                "instantiated over NETLINK_CRYPTO for this run and removed after it"
-            } else {
-                "already present before the run (left in place)"
-            }
-        )
-    }
-}
 
 /// Refuses, before anything is created, a kernel that cannot build pcrypt instances.
 pub fn preflight() -> LabResult<()> {
