@@ -7,18 +7,13 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use model::backend::TunnelCpuSource;
 use model::Backend;
-
-/// How this process's tunnel threads are named: the userspace tunnel names each thread,
-/// boringtun's workers inherit the name of the thread that made the device (all of an
-/// end's share one name, so its entry is their sum).
-const THREADS: [&str; 2] = ["ipl-tun-", "ipl-boringtun-"];
-
-/// Children of this process that carry a backend's tunnel.
-const DAEMONS: [&str; 2] = ["openvpn", "wireguard-go"];
 
 /// CPU ticks per tunnel thread or process at the previous sample.
 pub struct TunnelCpu {
+    /// Whose CPU: the backend's description says.
+    source: TunnelCpuSource,
     last: BTreeMap<String, u64>,
     at: Instant,
     ticks_per_s: f64,
@@ -28,14 +23,13 @@ impl TunnelCpu {
     /// Where the backend has a tunnel of its own to watch; None otherwise (plain, or
     /// kernel tunnels whose work is softirq time nobody is charged for).
     pub fn for_backend(backend: Backend) -> Option<TunnelCpu> {
-        if !matches!(
-            backend,
-            Backend::Userspace | Backend::Boringtun | Backend::Openvpn | Backend::WireguardGo
-        ) {
+        let source = backend.describe().cpu;
+        if matches!(source, TunnelCpuSource::NoTunnel | TunnelCpuSource::Kernel) {
             return None;
         }
         Some(TunnelCpu {
-            last: ticks_now(),
+            source,
+            last: ticks_now(source),
             at: Instant::now(),
             ticks_per_s: procstat::ticks_per_s(),
         })
@@ -43,7 +37,7 @@ impl TunnelCpu {
 
     /// Percent of a core each tunnel thread or process used since the previous sample.
     pub fn sample(&mut self) -> BTreeMap<String, f64> {
-        let now = ticks_now();
+        let now = ticks_now(self.source);
         let wall = self.at.elapsed().as_secs_f64();
         self.at = Instant::now();
         let shares = now
@@ -60,19 +54,27 @@ impl TunnelCpu {
     }
 }
 
-/// utime + stime of every tunnel thread (by name) and daemon (`name[pid]`) now.
-fn ticks_now() -> BTreeMap<String, u64> {
+/// utime + stime of every tunnel thread (by name) or daemon (`name[pid]`) now. Threads
+/// that share a name add up: boringtun's workers inherit their end's name.
+fn ticks_now(source: TunnelCpuSource) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for (_, stat) in procstat::own_threads() {
-        if THREADS.iter().any(|prefix| stat.comm.starts_with(prefix)) {
-            *out.entry(stat.comm.clone()).or_insert(0) += stat.cpu_ticks();
+    match source {
+        TunnelCpuSource::Threads(prefix) => {
+            for (_, stat) in procstat::own_threads() {
+                if stat.comm.starts_with(prefix) {
+                    *out.entry(stat.comm.clone()).or_insert(0) += stat.cpu_ticks();
+                }
+            }
         }
-    }
-    let me = std::process::id();
-    for (pid, stat) in procstat::processes() {
-        if stat.ppid == me && DAEMONS.contains(&stat.comm.as_str()) {
-            out.insert(format!("{}[{pid}]", stat.comm), stat.cpu_ticks());
+        TunnelCpuSource::Daemon(name) => {
+            let me = std::process::id();
+            for (pid, stat) in procstat::processes() {
+                if stat.ppid == me && stat.comm == name {
+                    out.insert(format!("{}[{pid}]", stat.comm), stat.cpu_ticks());
+                }
+            }
         }
+        TunnelCpuSource::NoTunnel | TunnelCpuSource::Kernel => {}
     }
     out
 }
@@ -153,8 +155,8 @@ mod tests {
         for w in workers {
             w.join().unwrap();
         }
-        // 200 ms burned, less a clock tick of rounding per thread.
+        // 200 ms burned, less a 10 ms clock tick of rounding per thread.
         let seen_s = shares["ipl-boringtun-t"] / 100.0 * wall;
-        assert!(seen_s >= 0.18, "{shares:?} over {wall} s");
+        assert!(seen_s >= 0.16, "{shares:?} over {wall} s");
     }
 }
