@@ -328,14 +328,15 @@ mod tests {
         let mut report = RunReport::new(plan, Environment::detect(), vec![t]).unwrap();
         report
             .backend_details
-            .insert("tunnel".into(), serde_json::json!({"packets": 1}));
+            .evidence
+            .insert(model::Backend::Openvpn, model::evidence::Evidence::None);
         let pointer = "full evidence is in the JSON report";
         assert!(human(&report, None, None).contains(pointer));
         for json in ["report.json", "-"] {
             let text = human(&report, Some(Path::new(json)), None);
             assert!(!text.contains(pointer), "--json {json}: {text}");
         }
-        report.backend_details.clear();
+        report.backend_details = Default::default();
         assert!(!human(&report, None, None).contains(pointer));
     }
 

@@ -67,7 +67,7 @@ pub enum Message {
     /// Client: the transfers are done; report and tear down.
     Finish,
     /// Server: its end's evidence for the report; its end is down.
-    Finished { details: serde_json::Value },
+    Finished { details: model::evidence::EndEvidence },
 }
 
 impl Message {
@@ -314,7 +314,7 @@ mod tests {
             Message::Failed { reason: "x".into() },
             Message::Finish,
             Message::Finished {
-                details: serde_json::json!({"a": 1}),
+                details: model::evidence::EndEvidence::None,
             },
         ] {
             let bytes = encode(&m).unwrap();

@@ -42,7 +42,11 @@ fn seeds() -> Vec<Vec<u8>> {
         },
         Message::Receive { attempt: 3 },
         Message::Finished {
-            details: serde_json::json!({"x": [1, 2, {"y": null}]}),
+            details: model::evidence::EndEvidence::Openvpn(model::evidence::OpenvpnProcess {
+                side: "a".into(),
+                pid: 7,
+                cpu: model::CpuUsage::new(0.1, 0.2, 1.0),
+            }),
         },
         Message::Busy,
     ]

@@ -4,18 +4,17 @@
 use std::fmt;
 
 use model::{CryptoChoice, KeyBits};
-use serde::{Deserialize, Serialize};
 
 use crate::primitives::{Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library};
 use crate::{awslc, rustcrypto};
 
-impl Library {
-    /// Whether this library, in this process, uses the CPU's AES instructions.
-    pub fn hardware_aes(self) -> bool {
-        match self {
-            Library::RustCrypto => rustcrypto::hardware_aes(),
-            Library::AwsLc => awslc::hardware_aes(),
-        }
+pub use model::evidence::ImplementationInfo;
+
+/// Whether `library`, in this process, uses the CPU's AES instructions.
+fn library_uses_hardware_aes(library: Library) -> bool {
+    match library {
+        Library::RustCrypto => rustcrypto::hardware_aes(),
+        Library::AwsLc => awslc::hardware_aes(),
     }
 }
 
@@ -24,18 +23,6 @@ impl Library {
 pub struct Implementation {
     choice: CryptoChoice,
     library: Library,
-}
-
-/// What a report says about the implementation that produced a number.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImplementationInfo {
-    /// The `--crypto` value: auto, soft, rustcrypto, aws-lc.
-    pub choice: CryptoChoice,
-    pub library: Library,
-    /// Whether the library used the CPU's AES instructions in the process that measured.
-    pub hardware_aes: bool,
-    /// Human label, e.g. `auto (aws-lc-rs, AES-NI)`.
-    pub label: String,
 }
 
 impl Implementation {
@@ -62,7 +49,7 @@ impl Implementation {
 
     /// Whether this implementation uses hardware AES in this process.
     pub fn hardware_aes(&self) -> bool {
-        self.library.hardware_aes()
+        library_uses_hardware_aes(self.library)
     }
 
     pub fn info(&self) -> ImplementationInfo {

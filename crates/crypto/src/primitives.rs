@@ -18,30 +18,7 @@ pub const HMAC_SHA256_LEN: usize = 32;
 /// Shortest HMAC-SHA256 tag [`HmacSha256::verify`] accepts (RFC 2104 §5: at least half).
 pub const MIN_HMAC_TAG_LEN: usize = 16;
 
-/// A library that computes the ciphers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Library {
-    /// RustCrypto crates: aes, cbc, hmac, sha2, aes-gcm, chacha20poly1305.
-    RustCrypto,
-    /// aws-lc-rs over AWS-LC.
-    AwsLc,
-}
-
-impl Library {
-    pub fn name(self) -> &'static str {
-        match self {
-            Library::RustCrypto => "rustcrypto",
-            Library::AwsLc => "aws-lc-rs",
-        }
-    }
-}
-
-impl fmt::Display for Library {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use model::evidence::Library;
 
 /// The AEAD algorithms the lab uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

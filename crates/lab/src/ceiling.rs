@@ -26,7 +26,7 @@ use speed::openssl::Clock;
 use speed::ops::{Op, OpError};
 use speed::{CryptoOp, SpeedSuite};
 
-use crate::evidence::Evidence;
+use model::evidence::Evidence;
 
 /// Seconds timed per direction (three repeats after a short warm-up, the median kept):
 /// a fraction of a second, so a matrix cell costs under half a second more.
@@ -372,7 +372,7 @@ fn ring_op(direction: CryptoOp, size: usize) -> Result<Op, OpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::{SaEvidence, XfrmEvidence};
+    use model::evidence::{SaEvidence, XfrmEvidence};
 
     fn plan(backend: Backend, cipher: &str) -> RunPlan {
         model::RunRequest {
@@ -398,7 +398,7 @@ mod tests {
             pair: None,
         };
         let x = XfrmEvidence {
-            mode: "tunnel",
+            mode: "tunnel".into(),
             suite: "aes-256-gcm".into(),
             reqid: "0x1".into(),
             sas: vec![

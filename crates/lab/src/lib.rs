@@ -46,7 +46,6 @@ pub mod ceiling;
 pub mod child;
 pub mod clean;
 pub mod error;
-pub mod evidence;
 pub mod flow;
 pub mod local;
 pub mod log;

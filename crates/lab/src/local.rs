@@ -9,10 +9,10 @@ use traffic::CancellationToken;
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, userspace, End, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::evidence::{EndEvidence, Evidence};
 use crate::flow::{self, Bench};
 use crate::progress::Progress;
 use crate::reference;
+use model::evidence::{EndEvidence, Evidence};
 
 /// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
 pub fn host_has_esp() -> bool {
@@ -217,7 +217,8 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     if !evidence.is_none() {
         report
             .backend_details
-            .insert(plan.backend().name().to_string(), evidence.to_json());
+            .evidence
+            .insert(plan.backend(), evidence.clone());
     }
     report.notes.extend(evidence.lines());
     let iperf3_rates: Vec<f64> = iperf3_runs.iter().map(|r| r.mb_per_s).collect();
@@ -244,7 +245,7 @@ async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> Lab
     Ok(match (each.next(), each.next()) {
         // End a sees both SAs' counters.
         // With --pcrypt, the run's instance as /proc/crypto shows it while the SAs exist.
-        (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(crate::evidence::XfrmEvidence {
+        (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(model::evidence::XfrmEvidence {
             pcrypt: secrets.pcrypt.as_ref().map(|p| p.evidence()),
             ..a
         }),

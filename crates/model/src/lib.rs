@@ -8,6 +8,7 @@ pub mod backend;
 pub mod ceiling;
 pub mod encap;
 pub mod env;
+pub mod evidence;
 pub mod family;
 pub mod kernels;
 pub mod matrix;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::env::Environment;
+use crate::evidence::BackendDetails;
 use crate::plan::RunPlan;
 use crate::stats::Summary;
 pub use crate::transfer::{CpuUsage, Rates, Transfer, TransferRecord, TransferSide, MIN_STABLE_SECONDS};
@@ -20,9 +21,9 @@ pub struct RunReport {
     /// MB/s over the repeats.
     pub mb_per_s: Summary,
     /// Backend-specific evidence (SA counters, drivers, tunnel thread CPU, ...), keyed by
-    /// backend; each backend documents its own shape.
-    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
-    pub backend_details: serde_json::Map<String, serde_json::Value>,
+    /// backend; each backend's shape is its type in [`crate::evidence`].
+    #[serde(default, skip_serializing_if = "BackendDetails::is_empty")]
+    pub backend_details: BackendDetails,
     /// Reference tools measured over the same data path in the same run (e.g. "iperf3"),
     /// MB/s over the repeats.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -84,7 +85,7 @@ impl RunReport {
             environment,
             mb_per_s,
             transfers: transfers.into_iter().map(TransferRecord::from).collect(),
-            backend_details: serde_json::Map::new(),
+            backend_details: BackendDetails::default(),
             references: Default::default(),
             notes,
             peer_environment: None,

@@ -5,24 +5,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use model::CipherSuite;
 use netns::NetnsError;
-use serde::{Deserialize, Serialize};
 use tunnel_proto::Endpoint;
 
-/// How datagrams leave and arrive.
-/// Ordered from the least batching to the most.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Batching {
-    /// `sendmmsg`/`recvmmsg`: one system call per batch, one trip through the stack per datagram.
-    Mmsg,
-    /// UDP GSO/GRO: one system call and one trip through the stack per batch of equal-sized
-    /// datagrams. Falls back to [`Batching::Mmsg`] where the kernel refuses it.
-    Gso,
-    /// [`Batching::Gso`] plus TUN offload: TCP super-packets from the TUN device, segmented
-    /// (and each segment encrypted) by the tunnel; decrypted segments joined before the TUN
-    /// write. Falls back to [`Batching::Gso`] where the kernel refuses it.
-    Offload,
-}
+pub use model::evidence::Batching;
 
 /// Datagrams the send path gathers into one batch, at most.
 pub const BATCH: usize = 64;

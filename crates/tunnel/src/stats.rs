@@ -5,41 +5,10 @@
 //! lab's backends).
 
 use procstat::CpuTime;
-use serde::{Deserialize, Serialize};
 use tunnel_proto::DropCounters;
 
 use crate::config::Batching;
-
-/// Payload packets and bytes that went one way.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Flow {
-    pub packets: u64,
-    pub bytes: u64,
-}
-
-impl Flow {
-    pub(crate) fn add(&mut self, packets: usize, bytes: usize) {
-        self.packets += packets as u64;
-        self.bytes += bytes as u64;
-    }
-}
-
-/// Per-packet failures that are not a [`tunnel_proto::DropReason`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IoErrors {
-    /// Packets read from TUN that could not be encrypted.
-    pub encap: u64,
-    /// Batches (or the rest of one) the socket refused.
-    pub send: u64,
-    /// Decrypted packets the TUN device refused.
-    pub tun_write: u64,
-    /// Packets from TUN (offload) that could not be segmented or checksummed.
-    pub offload: u64,
-    /// Packets (with offload, super-packets) from TUN not from this end's inner address to
-    /// the peer's: not sent, as the peer would drop them (an IPv6 router solicitation from
-    /// the device's link-local address, or a route someone pointed into the tunnel).
-    pub not_to_peer: u64,
-}
+pub use model::evidence::{Flow, IoErrors};
 
 /// What one end did, from its own thread.
 #[derive(Debug, Clone)]

@@ -17,7 +17,6 @@ use model::IpsecMode;
 use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload};
 use netlink_packet_xfrm::{Address, Selector, XfrmAttrs, XfrmMessage, AF_INET, AF_INET6};
 use netlink_sys::{protocols::NETLINK_XFRM, AsyncSocketExt, Socket, SocketAddr, TokioSocket};
-use serde::Serialize;
 use zeroize::Zeroizing;
 
 use crate::error::{Operation, XfrmError};
@@ -28,15 +27,7 @@ use crate::spec::{
     SaSpec, TrafficSelector,
 };
 
-/// Packets and bytes an SA has processed (`ip -s xfrm state`: the "current" lifetime),
-/// and the packets it dropped. Serialised as the lab's report shows them, these names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct SaCounters {
-    pub packets: u64,
-    pub bytes: u64,
-    pub replay_drops: u32,
-    pub integrity_failures: u32,
-}
+pub use model::evidence::SaCounters;
 
 /// An algorithm as installed in an SA (no key bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,7 +27,7 @@ use model::{Backend, RunPlan};
 pub use site::{data_addr, Hosts, Side, Site};
 
 use crate::error::{LabError, LabResult};
-use crate::evidence::EndEvidence;
+use model::evidence::EndEvidence;
 
 /// What both ends of a run share, made once per run.
 pub struct RunSecrets {

@@ -27,7 +27,7 @@ use tunnel_proto::{KeyDirection, StaticKey};
 use super::daemon;
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::evidence::{OpenvpnEvidence, OpenvpnProcess};
+use model::evidence::{OpenvpnEvidence, OpenvpnProcess};
 
 const PORT: u16 = 1194;
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -252,12 +252,12 @@ impl Material {
     pub fn evidence(&self, ends: [OpenvpnProcess; 2]) -> OpenvpnEvidence {
         OpenvpnEvidence {
             version: self.version.clone(),
-            mode: self.mode.name(),
+            mode: self.mode.name().into(),
             cipher: self.cipher.clone(),
-            auth: self.auth,
+            auth: self.auth.into(),
             tun_mtu: self.tun_mtu,
             dco: false,
-            ends: ends.into_iter().map(|e| (e.side, e)).collect(),
+            ends: ends.into_iter().map(|e| (e.side.clone(), e)).collect(),
         }
     }
 }
@@ -331,7 +331,7 @@ impl OpenvpnEnd {
     pub fn finish(&self) -> OpenvpnProcess {
         let cpu = self.process.cpu();
         OpenvpnProcess {
-            side: self.process.end,
+            side: self.process.end.into(),
             pid: self.process.child.id(),
             cpu: model::CpuUsage::new(cpu.user_s, cpu.system_s, self.started.elapsed().as_secs_f64()),
         }

@@ -33,7 +33,9 @@ use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN
 
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::evidence::{CryptoReference, Efficiency, TunnelEnd, UserspaceEvidence};
+use model::evidence::{
+    CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
+};
 
 /// UDP port of the tunnel on both outer addresses (OpenVPN's registered port).
 pub const TUNNEL_PORT: u16 = 1194;
@@ -133,7 +135,7 @@ impl UserspaceEnd {
 
     /// Stops the threads and returns what they counted: one thread's counts, or the
     /// queues' sums with each queue's own.
-    pub fn finish(&mut self) -> LabResult<TunnelEnd> {
+    pub fn finish(&mut self) -> LabResult<UserspaceEndEvidence> {
         let tunnel = self
             .tunnel
             .take()
@@ -141,10 +143,14 @@ impl UserspaceEnd {
         let queues = tunnel.stop().map_err(LabError::failed)?;
         let total = TunnelStats::sum(&queues)
             .ok_or_else(|| LabError::failed(anyhow::anyhow!("userspace tunnel without a thread")))?;
-        let mut end = tunnel_end(&total);
+        let mut end = UserspaceEndEvidence {
+            implementation: total.implementation.clone(),
+            batching: total.batching,
+            end: tunnel_end(&total),
+        };
         if queues.len() > 1 {
-            end.queues = queues.iter().map(tunnel_end).collect();
-            end.steering = match &queues[0].steering {
+            end.end.queues = queues.iter().map(tunnel_end).collect();
+            end.end.steering = match &queues[0].steering {
                 Some(Ok(())) => Some("ports".into()),
                 Some(Err(why)) => Some(format!("flow hash: {why}")),
                 None => None,
@@ -190,8 +196,6 @@ fn speed_suite(suite: CipherSuite) -> Option<speed::SpeedSuite> {
 
 fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
     TunnelEnd {
-        implementation: s.implementation.clone(),
-        batching: s.batching,
         tun: s.tun_name.clone(),
         pinned_cpu: s.pinned_cpu,
         queue: s.queue,
@@ -218,12 +222,18 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
 /// The local lab's evidence from both ends, with the encrypting end's efficiency: its
 /// payload MB per CPU-second beside the same implementation's single-core speed, measured
 /// now in this process (same implementation, same hardware-AES state as the tunnel).
-pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabResult<UserspaceEvidence> {
+pub async fn local_evidence(
+    plan: &RunPlan,
+    a: UserspaceEndEvidence,
+    b: UserspaceEndEvidence,
+) -> LabResult<UserspaceEvidence> {
+    let batching = a.batching;
+    let (a, b) = (a.end, b.end);
     let implementation = implementation(plan)?;
     let (encrypting, enc) = match (plan.workload().modes.bidir, plan.workload().reverse) {
-        (true, _) => ("both", &a),
-        (false, true) => ("b", &b),
-        (false, false) => ("a", &a),
+        (true, _) => (Encrypting::Both, &a),
+        (false, true) => (Encrypting::B, &b),
+        (false, false) => (Encrypting::A, &a),
     };
     let enc_cpu_s = (enc.cpu.user_s + enc.cpu.system_s).max(1e-9);
     let tunnel_payload_mb_per_cpu_s = enc.sent.bytes as f64 / 1e6 / enc_cpu_s;
@@ -254,7 +264,7 @@ pub async fn local_evidence(plan: &RunPlan, a: TunnelEnd, b: TunnelEnd) -> LabRe
         suite: plan.suite(),
         implementation: implementation.info(),
         inner_mtu: tunnel_mtu(plan, plan.link().addressing.outer_a.to_canonical()),
-        batching: a.batching,
+        batching,
         a,
         b,
         encrypting,

@@ -8,7 +8,6 @@ use control::text::untrusted;
 use control::{Channel, ControlError, Message, Psk};
 use model::{Backend, CryptoChoice, Environment, Family, Link, RunPlan, RunReport, Transfer};
 use netns::Namespace;
-use serde_json::json;
 use tokio::net::TcpStream;
 use traffic::CancellationToken;
 
@@ -16,8 +15,8 @@ use super::{addressing, link_mtu, peer_request, prefixes_in_use, receiver, STEP_
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{ExitKind, LabError, LabResult};
-use crate::evidence::Evidence;
 use crate::session::{self, IDLE_TIMEOUT};
+use model::evidence::{EndEvidence, Evidence, TunnelPair, TwoHostsPath};
 
 fn unexpected(got: &Message, waiting_for: &str) -> LabError {
     match got {
@@ -200,42 +199,48 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     }
     chan.send(&Message::Finish).await.map_err(LabError::from)?;
     let server_details = match chan.recv(STEP_TIMEOUT, "waiting for the server's report").await {
-        Ok(Message::Finished { details }) => details,
+        // Typed on the wire already; of this run's backend, or the server is not to be believed.
+        Ok(Message::Finished { details }) if details.fits(plan.backend()) => details,
+        Ok(Message::Finished { .. }) => {
+            return Err(LabError::failed(anyhow::anyhow!(
+                "{peer} sent evidence of another backend than {}",
+                plan.backend()
+            )))
+        }
         Ok(other) => return Err(unexpected(&other, "finished")),
         Err(e) => return Err(LabError::from(e)),
     };
-    let evidence = Evidence::TwoHosts {
-        client: end.finish().await?,
-        server: server_details,
-    };
+    let (client, server) = (end.finish().await?, server_details);
     drop(end);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
     let peer_line = describe_peer(&peer_environment);
     report.peer_environment = Some(peer_environment);
-    let details = evidence.to_json();
-    if !details["client"].is_null() || !details["server"].is_null() {
-        report
-            .backend_details
-            .insert(plan.backend().name().to_string(), details);
+    // The plain backend has no evidence at either end.
+    if !matches!((&client, &server), (EndEvidence::None, EndEvidence::None)) {
+        let evidence = Evidence::TwoHosts {
+            client: Box::new(client),
+            server: Box::new(server),
+        };
+        report.backend_details.evidence.insert(plan.backend(), evidence);
     }
     let (from, to) = if plan.workload().reverse {
         (hosts.b, hosts.a)
     } else {
         (hosts.a, hosts.b)
     };
-    report.backend_details.insert(
-        "remote".into(),
-        json!({
-            "peer": peer.to_string(),
-            "client_address": hosts.a.to_string(),
-            "server_address": hosts.b.to_string(),
-            "sender": from.to_string(),
-            "receiver": to.to_string(),
-            "link_mtu": plan.link().mtu,
-            "tunnel": server_end.tunnel,
+    report.backend_details.remote = Some(TwoHostsPath {
+        peer: peer.to_string(),
+        client_address: hosts.a,
+        server_address: hosts.b,
+        sender: from,
+        receiver: to,
+        link_mtu: plan.link().mtu,
+        tunnel: server_end.tunnel.map(|t| TunnelPair {
+            client: t.client,
+            server: t.server,
         }),
-    );
+    });
     report.notes.push(format!(
         "two hosts: {from} (sender) -> {to} (receiver), served by {peer}"
     ));

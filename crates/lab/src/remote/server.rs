@@ -481,7 +481,7 @@ async fn serve_run(
                 reply(chan, result, |transfer| Message::Sent { transfer }).await?;
             }
             Message::Finish => {
-                let details = end.finish().await?.to_json();
+                let details = end.finish().await?;
                 // Removed before the client hears "finished": a next run finds a clean host.
                 drop(end);
                 chan.send(&Message::Finished { details })

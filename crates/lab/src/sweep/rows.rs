@@ -17,8 +17,8 @@ use super::steal::CpuTimes;
 use crate::backend;
 use crate::backend::xfrm::ShowKeys;
 use crate::error::ExitKind;
-use crate::evidence::Evidence;
 use crate::progress::Progress;
+use model::evidence::Evidence;
 use xfrm::driver::{cbc_aes_drivers, esp_served_by, pin_cbc_aes_driver};
 
 #[derive(Debug, Clone)]

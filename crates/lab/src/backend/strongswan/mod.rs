@@ -29,9 +29,9 @@ use zeroize::Zeroizing;
 
 use super::site::{Hosts, Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::evidence::{Algorithm, StrongswanEvidence};
 use charon::{failed, find_program, Charon};
 use config::{Paths, Peer, CONN, IKE_PROPOSAL};
+use model::evidence::{Algorithm, StrongswanEvidence};
 
 const INSTALL: &str = "strongSwan is not installed: install it with \
      `apt-get install charon-systemd strongswan-swanctl` (Debian/Ubuntu; lab/setup.sh does)";
@@ -227,15 +227,17 @@ impl StrongswanEnd {
         let dump = self.handle.list_sas().await?;
         let sas = negotiated::negotiated_sas(&dump, self.hosts.a, self.hosts.b);
         let lab = Protection::generate(self.suite, AuthTrunc::Bits128).map_err(LabError::failed)?;
-        let lab_xfrm_installs: Vec<Algorithm> =
-            xfrm::lab_algorithms(&lab).iter().map(Algorithm::from).collect();
+        let lab_xfrm_installs: Vec<Algorithm> = xfrm::lab_algorithms(&lab)
+            .iter()
+            .map(negotiated::algorithm)
+            .collect();
         let differences = negotiated::differences(&sas, &lab_xfrm_installs);
         Ok(StrongswanEvidence {
             version: self.version.clone(),
             ike_version: 2,
             ike_proposal: IKE_PROPOSAL.into(),
             esp_proposal: self.esp.clone(),
-            auth: "psk",
+            auth: "psk".into(),
             sas,
             lab_xfrm_installs,
             differences,

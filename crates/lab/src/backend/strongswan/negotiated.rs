@@ -8,15 +8,14 @@ use std::net::IpAddr;
 use model::IpsecMode;
 use xfrm::{InstalledAlgorithm, SaInfo};
 
-use crate::evidence::{Algorithm, NegotiatedSa, SaEvidence};
+use model::evidence::{Algorithm, NegotiatedSa, SaEvidence};
 
-impl From<&InstalledAlgorithm> for Algorithm {
-    fn from(a: &InstalledAlgorithm) -> Algorithm {
-        Algorithm {
-            name: a.name.clone(),
-            key_bits: a.key_bits,
-            icv_bits: a.icv_bits,
-        }
+/// An algorithm as the report shows it, from the kernel's dump.
+pub fn algorithm(a: &InstalledAlgorithm) -> Algorithm {
+    Algorithm {
+        name: a.name.clone(),
+        key_bits: a.key_bits,
+        icv_bits: a.icv_bits,
     }
 }
 
@@ -39,10 +38,10 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
                     counters: sa.counters,
                 },
                 reqid: sa.reqid.0,
-                mode: sa.mode.map_or("unknown", IpsecMode::name),
+                mode: sa.mode.map_or("unknown", IpsecMode::name).into(),
                 // By name, the order the lab's own list has (cbc before hmac).
                 algorithms: {
-                    let mut a: Vec<Algorithm> = sa.algorithms.iter().map(Algorithm::from).collect();
+                    let mut a: Vec<Algorithm> = sa.algorithms.iter().map(algorithm).collect();
                     a.sort_by(|x, y| x.name.cmp(&y.name));
                     a
                 },
@@ -146,7 +145,7 @@ mod tests {
             sas[0].algorithms[1].to_string(),
             "hmac(sha256) 256-bit key, 128-bit ICV"
         );
-        let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(Algorithm::from).collect();
+        let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(algorithm).collect();
         assert!(differences(&sas, &expected).is_empty());
     }
 
@@ -163,7 +162,7 @@ mod tests {
             "198.18.0.1".parse().unwrap(),
             "198.18.0.2".parse().unwrap(),
         );
-        let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(Algorithm::from).collect();
+        let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(algorithm).collect();
         let d = differences(&sas, &expected);
         assert_eq!(
             d,

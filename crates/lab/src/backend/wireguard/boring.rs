@@ -123,7 +123,7 @@ impl BoringEnd {
     pub fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let what = format!("boringtun end {}", self.side.name());
         let peers = boringtun_times(uapi_peers(&self.socket, &what)?);
-        let mut end = WireguardEnd::from_stats(self.side, &self.ifname, &peers)?;
+        let mut end = super::end_from_stats(self.side, &self.ifname, &peers)?;
         let (n, cpu) = self.cpu();
         if n == 0 {
             return Err(LabError::failed(anyhow::anyhow!(

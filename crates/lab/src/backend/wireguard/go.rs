@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use model::evidence::GoProgram;
 use model::RunPlan;
 use netns::Topology;
 use procstat::CpuTime;
-use serde::Serialize;
 use wgnl::PeerStats;
 
 use super::{
@@ -48,22 +48,10 @@ const PACKAGE_FILE: &str = "wireguard-go.deb-version";
 /// sure, this one cannot tell.
 const PRE_OFFLOAD_VERSION: u32 = 20230223;
 
-/// The wireguard-go binary a run starts, and what it says it is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GoProgram {
-    pub path: PathBuf,
-    /// The first line of its `--version`.
-    pub version: String,
-    /// The Debian package version, for the lab's build (from `lab/wireguard-go.sh`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub package: Option<String>,
-    /// Why a figure from this binary may not be wireguard-go at its best; None for the
-    /// lab's build.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
+/// Where the wireguard-go binary a run starts is: the lab's build first.
+pub struct GoBinary;
 
-impl GoProgram {
+impl GoBinary {
     /// The lab's build in `lab_dir` where it is there, else the first in `search`.
     fn path_in(lab_dir: &Path, search: impl IntoIterator<Item = PathBuf>) -> Option<(PathBuf, bool)> {
         let lab = lab_dir.join(BINARY);
@@ -124,15 +112,6 @@ impl GoProgram {
             note: Some(note),
         })
     }
-
-    /// What the report names: the package version where known (`--version` understates
-    /// 0.0.20231211), else `--version`.
-    pub fn implementation(&self) -> String {
-        match &self.package {
-            Some(p) => format!("wireguard-go {p}"),
-            None => self.version.clone(),
-        }
-    }
 }
 
 /// PATH, then the system directories a root shell may not have in it.
@@ -151,7 +130,7 @@ fn release(version: &str) -> Option<u32> {
 
 /// Refuses, before anything is created, without wireguard-go or a TUN device.
 pub async fn preflight(_plan: &RunPlan) -> LabResult<()> {
-    if GoProgram::path().is_none() {
+    if GoBinary::path().is_none() {
         return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
     }
     if !Path::new("/dev/net/tun").exists() {
@@ -184,7 +163,7 @@ impl GoEnd {
                 socket.display()
             )));
         }
-        let program = GoProgram::path().ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
+        let program = GoBinary::path().ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
         let child = site
             .namespace
             .command(&program)
@@ -255,7 +234,7 @@ impl GoEnd {
     /// The peer's counters and the process's CPU since the handshake.
     pub fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let what = format!("wireguard-go end {}", self.side.name());
-        let mut end = WireguardEnd::from_stats(self.side, &self.ifname, &self.peers(&what)?)?;
+        let mut end = super::end_from_stats(self.side, &self.ifname, &self.peers(&what)?)?;
         let cpu = self.cpu();
         end.cpu = Some(model::CpuUsage::new(
             cpu.user_s,
@@ -427,7 +406,7 @@ mod tests {
         let lab = s.fake("lab", "wireguard-go v0.0.20230223");
         std::fs::write(lab.join(PACKAGE_FILE), "0.0.20231211-1+b9 (Debian trixie)\n").unwrap();
         let path_dir = s.fake("path", "wireguard-go v0.0.20220316");
-        let p = GoProgram::find_in(&lab, [path_dir]).unwrap();
+        let p = GoBinary::find_in(&lab, [path_dir]).unwrap();
         assert_eq!(p.path, lab.join(BINARY));
         assert_eq!(p.version, "wireguard-go v0.0.20230223");
         assert_eq!(p.package.as_deref(), Some("0.0.20231211-1+b9 (Debian trixie)"));
@@ -448,7 +427,7 @@ mod tests {
         let s = Scratch::new("fallback");
         let empty = s.0.join("no-lab-build");
         let path_dir = s.fake("path", "wireguard-go v0.0.20220316");
-        let p = GoProgram::find_in(&empty, [s.0.join("nothing-here"), path_dir.clone()]).unwrap();
+        let p = GoBinary::find_in(&empty, [s.0.join("nothing-here"), path_dir.clone()]).unwrap();
         assert_eq!(p.path, path_dir.join(BINARY));
         assert_eq!(p.version, "wireguard-go v0.0.20220316");
         assert_eq!(p.package, None);
@@ -462,10 +441,10 @@ mod tests {
         // A PATH build from the offload era is still named as not the lab's, without the
         // claim that it predates anything.
         let newer = s.fake("newer", "wireguard-go v0.0.20230223");
-        let note = GoProgram::find_in(&empty, [newer]).unwrap().note.unwrap();
+        let note = GoBinary::find_in(&empty, [newer]).unwrap().note.unwrap();
         assert!(!note.contains("predates"), "{note}");
         assert!(note.contains("from PATH"), "{note}");
-        assert!(GoProgram::find_in(&empty, [s.0.join("nothing-here")]).is_none());
+        assert!(GoBinary::find_in(&empty, [s.0.join("nothing-here")]).is_none());
     }
 
     #[test]

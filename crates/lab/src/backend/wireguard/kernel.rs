@@ -113,7 +113,7 @@ impl KernelEnd {
     /// The peer's counters as the kernel has them now.
     pub async fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let peers = self.handle.peers(&self.ifname).await?;
-        let mut end = WireguardEnd::from_stats(self.side, &self.ifname, &peers)?;
+        let mut end = super::end_from_stats(self.side, &self.ifname, &peers)?;
         end.handshake_s = self.handshake.map(|d| d.as_secs_f64());
         Ok(end)
     }

@@ -27,12 +27,11 @@ pub mod boring;
 pub mod go;
 pub mod kernel;
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use model::{CpuUsage, RunPlan};
-use serde::Serialize;
+pub use model::evidence::{WireguardEnd, WireguardEvidence};
+use model::RunPlan;
 use wgnl::{AllowedIp, DeviceConfig, KeyPair, PeerConfig, PeerStats};
 
 use super::site::{Side, Site};
@@ -151,105 +150,32 @@ pub fn handshake_done(started: Instant, peers: &[PeerStats], what: &str) -> LabR
     Ok(None)
 }
 
-/// One end, after the transfers: its peer as its device counts it.
-#[derive(Debug, Clone, Serialize)]
-pub struct WireguardEnd {
-    #[serde(skip)]
-    pub side: &'static str,
-    pub interface: String,
-    /// Bytes received from / sent to the peer (WireGuard's own counters, with its framing).
-    pub rx_bytes: u64,
-    pub tx_bytes: u64,
-    /// Seconds since the last handshake, when the evidence was read.
-    pub last_handshake_age_s: Option<f64>,
-    /// The wireguard-go process (all threads), or boringtun's device threads, since the
-    /// handshake; None for the kernel.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<CpuUsage>,
-    /// Time to the handshake, measured by the end that started it (b).
-    #[serde(skip)]
-    pub handshake_s: Option<f64>,
+/// One end's evidence from its device's peer counters.
+pub fn end_from_stats(side: Side, interface: &str, peers: &[PeerStats]) -> LabResult<WireguardEnd> {
+    let p = peers
+        .first()
+        .ok_or_else(|| LabError::failed(anyhow::anyhow!("WireGuard device {interface} reports no peer")))?;
+    Ok(WireguardEnd {
+        side: side.name().to_string(),
+        interface: interface.to_string(),
+        rx_bytes: p.rx_bytes,
+        tx_bytes: p.tx_bytes,
+        last_handshake_age_s: p.last_handshake.map(wgnl::uapi::since),
+        cpu: None,
+        handshake_s: None,
+    })
 }
 
-impl WireguardEnd {
-    pub fn from_stats(side: Side, interface: &str, peers: &[PeerStats]) -> LabResult<WireguardEnd> {
-        let p = peers.first().ok_or_else(|| {
-            LabError::failed(anyhow::anyhow!("WireGuard device {interface} reports no peer"))
-        })?;
-        Ok(WireguardEnd {
-            side: side.name(),
-            interface: interface.to_string(),
-            rx_bytes: p.rx_bytes,
-            tx_bytes: p.tx_bytes,
-            last_handshake_age_s: p.last_handshake.map(wgnl::uapi::since),
-            cpu: None,
-            handshake_s: None,
-        })
-    }
-}
-
-/// A local WireGuard run's evidence: both ends.
-#[derive(Debug, Clone, Serialize)]
-pub struct WireguardEvidence {
-    pub implementation: String,
-    pub cipher: &'static str,
-    pub listen_port: u16,
-    pub mtu: u32,
-    pub handshake_s: Option<f64>,
-    pub ends: BTreeMap<&'static str, WireguardEnd>,
-    /// wireguard-go only: which binary ran, its version, and a note where it is not the
-    /// offload-era build.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub program: Option<go::GoProgram>,
-}
-
-impl WireguardEvidence {
-    pub fn new(plan: &RunPlan, implementation: String, ends: [WireguardEnd; 2]) -> WireguardEvidence {
-        WireguardEvidence {
-            implementation,
-            cipher: "chacha20-poly1305",
-            listen_port: PORT,
-            mtu: inner_mtu(plan),
-            handshake_s: ends.iter().find_map(|e| e.handshake_s),
-            ends: ends.into_iter().map(|e| (e.side, e)).collect(),
-            program: None,
-        }
-    }
-
-    /// The tunnel's CPU per end, where it is a process of its own (wireguard-go).
-    pub fn tunnel_cpu(&self) -> Option<(f64, f64)> {
-        Some((
-            self.ends.get("a")?.cpu?.percent_of_core,
-            self.ends.get("b")?.cpu?.percent_of_core,
-        ))
-    }
-
-    pub fn lines(&self) -> Vec<String> {
-        let mut lines = vec![format!(
-            "{}: chacha20-poly1305, inner MTU {}, handshake {}",
-            self.implementation,
-            self.mtu,
-            match self.handshake_s {
-                Some(s) => format!("in {:.3} s", s),
-                None => "not timed".into(),
-            }
-        )];
-        for (side, e) in &self.ends {
-            let cpu = e.cpu.map_or(String::new(), |c| {
-                format!(
-                    "; tunnel CPU {:.2} s user + {:.2} s system ({:.0} % of a core)",
-                    c.user_s, c.system_s, c.percent_of_core
-                )
-            });
-            lines.push(format!(
-                "WireGuard end {side} ({}): peer rx {} bytes, tx {} bytes{cpu}",
-                e.interface, e.rx_bytes, e.tx_bytes
-            ));
-        }
-        if let Some(note) = self.program.as_ref().and_then(|p| p.note.clone()) {
-            lines.push(note);
-        }
-        lines
+/// Both ends' counters as one local run's evidence.
+pub fn new_evidence(plan: &RunPlan, implementation: String, ends: [WireguardEnd; 2]) -> WireguardEvidence {
+    WireguardEvidence {
+        implementation,
+        cipher: "chacha20-poly1305".into(),
+        listen_port: PORT,
+        mtu: inner_mtu(plan),
+        handshake_s: ends.iter().find_map(|e| e.handshake_s),
+        ends: ends.into_iter().map(|e| (e.side.clone(), e)).collect(),
+        program: None,
     }
 }
 
@@ -257,12 +183,12 @@ impl WireguardEvidence {
 pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> WireguardEvidence {
     if plan.backend() == model::Backend::WireguardGo {
         // The binary the ends were started from: the lab's build wins wherever it is.
-        let program = go::GoProgram::find();
+        let program = go::GoBinary::find();
         let implementation = program.as_ref().map_or_else(
             || "wireguard-go (binary not found after the run)".into(),
-            go::GoProgram::implementation,
+            model::evidence::GoProgram::implementation,
         );
-        let mut evidence = WireguardEvidence::new(plan, implementation, [a, b]);
+        let mut evidence = new_evidence(plan, implementation, [a, b]);
         evidence.program = program;
         return evidence;
     }
@@ -270,7 +196,7 @@ pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> Wireg
         model::Backend::Boringtun => boring::implementation(),
         _ => kernel::implementation(),
     };
-    WireguardEvidence::new(plan, implementation, [a, b])
+    new_evidence(plan, implementation, [a, b])
 }
 
 #[cfg(test)]

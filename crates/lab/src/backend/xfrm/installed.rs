@@ -8,7 +8,7 @@ use xfrm::{IpProto, PolicyDirection, PolicyId, SaId, TrafficSelector, XfrmError,
 use super::set::SaSet;
 use crate::backend::site::Side;
 use crate::error::{LabError, LabResult};
-use crate::evidence::SaEvidence;
+use model::evidence::SaEvidence;
 
 /// One end's kernel objects. Dropping it removes them.
 pub struct Installed {

@@ -40,7 +40,7 @@ pub use set::{SaPair, SaSet};
 
 use super::site::{data_addr, Side, Site};
 use crate::error::{LabError, LabResult};
-use crate::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
+use model::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
 
 /// Whether `--show-keys` asked to print the SAs with their keys (never printed otherwise).
 #[derive(Debug, Clone, Copy, Default)]
@@ -240,7 +240,7 @@ impl XfrmEnd {
     }
 
     /// Both SAs' counters now, as this end sees them (`--interval` reads them as it goes).
-    pub async fn sa_counters(&self) -> LabResult<Vec<crate::evidence::SaEvidence>> {
+    pub async fn sa_counters(&self) -> LabResult<Vec<model::evidence::SaEvidence>> {
         self.installed.counters(&self.ports).await
     }
 
@@ -266,7 +266,7 @@ impl XfrmEnd {
         }
         let drivers = model::env::preferred_drivers(&model::env::parse_proc_crypto(&crypto), &names);
         Ok(XfrmEvidence {
-            mode: self.mode.name(),
+            mode: self.mode.name().into(),
             suite: self.protection.suite().name(),
             reqid: self
                 .reqids

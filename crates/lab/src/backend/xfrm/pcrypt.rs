@@ -10,7 +10,7 @@ use xfrm::crypto_user::{CryptoUser, Instantiated};
 use xfrm::pcrypt;
 
 use crate::error::{LabError, LabResult};
-use crate::evidence::PcryptEvidence;
+use model::evidence::PcryptEvidence;
 
 /// How long removal waits for the kernel to free the deleted SAs' transforms (a work
 /// queue; slow under TCG emulation).
@@ -67,7 +67,7 @@ impl PcryptGuard {
     pub fn evidence(&self) -> PcryptEvidence {
         let entry = pcrypt::entry(&self.driver);
         PcryptEvidence {
-            algorithm: pcrypt::GCM,
+            algorithm: pcrypt::GCM.into(),
             driver: self.driver.clone(),
             priority: entry.as_ref().map_or(0, |e| e.priority),
             refcnt_with_sas: entry.and_then(|e| e.refcnt),
