@@ -35,6 +35,7 @@ matrix: setup build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	python3 -B -m unittest discover -s lab -p 'test_*.py'
 	python3 lab/import-circles.py src crates/*/src
 
 # Every test, including the root-only end-to-end ones (CI runs as root). Lint and every

@@ -39,10 +39,10 @@ pub enum Command {
     /// What got faster or slower between two matrix results, beyond the noise.
     Compare(crate::commands::compare::CompareArgs),
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
-    Completions(crate::commands::completions::CompletionsArgs),
+    Completions(CompletionsArgs),
     /// Write the man pages (for packaging; `make install` and the .deb ship them).
     #[command(hide = true)]
-    Man(crate::commands::completions::ManArgs),
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -147,35 +147,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_ceiling: bool,
     #[command(flatten)]
-    pub family: FamilyArgs,
+    pub family: crate::args::FamilyArgs,
     #[command(flatten)]
     pub modes: ModesArgs,
-}
-
-/// `-4`/`-6`/`--family 4|6` (iperf3's spelling): the address family of links and tunnels.
-#[derive(Debug, Args)]
-pub struct FamilyArgs {
-    /// Address family of the lab's links and tunnels: 4 (198.18.0.0/15) or 6 (2001:2::/48)
-    /// [default: 4].
-    #[arg(long, value_name = "4|6", conflicts_with_all = ["ipv4", "ipv6"],
-          value_parser = crate::values::family(), hide_possible_values = true)]
-    pub family: Option<model::Family>,
-    /// IPv6 outer and inner addresses (--family 6).
-    #[arg(short = '6', conflicts_with = "ipv4")]
-    pub ipv6: bool,
-    /// IPv4 outer and inner addresses (--family 4, the default).
-    #[arg(short = '4')]
-    pub ipv4: bool,
-}
-
-impl FamilyArgs {
-    pub fn family(&self) -> model::Family {
-        match (self.family, self.ipv6) {
-            (Some(f), _) => f,
-            (None, true) => model::Family::Ipv6,
-            (None, false) => model::Family::Ipv4,
-        }
-    }
 }
 
 /// iperf3's run modes (model::modes): how long, how reported, which way.
@@ -323,6 +297,22 @@ pub enum PskCommand {
     /// Print a new random key (32 bytes as 64 hex digits): `ipsec-lab psk generate > FILE`.
     /// Written to a file, the file is made mode 0600.
     Generate,
+}
+
+// Here, not in completions.rs: that names `Cli`, so `Command` naming it back would be a circle.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell; e.g. `ipsec-lab completions bash >
+    /// /usr/share/bash-completion/completions/ipsec-lab`.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Directory to write ipsec-lab.1 and one page per subcommand (ipsec-lab-run.1, ...) into.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 #[cfg(test)]

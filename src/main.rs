@@ -5,12 +5,14 @@
 //! `Args`), and each command validates them into a plan before anything touches the
 //! kernel; then one `lab` call, then the report is printed (`output`, `progress`).
 
+mod args;
 mod build_info;
 mod cli;
 mod commands;
 mod modes;
 mod output;
 mod progress;
+mod runtime;
 mod values;
 
 use std::process::ExitCode;

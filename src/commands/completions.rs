@@ -3,27 +3,13 @@
 //! `--help`. The package and `make install` ship what these print.
 
 use std::io::Write;
-use std::path::PathBuf;
 
-use clap::{Args, Command, CommandFactory, ValueHint};
+use clap::{Command, CommandFactory, ValueHint};
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, roman, Roff};
 use lab::{LabError, LabResult};
 
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// bash, zsh, fish, elvish or powershell; e.g. `ipsec-lab completions bash >
-    /// /usr/share/bash-completion/completions/ipsec-lab`.
-    #[arg(value_enum)]
-    pub shell: Shell,
-}
-
-#[derive(Debug, Args)]
-pub struct ManArgs {
-    /// Directory to write ipsec-lab.1 and one page per subcommand (ipsec-lab-run.1, ...) into.
-    #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
-}
+use crate::cli::{CompletionsArgs, ManArgs};
 
 pub fn completions(args: CompletionsArgs) -> LabResult<()> {
     let mut out = std::io::stdout();

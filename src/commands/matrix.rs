@@ -87,7 +87,7 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub pcrypt: bool,
     #[command(flatten)]
-    pub family: crate::cli::FamilyArgs,
+    pub family: crate::args::FamilyArgs,
     /// Link conditions as a row dimension: netem specs in tc's words, separated by `;`,
     /// `none` for the bare link, e.g. "none;delay 20ms;delay 50ms loss 1%". Every row runs
     /// once per condition (its label ends in `@ SPEC`); hosts without netem run them with
@@ -178,7 +178,7 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
         args.report_cells,
         args.report_cells_file.as_deref(),
     )?;
-    let (report, outcome) = super::run::runtime()?.block_on(lab::sweep::run(&plan, watcher.as_ref()));
+    let (report, outcome) = crate::runtime::runtime()?.block_on(lab::sweep::run(&plan, watcher.as_ref()));
     // The JSON is written whatever happened: cells measured before an error or Ctrl-C count.
     if !args.no_baseline {
         output::print_human(&report::markdown::render(&report), json_path.as_deref());

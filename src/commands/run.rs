@@ -5,6 +5,7 @@ use lab::{LabError, LabResult};
 
 use crate::cli::RunArgs;
 use crate::modes::{Live, Show};
+use crate::runtime::runtime;
 use crate::{modes, output, progress};
 
 pub fn run(args: RunArgs) -> LabResult<()> {
@@ -64,12 +65,4 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         return modes::end_of_stream(&report);
     }
     output::emit(&report, args.json.as_deref())
-}
-
-pub fn runtime() -> LabResult<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(LabError::failed)
 }

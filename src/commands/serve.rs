@@ -30,7 +30,7 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
         psk,
         limits,
     };
-    super::run::runtime()?.block_on(async { serve(config, lab::signal::stop_requested()?).await })
+    crate::runtime::runtime()?.block_on(async { serve(config, lab::signal::stop_requested()?).await })
 }
 
 /// A server serves from the namespace it runs in, so plain and userspace runs need
