@@ -110,6 +110,10 @@ pub struct RunArgs {
     /// No progress bar even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Run this validated plan (JSON, as a `--vm` host writes it for its guest) instead of
+    /// one from the options: it is taken whole, so plan options are refused with it.
+    #[arg(long, hide = true, value_name = "FILE", conflicts_with_all = RUN_PLAN_OPTIONS)]
+    pub plan_file: Option<PathBuf>,
     /// Run against `ipsec-lab serve` on another machine, HOST[:PORT] (default port 5299),
     /// instead of between two local namespaces.
     #[arg(long, value_name = "HOST[:PORT]", value_hint = clap::ValueHint::Hostname)]
@@ -241,6 +245,41 @@ impl RunArgs {
 pub const DEFAULT_SECONDS: f64 = 2.0;
 /// The payload where a run cannot be timed (`--peer`, `--with-iperf3`).
 pub const DEFAULT_BYTES: ByteSize = ByteSize(100_000_000);
+
+/// The options `run --plan-file` takes from its plan (the output options stay its own).
+const RUN_PLAN_OPTIONS: [&str; 31] = [
+    "backend",
+    "key_bits",
+    "hmac",
+    "cipher",
+    "crypto",
+    "bytes",
+    "repeat",
+    "parallel",
+    "mtu",
+    "mode",
+    "seed",
+    "port",
+    "vm",
+    "with_iperf3",
+    "peer",
+    "psk_file",
+    "reverse",
+    "tunnel_threads",
+    "encap",
+    "encap_port",
+    "sas",
+    "pcrypt",
+    "netem",
+    "no_ceiling",
+    "family",
+    "ipv6",
+    "ipv4",
+    "time",
+    "interval",
+    "omit",
+    "bidir",
+];
 
 #[derive(Debug, Args)]
 pub struct CleanArgs {}
@@ -414,17 +453,15 @@ mod tests {
             let r = request(args);
             assert_eq!((r.modes.time_s, r.bytes), (None, DEFAULT_BYTES), "{args:?}");
         }
-        // The default validates, and so does the guest's copy of a `--vm` command line.
+        // The default validates, and so does the plan a `--vm` host hands its guest.
         plain.validate().expect("the default run is valid");
-        let host = ["run", "--no-progress", "--vm"].map(String::from);
-        let guest = lab::vm::guest_args(host, None);
-        let Command::Run(g) = parse(&guest.iter().map(String::as_str).collect::<Vec<_>>())
-            .unwrap()
-            .command
-        else {
+        let Command::Run(host) = parse(&["run", "--no-progress", "--vm"]).unwrap().command else {
             panic!()
         };
-        assert_eq!(g.request().modes.time_s, Some(DEFAULT_SECONDS));
+        let guest = lab::vm::guest_plan(&host.request().validate().unwrap());
+        let guest: model::RunPlan = serde_json::from_str(&serde_json::to_string(&guest).unwrap()).unwrap();
+        assert_eq!(guest.workload().modes.time_s, Some(DEFAULT_SECONDS));
+        assert!(guest.vm().is_none());
     }
 
     #[test]
@@ -441,8 +478,77 @@ mod tests {
 
     #[test]
     fn the_guests_command_line_parses_with_no_progress_once() {
-        let host = ["run", "--no-progress", "--vm", "--bytes", "2MB"].map(String::from);
-        let guest = lab::vm::guest_args(host, None);
-        parse(&guest.iter().map(String::as_str).collect::<Vec<_>>()).expect("the guest's arguments parse");
+        let mut guest = lab::vm::guest_run_args(std::path::Path::new("/tmp/ipsec-lab-vm-x/plan.json"));
+        // What vm::guest_child adds.
+        guest.extend(["--json".into(), "/tmp/ipsec-lab-vm-x/report.json".into()]);
+        let Command::Run(g) = parse(&guest.iter().map(String::as_str).collect::<Vec<_>>())
+            .expect("the guest's arguments parse")
+            .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            g.plan_file.as_deref(),
+            Some(std::path::Path::new("/tmp/ipsec-lab-vm-x/plan.json"))
+        );
+        assert!(g.no_progress);
+    }
+
+    #[test]
+    fn every_run_option_is_in_the_plan_file_or_the_callers_output() {
+        let cli = <Cli as clap::CommandFactory>::command();
+        let run = cli.find_subcommand("run").unwrap();
+        let output = [
+            "json",
+            "show_keys",
+            "no_progress",
+            "json_stream",
+            "plan_file",
+            "help",
+        ];
+        for arg in run.get_arguments() {
+            let id = arg.get_id().as_str();
+            assert!(
+                RUN_PLAN_OPTIONS.contains(&id) || output.contains(&id),
+                "run --{id}: add it to RUN_PLAN_OPTIONS (a guest takes it from the plan) or to the output options"
+            );
+        }
+    }
+
+    #[test]
+    fn a_plan_file_is_taken_whole_and_plan_options_are_refused_with_it() {
+        // Output options are the caller's; defaults are no options given.
+        for ok in [
+            &["run", "--plan-file", "p.json"][..],
+            &[
+                "run",
+                "--plan-file",
+                "p.json",
+                "--json",
+                "-",
+                "--no-progress",
+                "--json-stream",
+            ][..],
+        ] {
+            parse(ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        for given in [
+            &["--backend", "plain"][..],
+            &["--bytes", "2MB"][..],
+            &["--vm"][..],
+            &["-6"][..],
+            &["--time", "3"][..],
+            &["--interval", "1"][..],
+            &["--seed", "7"][..],
+            &["--netem", "delay 20ms"][..],
+        ] {
+            let args: Vec<&str> = ["run", "--plan-file", "p.json"]
+                .into_iter()
+                .chain(given.iter().copied())
+                .collect();
+            let e = parse(&args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{given:?}");
+            assert!(e.to_string().contains("--plan-file"), "{given:?}: {e}");
+        }
     }
 }

@@ -27,6 +27,37 @@ fn bad_values_exit_2_and_create_nothing() {
     ]);
 }
 
+/// The hidden `--plan-file` a child run reads its plan from: refused as bad input where the
+/// file is unreadable or holds no plan, and with plan options beside it.
+#[test]
+fn a_plan_file_that_is_unreadable_or_no_plan_exits_2_and_creates_nothing() {
+    let dir = private_dir("ipl-bad-plan-");
+    let missing = dir.path().join("missing.json");
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, r#"{"backend": "xfrm"}"#).unwrap();
+    let (missing, junk) = (missing.to_str().unwrap(), junk.to_str().unwrap());
+    assert_usage_errors(&[
+        (
+            &["run", "--plan-file", missing, "--no-progress"][..],
+            "cannot read it",
+        ),
+        (&["run", "--plan-file", junk][..], "not a plan"),
+        (
+            &["matrix", "--plan-file", missing, "--no-progress"][..],
+            "cannot read it",
+        ),
+        (&["matrix", "--plan-file", junk][..], "not a plan"),
+        (
+            &["run", "--plan-file", junk, "--backend", "plain"][..],
+            "cannot be used with",
+        ),
+        (
+            &["matrix", "--plan-file", junk, "--bytes", "1MB"][..],
+            "cannot be used with",
+        ),
+    ]);
+}
+
 #[test]
 fn without_net_admin_nothing_is_created_and_exit_is_3() {
     if !nix::unistd::geteuid().is_root() {

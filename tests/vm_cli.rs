@@ -1,6 +1,7 @@
 //! `--vm` as a user drives it: bad kernel paths and temporary directories are refused
 //! (exit 2) before anything is created or any VM boots, nothing in TMPDIR reaches vng as an
-//! argument, and a real VM run keeps a redirected log and takes `--no-progress`.
+//! argument, the guest gets the host's validated plan as a file, and a real VM run keeps a
+//! redirected log and takes `--no-progress`.
 
 mod common;
 
@@ -113,6 +114,76 @@ fn vm_run_keeps_a_redirected_log_and_takes_no_progress() {
     assert!(!written.contains(&0), "NUL bytes in the log:\n{shown}");
     assert!(shown.contains("MB/s"), "the report is in the log:\n{shown}");
     assert!(!shown.contains("cannot be used multiple times"), "{shown}");
+}
+
+/// The guest gets the host's validated plan as a file in the directory they share, not the
+/// host's arguments again: a fake `vng` runs the guest's command on this machine, and the
+/// report is the host's plan (its seed and payload) run in the "guest's" own namespaces.
+#[test]
+fn a_vm_run_hands_the_guest_its_validated_plan_as_a_file() {
+    let test = "a_vm_run_hands_the_guest_its_validated_plan_as_a_file";
+    if !root_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = private_dir("ipl-vm-cli-");
+    let script = dir.path().join("guest-script");
+    let path = fake_vng(
+        dir.path(),
+        &format!(
+            "{VNG_VERSION}\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --exec ] && {{ script=\"$2\"; shift; }}; shift; done\n\
+             printf '%s' \"$script\" > '{}'\nsh -c \"$script\"",
+            script.display()
+        ),
+    );
+    // The fake vng never boots it: any file passes for the kernel.
+    let kernel = dir.path().join("vmlinuz-fake");
+    std::fs::write(&kernel, "").unwrap();
+    let json = dir.path().join("r.json");
+    let out = lab()
+        .args(["run", "--vm"])
+        .arg(&kernel)
+        .args([
+            "--backend",
+            "plain",
+            "--bytes",
+            "1MB",
+            "--seed",
+            "0x2a",
+            "--no-progress",
+            "--json",
+        ])
+        .arg(&json)
+        .env("PATH", &path)
+        .env("IPSEC_LAB_VM_ACCEL", "tcg")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let guest = std::fs::read_to_string(&script).unwrap();
+    assert!(guest.contains(" 'run' '--plan-file' '"), "{guest}");
+    for host_only in ["--seed", "--vm", "--backend", "--bytes"] {
+        assert!(
+            !guest.contains(host_only),
+            "{host_only} reached the guest: {guest}"
+        );
+    }
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let plan = &report["plan"];
+    assert_eq!(
+        (plan["seed"].as_u64(), plan["bytes"].as_u64()),
+        (Some(42), Some(1_000_000)),
+        "{plan}"
+    );
+    assert_eq!(plan["backend"], "plain", "{plan}");
+    // Placed in the guest's own namespaces: no VM inside the VM.
+    assert!(plan["vm"].is_null(), "{plan}");
+    assert!(
+        report["notes"].to_string().contains("ran in a VM"),
+        "{}",
+        report["notes"]
+    );
 }
 
 #[test]

@@ -109,7 +109,35 @@ pub struct MatrixArgs {
     /// host, a file in the directory it shares with the host does).
     #[arg(long, hide = true, value_name = "FILE")]
     pub report_cells_file: Option<PathBuf>,
+    /// Sweep this plan (JSON, as a parent sweep writes it for its child sweeps) instead of
+    /// one from the options: it is taken whole, so sweep options are refused with it.
+    #[arg(long, hide = true, value_name = "FILE", conflicts_with_all = SWEEP_PLAN_OPTIONS)]
+    pub plan_file: Option<PathBuf>,
 }
+
+/// The options `matrix --plan-file` takes from its plan (the output options stay its own).
+const SWEEP_PLAN_OPTIONS: [&str; 20] = [
+    "backends",
+    "ciphers",
+    "crypto",
+    "threads",
+    "parallel",
+    "bytes",
+    "vm_bytes",
+    "repeat",
+    "mtu",
+    "port",
+    "vm",
+    "encap",
+    "encap_port",
+    "pcrypt",
+    "family",
+    "ipv6",
+    "ipv4",
+    "netem",
+    "no_ceiling",
+    "no_baseline",
+];
 
 impl MatrixArgs {
     /// Stage two: the sweep these flags ask for, checked whole before anything is created.
@@ -153,7 +181,10 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let plan = args.plan(started_unix_s)?;
+    let plan = match &args.plan_file {
+        Some(path) => SweepPlan::read(path)?,
+        None => args.plan(started_unix_s)?,
+    };
     lab::require_net_admin()?;
     // Where the results go, checked before a sweep that can take an hour.
     let json_path = match (&args.json, &args.out) {
@@ -180,12 +211,12 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
     )?;
     let (report, outcome) = crate::runtime::runtime()?.block_on(lab::sweep::run(&plan, watcher.as_ref()));
     // The JSON is written whatever happened: cells measured before an error or Ctrl-C count.
-    if !args.no_baseline {
+    if plan.baseline {
         output::print_human(&report::markdown::render(&report), json_path.as_deref());
     }
     if let Some(path) = &json_path {
         output::write_text(path, &to_json(&report)?)?;
-        if !output::is_std_stream(path) && !args.no_baseline {
+        if !output::is_std_stream(path) && plan.baseline {
             eprintln!("ipsec-lab: matrix written to {}", path.display());
         }
     }
@@ -267,5 +298,58 @@ mod tests {
         assert_eq!(parse(&["--ciphers", "aes-512-gcm"]).err().unwrap().exit_code(), 2);
         let none = parse(&["--ciphers", "none"]).unwrap();
         assert_eq!(none.plan(0).unwrap_err().kind, lab::ExitKind::Usage);
+    }
+
+    #[test]
+    fn every_sweep_option_is_in_the_plan_file_or_the_childs_output() {
+        let cli = <Cli as clap::CommandFactory>::command();
+        let output = [
+            "json",
+            "out",
+            "no_progress",
+            "report_cells",
+            "report_cells_file",
+            "plan_file",
+            "help",
+        ];
+        for arg in cli.get_arguments() {
+            let id = arg.get_id().as_str();
+            assert!(
+                SWEEP_PLAN_OPTIONS.contains(&id) || output.contains(&id),
+                "matrix --{id}: add it to SWEEP_PLAN_OPTIONS (a child takes it from the plan) or to the output options"
+            );
+        }
+    }
+
+    #[test]
+    fn a_plan_file_is_taken_whole_and_sweep_options_are_refused_with_it() {
+        // What a parent sweep gives its soft child; defaults are no options given.
+        let child = parse(&[
+            "--plan-file",
+            "p.json",
+            "--no-progress",
+            "--report-cells",
+            "--json",
+            "m.json",
+        ])
+        .unwrap();
+        assert_eq!(child.plan_file.as_deref(), Some(Path::new("p.json")));
+        parse(&["--plan-file", "p.json", "--report-cells-file", "cells"]).unwrap();
+        for given in [
+            &["--backends", "plain"][..],
+            &["--bytes", "2MB"][..],
+            &["--vm"][..],
+            &["--no-baseline"][..],
+            &["--crypto", "soft"][..],
+            &["-6"][..],
+        ] {
+            let args: Vec<&str> = ["--plan-file", "p.json"]
+                .into_iter()
+                .chain(given.iter().copied())
+                .collect();
+            let e = parse(&args).err().unwrap();
+            assert_eq!(e.exit_code(), 2, "{given:?}");
+            assert!(e.to_string().contains("--plan-file"), "{given:?}: {e}");
+        }
     }
 }

@@ -9,10 +9,16 @@ use crate::runtime::runtime;
 use crate::{modes, output, progress};
 
 pub fn run(args: RunArgs) -> LabResult<()> {
-    // Stage two of parsing: nothing below this line runs on invalid input.
-    let plan = args.request().validate()?;
-    for ignored in plan.ignored() {
-        eprintln!("note: ignored {ignored}");
+    // Stage two of parsing: nothing below this line runs on invalid input. A plan file is a
+    // `--vm` host's plan, validated there (which said what it ignored).
+    let plan = match &args.plan_file {
+        Some(path) => lab::child::read_plan::<model::RunPlan>(path)?,
+        None => args.request().validate()?,
+    };
+    if args.plan_file.is_none() {
+        for ignored in plan.ignored() {
+            eprintln!("note: ignored {ignored}");
+        }
     }
     if let Some(json) = &args.json {
         if args.modes.json_stream && output::is_std_stream(json) {

@@ -10,17 +10,22 @@
 //! writes `$?` into (vng's status only says whether the VM ran). What went wrong becomes a
 //! [`ChildError`], and from there a [`LabError`] of the kind the exit code stands for.
 //!
+//! The child gets its validated plan as JSON in the same private directory
+//! ([`write_plan`]; it reads it with `--plan-file`, [`read_plan`]), not as re-assembled
+//! command-line arguments.
+//!
 //! Leaves out: what the child runs (its arguments, the guest's script) and what the caller
 //! does with the report.
 
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
 
@@ -302,6 +307,32 @@ impl Child<'_> {
     }
 }
 
+/// The plan file in a child's private directory.
+pub const PLAN_FILE: &str = "plan.json";
+
+/// Writes `plan` as JSON into `dir` (the child's private directory) and returns its path,
+/// for the child's `--plan-file`.
+pub fn write_plan<T: Serialize>(dir: &owner::PrivateDir, plan: &T) -> Result<PathBuf, LabError> {
+    let path = dir.join(PLAN_FILE);
+    let text = serde_json::to_string(plan).map_err(LabError::failed)?;
+    std::fs::write(&path, text)
+        .map_err(|e| LabError::failed(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// A plan written by [`write_plan`], for `--plan-file PATH`; bad input (exit 2) where the
+/// file is unreadable or holds no such plan.
+pub fn read_plan<T: DeserializeOwned>(path: &Path) -> Result<T, LabError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        LabError::usage(anyhow::anyhow!(
+            "--plan-file {}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| LabError::usage(anyhow::anyhow!("--plan-file {}: not a plan: {e}", path.display())))
+}
+
 /// The child as the state file names it: its program, and what it is for.
 fn record_name(command: &Command, name: &str) -> String {
     let program = Path::new(command.get_program());
@@ -530,6 +561,20 @@ mod tests {
 
     fn exited(code: i32) -> io::Result<ExitStatus> {
         Ok(ExitStatus::from_raw(code << 8))
+    }
+
+    #[test]
+    fn a_plan_file_reads_back_and_a_bad_one_is_bad_input() {
+        let dir = owner::PrivateDir::new("ipl-plan-test-").unwrap();
+        let path = write_plan(&dir, &vec![1u32, 2]).unwrap();
+        assert_eq!(path, dir.join(PLAN_FILE));
+        assert_eq!(read_plan::<Vec<u32>>(&path).unwrap(), [1, 2]);
+        let e = read_plan::<String>(&path).unwrap_err();
+        assert_eq!(e.kind, ExitKind::Usage);
+        assert!(e.error.to_string().contains("not a plan"), "{:#}", e.error);
+        let e = read_plan::<Vec<u32>>(&dir.join("missing.json")).unwrap_err();
+        assert_eq!(e.kind, ExitKind::Usage);
+        assert!(e.error.to_string().contains("cannot read it"), "{:#}", e.error);
     }
 
     #[test]

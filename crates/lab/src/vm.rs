@@ -1,10 +1,11 @@
-//! `--vm [KERNEL]`: re-runs the same `ipsec-lab run` (or, for `ipsec-lab speed`, its kernel
+//! `--vm [KERNEL]`: runs the same validated plan (or, for `ipsec-lab speed`, its kernel
 //! rows) inside a virtme-ng guest booting a stock kernel (default: the newest
 //! `/boot/vmlinuz-*`), with the host's root filesystem shared read-only, so the binary built
-//! on the host runs unchanged inside. The guest writes its JSON report and exit code into a
-//! private host directory shared read-write (`--rwdir`); the host reads that report back
-//! ([`exec_in_guest`], through [`crate::child`]) and prints it as if the run had happened
-//! here.
+//! on the host runs unchanged inside. The host writes the plan, placed in the guest's own
+//! namespaces, as JSON into a private host directory shared read-write (`--rwdir`); the
+//! guest runs `ipsec-lab run --plan-file` and writes its JSON report and exit code there;
+//! the host reads that report back ([`exec_in_guest`], through [`crate::child`]) and prints
+//! it as if the run had happened here.
 //!
 //! vng hands `--rwdir` and `-r` on to virtme-run inside a command string it splits on
 //! spaces, so those paths are checked ([`vng_safe_path`]): a `TMPDIR` or kernel path with a
@@ -17,12 +18,11 @@
 //! else TCG emulation; the report's environment says which (`IPSEC_LAB_VIRT`), because TCG
 //! numbers show correctness, not speed.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use model::{RunPlan, RunReport};
+use model::{Placement, RunPlan, RunReport};
 use serde::de::DeserializeOwned;
 
 use crate::child::{Child, ExitCodeFrom, Output};
@@ -214,26 +214,21 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The host's arguments for the guest: without `--vm [KERNEL]` and `--json FILE` (the
-/// guest writes its report where the host reads it) and without `--no-progress` (the guest
-/// always gets it once; twice is a usage error).
-pub fn guest_args(args: impl IntoIterator<Item = String>, kernel_arg: Option<&str>) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut it = args.into_iter().peekable();
-    while let Some(a) = it.next() {
-        if a == "--vm" {
-            if kernel_arg.is_some() && it.peek().map(String::as_str) == kernel_arg {
-                it.next();
-            }
-        } else if a.starts_with("--vm=") || a.starts_with("--json=") || a == "--no-progress" {
-        } else if a == "--json" {
-            it.next();
-        } else {
-            out.push(a);
-        }
-    }
-    out.push("--no-progress".into());
-    out
+/// The plan the guest runs: the host's, in the guest's own namespaces (a `--vm` plan
+/// there would boot a VM again).
+pub fn guest_plan(plan: &RunPlan) -> RunPlan {
+    plan.with_placement(Placement::Local)
+}
+
+/// The guest's `ipsec-lab run`: the plan file the host wrote, no progress; its `--json` is
+/// added by [`guest_child`]. How the report is shown (`--json`, intervals) is the host's.
+pub fn guest_run_args(plan_file: &Path) -> Vec<String> {
+    vec![
+        "run".into(),
+        "--plan-file".into(),
+        plan_file.display().to_string(),
+        "--no-progress".into(),
+    ]
 }
 
 /// Builds the guest's shell command: load `modules`, run `exe` with `args` (the caller
@@ -393,15 +388,25 @@ pub fn exec_in_guest<T: DeserializeOwned>(
     modules: &str,
     args: &[String],
 ) -> LabResult<GuestRun<T>> {
-    let outdir = guest_dir("ipsec-lab-vm-")?;
-    let child = guest_child("the run inside the VM", kernel, accel, &outdir, modules, args)?;
+    exec_in_guest_dir(kernel, accel, modules, &guest_dir("ipsec-lab-vm-")?, args)
+}
+
+/// [`exec_in_guest`] sharing `outdir`, where the caller put what the guest reads.
+fn exec_in_guest_dir<T: DeserializeOwned>(
+    kernel: &Path,
+    accel: Accel,
+    modules: &str,
+    outdir: &owner::PrivateDir,
+    args: &[String],
+) -> LabResult<GuestRun<T>> {
+    let child = guest_child("the run inside the VM", kernel, accel, outdir, modules, args)?;
     // Two lines: one was over 140 columns (issue 25 item 9).
     eprintln!(
         "ipsec-lab: booting {} under virtme-ng\n  ({}; a TCG boot takes ~30 s)",
         kernel.display(),
         accel.label()
     );
-    let finished = crate::child::run_blocking(child, &outdir)?;
+    let finished = crate::child::run_blocking(child, outdir)?;
     let elapsed = finished.elapsed;
     Ok(GuestRun {
         report: finished.succeeded()?,
@@ -427,15 +432,16 @@ pub fn wanted(plan: &RunPlan) -> bool {
     }
 }
 
-/// Runs `plan` (this process's own command line, less its `--vm` and `--json`) in a guest
-/// and returns the report it wrote.
+/// Runs `plan` in a guest ([`guest_plan`], handed over as a plan file) and returns the
+/// report it wrote.
 pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
     let kernel_arg = plan.vm().and_then(model::VmKernel::image).map(str::to_string);
     let kernel = resolve_kernel(kernel_arg.as_deref())?;
     let accel = detect_accel(&kernel);
-    let host_args: Vec<String> = std::env::args_os().skip(1).map(os_to_string).collect();
-    let guest = guest_args(host_args, kernel_arg.as_deref());
-    let run = exec_in_guest::<RunReport>(&kernel, accel, GUEST_MODULES, &guest)?;
+    let outdir = guest_dir("ipsec-lab-vm-")?;
+    let plan_file = crate::child::write_plan(&outdir, &guest_plan(plan))?;
+    let args = guest_run_args(&plan_file);
+    let run = exec_in_guest_dir::<RunReport>(&kernel, accel, GUEST_MODULES, &outdir, &args)?;
     let mut report = run.report;
     report.notes.push(format!(
         "ran in a VM booting {} ({}); boot, run and shutdown took {:.1} s",
@@ -444,10 +450,6 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
         run.elapsed.as_secs_f64()
     ));
     Ok(report)
-}
-
-fn os_to_string(s: OsString) -> String {
-    s.to_string_lossy().into_owned()
 }
 
 #[cfg(test)]
@@ -459,40 +461,45 @@ mod tests {
     }
 
     #[test]
-    fn vm_and_json_arguments_are_not_passed_to_the_guest() {
-        let host = strings(&[
-            "run",
-            "--backend",
-            "xfrm",
-            "--vm",
-            "/boot/k",
-            "--json",
-            "out.json",
-            "--bytes",
-            "4MB",
-        ]);
-        assert_eq!(
-            guest_args(host, Some("/boot/k")),
-            strings(&["run", "--backend", "xfrm", "--bytes", "4MB", "--no-progress"])
-        );
-        let bare = strings(&["run", "--vm", "--backend", "xfrm", "--json=x"]);
-        assert_eq!(
-            guest_args(bare, None),
-            strings(&["run", "--backend", "xfrm", "--no-progress"])
-        );
+    fn the_guest_gets_the_validated_plan_placed_in_its_own_namespaces() {
+        let plan = model::RunRequest {
+            backend: model::Backend::Xfrm,
+            bytes: model::ByteSize(4_000_000),
+            seed: Some(7),
+            vm: Some(Some("/boot/k".into())),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let dir = owner::PrivateDir::new("ipl-vm-plan-test-").unwrap();
+        let path = crate::child::write_plan(&dir, &guest_plan(&plan)).unwrap();
+        let back: RunPlan = crate::child::read_plan(&path).unwrap();
+        // The same run, seed included, but no VM again inside the VM.
+        assert_eq!(back.placement(), &Placement::Local);
+        assert!(back.vm().is_none());
+        assert_eq!(back.workload(), plan.workload());
+        assert_eq!((back.backend(), back.suite()), (plan.backend(), plan.suite()));
+        assert_eq!(back.with_placement(plan.placement().clone()), plan);
     }
 
     #[test]
-    fn no_progress_reaches_the_guest_once_even_when_given() {
-        let host = strings(&["run", "--no-progress", "--vm", "--bytes", "2MB"]);
-        let guest = guest_args(host, None);
+    fn the_guest_reads_the_plan_file_with_no_progress_once_and_no_vm() {
+        let args = guest_run_args(Path::new("/tmp/ipsec-lab-vm-Ab3/plan.json"));
         assert_eq!(
-            guest.iter().filter(|a| *a == "--no-progress").count(),
-            1,
-            "{guest:?}"
+            args,
+            strings(&[
+                "run",
+                "--plan-file",
+                "/tmp/ipsec-lab-vm-Ab3/plan.json",
+                "--no-progress"
+            ])
         );
-        // That the guest's command line parses (twice was a clap usage error) is checked
-        // beside the clap structs, in the binary.
+        // The report's --json is the guest's last argument, where the host reads it back.
+        assert!(!args
+            .iter()
+            .any(|a| a.starts_with("--vm") || a.starts_with("--json")));
+        // That the guest's command line parses is checked beside the clap structs, in the
+        // binary.
     }
 
     #[test]

@@ -1,18 +1,21 @@
 //! The rows a sweep cannot run in its own process, each run by [`crate::child`]: the
 //! `--crypto soft` rows in a child `ipsec-lab matrix` started with hardware AES masked
 //! (its finished cells counted as it prints them), and with `--vm` the kernel IPsec rows
-//! (xfrm, strongswan) in ONE virtme-ng boot that runs `ipsec-lab matrix --backends
-//! xfrm,strongswan` (its own plain baseline included), whose rows and environment come
-//! back keyed [`VM`].
+//! (xfrm, strongswan) in ONE virtme-ng boot that runs `ipsec-lab matrix` over those
+//! backends (its own plain baseline included), whose rows and environment come back keyed
+//! [`VM`]. Each child gets its own sweep plan as JSON (`matrix --plan-file`, a copy of this
+//! sweep's with what the child differs in: [`soft_plan`], [`vm_plan`]); only output flags
+//! stay arguments.
 //!
 //! Leaves out: running a row in this process ([`super::rows`]); booting the guest and
 //! reading its exit code ([`crate::vm`], [`crate::child`]).
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use model::matrix::{MatrixReport, Row, RowKey, RowVariant, HOST, VM};
-use model::{Backend, ByteSize};
+use model::{Backend, CryptoChoice};
 use traffic::CancellationToken;
 
 use super::plan::SweepPlan;
@@ -27,53 +30,41 @@ const VM_TIMEOUT_BASE: Duration = Duration::from_secs(180);
 /// The child sweep's report, in its private directory.
 const SOFT_REPORT: &str = "matrix.json";
 
-/// The sweep arguments a child sweep shares with this one.
-fn child_args(args: &SweepPlan, bytes: ByteSize) -> Vec<String> {
-    let ciphers: Vec<String> = args.suites.iter().map(|s| s.name()).collect();
-    let netem = args.netem_arg().map(|n| vec!["--netem".to_string(), n]);
-    let mut out = vec![
-        "matrix".into(),
-        "--ciphers".into(),
-        ciphers.join(","),
-        "--bytes".into(),
-        bytes.0.to_string(),
-        "--repeat".into(),
-        args.repeat.to_string(),
-        "--parallel".into(),
-        args.parallel.to_string(),
-        "--mtu".into(),
-        args.mtu.to_string(),
-        "--port".into(),
-        args.port.to_string(),
-        "--family".into(),
-        args.family.digit().into(),
-        "--no-progress".into(),
-    ];
-    out.extend(netem.into_iter().flatten());
-    if !args.ceiling {
-        out.push("--no-ceiling".into());
+/// The soft-AES child's sweep: this one's userspace rows with soft crypto only, at every
+/// thread count and link condition, without a baseline (this sweep has it) or a VM.
+fn soft_plan(plan: &SweepPlan) -> SweepPlan {
+    SweepPlan {
+        backends: vec![Backend::Userspace],
+        crypto: vec![CryptoChoice::Soft],
+        baseline: false,
+        vm: None,
+        // Rows of xfrm: the child has none.
+        encap: None,
+        pcrypt: false,
+        ..plan.clone()
     }
-    out
 }
 
-/// `command` (this binary with hardware AES masked) made the soft-AES child sweep, writing
-/// its report to `json` and a line per finished cell to stdout.
-fn soft_sweep(mut command: Command, args: &SweepPlan, json: &std::path::Path) -> Command {
-    let threads: Vec<String> = args.threads.iter().map(u16::to_string).collect();
-    let threads = threads.join(",");
+/// A VM guest's sweep: the kernel rows (with `--encap`, `--pcrypt` and SA counts) at the
+/// VM rows' payload, with the guest's own baseline, and no VM inside the VM.
+fn vm_plan(plan: &SweepPlan) -> SweepPlan {
+    SweepPlan {
+        backends: vm_backends(plan),
+        bytes: plan.vm_bytes,
+        vm: None,
+        ..plan.clone()
+    }
+}
+
+/// `command` (this binary with hardware AES masked) made the soft-AES child sweep, reading
+/// its plan from `plan_file`, writing its report to `json` and a line per finished cell to
+/// stdout.
+fn soft_sweep(mut command: Command, plan_file: &Path, json: &Path) -> Command {
     command
-        .args(child_args(args, args.bytes))
-        .args([
-            "--backends",
-            "userspace",
-            "--crypto",
-            "soft",
-            "--threads",
-            threads.as_str(),
-            "--no-baseline",
-            "--report-cells",
-            "--json",
-        ])
+        .arg("matrix")
+        .arg("--plan-file")
+        .arg(plan_file)
+        .args(["--no-progress", "--report-cells", "--json"])
         .arg(json);
     command
 }
@@ -99,8 +90,12 @@ pub(super) async fn soft_child_rows(
         Ok(d) => d,
         Err(e) => return fail(e.to_string()),
     };
+    let plan_file = match crate::child::write_plan(&dir, &soft_plan(args)) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("{:#}", e.error)),
+    };
     let command = match crypto::soft::command() {
-        Ok(c) => soft_sweep(c, args, &dir.join(SOFT_REPORT)),
+        Ok(c) => soft_sweep(c, &plan_file, &dir.join(SOFT_REPORT)),
         Err(e) => return fail(e.to_string()),
     };
     progress.note("userspace [soft] rows in a child process with hardware AES masked");
@@ -252,21 +247,11 @@ async fn vm_sweep(
     let accel = vm::detect_accel(&kernel);
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
     let bytes = args.vm_bytes;
-    let mut guest_args = child_args(args, bytes);
+    let plan_file = crate::child::write_plan(&outdir, &vm_plan(args))?;
     let backends: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
-    guest_args.extend(["--backends".into(), backends.join(",")]);
-    if let Some(model::Encap::EspInUdp { port }) = args.encap {
-        guest_args.extend([
-            "--encap".into(),
-            "udp".into(),
-            "--encap-port".into(),
-            port.to_string(),
-        ]);
-    }
-    guest_args.extend(vm_row_args(args));
     // Its stdout goes nowhere (vm::guest_script): it reports its cells in a shared file.
     let cells_file = outdir.join(CELLS_FILE);
-    guest_args.extend(["--report-cells-file".into(), cells_file.display().to_string()]);
+    let guest_args = vm_sweep_args(&plan_file, &cells_file);
     let modules = format!("{} crypto_user", vm::GUEST_MODULES);
     let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
@@ -324,24 +309,24 @@ async fn vm_sweep(
     Ok(guest)
 }
 
-/// The guest sweep's xfrm rows beyond the drivers': one per `--threads` count (SA pairs)
-/// and `--pcrypt`.
-fn vm_row_args(args: &SweepPlan) -> Vec<String> {
-    let mut out = Vec::new();
-    if args.threads != [1] {
-        let threads: Vec<String> = args.threads.iter().map(u16::to_string).collect();
-        out.extend(["--threads".into(), threads.join(",")]);
-    }
-    if args.pcrypt {
-        out.push("--pcrypt".into());
-    }
-    out
+/// The guest sweep's command line: its plan file, its cells file; [`vm::guest_child`]
+/// adds its `--json`.
+fn vm_sweep_args(plan_file: &Path, cells_file: &Path) -> Vec<String> {
+    vec![
+        "matrix".into(),
+        "--plan-file".into(),
+        plan_file.display().to_string(),
+        "--no-progress".into(),
+        "--report-cells-file".into(),
+        cells_file.display().to_string(),
+    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::plan;
     use super::*;
+    use model::ByteSize;
 
     /// What a watcher was told, in order.
     #[derive(Default)]
@@ -412,16 +397,53 @@ mod tests {
     #[test]
     fn the_vm_sweep_gets_the_counts_and_the_pcrypt_row() {
         let a = plan().validate().unwrap();
-        assert!(vm_row_args(&a).is_empty());
+        let guest = vm_plan(&a);
+        assert_eq!((guest.threads.as_slice(), guest.pcrypt), (&[1][..], false));
         let a = SweepPlan {
             threads: vec![2, 1],
             parallel: 2,
             pcrypt: true,
+            encap: Some(model::Encap::EspInUdp { port: 4600 }),
             ..plan()
         }
         .validate()
         .unwrap();
-        assert_eq!(vm_row_args(&a), ["--threads", "1,2", "--pcrypt"]);
+        let guest = vm_plan(&a);
+        assert_eq!(guest.threads, [1, 2]);
+        assert!(guest.pcrypt);
+        assert_eq!(guest.encap, Some(model::Encap::EspInUdp { port: 4600 }));
+    }
+
+    #[test]
+    fn the_vm_sweep_differs_in_its_backends_payload_and_vm_only() {
+        let a = SweepPlan {
+            vm: Some(String::new()),
+            vm_bytes: ByteSize(2_000_000),
+            netem: vec![None, Some("delay 20ms".parse().unwrap())],
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        let guest = vm_plan(&a);
+        assert_eq!(guest.backends, vm_backends(&a));
+        assert!(guest.backends.contains(&Backend::Xfrm) && guest.backends.contains(&Backend::Strongswan));
+        assert!(!guest.backends.contains(&Backend::Plain) && !guest.backends.contains(&Backend::Userspace));
+        assert_eq!(guest.bytes, ByteSize(2_000_000));
+        assert_eq!(guest.vm, None);
+        // Its own baseline: the (vm) rows' "% of plain" is the guest's.
+        assert!(guest.baseline);
+        assert_eq!(
+            SweepPlan {
+                backends: a.backends.clone(),
+                bytes: a.bytes,
+                vm: a.vm.clone(),
+                ..guest.clone()
+            },
+            a,
+            "everything else is the parent's"
+        );
+        // It validates as the guest will validate it.
+        assert_eq!(guest.clone().validate().unwrap(), guest);
     }
 
     #[test]
@@ -432,47 +454,115 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let c = soft_sweep(Command::new("ipsec-lab"), &a, std::path::Path::new("/tmp/m.json"));
-        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert!(args.join(" ").contains("--threads 1,2,3 "), "{args:?}");
+        assert_eq!(soft_plan(&a).threads, [1, 2, 3]);
     }
 
     #[test]
     fn child_sweeps_get_the_same_sizes() {
         let a = plan().validate().unwrap();
-        let c = child_args(&a, a.bytes);
-        let joined = c.join(" ");
-        assert!(joined.contains("--bytes 4000000 --repeat 2"), "{joined}");
-        assert!(joined.contains("aes-128-cbc,aes-192-cbc"), "{joined}");
-        assert!(!joined.contains("--no-ceiling"), "{joined}");
+        for c in [soft_plan(&a), vm_plan(&a)] {
+            assert_eq!((c.bytes, c.repeat), (ByteSize(4_000_000), 2));
+            assert_eq!(c.suites, a.suites);
+            // AES-128-CBC, AES-192-CBC, ... as the parent's columns.
+            assert!(c.suites.starts_with(&model::CipherSuite::classic_six()[..2]));
+            assert!(c.ceiling);
+        }
         let off = SweepPlan {
             ceiling: false,
             ..plan()
         };
-        assert!(child_args(&off, off.bytes).ends_with(&["--no-ceiling".to_string()]));
+        assert!(!soft_plan(&off).ceiling && !vm_plan(&off).ceiling);
     }
 
     #[test]
     fn the_soft_child_sweeps_only_soft_rows_and_reports_its_cells() {
-        let a = plan().validate().unwrap();
+        let a = SweepPlan {
+            vm: Some(String::new()),
+            crypto: vec![CryptoChoice::Auto, CryptoChoice::Soft],
+            encap: Some(model::Encap::EspInUdp { port: 4500 }),
+            pcrypt: true,
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        let child = soft_plan(&a);
+        assert_eq!(child.backends, [Backend::Userspace]);
+        assert_eq!(child.crypto, [CryptoChoice::Soft]);
+        assert!(!child.baseline);
+        assert_eq!(child.vm, None);
+        assert_eq!((child.encap, child.pcrypt), (None, false));
+        assert_eq!(
+            SweepPlan {
+                backends: a.backends.clone(),
+                crypto: a.crypto.clone(),
+                baseline: a.baseline,
+                vm: a.vm.clone(),
+                encap: a.encap,
+                pcrypt: a.pcrypt,
+                ..child.clone()
+            },
+            a,
+            "everything else is the parent's"
+        );
+        assert_eq!(child.clone().validate().unwrap(), child);
         let c = soft_sweep(
             Command::new("ipsec-lab"),
-            &a,
-            std::path::Path::new("/tmp/d/matrix.json"),
+            Path::new("/tmp/d/plan.json"),
+            Path::new("/tmp/d/matrix.json"),
         );
         let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         let joined = args.join(" ");
         assert!(args.starts_with(&["matrix".to_string()]), "{joined}");
-        assert!(
-            joined.ends_with(
-                "--backends userspace --crypto soft --threads 1 --no-baseline --report-cells --json /tmp/d/matrix.json"
-            ),
-            "{joined}"
+        assert_eq!(
+            joined,
+            "matrix --plan-file /tmp/d/plan.json --no-progress --report-cells --json /tmp/d/matrix.json"
         );
         assert_eq!(
             args.iter().filter(|a| *a == "--no-progress").count(),
             1,
             "{joined}"
+        );
+    }
+
+    #[test]
+    fn the_guest_sweep_reads_its_plan_and_reports_cells_in_the_shared_directory() {
+        let args = vm_sweep_args(Path::new("/tmp/o/plan.json"), Path::new("/tmp/o/cells"));
+        assert_eq!(
+            args.join(" "),
+            "matrix --plan-file /tmp/o/plan.json --no-progress --report-cells-file /tmp/o/cells"
+        );
+    }
+
+    #[test]
+    fn a_childs_plan_file_reads_back_as_the_plan_the_parent_wrote() {
+        let a = SweepPlan {
+            threads: vec![1, 2],
+            parallel: 2,
+            pcrypt: true,
+            encap: Some(model::Encap::EspInUdp { port: 4600 }),
+            family: model::Family::Ipv4,
+            netem: vec![None, Some("delay 20ms loss 0.1%".parse().unwrap())],
+            vm: Some("/boot/vmlinuz-x".into()),
+            seed: 0x18ec_d910_7f28_b6c7,
+            started_unix_s: 1_700_000_000,
+            ..plan()
+        };
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<SweepPlan>(&json).unwrap(), a);
+        let dir = owner::PrivateDir::new("ipl-sweep-plan-test-").unwrap();
+        for child in [soft_plan(&a), vm_plan(&a)] {
+            let path = crate::child::write_plan(&dir, &child).unwrap();
+            assert_eq!(crate::child::read_plan::<SweepPlan>(&path).unwrap(), child);
+        }
+        // What `matrix --plan-file` reads: checked again; a run's plan is no sweep's.
+        let child = vm_plan(&a);
+        let path = crate::child::write_plan(&dir, &child).unwrap();
+        assert_eq!(SweepPlan::read(&path).unwrap(), child.validate().unwrap());
+        let run = model::RunRequest::default().validate().unwrap();
+        let path = crate::child::write_plan(&dir, &run).unwrap();
+        assert_eq!(
+            SweepPlan::read(&path).unwrap_err().kind,
+            crate::error::ExitKind::Usage
         );
     }
 }

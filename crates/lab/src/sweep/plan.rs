@@ -2,12 +2,14 @@
 //! cell's own run plan; everything checked before anything is created.
 
 use model::{Backend, ByteSize, CipherSuite, CryptoChoice, RunPlan, RunRequest};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, LabResult};
 use crate::vm;
 
-/// A validated sweep: what `ipsec-lab matrix` measures.
-#[derive(Debug, Clone)]
+/// A validated sweep: what `ipsec-lab matrix` measures. A child sweep gets its own as JSON
+/// (`matrix --plan-file`, [`SweepPlan::read`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepPlan {
     /// Backends to sweep; the plain baseline is measured whatever this says (unless
     /// `baseline` is off, for the child sweeps a sweep starts itself).
@@ -113,6 +115,12 @@ impl SweepPlan {
         Ok(self)
     }
 
+    /// The plan in `path` (`matrix --plan-file`, written by the parent sweep), checked again
+    /// like one from flags; bad input (exit 2) where it is unreadable or no sweep plan.
+    pub fn read(path: &std::path::Path) -> LabResult<SweepPlan> {
+        crate::child::read_plan::<SweepPlan>(path)?.validate()
+    }
+
     /// A cell's run as a request, checked by [`RunRequest::validate`] like any other.
     pub(super) fn request(
         &self,
@@ -159,20 +167,6 @@ impl SweepPlan {
         Ok(self
             .request(backend, suite, crypto, tunnel_threads, seed)
             .validate()?)
-    }
-
-    /// The conditions as `--netem` takes them back (`none;delay 20ms`), for child sweeps;
-    /// None when the sweep runs on the bare link only.
-    pub(super) fn netem_arg(&self) -> Option<String> {
-        if self.netem.iter().all(Option::is_none) {
-            return None;
-        }
-        let each: Vec<String> = self
-            .netem
-            .iter()
-            .map(|c| c.as_ref().map_or("none".to_string(), |n| n.to_string()))
-            .collect();
-        Some(each.join(";"))
     }
 
     pub(super) fn has(&self, backend: Backend) -> bool {

@@ -400,6 +400,14 @@ impl RunPlan {
         RunPlan { link, ..self.clone() }
     }
 
+    /// This plan placed elsewhere: a VM's guest runs the host's plan in its own namespaces.
+    pub fn with_placement(&self, placement: Placement) -> RunPlan {
+        RunPlan {
+            placement,
+            ..self.clone()
+        }
+    }
+
     /// This plan with another backend part (a sweep's cell variant: ESP in UDP, pcrypt).
     pub fn with_backend(&self, backend: BackendPlan) -> RunPlan {
         RunPlan {
