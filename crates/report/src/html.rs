@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport};
 
+use crate::shared::escape;
 use crate::shared::{
     ceiling_text, cell_for, columns_explained, conditions, fmt_rate, has_ceilings, method,
     no_ceiling_reasons, not_run_reasons, row_and_report_notes, suite_explained, Warnings, CEILING_EXPLAINED,
@@ -22,22 +23,6 @@ const CPU_EXPLAINED: &str = "cpu S/R: the sending and the receiving application,
      over their life, repeats included — beside the applications' figures, not part of them. A \
      single-threaded tunnel near 100 % is at the one-core limit. xfrm encrypts in the kernel, inside \
      the applications' own figures, so it has no tunnel figure.";
-
-/// Escapes text and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 // The chart follows the window's width, but not below where its text stays legible: a
 // narrower window scrolls it, as it does the table.

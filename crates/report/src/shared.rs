@@ -352,3 +352,19 @@ pub fn row_and_report_notes(report: &MatrixReport) -> Vec<String> {
         .chain(report.notes.iter().cloned())
         .collect()
 }
+
+/// Escapes text and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -20,16 +20,10 @@ pub mod run;
 pub mod suite;
 
 pub use measure::single_core_mb_per_s;
-pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError};
+pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError, BLOCK_SIZES, SUBCOMMAND};
 pub use report::{Record, SpeedReport, Units};
 pub use run::{measure, measure_with, no_soft_rows, NoProgress, SpeedProgress};
 pub use suite::{CryptoOp, SpeedSuite};
-
-/// Block sizes of the full table: openssl's, plus 1400 (a tunnel packet).
-pub const BLOCK_SIZES: [usize; 7] = [16, 64, 256, 1024, 1400, 8192, 16384];
-
-/// The subcommand name the binary registers; soft rows re-run it in a child process.
-pub const SUBCOMMAND: &str = "speed";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpeedError {

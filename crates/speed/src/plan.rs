@@ -9,7 +9,12 @@ use crypto::CryptoChoice;
 use model::ByteSize;
 
 use crate::suite::{SpeedSuite, UnknownSuite};
-use crate::{BLOCK_SIZES, SUBCOMMAND};
+
+/// Block sizes of the full table: openssl's, plus 1400 (a tunnel packet).
+pub const BLOCK_SIZES: [usize; 7] = [16, 64, 256, 1024, 1400, 8192, 16384];
+
+/// The subcommand name the binary registers; soft rows re-run it in a child process.
+pub const SUBCOMMAND: &str = "speed";
 
 /// An implementation row of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -82,9 +82,9 @@ pub(super) fn titled_text(t: Type, text: &str, tooltip: &str, (x, y): (i32, i32)
     format!(
         "<g class=\"warning\"><title>{}</title><text x=\"{x}\" y=\"{y}\" dy=\"0.5ex\" text-anchor=\"start\" \
          font-family=\"sans-serif\" font-size=\"{}\" fill=\"#{r:02X}{g:02X}{b:02X}\"{weight}>{}</text></g>\n",
-        crate::html::escape(tooltip),
+        crate::shared::escape(tooltip),
         t.px,
-        crate::html::escape(text)
+        crate::shared::escape(text)
     )
 }
 

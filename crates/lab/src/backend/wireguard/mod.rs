@@ -24,12 +24,14 @@
 //! wireguard-go also `program` (the binary's path, `--version`, package, note).
 
 pub mod boring;
+mod evidence;
 pub mod go;
 pub mod kernel;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+pub use evidence::local_evidence;
 pub use model::evidence::{WireguardEnd, WireguardEvidence};
 use model::RunPlan;
 use wgnl::{AllowedIp, DeviceConfig, KeyPair, PeerConfig, PeerStats};
@@ -177,26 +179,6 @@ pub fn new_evidence(plan: &RunPlan, implementation: String, ends: [WireguardEnd;
         ends: ends.into_iter().map(|e| (e.side.clone(), e)).collect(),
         program: None,
     }
-}
-
-/// Both ends' evidence as one local run's.
-pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> WireguardEvidence {
-    if plan.backend() == model::Backend::WireguardGo {
-        // The binary the ends were started from: the lab's build wins wherever it is.
-        let program = go::GoBinary::find();
-        let implementation = program.as_ref().map_or_else(
-            || "wireguard-go (binary not found after the run)".into(),
-            model::evidence::GoProgram::implementation,
-        );
-        let mut evidence = new_evidence(plan, implementation, [a, b]);
-        evidence.program = program;
-        return evidence;
-    }
-    let implementation = match plan.backend() {
-        model::Backend::Boringtun => boring::implementation(),
-        _ => kernel::implementation(),
-    };
-    new_evidence(plan, implementation, [a, b])
 }
 
 #[cfg(test)]
