@@ -7,15 +7,16 @@
 //!   [`backend::Site`] from the run's [`backend::RunSecrets`]; a local run starts two, a
 //!   two-host run one on each host. One module per backend (`xfrm`, `userspace`,
 //!   `openvpn`, `strongswan`, `wireguard` with its kernel, wireguard-go and boringtun ends;
-//!   plain needs none), each with its preflight and its evidence.
+//!   plain needs none), each with its preflight and its evidence. What a backend can do
+//!   (suites, placements, options, whose CPU, the ceiling's source) is not written here but
+//!   read from its `model::backend::Description`; its evidence types are `model::evidence`'s.
 //! * [`ceiling`]: each tunnel row's crypto ceiling, timed after its transfers with the
 //!   implementation it used, at the packet size it sent.
-//! * [`evidence`]: what the backends show happened, typed; serialised into the report's
-//!   `backend_details`, summarised by its own `lines()`.
 //! * [`session`]: one verified transfer's configuration, idle timeout and record.
 //! * [`flow`]: the data of one local transfer, one way or both (`--reverse`, `--bidir`),
 //!   of a size or timed (`--time`), reported per interval (`--interval`, `--omit`), with
-//!   the tunnel's own CPU per interval ([`tunnel_cpu`]).
+//!   the tunnel's own CPU per interval ([`tunnel_cpu`]); [`flow::Bench`] is what a local
+//!   run's steps share (the topology, the cancellation, the progress watcher).
 //! * [`local`]: a run between two namespaces of this host (`ipsec-lab run`).
 //! * [`remote`]: two-host runs: the [`remote::client`] (`run --peer`) and the
 //!   [`remote::server`] (`serve`, its shutdown handed in as a future), with what both
@@ -24,10 +25,12 @@
 //!   AES, the VM).
 //! * [`speed`]: `ipsec-lab speed`'s rows timed elsewhere (soft AES in a child, the kernel's
 //!   in a VM); the measuring is crate `speed`'s.
-//! * [`vm`]: a virtme-ng guest booting a stock kernel, running this binary again.
+//! * [`vm`]: a virtme-ng guest booting a stock kernel, running this binary again on the
+//!   plan it is handed as a file (`run --plan-file`).
 //! * [`child`]: the one way to run this binary elsewhere (a child with hardware AES
-//!   masked, a VM guest) and read its report back: recorded for `clean`, Ctrl-C passed on,
-//!   a timeout, one mapping of its exit code.
+//!   masked, a VM guest) and read its report back: its validated plan written as JSON for
+//!   it (never re-assembled arguments), recorded for `clean`, Ctrl-C passed on, a timeout,
+//!   one mapping of its exit code.
 //! * [`netem`]: `--netem`, WAN conditions on the lab's link (both veth ends), read back and
 //!   its round trip measured.
 //! * [`reference`]: iperf3 over the lab's own data path.
