@@ -99,33 +99,25 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
             None,
         ));
     }
-    if args.has(Backend::Xfrm) && args.vm.is_none() {
-        rows.extend(xfrm_rows(args).await);
-    }
-    if args.has(Backend::Userspace) {
-        for c in &args.crypto {
-            for t in &args.threads {
-                let mut row = local(Backend::Userspace, RowVariant::Crypto(*c), *c, None);
-                row.key = row.key.with_threads(*t);
-                rows.push(row);
-            }
+    for backend in Backend::ALL.into_iter().filter(|b| *b != Backend::Plain && args.has(*b)) {
+        // With --vm the rows of what needs the kernel come from the VM.
+        if backend.describe().kernel.is_some() && args.vm.is_some() {
+            continue;
         }
-    }
-    if args.has(Backend::Openvpn) {
-        rows.push(local(
-            Backend::Openvpn,
-            RowVariant::Default,
-            CryptoChoice::Auto,
-            None,
-        ));
-    }
-    if args.has(Backend::Strongswan) && args.vm.is_none() {
-        rows.push(strongswan_row(args).await);
-    }
-    // With --vm the kernel's WireGuard row comes from the VM, like xfrm's.
-    for b in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
-        if args.has(b) && (b.describe().kernel.is_none() || args.vm.is_none()) {
-            rows.push(local(b, RowVariant::Default, CryptoChoice::Auto, None));
+        match backend {
+            Backend::Xfrm => rows.extend(xfrm_rows(args).await),
+            Backend::Userspace => {
+                for c in &args.crypto {
+                    for t in &args.threads {
+                        let mut row = local(Backend::Userspace, RowVariant::Crypto(*c), *c, None);
+                        row.key = row.key.with_threads(*t);
+                        rows.push(row);
+                    }
+                }
+            }
+            Backend::Strongswan => rows.push(strongswan_row(args).await),
+            // Every other backend: one row, its suites' cells.
+            other => rows.push(local(other, RowVariant::Default, CryptoChoice::Auto, None)),
         }
     }
     rows.extend(threadless_rows(args));
