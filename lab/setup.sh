@@ -14,6 +14,7 @@ packages=(
   wireguard-tools   # wg(8): captures the WireGuard fixtures (tests/fixtures/wireguard)
   util-linux        # setpriv: run the binary without capabilities in tests
   strace            # captures iproute2's netlink requests for fixtures
+  user-mode-linux   # the kernel lab at native speed: kernel ESP as a process, no KVM needed
   qemu-system-x86   # the VM lab: a stock kernel with ESP under virtme-ng
   linux-image-amd64
   busybox-static

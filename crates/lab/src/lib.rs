@@ -61,6 +61,7 @@ pub mod signal;
 pub mod speed;
 pub mod sweep;
 pub mod tunnel_cpu;
+pub mod uml;
 pub mod vm;
 
 pub use error::{require_net_admin, ExitKind, LabError, LabResult};

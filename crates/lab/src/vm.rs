@@ -315,6 +315,12 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
 /// vng would split into extra arguments. Bad input whatever is installed, so checked before
 /// anything else.
 pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
+    if kernel_arg.is_some_and(|k| k.split(',').any(|k| k.trim() == "uml")) {
+        return Err(LabError::usage(anyhow::anyhow!(
+            "--vm uml is offered for `ipsec-lab run` so far; for matrix and speed use --vm (the stock \
+             kernel), or run each cell with `ipsec-lab run --vm uml`"
+        )));
+    }
     if let Some(kernel) = kernel_arg
         .filter(|k| !k.is_empty() && *k != AUTO)
         .map(kernel_image)
@@ -414,6 +420,21 @@ fn exec_in_guest_dir<T: DeserializeOwned>(
     })
 }
 
+/// Whether `plan` runs in user-mode Linux: `--vm uml`, or `--vm auto` where KVM cannot boot
+/// the stock kernel (so it would be emulated) and UML carries the backend (ESP, not
+/// WireGuard) and is installed.
+fn uml_chosen(plan: &RunPlan) -> bool {
+    match plan.vm() {
+        Some(model::VmKernel::Uml) => true,
+        Some(model::VmKernel::Auto) => {
+            let uml_carries = plan.backend().describe().kernel != Some(model::backend::KernelNeed::Wireguard);
+            let kvm = resolve_kernel(None).is_ok_and(|k| detect_accel(&k) == Accel::Kvm);
+            uml_carries && !kvm && crate::uml::UmlKernel::installed().is_some()
+        }
+        _ => false,
+    }
+}
+
 /// Whether `plan` runs in the VM: `--vm KERNEL` always, `--vm auto` where this kernel
 /// cannot run what the backend needs of it (ESP for xfrm and strongswan, WireGuard).
 pub fn wanted(plan: &RunPlan) -> bool {
@@ -435,6 +456,9 @@ pub fn wanted(plan: &RunPlan) -> bool {
 /// Runs `plan` in a guest ([`guest_plan`], handed over as a plan file) and returns the
 /// report it wrote.
 pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
+    if uml_chosen(plan) {
+        return crate::uml::run_in_uml(plan);
+    }
     let kernel_arg = plan.vm().and_then(model::VmKernel::image).map(str::to_string);
     let kernel = resolve_kernel(kernel_arg.as_deref())?;
     let accel = detect_accel(&kernel);

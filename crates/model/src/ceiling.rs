@@ -159,6 +159,13 @@ pub fn percent(part: f64, whole: f64) -> Option<f64> {
     (part.is_finite() && whole.is_finite() && part >= 0.0 && whole > 0.0).then(|| part / whole * 100.0)
 }
 
+/// `part` as a share of an upper bound, or None where `part` exceeds it: then the figure is
+/// no bound (AF_ALG's system calls cost more than the kernel's own data path, in UML most of
+/// all), and a share above 100 % would say something false.
+pub fn share_of_bound(part: f64, bound: f64) -> Option<f64> {
+    percent(part, bound).filter(|p| *p <= 100.0)
+}
+
 /// "67 %" or "—", as tables print a share.
 pub fn fmt_percent(p: Option<f64>) -> String {
     match p {
@@ -200,30 +207,50 @@ pub struct RunCeiling {
     pub percent_of_ceiling: Option<f64>,
     /// The run's median MB/s over the line rate, in percent.
     pub percent_of_line_rate: Option<f64>,
+    /// The run's median MB/s the shares are of (reports before it existed: 0).
+    #[serde(default)]
+    pub mb_per_s: f64,
 }
 
 impl RunCeiling {
     /// The shares of `mb_per_s` (the run's median) computed from the two denominators.
     pub fn new(mb_per_s: f64, crypto: Ceiling, line_rate: LineRate) -> RunCeiling {
         RunCeiling {
-            percent_of_ceiling: crypto.mb_per_s().and_then(|c| percent(mb_per_s, c)),
-            percent_of_line_rate: line_rate.mb_per_s().and_then(|l| percent(mb_per_s, l)),
+            percent_of_ceiling: crypto.mb_per_s().and_then(|c| share_of_bound(mb_per_s, c)),
+            percent_of_line_rate: line_rate.mb_per_s().and_then(|l| share_of_bound(mb_per_s, l)),
             crypto,
             line_rate,
+            mb_per_s,
         }
     }
 
     /// "reaches 67 % of what its crypto allows and 20 % of the link", with "—" and the
     /// reason where a denominator is missing.
     pub fn sentence(&self) -> String {
-        let crypto = match (self.percent_of_ceiling, self.crypto.reason()) {
-            (Some(p), _) => format!("{} of what its crypto allows", fmt_percent(Some(p))),
-            (None, Some(why)) => format!("— of its crypto (no ceiling: {why})"),
-            (None, None) => "— of its crypto (no share)".to_string(),
+        let above = |bound: f64| {
+            format!(
+                "the run's {:.1} MB/s is above the {bound:.1} MB/s timed, so that is no upper bound here",
+                self.mb_per_s
+            )
+        };
+        let crypto = match (
+            self.percent_of_ceiling,
+            self.crypto.reason(),
+            self.crypto.mb_per_s(),
+        ) {
+            (Some(p), _, _) => format!("{} of what its crypto allows", fmt_percent(Some(p))),
+            (None, Some(why), _) => format!("— of its crypto (no ceiling: {why})"),
+            (None, None, Some(c)) if c > 0.0 && self.mb_per_s > c => {
+                format!("— of its crypto ({})", above(c))
+            }
+            (None, None, _) => "— of its crypto (no share)".to_string(),
         };
         let link = match (self.percent_of_line_rate, &self.line_rate) {
             (Some(p), _) => format!("{} of the link", fmt_percent(Some(p))),
             (None, LineRate::None { reason }) => format!("— of the link ({reason})"),
+            (None, LineRate::Measured { mb_per_s, .. }) if *mb_per_s > 0.0 && self.mb_per_s > *mb_per_s => {
+                format!("— of the link ({})", above(*mb_per_s))
+            }
             (None, LineRate::Measured { .. }) => "— of the link (no share)".to_string(),
         };
         format!("this tunnel reaches {crypto} and {link}")
@@ -253,6 +280,35 @@ mod tests {
         assert!(CryptoSpeed::new("x".into(), "s".into(), 0.0, 450.0).is_none());
         assert!(CryptoSpeed::new("x".into(), "s".into(), f64::INFINITY, 450.0).is_none());
         assert!(CryptoSpeed::new("x".into(), "s".into(), 500.0, f64::NAN).is_none());
+    }
+
+    #[test]
+    fn a_ceiling_the_run_exceeds_gives_no_share_and_says_why() {
+        let r = RunCeiling::new(39.4, measured(18.8, 16.1), LineRate::None { reason: "x".into() });
+        assert_eq!(r.percent_of_ceiling, None);
+        let s = r.sentence();
+        assert!(
+            s.contains("the run's 39.4 MB/s is above the 16.1 MB/s timed"),
+            "{s}"
+        );
+        let fast = RunCeiling::new(
+            700.0,
+            measured(2000.0, 2000.0),
+            LineRate::Measured {
+                mb_per_s: 650.0,
+                transfers: 1,
+            },
+        );
+        assert_eq!(
+            (fast.percent_of_ceiling, fast.percent_of_line_rate),
+            (Some(35.0), None)
+        );
+        assert!(
+            fast.sentence()
+                .contains("— of the link (the run's 700.0 MB/s is above"),
+            "{}",
+            fast.sentence()
+        );
     }
 
     #[test]

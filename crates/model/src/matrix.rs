@@ -341,7 +341,7 @@ impl MatrixReport {
                         .ceiling
                         .as_ref()
                         .and_then(|c| c.mb_per_s())
-                        .and_then(|c| crate::ceiling::percent(m.mb_per_s.median, c));
+                        .and_then(|c| crate::ceiling::share_of_bound(m.mb_per_s.median, c));
                 }
             }
         }

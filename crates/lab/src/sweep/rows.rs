@@ -99,7 +99,10 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
             None,
         ));
     }
-    for backend in Backend::ALL.into_iter().filter(|b| *b != Backend::Plain && args.has(*b)) {
+    for backend in Backend::ALL
+        .into_iter()
+        .filter(|b| *b != Backend::Plain && args.has(*b))
+    {
         // With --vm the rows of what needs the kernel come from the VM.
         if backend.describe().kernel.is_some() && args.vm.is_some() {
             continue;

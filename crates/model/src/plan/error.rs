@@ -44,6 +44,8 @@ pub enum PlanError {
     NoChaCha(Backend),
     #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
     Peer(String),
+    #[error("--vm uml cannot run the {0} backend: Debian's user-mode-linux kernel has no WireGuard module; use --vm (the stock kernel) for it")]
+    UmlBackend(Backend),
     #[error("--peer and --vm do not go together: with --peer each end runs on its own host's kernel, not in a VM; where this host's kernel has no ESP, use --backend userspace between the hosts, or boot a kernel with ESP (Debian's linux-image-amd64 has it)")]
     PeerWithVm,
     #[error("the {0} backend does not run between two hosts yet: use --backend {list} with --peer", list = Backend::two_host_names())]

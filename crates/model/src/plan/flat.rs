@@ -68,6 +68,7 @@ impl From<RunPlan> for FlatPlan {
             VmKernel::Stock => None,
             VmKernel::Image(k) => Some(k.clone()),
             VmKernel::Auto => Some("auto".to_string()),
+            VmKernel::Uml => Some("uml".to_string()),
         });
         FlatPlan {
             backend: p.backend(),

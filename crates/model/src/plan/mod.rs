@@ -153,14 +153,18 @@ pub enum Placement {
     Peer(Peer),
 }
 
-/// Which kernel a VM run boots (`--vm`, `--vm KERNEL`, `--vm auto`).
+/// Which kernel a VM run boots (`--vm`, `--vm KERNEL`, `--vm uml`, `--vm auto`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VmKernel {
-    /// The stock kernel the lab installs.
+    /// The stock kernel the lab installs, under virtme-ng (KVM, or TCG emulation).
     Stock,
-    /// This kernel image.
+    /// This kernel image, under virtme-ng.
     Image(String),
-    /// The VM only where this host's kernel lacks what the backend needs.
+    /// User-mode Linux: Debian's `linux.uml`, a kernel that runs as an ordinary process at
+    /// native speed, with no KVM and no emulation (one CPU, generic C crypto only).
+    Uml,
+    /// A kernel other than this host's only where this one lacks what the backend needs:
+    /// KVM's stock kernel where KVM boots it, else UML for what UML carries, else TCG.
     Auto,
 }
 
@@ -170,6 +174,7 @@ impl VmKernel {
         match kernel {
             None => VmKernel::Stock,
             Some(k) if k == "auto" => VmKernel::Auto,
+            Some(k) if k == "uml" => VmKernel::Uml,
             Some(k) => VmKernel::Image(k),
         }
     }
@@ -178,7 +183,7 @@ impl VmKernel {
     pub fn image(&self) -> Option<&str> {
         match self {
             VmKernel::Image(k) => Some(k),
-            VmKernel::Stock | VmKernel::Auto => None,
+            VmKernel::Stock | VmKernel::Uml | VmKernel::Auto => None,
         }
     }
 }

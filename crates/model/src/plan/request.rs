@@ -5,7 +5,7 @@ use super::{
     BackendPlan, CryptoChoice, IpsecMode, Link, Peer, Placement, PlanError, RunPlan, UserspacePlan, VmKernel,
     Workload, XfrmPlan,
 };
-use crate::backend::{Backend, OwnOptions, Suites};
+use crate::backend::{Backend, KernelNeed, OwnOptions, Suites};
 use crate::encap::{Encap, EncapKind};
 use crate::family::{Family, MIN_IPV6_MTU};
 use crate::modes::{ModesRequest, RunContext};
@@ -144,7 +144,14 @@ impl RunRequest {
                 }
                 Placement::Peer(peer.clone())
             }
-            (None, Some(kernel)) => Placement::Vm(VmKernel::from_arg(kernel.clone())),
+            (None, Some(kernel)) => {
+                let kernel = VmKernel::from_arg(kernel.clone());
+                // UML has no WireGuard module; its ESP, TUN and namespaces carry the rest.
+                if kernel == VmKernel::Uml && description.kernel == Some(KernelNeed::Wireguard) {
+                    return Err(PlanError::UmlBackend(self.backend));
+                }
+                Placement::Vm(kernel)
+            }
             (None, None) => Placement::Local,
         };
         let backend = match description.options {
