@@ -2,6 +2,7 @@
 //! transfers → report → teardown.
 
 use model::ceiling::{LineRate, RunCeiling};
+use model::evidence::{EndEvidence, Evidence};
 use model::{Environment, RunPlan, RunReport};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
@@ -12,7 +13,6 @@ use crate::error::{LabError, LabResult};
 use crate::flow::{self, Bench};
 use crate::progress::Progress;
 use crate::reference;
-use model::evidence::{EndEvidence, Evidence};
 
 /// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
 pub fn host_has_esp() -> bool {

@@ -24,10 +24,10 @@ pub mod xfrm;
 use control::RunKeys;
 use model::{Backend, RunPlan};
 
+use model::evidence::EndEvidence;
 pub use site::{data_addr, Hosts, Side, Site};
 
 use crate::error::{LabError, LabResult};
-use model::evidence::EndEvidence;
 
 /// What both ends of a run share, made once per run.
 pub struct RunSecrets {

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use model::evidence::{OpenvpnEvidence, OpenvpnProcess};
 use model::{CipherSuite, Hmac, KeyBits, RunPlan};
 use netns::Namespace;
 use procstat::CpuTime;
@@ -27,7 +28,6 @@ use tunnel_proto::{KeyDirection, StaticKey};
 use super::daemon;
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
-use model::evidence::{OpenvpnEvidence, OpenvpnProcess};
 
 const PORT: u16 = 1194;
 const READY_TIMEOUT: Duration = Duration::from_secs(15);

@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 
 use control::{KeyMaterial, RunKeys};
 use crypto::{AeadAlgorithm, Implementation};
+use model::evidence::{
+    CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
+};
 use model::{CipherSuite, Hmac, RunPlan};
 use procstat::CpuTime;
 use tunnel::{inner_mtu_over, Batching, MultiQueue, TunnelConfig, TunnelStats};
@@ -33,9 +36,6 @@ use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN
 
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
-use model::evidence::{
-    CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
-};
 
 /// UDP port of the tunnel on both outer addresses (OpenVPN's registered port).
 pub const TUNNEL_PORT: u16 = 1194;

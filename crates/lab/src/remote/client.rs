@@ -6,6 +6,7 @@ use std::path::Path;
 
 use control::text::untrusted;
 use control::{Channel, ControlError, Message, Psk};
+use model::evidence::{EndEvidence, Evidence, TunnelPair, TwoHostsPath};
 use model::{Backend, CryptoChoice, Environment, Family, Link, RunPlan, RunReport, Transfer};
 use netns::Namespace;
 use tokio::net::TcpStream;
@@ -16,7 +17,6 @@ use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{ExitKind, LabError, LabResult};
 use crate::session::{self, IDLE_TIMEOUT};
-use model::evidence::{EndEvidence, Evidence, TunnelPair, TwoHostsPath};
 
 fn unexpected(got: &Message, waiting_for: &str) -> LabError {
     match got {

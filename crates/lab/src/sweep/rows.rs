@@ -7,6 +7,7 @@
 //! ([`super::children`]).
 
 use model::backend::Threads;
+use model::evidence::Evidence;
 use model::matrix::{Cell, CellOutcome, Measurement, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST};
 use model::{Backend, CipherSuite, CryptoChoice, RunReport, RunRequest, Summary};
 use netns::{Topology, TopologySpec};
@@ -18,7 +19,6 @@ use crate::backend;
 use crate::backend::xfrm::ShowKeys;
 use crate::error::ExitKind;
 use crate::progress::Progress;
-use model::evidence::Evidence;
 use xfrm::driver::{cbc_aes_drivers, esp_served_by, pin_cbc_aes_driver};
 
 #[derive(Debug, Clone)]

@@ -22,6 +22,7 @@ mod negotiated;
 
 use std::time::{Duration, Instant};
 
+use model::evidence::{Algorithm, StrongswanEvidence};
 use model::RunPlan;
 use netns::Topology;
 use xfrm::{AuthTrunc, Protection, XfrmHandle};
@@ -31,7 +32,6 @@ use super::site::{Hosts, Side, Site};
 use crate::error::{LabError, LabResult};
 use charon::{failed, find_program, Charon};
 use config::{Paths, Peer, CONN, IKE_PROPOSAL};
-use model::evidence::{Algorithm, StrongswanEvidence};
 
 const INSTALL: &str = "strongSwan is not installed: install it with \
      `apt-get install charon-systemd strongswan-swanctl` (Debian/Ubuntu; lab/setup.sh does)";

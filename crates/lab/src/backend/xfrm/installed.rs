@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
+use model::evidence::SaEvidence;
 use xfrm::{IpProto, PolicyDirection, PolicyId, SaId, TrafficSelector, XfrmError, XfrmHandle};
 
 use super::set::SaSet;
 use crate::backend::site::Side;
 use crate::error::{LabError, LabResult};
-use model::evidence::SaEvidence;
 
 /// One end's kernel objects. Dropping it removes them.
 pub struct Installed {

@@ -35,12 +35,12 @@ use netns::Topology;
 use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, UdpEncap, XfrmHandle};
 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
+use model::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
 pub use pcrypt::PcryptGuard;
 pub use set::{SaPair, SaSet};
 
 use super::site::{data_addr, Side, Site};
 use crate::error::{LabError, LabResult};
-use model::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
 
 /// Whether `--show-keys` asked to print the SAs with their keys (never printed otherwise).
 #[derive(Debug, Clone, Copy, Default)]

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
+use model::evidence::PcryptEvidence;
 use xfrm::crypto_user::{CryptoUser, Instantiated};
 use xfrm::pcrypt;
 
 use crate::error::{LabError, LabResult};
-use model::evidence::PcryptEvidence;
 
 /// How long removal waits for the kernel to free the deleted SAs' transforms (a work
 /// queue; slow under TCG emulation).
