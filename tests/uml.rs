@@ -114,3 +114,35 @@ fn what_user_mode_linux_cannot_carry_is_refused_before_it_boots() {
         text(&run.out)
     );
 }
+
+/// A checkout under /tmp (as CI's fresh clone may be) must still reach the guest: the guest
+/// mounts its own tmpfs over /tmp, so it takes the binary from its own directory.
+#[test]
+fn a_binary_under_tmp_runs_in_user_mode_linux() {
+    let test = "a_binary_under_tmp_runs_in_user_mode_linux";
+    if !uml_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let exe = dir.path().join("ipsec-lab");
+    std::fs::copy(env!("CARGO_BIN_EXE_ipsec-lab"), &exe).unwrap();
+    let out = std::process::Command::new(&exe)
+        .args([
+            "run",
+            "--vm",
+            "uml",
+            "--backend",
+            "plain",
+            "--bytes",
+            "5MB",
+            "--no-progress",
+            "--json",
+            "-",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["transfers"][0]["verified"], true, "{r}");
+}

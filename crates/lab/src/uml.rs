@@ -43,6 +43,9 @@ const RC_FILE: &str = "rc";
 const INIT_FILE: &str = "init.sh";
 /// Where the guest mounts the run's private directory.
 const GUEST_DIR: &str = "/run/ipsec-lab-uml";
+/// Where the guest mounts this binary's directory, read-only: its own path may lie under
+/// /tmp (a checkout there), which the guest's tmpfs hides.
+const GUEST_BIN: &str = "/run/ipsec-lab-uml-bin";
 
 /// The installed UML kernel: its binary and the release its modules are for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,10 +87,15 @@ impl UmlKernel {
 }
 
 /// The guest's init: its own /proc, /sys, /dev, /run and /tmp; the package's modules at
-/// /lib/modules/RELEASE; the run's directory read-write; then the run, its exit code, halt.
+/// /lib/modules/RELEASE; the run's directory read-write and this binary's read-only; then
+/// the run, its exit code, halt.
 pub fn init_script(kernel: &UmlKernel, outdir: &Path, exe: &Path, args: &[String]) -> String {
     let q = |s: &str| sh_quote(s);
-    let mut run = vec![q(&exe.display().to_string())];
+    let exe_dir = exe.parent().unwrap_or(Path::new("/"));
+    let exe_name = exe
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut run = vec![format!("{GUEST_BIN}/{}", q(&exe_name))];
     run.extend(args.iter().map(|a| q(a)));
     format!(
         "#!/bin/sh\n\
@@ -97,8 +105,9 @@ pub fn init_script(kernel: &UmlKernel, outdir: &Path, exe: &Path, args: &[String
          mount -t devtmpfs dev /dev\n\
          mount -t tmpfs run /run\n\
          mount -t tmpfs tmp /tmp\n\
-         mkdir -p {guest} /run/netns\n\
+         mkdir -p {guest} {bin} /run/netns\n\
          mount -t hostfs host {guest} -o {outdir}\n\
+         mount -r -t hostfs host {bin} -o {exe_dir}\n\
          mount -t tmpfs modules /lib/modules\n\
          mkdir -p /lib/modules/{release}\n\
          mount --bind {modules}/{release} /lib/modules/{release}\n\
@@ -107,6 +116,8 @@ pub fn init_script(kernel: &UmlKernel, outdir: &Path, exe: &Path, args: &[String
          echo $? > {guest}/{rc}\n\
          halt -f\n",
         guest = GUEST_DIR,
+        bin = GUEST_BIN,
+        exe_dir = q(&exe_dir.display().to_string()),
         release = kernel.release,
         outdir = q(&outdir.display().to_string()),
         modules = MODULES,
@@ -126,7 +137,7 @@ pub fn command(kernel: &UmlKernel, init: &Path) -> Command {
         "rootfstype=hostfs",
         "rootflags=/",
         "ro",
-        // Its console goes to the child's output (stderr), nothing reads a terminal.
+        // Its console goes to its stdout, which the lab discards; nothing reads a terminal.
         "con=null",
         "con0=null,fd:1",
     ]);
@@ -235,7 +246,7 @@ mod tests {
         let s = init_script(
             &kernel,
             Path::new("/tmp/ipsec-lab-uml-x"),
-            Path::new("/usr/bin/ipsec-lab"),
+            Path::new("/tmp/checkout/target/debug/ipsec-lab"),
             &[
                 "run".into(),
                 "--plan-file".into(),
@@ -246,7 +257,9 @@ mod tests {
             "mount -t devtmpfs dev /dev",
             "mount -t hostfs host /run/ipsec-lab-uml -o '/tmp/ipsec-lab-uml-x'",
             "mount --bind /usr/lib/uml/modules/6.1.176 /lib/modules/6.1.176",
-            "'/usr/bin/ipsec-lab' 'run' '--plan-file' '/run/ipsec-lab-uml/plan.json'",
+            // The binary from its own directory, which may be under the guest's /tmp.
+            "mount -r -t hostfs host /run/ipsec-lab-uml-bin -o '/tmp/checkout/target/debug'",
+            "/run/ipsec-lab-uml-bin/'ipsec-lab' 'run' '--plan-file' '/run/ipsec-lab-uml/plan.json'",
             "echo $? > /run/ipsec-lab-uml/rc",
             "halt -f",
         ] {
