@@ -1,7 +1,7 @@
 //! A validated sweep: which backends, suites and implementations, how much data, and each
 //! cell's own run plan; everything checked before anything is created.
 
-use model::{Backend, ByteSize, CipherSuite, CryptoChoice, RunPlan, RunRequest};
+use model::{Backend, ByteSize, CipherSuite, CryptoChoice, RunRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, LabResult};
@@ -92,7 +92,8 @@ impl SweepPlan {
                     if *b == Backend::Xfrm && *t > self.parallel {
                         continue;
                     }
-                    self.plan(*b, *s, CryptoChoice::Auto, *t, self.seed)?;
+                    self.request(*b, *s, CryptoChoice::Auto, *t, self.seed)
+                        .validate()?;
                 }
             }
         }
@@ -154,19 +155,6 @@ impl SweepPlan {
             family: self.family,
             ..Default::default()
         }
-    }
-
-    pub(super) fn plan(
-        &self,
-        backend: Backend,
-        suite: CipherSuite,
-        crypto: CryptoChoice,
-        tunnel_threads: u16,
-        seed: u64,
-    ) -> LabResult<RunPlan> {
-        Ok(self
-            .request(backend, suite, crypto, tunnel_threads, seed)
-            .validate()?)
     }
 
     pub(super) fn has(&self, backend: Backend) -> bool {

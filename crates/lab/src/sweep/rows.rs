@@ -161,10 +161,11 @@ fn threadless_rows(args: &SweepPlan) -> Vec<PlannedRow> {
 /// The strongswan row on this kernel, or why it cannot run (strongSwan missing, no ESP).
 async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
     let backend = Backend::Strongswan;
-    let probe = args
-        .suites
-        .first()
-        .and_then(|s| args.plan(backend, *s, CryptoChoice::Auto, 1, 0).ok());
+    let probe = args.suites.first().and_then(|s| {
+        args.request(backend, *s, CryptoChoice::Auto, 1, 0)
+            .validate()
+            .ok()
+    });
     let refused = match probe {
         Some(plan) => backend::preflight(&plan).await.err().map(|e| format!("{e:#}")),
         None => None,
@@ -188,7 +189,11 @@ async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
 async fn xfrm_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     let key = |variant| RowKey::new(Backend::Xfrm, variant, HOST);
     let probe_suite = args.suites.first().copied();
-    let probe_plan = probe_suite.and_then(|s| args.plan(Backend::Xfrm, s, CryptoChoice::Auto, 1, 0).ok());
+    let probe_plan = probe_suite.and_then(|s| {
+        args.request(Backend::Xfrm, s, CryptoChoice::Auto, 1, 0)
+            .validate()
+            .ok()
+    });
     if let Some(plan) = probe_plan {
         if let Err(e) = backend::preflight(&plan).await {
             let reason = format!("{e:#}");
