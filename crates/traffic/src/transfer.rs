@@ -807,10 +807,15 @@ mod tests {
     /// under its stream's name while the transfer is under way, and counted in the result.
     /// (Other tests of this binary run beside it with at most 3 streams: their names fall
     /// inside these; whether the threads are gone after is not asked for the same reason,
-    /// and `send`/`run` join every one of them before they return.)
+    /// and `send`/`run` join every one of them before they return.) The streams are timed,
+    /// so each thread lives a whole second: a sized stream of a few MB ended in
+    /// milliseconds and a watcher starved on a loaded machine missed it (CI, stop 30).
     #[test]
     fn each_stream_has_a_thread_of_its_own_on_both_sides() {
-        let cfg = config(24_000_000, 4);
+        let cfg = TransferConfig {
+            duration: Some(Duration::from_secs(1)),
+            ..config(0, 4)
+        };
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let watcher = {
             let done = done.clone();
@@ -831,7 +836,8 @@ mod tests {
         done.store(true, Ordering::Relaxed);
         let (send_names, recv_names) = watcher.join().unwrap();
         let received = received.unwrap();
-        assert_eq!((received.bytes, sent.bytes), (24_000_000, 24_000_000));
+        assert!(sent.bytes > 0);
+        assert_eq!(received.bytes, sent.bytes);
         assert_eq!((received.threads, sent.threads), (4, 4));
         let want = |side| {
             (0..4)
