@@ -46,7 +46,8 @@ pub struct MatrixArgs {
     /// Payload of each transfer, e.g. 100MB, 4MB; at least 1MB.
     #[arg(long, default_value = "100MB")]
     pub bytes: ByteSize,
-    /// Payload of each transfer in the VM rows [default: --bytes]: TCG moves a few MB/s.
+    /// Payload of each transfer in the VM rows [default: --bytes]: TCG moves a few MB/s,
+    /// user-mode Linux tens of MB/s.
     #[arg(long, value_name = "SIZE", requires = "vm")]
     pub vm_bytes: Option<ByteSize>,
     /// Transfers per cell (median, min–max).
@@ -60,9 +61,12 @@ pub struct MatrixArgs {
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
     /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image, or
-    /// a release with an image in /boot): one boot for all of them. Several kernels,
-    /// comma-separated, boot one after the other: each kernel's rows are labelled with its
-    /// uname -r, and `compare --kernels A,B` puts them side by side.
+    /// a release with an image in /boot), or in user-mode Linux (`uml`: native speed, one
+    /// CPU, the generic C drivers, no WireGuard; rows labelled `(uml)`): one boot for all of
+    /// them. Several kernels, comma-separated, boot one after the other (`uml,auto`: UML's
+    /// driver rows and the stock kernel's AES-NI and WireGuard rows in one table); stock
+    /// kernels' rows are then labelled with their uname -r, and `compare --kernels A,B` puts
+    /// them side by side.
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",
           value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,

@@ -27,7 +27,16 @@ pub fn measure(plan: &SpeedPlan, progress: &mut dyn SpeedProgress) -> LabResult<
 /// with every kernel's release.
 fn kernel_rows_in_vms(plan: &SpeedPlan, kernel_arg: Option<&str>) -> LabResult<SpeedReport> {
     // Every kernel is found before the first boot: a misspelt second one changes nothing.
-    let kernels = vm::kernel_list(kernel_arg)
+    let kernels = vm::kernel_list(kernel_arg);
+    if kernels.iter().any(|k| k.as_deref() == Some(vm::UML)) {
+        // AF_ALG times each block with system calls, which cost far more in UML than the
+        // crypto does: its rows would be the cost of a UML system call.
+        return Err(LabError::usage(anyhow::anyhow!(
+            "speed --vm uml is not offered: the kernel rows time AF_ALG, whose system calls cost user-mode \
+             Linux more than the crypto itself; `ipsec-lab matrix --vm uml` measures its drivers through ESP"
+        )));
+    }
+    let kernels = kernels
         .iter()
         .map(|k| vm::resolve_kernel(k.as_deref()))
         .collect::<LabResult<Vec<_>>>()?;

@@ -36,16 +36,14 @@ const MEMORY: &str = "mem=1G";
 const MODULES_TO_LOAD: &str =
     "esp4 esp6 xfrm_user xfrm4_tunnel xfrm6_tunnel tunnel4 tunnel6 af_key veth tun \
                                sch_netem af_alg algif_skcipher algif_hash algif_aead authenc authencesn gcm \
-                               ccm chacha20poly1305 crypto_user pcrypt";
+                               ccm chacha20poly1305 crypto_user pcrypt aes_ti";
 
 const REPORT_FILE: &str = "report.json";
 const RC_FILE: &str = "rc";
 const INIT_FILE: &str = "init.sh";
-/// Where the guest mounts the run's private directory.
-const GUEST_DIR: &str = "/run/ipsec-lab-uml";
-/// Where the guest mounts this binary's directory, read-only: its own path may lie under
-/// /tmp (a checkout there), which the guest's tmpfs hides.
-const GUEST_BIN: &str = "/run/ipsec-lab-uml-bin";
+/// Where the guest's command writes its stderr, in the shared directory, when its console
+/// is not shown.
+const STDERR_FILE: &str = "stderr";
 
 /// The installed UML kernel: its binary and the release its modules are for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,63 +84,137 @@ impl UmlKernel {
     }
 }
 
-/// The guest's init: its own /proc, /sys, /dev, /run and /tmp; the package's modules at
-/// /lib/modules/RELEASE; the run's directory read-write and this binary's read-only; then
-/// the run, its exit code, halt.
-pub fn init_script(kernel: &UmlKernel, outdir: &Path, exe: &Path, args: &[String]) -> String {
-    let q = |s: &str| sh_quote(s);
-    let exe_dir = exe.parent().unwrap_or(Path::new("/"));
-    let exe_name = exe
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let mut run = vec![format!("{GUEST_BIN}/{}", q(&exe_name))];
-    run.extend(args.iter().map(|a| q(a)));
-    format!(
-        "#!/bin/sh\n\
-         # Made by ipsec-lab for one run in user-mode Linux; removed with its directory.\n\
-         mount -t proc proc /proc\n\
-         mount -t sysfs sys /sys\n\
-         mount -t devtmpfs dev /dev\n\
-         mount -t tmpfs run /run\n\
-         mount -t tmpfs tmp /tmp\n\
-         mkdir -p {guest} {bin} /run/netns\n\
-         mount -t hostfs host {guest} -o {outdir}\n\
-         mount -r -t hostfs host {bin} -o {exe_dir}\n\
-         mount -t tmpfs modules /lib/modules\n\
-         mkdir -p /lib/modules/{release}\n\
-         mount --bind {modules}/{release} /lib/modules/{release}\n\
-         modprobe -q -a {load} 2>/dev/null\n\
-         IPSEC_LAB_VIRT={virt} TMPDIR=/tmp {run} >/dev/null 2>{guest}/stderr\n\
-         echo $? > {guest}/{rc}\n\
-         halt -f\n",
-        guest = GUEST_DIR,
-        bin = GUEST_BIN,
-        exe_dir = q(&exe_dir.display().to_string()),
-        release = kernel.release,
-        outdir = q(&outdir.display().to_string()),
-        modules = MODULES,
-        load = MODULES_TO_LOAD,
-        virt = q(VIRT_UML),
-        run = run.join(" "),
-        rc = RC_FILE,
-    )
+/// One boot: what the guest sees of this host and the one command it runs. Host paths keep
+/// their names inside, so a command's arguments need no translating.
+#[derive(Debug, Clone)]
+pub struct Guest {
+    pub kernel: UmlKernel,
+    /// Shared read-write: the command's input and output, its exit code (`rc`).
+    pub shared: PathBuf,
+    /// Host directories the guest must see although its own tmpfs covers /tmp and /run
+    /// (a checkout under /tmp, the directory of the binary), read-only.
+    pub read_only: Vec<PathBuf>,
+    /// `NAME=value` pairs the command runs with, besides `IPSEC_LAB_VIRT` and `TMPDIR`.
+    pub env: Vec<String>,
+    pub command: Vec<String>,
+    /// The command's output on the console (the guest's stdout); else stdout is dropped
+    /// and stderr kept in the shared directory for the error message.
+    pub console: bool,
 }
 
-/// The `linux.uml` command line booting `init` with the host's `/` read-only.
-pub fn command(kernel: &UmlKernel, init: &Path) -> Command {
-    let mut c = Command::new(&kernel.binary);
-    c.args([
-        MEMORY,
-        "root=/dev/root",
-        "rootfstype=hostfs",
-        "rootflags=/",
-        "ro",
-        // Its console goes to its stdout, which the lab discards; nothing reads a terminal.
-        "con=null",
-        "con0=null,fd:1",
-    ]);
-    c.arg(format!("init={}", init.display()));
-    c
+impl Guest {
+    /// The guest's init: its own /proc, /sys, /dev, /run and /tmp; the package's modules at
+    /// /lib/modules/RELEASE (the host's layout is untouched); the host directories at
+    /// their own paths; then the command, its exit code, halt.
+    pub fn init_script(&self) -> String {
+        let q = |p: &Path| sh_quote(&p.display().to_string());
+        // Parents before what lies inside them, so no mount hides another.
+        let mut mounts: Vec<(&Path, bool)> = self.read_only.iter().map(|p| (p.as_path(), false)).collect();
+        mounts.push((&self.shared, true));
+        mounts.sort_by_key(|(p, _)| p.components().count());
+        let mounts: String = mounts
+            .iter()
+            .map(|(p, rw)| {
+                let ro = if *rw { "" } else { "-r " };
+                format!("mkdir -p {p} && mount {ro}-t hostfs host {p} -o {p}\n", p = q(p))
+            })
+            .collect();
+        let shared = |file: &str| q(&self.shared.join(file));
+        let output = match self.console {
+            true => "2>&1".to_string(),
+            false => format!(">/dev/null 2>{}", shared(STDERR_FILE)),
+        };
+        let command: Vec<String> = self.command.iter().map(|a| sh_quote(a)).collect();
+        let env: Vec<String> = self.env.iter().map(|e| sh_quote(e)).collect();
+        format!(
+            "#!/bin/sh\n\
+             # Made by ipsec-lab for one boot of user-mode Linux; removed with its directory.\n\
+             mount -t proc proc /proc\n\
+             mount -t sysfs sys /sys\n\
+             mount -t devtmpfs dev /dev\n\
+             mount -t tmpfs run /run\n\
+             mount -t tmpfs tmp /tmp\n\
+             mkdir -p /run/netns\n\
+             {mounts}\
+             mount -t tmpfs modules /lib/modules\n\
+             mkdir -p /lib/modules/{release}\n\
+             mount --bind {modules}/{release} /lib/modules/{release}\n\
+             modprobe -q -a {load} 2>/dev/null\n\
+             env IPSEC_LAB_VIRT={virt} TMPDIR=/tmp {env}{command} {output}\n\
+             echo $? > {rc}\n\
+             halt -f\n",
+            release = self.kernel.release,
+            modules = MODULES,
+            load = MODULES_TO_LOAD,
+            virt = sh_quote(VIRT_UML),
+            env = env.iter().map(|e| format!("{e} ")).collect::<String>(),
+            command = command.join(" "),
+            rc = shared(RC_FILE),
+        )
+    }
+
+    /// Writes the init into the shared directory and returns the `linux.uml` command line
+    /// booting it with the host's `/` read-only.
+    pub fn command(&self) -> LabResult<Command> {
+        // hostfs takes the host path as a mount option, and options end at a comma.
+        if let Some(p) = self
+            .read_only
+            .iter()
+            .chain([&self.shared])
+            .find(|p| p.to_string_lossy().contains(','))
+        {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "{} has a comma, which user-mode Linux's hostfs cannot mount; set TMPDIR (or move the \
+                 checkout) to a path without one",
+                p.display()
+            )));
+        }
+        let init = self.shared.join(INIT_FILE);
+        write_init(&init, &self.init_script())?;
+        let mut c = Command::new(&self.kernel.binary);
+        c.args([
+            MEMORY,
+            "root=/dev/root",
+            "rootfstype=hostfs",
+            "rootflags=/",
+            "ro",
+            // Its console goes to its stdout; nothing reads a terminal.
+            "con=null",
+            "con0=null,fd:1",
+        ]);
+        c.arg(format!("init={}", init.display()));
+        Ok(c)
+    }
+
+    /// This binary re-run inside with `args` and `--json` into the shared directory, the
+    /// exit code and report read back through [`crate::child`]; no timeout unless the
+    /// caller sets one.
+    pub fn of_this_binary(kernel: UmlKernel, shared: &Path, args: &[String]) -> LabResult<Guest> {
+        let exe = std::env::current_exe().map_err(LabError::failed)?;
+        let mut command = vec![exe.display().to_string()];
+        command.extend_from_slice(args);
+        command.extend(["--json".into(), shared.join(REPORT_FILE).display().to_string()]);
+        Ok(Guest {
+            kernel,
+            shared: shared.to_path_buf(),
+            read_only: exe.parent().map(Path::to_path_buf).into_iter().collect(),
+            env: Vec::new(),
+            command,
+            console: false,
+        })
+    }
+
+    /// The [`Child`] that boots this guest, named `name` in messages.
+    pub fn child<'a>(&self, name: &'a str) -> LabResult<Child<'a>> {
+        Ok(Child {
+            name,
+            command: self.command()?,
+            exit_code: ExitCodeFrom::File(RC_FILE),
+            report: REPORT_FILE,
+            output: Output::Discard,
+            timeout: None,
+        })
+    }
 }
 
 /// Runs `plan` in user-mode Linux and returns the report the guest wrote.
@@ -150,33 +222,16 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
     let kernel = UmlKernel::require()?;
     let outdir = owner::PrivateDir::new("ipsec-lab-uml-")?;
     // The same run, placed in the guest's own namespaces.
-    crate::child::write_plan(&outdir, &plan.with_placement(model::Placement::Local))?;
-    let exe = std::env::current_exe().map_err(LabError::failed)?;
-    let args: Vec<String> = [
-        "run",
-        "--plan-file",
-        &format!("{GUEST_DIR}/{}", crate::child::PLAN_FILE),
-        "--no-progress",
-        "--json",
-        &format!("{GUEST_DIR}/{REPORT_FILE}"),
-    ]
-    .map(String::from)
-    .to_vec();
-    let init = outdir.join(INIT_FILE);
-    write_init(&init, &init_script(&kernel, outdir.path(), &exe, &args))?;
-    let child = Child {
-        name: "the run inside user-mode Linux",
-        command: command(&kernel, &init),
-        exit_code: ExitCodeFrom::File(RC_FILE),
-        report: REPORT_FILE,
-        output: Output::Discard,
-        // Boot is about 2 s; the run's own length is the payload at UML's speed, with room.
-        timeout: Some(BOOT_AND_HALT + run_budget(plan)),
-    };
+    let plan_file = crate::child::write_plan(&outdir, &plan.with_placement(model::Placement::Local))?;
+    let args = crate::vm::guest_run_args(&plan_file);
+    let guest = Guest::of_this_binary(kernel, outdir.path(), &args)?;
+    let mut child = guest.child("the run inside user-mode Linux")?;
+    // Boot is about 2 s; the run's own length is the payload at UML's speed, with room.
+    child.timeout = Some(BOOT_AND_HALT + run_budget(plan));
     eprintln!(
         "ipsec-lab: running in user-mode Linux {} ({}; native speed, 1 CPU)",
-        kernel.release,
-        kernel.binary.display()
+        guest.kernel.release,
+        guest.kernel.binary.display()
     );
     let finished = crate::child::run_blocking(child, &outdir)?;
     let elapsed = finished.elapsed;
@@ -184,7 +239,7 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
     report.notes.push(format!(
         "ran in user-mode Linux {} (a kernel running as a process at native speed, one CPU, generic C \
          crypto drivers); boot, run and halt took {:.1} s",
-        kernel.release,
+        guest.kernel.release,
         elapsed.as_secs_f64()
     ));
     Ok(report)
@@ -220,7 +275,7 @@ fn write_init(path: &Path, script: &str) -> LabResult<()> {
 
 /// A failed guest's own words, where it left any.
 fn with_guest_stderr(e: LabError, outdir: &owner::PrivateDir) -> LabError {
-    let said = std::fs::read_to_string(outdir.join("stderr")).unwrap_or_default();
+    let said = std::fs::read_to_string(outdir.join(STDERR_FILE)).unwrap_or_default();
     let said = said.trim();
     if said.is_empty() {
         return e;
@@ -237,39 +292,77 @@ fn sh_quote(s: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_guest_mounts_its_own_dirs_and_the_package_modules_and_runs_the_plan() {
-        let kernel = UmlKernel {
-            binary: LINUX_UML.into(),
-            release: "6.1.176".into(),
-        };
-        let s = init_script(
-            &kernel,
-            Path::new("/tmp/ipsec-lab-uml-x"),
-            Path::new("/tmp/checkout/target/debug/ipsec-lab"),
-            &[
-                "run".into(),
-                "--plan-file".into(),
-                "/run/ipsec-lab-uml/plan.json".into(),
-            ],
-        );
-        for line in [
-            "mount -t devtmpfs dev /dev",
-            "mount -t hostfs host /run/ipsec-lab-uml -o '/tmp/ipsec-lab-uml-x'",
-            "mount --bind /usr/lib/uml/modules/6.1.176 /lib/modules/6.1.176",
-            // The binary from its own directory, which may be under the guest's /tmp.
-            "mount -r -t hostfs host /run/ipsec-lab-uml-bin -o '/tmp/checkout/target/debug'",
-            "/run/ipsec-lab-uml-bin/'ipsec-lab' 'run' '--plan-file' '/run/ipsec-lab-uml/plan.json'",
-            "echo $? > /run/ipsec-lab-uml/rc",
-            "halt -f",
-        ] {
-            assert!(s.contains(line), "{line:?} not in\n{s}");
+    fn guest(shared: &str, read_only: &[&str]) -> Guest {
+        Guest {
+            kernel: UmlKernel {
+                binary: LINUX_UML.into(),
+                release: "6.1.176".into(),
+            },
+            shared: shared.into(),
+            read_only: read_only.iter().map(PathBuf::from).collect(),
+            env: vec!["CI=true".into()],
+            command: [
+                "/tmp/checkout/target/debug/ipsec-lab",
+                "run",
+                "--plan-file",
+                "/tmp/ipsec-lab-uml-x/plan.json",
+            ]
+            .map(String::from)
+            .to_vec(),
+            console: false,
         }
-        // The host's / stays read-only; only the run's directory is mounted read-write.
-        let c = command(&kernel, Path::new("/tmp/ipsec-lab-uml-x/init.sh"));
+    }
+
+    #[test]
+    fn the_guest_mounts_its_own_dirs_and_the_package_modules_and_runs_the_command() {
+        let s = guest("/tmp/ipsec-lab-uml-x", &["/tmp/checkout/target/debug"]).init_script();
+        let lines = [
+            "mount -t devtmpfs dev /dev",
+            "mount -t tmpfs tmp /tmp",
+            "mkdir -p '/tmp/ipsec-lab-uml-x' && mount -t hostfs host '/tmp/ipsec-lab-uml-x' -o '/tmp/ipsec-lab-uml-x'",
+            // The binary's directory, which may be under the guest's /tmp, at its own path.
+            "mkdir -p '/tmp/checkout/target/debug' && mount -r -t hostfs host '/tmp/checkout/target/debug' -o '/tmp/checkout/target/debug'",
+            "mount --bind /usr/lib/uml/modules/6.1.176 /lib/modules/6.1.176",
+            "'CI=true' '/tmp/checkout/target/debug/ipsec-lab' 'run' '--plan-file' '/tmp/ipsec-lab-uml-x/plan.json' >/dev/null 2>'/tmp/ipsec-lab-uml-x/stderr'",
+            "echo $? > '/tmp/ipsec-lab-uml-x/rc'",
+            "halt -f",
+        ];
+        let mut at = 0;
+        for line in lines {
+            // In this order: the tmpfs first, then what it would otherwise hide.
+            let found = s[at..]
+                .find(line)
+                .unwrap_or_else(|| panic!("{line:?} not (in order) in\n{s}"));
+            at += found + line.len();
+        }
+    }
+
+    #[test]
+    fn a_parent_is_mounted_before_what_lies_inside_it() {
+        let s = guest("/tmp/checkout/target/tmp/out", &["/tmp/checkout/target"]).init_script();
+        let parent = s.find("host '/tmp/checkout/target' -o").unwrap();
+        let child = s.find("host '/tmp/checkout/target/tmp/out' -o").unwrap();
+        assert!(parent < child, "{s}");
+    }
+
+    #[test]
+    fn the_hosts_root_stays_read_only() {
+        let shared = owner::PrivateDir::new("ipl-uml-test-").unwrap();
+        let mut g = guest("/unused", &[]);
+        g.shared = shared.path().to_path_buf();
+        let c = g.command().unwrap();
         let args: Vec<_> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(args.contains(&"ro".to_string()), "{args:?}");
-        assert!(args.contains(&"init=/tmp/ipsec-lab-uml-x/init.sh".to_string()));
+        let init = shared.join(INIT_FILE);
+        assert!(args.contains(&format!("init={}", init.display())), "{args:?}");
+        assert!(std::fs::read_to_string(init).unwrap().ends_with("halt -f\n"));
+    }
+
+    #[test]
+    fn a_path_hostfs_would_split_is_refused() {
+        let g = guest("/tmp/a,b", &[]);
+        let e = g.command().unwrap_err();
+        assert!(format!("{e:#}").contains("comma"), "{e:#}");
     }
 
     #[test]

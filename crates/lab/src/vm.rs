@@ -288,6 +288,8 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
 
 /// `--vm auto`: the VM only where this kernel has no ESP.
 pub const AUTO: &str = "auto";
+/// `--vm uml`: user-mode Linux ([`crate::uml`]) rather than a stock kernel.
+pub const UML: &str = "uml";
 
 /// The kernel image `--vm [KERNEL]` names (`auto` or none: the newest in /boot), once
 /// virtme-ng is known to be installed.
@@ -315,14 +317,8 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
 /// vng would split into extra arguments. Bad input whatever is installed, so checked before
 /// anything else.
 pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
-    if kernel_arg.is_some_and(|k| k.split(',').any(|k| k.trim() == "uml")) {
-        return Err(LabError::usage(anyhow::anyhow!(
-            "--vm uml is offered for `ipsec-lab run` so far; for matrix and speed use --vm (the stock \
-             kernel), or run each cell with `ipsec-lab run --vm uml`"
-        )));
-    }
     if let Some(kernel) = kernel_arg
-        .filter(|k| !k.is_empty() && *k != AUTO)
+        .filter(|k| !k.is_empty() && *k != AUTO && *k != UML)
         .map(kernel_image)
     {
         let kernel = kernel.as_path();

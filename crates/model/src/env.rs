@@ -75,7 +75,7 @@ impl Environment {
             self.kernel_release,
             self.cpus,
             self.cpu_model,
-            self.crypto_flags.join(" ")
+            self.crypto_flags_text()
         )
     }
 
@@ -93,6 +93,16 @@ impl Environment {
             virtualization: std::env::var("IPSEC_LAB_VIRT").unwrap_or_else(|_| "host".into()),
             tool_version: env!("CARGO_PKG_VERSION").into(),
             build: BuildInfo::current(),
+        }
+    }
+
+    /// The CPU's crypto flags as a report lists them. In user-mode Linux they are the host
+    /// CPU's: its processes use them, its kernel (generic C drivers only) does not.
+    pub fn crypto_flags_text(&self) -> String {
+        let flags = self.crypto_flags.join(" ");
+        match self.virtualization.starts_with("uml") && !flags.is_empty() {
+            true => format!("{flags}; userspace only, the UML kernel uses none"),
+            false => flags,
         }
     }
 
@@ -214,6 +224,24 @@ mod tests {
         assert!(
             text.starts_with("a VM (tcg: emulated, speeds not representative), hostname \"guest\", kernel "),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_uml_guest_does_not_call_the_host_cpus_flags_its_kernels() {
+        let mut env = Environment::detect();
+        env.crypto_flags = vec!["aes".into(), "avx2".into()];
+        env.virtualization = "host".into();
+        assert_eq!(env.crypto_flags_text(), "aes avx2");
+        env.virtualization = "uml (user-mode Linux: native speed, 1 CPU, generic C crypto)".into();
+        assert_eq!(
+            env.crypto_flags_text(),
+            "aes avx2; userspace only, the UML kernel uses none"
+        );
+        assert!(
+            env.describe().contains("[aes avx2; userspace only"),
+            "{}",
+            env.describe()
         );
     }
 

@@ -22,6 +22,8 @@ pub const MATRIX_SCHEMA_VERSION: u32 = 1;
 pub const HOST: &str = "host";
 /// Key of a VM guest's environment.
 pub const VM: &str = "vm";
+/// Key of a user-mode Linux guest's environment (`--vm uml`): real speed, not emulated.
+pub const UML: &str = "uml";
 
 pub use crate::kernels::vm_environment;
 

@@ -151,7 +151,7 @@ pub fn environment_summary(env: &Environment) -> String {
         env.kernel_release,
         env.cpu_model,
         env.cpus,
-        env.crypto_flags.join(" "),
+        env.crypto_flags_text(),
         if drivers.is_empty() {
             "none instantiated".to_string()
         } else {

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use model::matrix::{MatrixReport, Row, RowKey, RowVariant, HOST, VM};
+use model::matrix::{MatrixReport, Row, RowKey, RowVariant, HOST, UML, VM};
 use model::{Backend, CryptoChoice};
 use traffic::CancellationToken;
 
@@ -45,13 +45,53 @@ fn soft_plan(plan: &SweepPlan) -> SweepPlan {
     }
 }
 
-/// A VM guest's sweep: the kernel rows (with `--encap`, `--pcrypt` and SA counts) at the
-/// VM rows' payload, with the guest's own baseline, and no VM inside the VM.
-fn vm_plan(plan: &SweepPlan) -> SweepPlan {
+/// The kernel a guest sweep boots: a stock kernel under virtme-ng (`None`: the one in
+/// /boot), or user-mode Linux (`--vm uml`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum GuestKernel {
+    Stock(Option<String>),
+    Uml,
+}
+
+impl GuestKernel {
+    /// The kernels `--vm` names, in order, each once.
+    pub(super) fn all(args: &SweepPlan) -> Vec<GuestKernel> {
+        vm::kernel_list(args.vm.as_deref())
+            .into_iter()
+            .map(|k| match k.as_deref() {
+                Some(UML) => GuestKernel::Uml,
+                _ => GuestKernel::Stock(k),
+            })
+            .collect()
+    }
+
+    /// Why a backend's rows are not run in this guest, where they are not.
+    fn refusal(&self, backend: Backend) -> Option<&'static str> {
+        let wireguard = backend.describe().kernel == Some(model::backend::KernelNeed::Wireguard);
+        (self == &GuestKernel::Uml && wireguard).then_some(
+            "user-mode Linux has no WireGuard module: add a stock kernel to --vm (e.g. --vm uml,auto)",
+        )
+    }
+}
+
+/// A guest's sweep: the kernel rows it carries (with `--encap`, `--pcrypt` and SA counts) at
+/// the VM rows' payload, with the guest's own baseline, and no VM inside the VM.
+/// User-mode Linux has one CPU: no pcrypt row and no SA counts above one there.
+fn vm_plan(plan: &SweepPlan, kernel: &GuestKernel) -> SweepPlan {
+    let backends = vm_backends(plan)
+        .into_iter()
+        .filter(|b| kernel.refusal(*b).is_none())
+        .collect();
+    let one_cpu = kernel == &GuestKernel::Uml;
     SweepPlan {
-        backends: vm_backends(plan),
+        backends,
         bytes: plan.vm_bytes,
         vm: None,
+        pcrypt: plan.pcrypt && !one_cpu,
+        threads: match one_cpu {
+            true => vec![1],
+            false => plan.threads.clone(),
+        },
         ..plan.clone()
     }
 }
@@ -132,17 +172,20 @@ pub(super) async fn vm_rows(
     progress: &dyn Progress,
 ) -> usize {
     let mut failed = 0;
-    let kernels = vm::kernel_list(args.vm.as_deref());
-    let several = kernels.len() > 1;
+    let kernels = GuestKernel::all(args);
+    let stock_kernels = kernels.iter().filter(|k| k != &&GuestKernel::Uml).count();
+    let several = stock_kernels > 1;
     for kernel in kernels {
         let environment = match (&kernel, several) {
-            (Some(k), true) => format!("{VM} {k}"),
+            (GuestKernel::Uml, _) => UML.to_string(),
+            (GuestKernel::Stock(Some(k)), true) => format!("{VM} {k}"),
             _ => VM.to_string(),
         };
         let refused = |reason: &str| -> Vec<Row> {
             vm_backends(args)
                 .into_iter()
                 .map(|b| {
+                    let reason = kernel.refusal(b).unwrap_or(reason);
                     refused_row(
                         RowKey::new(b, RowVariant::Default, &environment),
                         &args.suites,
@@ -156,8 +199,16 @@ pub(super) async fn vm_rows(
             continue;
         }
         progress.vm_started();
-        match vm_sweep(args, kernel.as_deref(), several, cancel, progress).await {
-            Ok(guest) => report.merge(guest),
+        match vm_sweep(args, &kernel, several, cancel, progress).await {
+            Ok(guest) => {
+                report.merge(guest);
+                // What this guest cannot carry still has its row, saying why.
+                let missing = vm_backends(args).into_iter().filter_map(|b| {
+                    let key = RowKey::new(b, RowVariant::Default, &environment);
+                    kernel.refusal(b).map(|why| refused_row(key, &args.suites, why))
+                });
+                report.rows.extend(missing);
+            }
             Err(e) => {
                 failed += 1;
                 report
@@ -177,15 +228,21 @@ pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
         .collect()
 }
 
-/// The cells one VM's guest sweep is expected to hold, before it counts its own (it may
-/// have more xfrm rows: one per `cbc(aes)` driver it finds): its plain baseline and each
-/// kernel row's suites, per link condition.
-pub(super) fn vm_cells(args: &SweepPlan) -> u64 {
-    let rows = vm_backends(args).len() as u64
-        + u64::from(args.encap.is_some())
-        + u64::from(args.pcrypt)
-        + args.threads.iter().filter(|t| **t > 1).count() as u64;
-    (args.suites.len() as u64 * rows + 1) * args.netem.len().max(1) as u64
+/// The cells each guest sweep is expected to hold, in boot order, before it counts its own
+/// (it may have more xfrm rows: one per `cbc(aes)` driver it finds): its plain baseline and
+/// each kernel row's suites, per link condition.
+pub(super) fn vm_cells(args: &SweepPlan) -> Vec<u64> {
+    GuestKernel::all(args)
+        .iter()
+        .map(|kernel| {
+            let guest = vm_plan(args, kernel);
+            let rows = guest.backends.len() as u64
+                + u64::from(guest.encap.is_some())
+                + u64::from(guest.pcrypt)
+                + guest.threads.iter().filter(|t| **t > 1).count() as u64;
+            (guest.suites.len() as u64 * rows + 1) * guest.netem.len().max(1) as u64
+        })
+        .collect()
 }
 
 /// The file a guest sweep appends its markers to, in the directory shared with the host.
@@ -195,6 +252,8 @@ const CELLS_FILE: &str = "cells";
 /// `progress` (a cell's label then names the VM), a partial line waits for its end.
 struct CellsTail {
     path: std::path::PathBuf,
+    /// `vm` or `uml`, as the rows' labels will say.
+    environment: &'static str,
     read: u64,
     partial: String,
 }
@@ -216,7 +275,7 @@ impl CellsTail {
             match Marker::parse(&line) {
                 Some(Marker::Cells(n)) => progress.phase_cells(n),
                 Some(Marker::Done(mut cell)) => {
-                    cell.label = vm_label(&cell.label);
+                    cell.label = vm_label(self.environment, &cell.label);
                     progress.cell_finished(&cell);
                 }
                 None => {}
@@ -225,55 +284,71 @@ impl CellsTail {
     }
 }
 
-/// A guest cell's label as the host's table will show it: its row marked `(vm)`.
-fn vm_label(guest: &str) -> String {
-    format!("({VM}) {guest}")
+/// A guest cell's label as the host's table will show it: its row marked `(vm)` or `(uml)`.
+fn vm_label(environment: &str, guest: &str) -> String {
+    format!("({environment}) {guest}")
 }
 
 /// How often the host looks at the guest's markers file.
 const CELLS_POLL: Duration = Duration::from_millis(500);
 
-/// The guest's sweep, its rows and environment keyed [`VM`], or `vm RELEASE` (the guest's
-/// kernel) where the sweep boots `several` kernels; `progress` gets the guest's cells as
-/// it finishes them.
+/// The guest's sweep, its rows and environment keyed [`VM`], `vm RELEASE` (the guest's
+/// kernel) where the sweep boots `several` stock kernels, or [`UML`]; `progress` gets the
+/// guest's cells as it finishes them.
 async fn vm_sweep(
     args: &SweepPlan,
-    kernel_arg: Option<&str>,
+    kernel: &GuestKernel,
     several: bool,
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> LabResult<MatrixReport> {
-    let kernel = vm::resolve_kernel(kernel_arg)?;
-    let accel = vm::detect_accel(&kernel);
     let outdir = vm::guest_dir("ipsec-lab-matrix-vm-")?;
-    let bytes = args.vm_bytes;
-    let plan_file = crate::child::write_plan(&outdir, &vm_plan(args))?;
-    let backends: Vec<&str> = vm_backends(args).iter().map(|b| b.name()).collect();
-    // Its stdout goes nowhere (vm::guest_script): it reports its cells in a shared file.
+    let guest_plan = vm_plan(args, kernel);
+    let plan_file = crate::child::write_plan(&outdir, &guest_plan)?;
+    let backends: Vec<&str> = guest_plan.backends.iter().map(|b| b.name()).collect();
+    // Its stdout goes nowhere: it reports its cells in a shared file.
     let cells_file = outdir.join(CELLS_FILE);
     let guest_args = vm_sweep_args(&plan_file, &cells_file);
-    let modules = format!("{} crypto_user", vm::GUEST_MODULES);
-    let mut child = vm::guest_child("the VM", &kernel, accel, &outdir, &modules, &guest_args)?;
+    let (mut child, booted, environment) = match kernel {
+        GuestKernel::Stock(kernel_arg) => {
+            let image = vm::resolve_kernel(kernel_arg.as_deref())?;
+            let accel = vm::detect_accel(&image);
+            let modules = format!("{} crypto_user", vm::GUEST_MODULES);
+            let child = vm::guest_child("the VM", &image, accel, &outdir, &modules, &guest_args)?;
+            let booted = format!("{} ({})", image.display(), accel.label());
+            progress.note(&format!(
+                "kernel rows ({}) in a VM booting {booted}; TCG boots take about half a minute",
+                backends.join(", "),
+            ));
+            (child, booted, VM)
+        }
+        GuestKernel::Uml => {
+            let uml = crate::uml::UmlKernel::require()?;
+            let booted = format!(
+                "user-mode Linux {} (native speed, one CPU, generic C crypto)",
+                uml.release
+            );
+            let child = crate::uml::Guest::of_this_binary(uml, outdir.path(), &guest_args)?
+                .child("user-mode Linux")?;
+            progress.note(&format!("kernel rows ({}) in {booted}", backends.join(", ")));
+            (child, booted, UML)
+        }
+    };
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
     child.output = Output::Discard;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
-    let rows_per_suite = 2
-        + u64::from(args.has(Backend::Strongswan))
-        + u64::from(args.encap.is_some())
-        + u64::from(args.pcrypt)
-        + args.threads.iter().filter(|t| **t > 1).count() as u64;
-    let conditions = args.netem.len().max(1) as u64;
-    let cells = (args.suites.len() as u64 * rows_per_suite + 1) * u64::from(args.repeat) * conditions;
+    let rows_per_suite = guest_plan.backends.len() as u64
+        + u64::from(guest_plan.encap.is_some())
+        + u64::from(guest_plan.pcrypt)
+        + guest_plan.threads.iter().filter(|t| **t > 1).count() as u64;
+    let conditions = guest_plan.netem.len().max(1) as u64;
+    let cells =
+        (guest_plan.suites.len() as u64 * (rows_per_suite + 1) + 1) * u64::from(args.repeat) * conditions;
+    let bytes = args.vm_bytes;
     child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
-    // A note, so that it does not tear the sweep's bar.
-    progress.note(&format!(
-        "kernel rows ({}) in a VM booting {} ({}); TCG boots take about half a minute",
-        backends.join(", "),
-        kernel.display(),
-        accel.label()
-    ));
     let mut tail = CellsTail {
         path: cells_file,
+        environment,
         read: 0,
         partial: String::new(),
     };
@@ -290,20 +365,18 @@ async fn vm_sweep(
     let elapsed = finished.elapsed;
     let mut guest = finished.report()?;
     let environment = match guest.environments.get(HOST) {
-        Some(env) if several => model::matrix::vm_environment(&env.kernel_release),
-        _ => VM.to_string(),
+        Some(env) if several && environment == VM => model::matrix::vm_environment(&env.kernel_release),
+        _ => environment.to_string(),
     };
     for row in &mut guest.rows {
         row.key.environment = environment.clone();
     }
     if let Some(env) = guest.environments.remove(HOST) {
-        guest.environments.insert(environment, env);
+        guest.environments.insert(environment.clone(), env);
     }
     guest.notes.retain(|n| !n.starts_with("payload seed"));
     guest.notes.push(format!(
-        "(vm) rows: one boot of {} ({}), boot, sweep and shutdown took {:.0} s",
-        kernel.display(),
-        accel.label(),
+        "({environment}) rows: one boot of {booted}; boot, sweep and shutdown took {:.0} s",
         elapsed.as_secs_f64()
     ));
     Ok(guest)
@@ -347,6 +420,7 @@ mod tests {
         let path = dir.join(CELLS_FILE);
         let mut tail = CellsTail {
             path: path.clone(),
+            environment: VM,
             read: 0,
             partial: String::new(),
         };
@@ -381,7 +455,7 @@ mod tests {
             backends: vec![Backend::Xfrm],
             ..plan()
         };
-        assert_eq!(vm_cells(&one), 2);
+        assert_eq!(vm_cells(&one), [2]);
         let a = SweepPlan {
             threads: vec![1, 2],
             parallel: 2,
@@ -391,13 +465,19 @@ mod tests {
         .validate()
         .unwrap();
         // xfrm, strongswan, wireguard, pcrypt and xfrm x2 SAs rows, each over 7 suites.
-        assert_eq!(vm_cells(&a), 7 * 5 + 1);
+        assert_eq!(vm_cells(&a), [7 * 5 + 1]);
+        // User-mode Linux: one CPU, no WireGuard; the stock kernel after it has them.
+        let both = SweepPlan {
+            vm: Some("uml,auto".into()),
+            ..a
+        };
+        assert_eq!(vm_cells(&both), [7 * 2 + 1, 7 * 5 + 1]);
     }
 
     #[test]
     fn the_vm_sweep_gets_the_counts_and_the_pcrypt_row() {
         let a = plan().validate().unwrap();
-        let guest = vm_plan(&a);
+        let guest = vm_plan(&a, &GuestKernel::Stock(None));
         assert_eq!((guest.threads.as_slice(), guest.pcrypt), (&[1][..], false));
         let a = SweepPlan {
             threads: vec![2, 1],
@@ -408,10 +488,33 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let guest = vm_plan(&a);
+        let guest = vm_plan(&a, &GuestKernel::Stock(None));
         assert_eq!(guest.threads, [1, 2]);
         assert!(guest.pcrypt);
         assert_eq!(guest.encap, Some(model::Encap::EspInUdp { port: 4600 }));
+    }
+
+    #[test]
+    fn user_mode_linux_sweeps_what_one_cpu_without_wireguard_can() {
+        let a = SweepPlan {
+            threads: vec![1, 2],
+            parallel: 2,
+            pcrypt: true,
+            vm: Some("uml".into()),
+            ..plan()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(GuestKernel::all(&a), [GuestKernel::Uml]);
+        let guest = vm_plan(&a, &GuestKernel::Uml);
+        assert_eq!(guest.backends, [Backend::Xfrm, Backend::Strongswan]);
+        assert_eq!((guest.threads.as_slice(), guest.pcrypt), (&[1][..], false));
+        let why = GuestKernel::Uml.refusal(Backend::Wireguard).unwrap();
+        assert!(
+            why.contains("no WireGuard") && why.contains("--vm uml,auto"),
+            "{why}"
+        );
+        assert_eq!(GuestKernel::Stock(None).refusal(Backend::Wireguard), None);
     }
 
     #[test]
@@ -424,7 +527,7 @@ mod tests {
         }
         .validate()
         .unwrap();
-        let guest = vm_plan(&a);
+        let guest = vm_plan(&a, &GuestKernel::Stock(None));
         assert_eq!(guest.backends, vm_backends(&a));
         assert!(guest.backends.contains(&Backend::Xfrm) && guest.backends.contains(&Backend::Strongswan));
         assert!(!guest.backends.contains(&Backend::Plain) && !guest.backends.contains(&Backend::Userspace));
@@ -460,7 +563,11 @@ mod tests {
     #[test]
     fn child_sweeps_get_the_same_sizes() {
         let a = plan().validate().unwrap();
-        for c in [soft_plan(&a), vm_plan(&a)] {
+        for c in [
+            soft_plan(&a),
+            vm_plan(&a, &GuestKernel::Stock(None)),
+            vm_plan(&a, &GuestKernel::Uml),
+        ] {
             assert_eq!((c.bytes, c.repeat), (ByteSize(4_000_000), 2));
             assert_eq!(c.suites, a.suites);
             // AES-128-CBC, AES-192-CBC, ... as the parent's columns.
@@ -471,7 +578,7 @@ mod tests {
             ceiling: false,
             ..plan()
         };
-        assert!(!soft_plan(&off).ceiling && !vm_plan(&off).ceiling);
+        assert!(!soft_plan(&off).ceiling && !vm_plan(&off, &GuestKernel::Uml).ceiling);
     }
 
     #[test]
@@ -550,12 +657,16 @@ mod tests {
         let json = serde_json::to_string(&a).unwrap();
         assert_eq!(serde_json::from_str::<SweepPlan>(&json).unwrap(), a);
         let dir = owner::PrivateDir::new("ipl-sweep-plan-test-").unwrap();
-        for child in [soft_plan(&a), vm_plan(&a)] {
+        for child in [
+            soft_plan(&a),
+            vm_plan(&a, &GuestKernel::Stock(None)),
+            vm_plan(&a, &GuestKernel::Uml),
+        ] {
             let path = crate::child::write_plan(&dir, &child).unwrap();
             assert_eq!(crate::child::read_plan::<SweepPlan>(&path).unwrap(), child);
         }
         // What `matrix --plan-file` reads: checked again; a run's plan is no sweep's.
-        let child = vm_plan(&a);
+        let child = vm_plan(&a, &GuestKernel::Stock(None));
         let path = crate::child::write_plan(&dir, &child).unwrap();
         assert_eq!(SweepPlan::read(&path).unwrap(), child.validate().unwrap());
         let run = model::RunRequest::default().validate().unwrap();

@@ -43,7 +43,6 @@ use traffic::CancellationToken;
 
 use crate::error::LabResult;
 use crate::progress::{Progress, SweepCells};
-use crate::vm;
 use rows::PlannedRow;
 
 /// Runs the sweep; SIGINT and SIGTERM end it early. The report holds every cell measured
@@ -108,7 +107,7 @@ async fn sweep(
         * args.netem.len();
     let runs_vm = args.vm.is_some() && !children::vm_backends(args).is_empty();
     let vms = match runs_vm {
-        true => vec![children::vm_cells(args); vm::kernel_list(args.vm.as_deref()).len()],
+        true => children::vm_cells(args),
         false => vec![],
     };
     progress.sweep_started(&SweepCells {

@@ -111,6 +111,9 @@ impl SweepPlan {
         if self.vm.is_some() {
             for kernel in vm::kernel_list(self.vm.as_deref()) {
                 vm::check_vm_paths(kernel.as_deref())?;
+                if kernel.as_deref() == Some(vm::UML) {
+                    crate::uml::UmlKernel::require()?;
+                }
             }
         }
         Ok(self)
