@@ -536,7 +536,10 @@ mod tests {
             let KernelMethod::AfAlg(Some(note)) = kernel_method(Backend::Xfrm, host) else {
                 panic!("{host:?}: a host keeps AF_ALG and says why");
             };
-            assert!(note.contains("nothing is loaded into this host's kernel"), "{note}");
+            assert!(
+                note.contains("nothing is loaded into this host's kernel"),
+                "{note}"
+            );
         }
     }
 

@@ -46,6 +46,14 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// Where the kernel finds its module loader; empty turns autoloading off.
 const MODPROBE_SYSCTL: &str = "/proc/sys/kernel/modprobe";
 
+/// modprobe where it is installed: a run's PATH may lack the sbin directories.
+fn modprobe() -> &'static str {
+    ["/usr/sbin/modprobe", "/sbin/modprobe"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or("modprobe")
+}
+
 /// One `modprobe tcrypt` of a mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Load {
@@ -339,7 +347,9 @@ pub fn parse<'a>(lines: impl IntoIterator<Item = &'a str>) -> TcryptLog {
                     let lower = s.to_ascii_lowercase();
                     if lower.contains("failed") || lower.contains("error") {
                         match log.sections.last_mut() {
-                            Some(sec) if !lower.contains("load transform") => sec.failures.push(s.to_string()),
+                            Some(sec) if !lower.contains("load transform") => {
+                                sec.failures.push(s.to_string())
+                            }
                             _ => log.failures.push(s.to_string()),
                         }
                     }
@@ -423,7 +433,7 @@ impl Drop for AutoloadOff {
 pub fn run(load: &Load) -> Result<Ran, TcryptError> {
     let command = load.command_line();
     // What the test needs, loaded first (quietly: built-in ones are no error).
-    let _ = Command::new("modprobe")
+    let _ = Command::new(modprobe())
         .arg("-q")
         .arg("-a")
         .args(load.modules)
@@ -444,7 +454,7 @@ pub fn run(load: &Load) -> Result<Ran, TcryptError> {
     // Only what this load writes: from the log's end now.
     kmsg.seek(SeekFrom::End(0)).map_err(TcryptError::Kmsg)?;
     let t0 = Instant::now();
-    let mut child = Command::new("modprobe")
+    let mut child = Command::new(modprobe())
         .arg("tcrypt")
         .args(load.args())
         .stdin(Stdio::null())
@@ -595,7 +605,11 @@ fn series<'a>(
             .failures
             .first()
             .cloned()
-            .or_else(|| logs.iter().find_map(|l| l.unfinished.clone()).map(|u| format!("the log ends at `{u}`")))
+            .or_else(|| {
+                logs.iter()
+                    .find_map(|l| l.unfinished.clone())
+                    .map(|u| format!("the log ends at `{u}`"))
+            })
             .unwrap_or_else(|| "no timed test".into());
         return Err(format!("tcrypt's log has no figure for {what} ({why})"));
     }
@@ -636,17 +650,17 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
             let (e, d) = cbc(bits)?;
             let ((te, how), (td, _)) = (at(&e, pad(n))?, at(&d, pad(n))?);
             notes.push(format!("at {} bytes (padded to whole blocks): {how}", pad(n)));
-            (
-                format!("kernel cbc(aes) ({})", e.section.driver),
-                mb(te),
-                mb(td),
-            )
+            (format!("kernel cbc(aes) ({})", e.section.driver), mb(te), mb(td))
         }
         SpeedSuite::HmacSha256 => {
             let h = series(logs, "hmac(sha256)", None, None)?;
             let (t, how) = at(&h, n)?;
             notes.push(format!("at {n} bytes: {how}"));
-            (format!("kernel hmac(sha256) ({})", h.section.driver), mb(t), mb(t))
+            (
+                format!("kernel hmac(sha256) ({})", h.section.driver),
+                mb(t),
+                mb(t),
+            )
         }
         SpeedSuite::AesCbcHmacSha256(bits) => {
             let (e, d) = cbc(bits)?;
@@ -725,7 +739,15 @@ pub fn measure(suite: SpeedSuite, packet_bytes: usize) -> Result<TcryptSpeed, St
     let t0 = Instant::now();
     for load in loads(suite) {
         let ran = run(&load).map_err(|e| e.to_string())?;
-        said.push(format!("{} ({:.0} s)", load.command_line(), ran.elapsed.as_secs_f64()));
+        // Whatever else the mode timed (an algorithm already loaded) is said: it is time spent.
+        let mut timed: Vec<&str> = ran.log.sections.iter().map(|s| s.algorithm.as_str()).collect();
+        timed.dedup();
+        said.push(format!(
+            "{} ({:.0} s, timing {})",
+            load.command_line(),
+            ran.elapsed.as_secs_f64(),
+            timed.join(", ")
+        ));
         if ran.log.overruns > 0 {
             said.push(format!(
                 "{} of its log records were overwritten before they were read",
@@ -788,10 +810,7 @@ mod tests {
                 ("ctr(aes)", Some(Direction::Encryption)),
             ]
         );
-        assert_eq!(
-            log.sections[1].driver,
-            "gcm_base(ctr(aes-generic),ghash-generic)"
-        );
+        assert_eq!(log.sections[1].driver, "gcm_base(ctr(aes-generic),ghash-generic)");
         assert_eq!(log.sections[5].driver, "cbc(aes-generic)");
         assert_eq!(log.sections[4].driver, "hmac(sha256-generic)");
         // 8 sizes; gcm(aes) with three key sizes.
@@ -803,7 +822,10 @@ mod tests {
         assert_eq!(sizes, [16, 64, 256, 1024, 2048, 4096, 8192]);
         assert_eq!(log.sections[4].timed[3].ops, 175279);
         let t = log.sections[0].timed[5];
-        assert_eq!((t.key_bits, t.block_bytes, t.ops, t.seconds), (Some(160), 1420, 57286, 1));
+        assert_eq!(
+            (t.key_bits, t.block_bytes, t.ops, t.seconds),
+            (Some(160), 1420, 57286, 1)
+        );
         assert_eq!(log.failures.len(), 8, "{:?}", log.failures);
         assert!(log.failures[0].contains("ecb(aes): -2"));
         assert_eq!(log.cycle_counts, 0);
@@ -824,9 +846,19 @@ mod tests {
         let logs = [uml()];
         let s = speed("aes-256-gcm".parse().unwrap(), 1420, &logs).unwrap();
         // test 21 (256 bit key, 1420 byte blocks): 63699 and 64229 operations in 1 s.
-        assert!((s.encrypt_mb_per_s - 1420.0 * 63699.0 / 1e6).abs() < 1e-6, "{s:?}");
-        assert!((s.decrypt_mb_per_s - 1420.0 * 64229.0 / 1e6).abs() < 1e-6, "{s:?}");
-        assert!(s.implementation.contains("gcm_base(ctr(aes-generic),ghash-generic)"), "{s:?}");
+        assert!(
+            (s.encrypt_mb_per_s - 1420.0 * 63699.0 / 1e6).abs() < 1e-6,
+            "{s:?}"
+        );
+        assert!(
+            (s.decrypt_mb_per_s - 1420.0 * 64229.0 / 1e6).abs() < 1e-6,
+            "{s:?}"
+        );
+        assert!(
+            s.implementation
+                .contains("gcm_base(ctr(aes-generic),ghash-generic)"),
+            "{s:?}"
+        );
         assert!(s.implementation.ends_with("via tcrypt"));
         // 1431 bytes lies between 1420 and 4096: per-op time on the line between them.
         let s = speed("aes-256-gcm".parse().unwrap(), 1431, &logs).unwrap();
@@ -834,7 +866,12 @@ mod tests {
         let (a, b) = (at(63699.0, 1420.0), at(gcm_256_enc_ops(4096), 4096.0));
         let t = a.1 + (b.1 - a.1) * (1431.0 - a.0) / (b.0 - a.0);
         assert!((s.encrypt_mb_per_s - 1431.0 / t / 1e6).abs() < 1e-9, "{s:?}");
-        assert!(s.notes.iter().any(|n| n.contains("between the 1420- and 4096-byte")), "{s:?}");
+        assert!(
+            s.notes
+                .iter()
+                .any(|n| n.contains("between the 1420- and 4096-byte")),
+            "{s:?}"
+        );
         // AES-128 is ESP's rfc4106, which tcrypt times with a 160-bit key (salt included).
         let s = speed("aes-128-gcm".parse().unwrap(), 1420, &logs).unwrap();
         assert!(s.implementation.contains("rfc4106(gcm(aes))"), "{s:?}");
@@ -858,8 +895,14 @@ mod tests {
         // Slower than either part alone.
         assert!(s.encrypt_mb_per_s < 1424.0 * 174660.0 / 1e6);
         assert!(s.encrypt_mb_per_s < 1440.0 / mac / 1e6);
-        assert!(s.implementation.contains("cbc(aes-generic)") && s.implementation.contains("hmac(sha256-generic)"));
-        assert!(s.notes[0].contains("from its parts") && s.notes[0].contains("no faster"), "{s:?}");
+        assert!(
+            s.implementation.contains("cbc(aes-generic)")
+                && s.implementation.contains("hmac(sha256-generic)")
+        );
+        assert!(
+            s.notes[0].contains("from its parts") && s.notes[0].contains("no faster"),
+            "{s:?}"
+        );
     }
 
     #[test]
@@ -869,7 +912,12 @@ mod tests {
         assert!(e.contains("no rfc7539esp(chacha20,poly1305)"), "{e}");
         // Only the GCM load: CBC+HMAC's parts are not there.
         let gcm_only: Vec<&str> = UML.lines().take_while(|l| !l.contains("hmac(sha256)")).collect();
-        let e = speed("aes-128-cbc-hmac-sha256".parse().unwrap(), 1420, &[parse(gcm_only)]).unwrap_err();
+        let e = speed(
+            "aes-128-cbc-hmac-sha256".parse().unwrap(),
+            1420,
+            &[parse(gcm_only)],
+        )
+        .unwrap_err();
         assert!(e.contains("cbc(aes)"), "{e}");
         // A transform that could not be loaded is named with tcrypt's words.
         let failed = parse(["3,200,90050000,-;tcrypt: failed to load transform for cbc(aes): -2"]);
@@ -882,13 +930,24 @@ mod tests {
         // Cut inside the hash section: test 8's header is there, its figure is not.
         let cut: Vec<&str> = UML.lines().take_while(|l| !l.starts_with("4,183,")).collect();
         let log = parse(cut);
-        assert!(log.unfinished.as_deref().unwrap().contains("1024 byte blocks, 1024 bytes per update"));
-        let h = log.sections.iter().find(|s| s.algorithm == "hmac(sha256)").unwrap();
+        assert!(log
+            .unfinished
+            .as_deref()
+            .unwrap()
+            .contains("1024 byte blocks, 1024 bytes per update"));
+        let h = log
+            .sections
+            .iter()
+            .find(|s| s.algorithm == "hmac(sha256)")
+            .unwrap();
         assert_eq!(h.timed.len(), 3, "{h:?}");
         // Cut right after the cbc(aes) header: a section with nothing timed.
         let cut: Vec<&str> = UML.lines().take_while(|l| !l.starts_with("6,203,")).collect();
         let e = speed("aes-256-cbc".parse().unwrap(), 1420, &[parse(cut)]).unwrap_err();
-        assert!(e.contains("no figure for cbc(aes) with a 256-bit key encrypting"), "{e}");
+        assert!(
+            e.contains("no figure for cbc(aes) with a 256-bit key encrypting"),
+            "{e}"
+        );
         // A half record and stray lines are ignored.
         let log = parse(["6,1,2,-;tcrypt: test 0 (128 bit key", "garbage", ""]);
         assert!(log.sections.is_empty() && log.unfinished.is_none());
@@ -923,12 +982,16 @@ mod tests {
         assert_eq!(loads("aes-256-gcm".parse().unwrap())[0].mode, 211);
         assert_eq!(loads("chacha20-poly1305".parse().unwrap())[0].mode, 213);
         let d = expected_duration("aes-256-cbc-hmac-sha256".parse().unwrap());
-        assert!(d >= Duration::from_secs(64) && d <= Duration::from_secs(90), "{d:?}");
+        assert!(
+            d >= Duration::from_secs(64) && d <= Duration::from_secs(90),
+            "{d:?}"
+        );
     }
 
     #[test]
     fn balanced_names_keep_their_parentheses() {
-        let s = section("rfc4106(gcm(aes)) (rfc4106(gcm_base(ctr(aes-generic),ghash-generic))) decryption").unwrap();
+        let s = section("rfc4106(gcm(aes)) (rfc4106(gcm_base(ctr(aes-generic),ghash-generic))) decryption")
+            .unwrap();
         assert_eq!(s.algorithm, "rfc4106(gcm(aes))");
         assert_eq!(s.driver, "rfc4106(gcm_base(ctr(aes-generic),ghash-generic))");
         assert_eq!(s.direction, Some(Direction::Decryption));
