@@ -4,9 +4,15 @@
 //!
 //! * `userspace`: the `--crypto` implementation the tunnel ran (crate `crypto` through
 //!   crate `speed`), one thread per tunnel thread;
-//! * `xfrm`, `strongswan`, `wireguard`: the same kernel's crypto API through AF_ALG (in the
-//!   VM where the rows ran there), after its known-answer tests; ESP's own path pays no
-//!   system calls, so small packets understate the kernel (see `speed::kernel`);
+//! * `xfrm`, `strongswan` in user-mode Linux (`--vm uml`): the kernel's own speed test,
+//!   tcrypt (`speed::tcrypt`), which pays no system call per packet, as ESP does not; AF_ALG
+//!   there (a system call through UML per packet) reads below the tunnel itself. About a
+//!   minute: tcrypt 6.1 times every key and block size of a mode for a second each;
+//! * `xfrm`, `strongswan` elsewhere, and `wireguard`: the same kernel's crypto API through
+//!   AF_ALG (in the VM where the rows ran there), after its known-answer tests; ESP's own
+//!   path pays no system calls, so small packets understate the kernel (see
+//!   `speed::kernel`). Never tcrypt on a real host: it writes the host's kernel log and
+//!   loads modules there;
 //! * `openvpn`: `openssl speed` of the OpenSSL it links (CBC+HMAC from its CBC and HMAC
 //!   figures, as OpenSSL has no such combined cipher to time);
 //! * `boringtun`: ring's ChaCha20-Poly1305, which boringtun's data path calls;
@@ -216,8 +222,78 @@ fn userspace(plan: &RunPlan, suite: SpeedSuite, size: usize) -> Result<CryptoSpe
     })
 }
 
-/// The kernel's crypto API through AF_ALG, named by the driver that served it.
+/// How a kernel row's crypto is timed where the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KernelMethod {
+    /// tcrypt: inside the kernel, no system call per packet. Only in a kernel the lab
+    /// booted for the run, which it may load modules into and write the log of.
+    Tcrypt,
+    /// AF_ALG, with why not tcrypt (None: no note needed).
+    AfAlg(Option<&'static str>),
+}
+
+/// The method for a kernel row, from where the run is (`IPSEC_LAB_VIRT`, set by the lab in
+/// its guests; absent on a real host).
+fn kernel_method(backend: Backend, virtualization: Option<&str>) -> KernelMethod {
+    if backend == Backend::Wireguard {
+        // WireGuard calls its library directly, not through the crypto API tcrypt times.
+        return KernelMethod::AfAlg(None);
+    }
+    match virtualization {
+        Some(v) if v.starts_with("uml") => KernelMethod::Tcrypt,
+        // The stock kernel in a VM: AF_ALG's system calls cost what they do natively under
+        // KVM, and tcrypt's minute per suite and driver would multiply a VM sweep's time.
+        Some(v) if v.starts_with("vm") => KernelMethod::AfAlg(None),
+        _ => KernelMethod::AfAlg(Some(
+            "timed through AF_ALG, not the kernel's own tcrypt: tcrypt is loaded only in kernels the lab \
+             boots (--vm uml); nothing is loaded into this host's kernel or written to its log",
+        )),
+    }
+}
+
+/// The kernel's own path, timed by tcrypt where the run is in a kernel the lab booted, else
+/// (or where tcrypt gives nothing) through AF_ALG.
 fn kernel(backend: Backend, suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
+    let virt = std::env::var("IPSEC_LAB_VIRT").ok();
+    let why_not = match kernel_method(backend, virt.as_deref()) {
+        KernelMethod::Tcrypt => match tcrypt(suite, size) {
+            Ok(speed) => return Ok(speed),
+            Err(why) => Some(format!(
+                "tcrypt gave no ceiling ({why}); timed through AF_ALG instead"
+            )),
+        },
+        KernelMethod::AfAlg(note) => note.map(String::from),
+    };
+    let mut speed = af_alg(backend, suite, size).map_err(|e| match &why_not {
+        Some(w) => format!("{e}; {w}"),
+        None => e,
+    })?;
+    speed.notes.extend(why_not);
+    Ok(speed)
+}
+
+/// tcrypt in this kernel: wall clock, a second per key and block size.
+fn tcrypt(suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
+    let t = speed::tcrypt::measure(suite, size)?;
+    let mut speed = CryptoSpeed::new(
+        t.implementation,
+        suite.name(),
+        t.encrypt_mb_per_s,
+        t.decrypt_mb_per_s,
+    )
+    .ok_or_else(|| {
+        format!(
+            "tcrypt gave no rate (encrypt {} MB/s, decrypt {} MB/s)",
+            t.encrypt_mb_per_s, t.decrypt_mb_per_s
+        )
+    })?;
+    speed.seconds = f64::from(speed::tcrypt::SECONDS);
+    speed.notes = t.notes;
+    Ok(speed)
+}
+
+/// The kernel's crypto API through AF_ALG, named by the driver that served it.
+fn af_alg(backend: Backend, suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
     speed::af_alg::available().map_err(|e| format!("{e}: AF_ALG is how the kernel's crypto is timed"))?;
     let verified = speed::kernel::self_test(suite).map_err(|e| format!("{suite} through AF_ALG: {e}"))?;
     let m = method(1);
@@ -446,6 +522,25 @@ mod tests {
         let c = measure(&plan(Backend::WireguardGo, "chacha20-poly1305"), &Evidence::None);
         assert_eq!(c.mb_per_s(), None);
         assert!(c.reason().unwrap().contains("Go's"), "{c:?}");
+    }
+
+    #[test]
+    fn tcrypt_times_kernel_rows_only_in_user_mode_linux_and_never_on_a_host() {
+        let uml = Some("uml (user-mode Linux: native speed, 1 CPU, generic C crypto)");
+        assert_eq!(kernel_method(Backend::Xfrm, uml), KernelMethod::Tcrypt);
+        assert_eq!(kernel_method(Backend::Strongswan, uml), KernelMethod::Tcrypt);
+        assert_eq!(kernel_method(Backend::Wireguard, uml), KernelMethod::AfAlg(None));
+        let vm = Some("vm (kvm: native speed)");
+        assert_eq!(kernel_method(Backend::Xfrm, vm), KernelMethod::AfAlg(None));
+        for host in [None, Some("host")] {
+            let KernelMethod::AfAlg(Some(note)) = kernel_method(Backend::Xfrm, host) else {
+                panic!("{host:?}: a host keeps AF_ALG and says why");
+            };
+            assert!(
+                note.contains("nothing is loaded into this host's kernel"),
+                "{note}"
+            );
+        }
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! Owns the subcommand's validation ([`plan`]: a plain request → a plan), the run
 //! ([`run`]: every implementation's rows into one report, progress told to a trait), the
 //! timing method ([`mod@measure`]), the per-packet operations ([`ops`]), the table and JSON
-//! records ([`report`]), the `openssl speed` runner ([`openssl`]) and the kernel probe
-//! ([`kernel`]). Leaves the ciphers themselves to `crypto`, and the command line, the
+//! records ([`report`]), the `openssl speed` runner ([`openssl`]), the kernel probe
+//! ([`kernel`]) and the kernel's own speed test ([`tcrypt`]). Leaves the ciphers themselves to `crypto`, and the command line, the
 //! progress display and the printing to the `ipsec-lab` binary.
 
 pub mod af_alg;
@@ -18,6 +18,7 @@ pub mod plan;
 pub mod report;
 pub mod run;
 pub mod suite;
+pub mod tcrypt;
 
 pub use measure::single_core_mb_per_s;
 pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError, BLOCK_SIZES, SUBCOMMAND};
