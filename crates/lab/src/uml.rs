@@ -36,7 +36,7 @@ const MEMORY: &str = "mem=1G";
 const MODULES_TO_LOAD: &str =
     "esp4 esp6 xfrm_user xfrm4_tunnel xfrm6_tunnel tunnel4 tunnel6 af_key veth tun \
                                sch_netem af_alg algif_skcipher algif_hash algif_aead authenc authencesn gcm \
-                               ccm chacha20poly1305 crypto_user pcrypt aes_ti";
+                               ccm chacha20poly1305 crypto_user pcrypt";
 
 const REPORT_FILE: &str = "report.json";
 const RC_FILE: &str = "rc";
@@ -96,6 +96,10 @@ pub struct Guest {
     pub read_only: Vec<PathBuf>,
     /// `NAME=value` pairs the command runs with, besides `IPSEC_LAB_VIRT` and `TMPDIR`.
     pub env: Vec<String>,
+    /// Modules loaded besides those a run may need (a sweep's second `cbc(aes)` driver,
+    /// `aes_ti`, which a run leaves out: loaded, it may serve the SAs in place of
+    /// aes-generic, the driver a stock kernel uses).
+    pub extra_modules: Vec<&'static str>,
     pub command: Vec<String>,
     /// The command's output on the console (the guest's stdout); else stdout is dropped
     /// and stderr kept in the shared directory for the error message.
@@ -139,13 +143,18 @@ impl Guest {
              mount -t tmpfs modules /lib/modules\n\
              mkdir -p /lib/modules/{release}\n\
              mount --bind {modules}/{release} /lib/modules/{release}\n\
-             modprobe -q -a {load} 2>/dev/null\n\
+             modprobe -q -a {load}{extra} 2>/dev/null\n\
              env IPSEC_LAB_VIRT={virt} TMPDIR=/tmp {env}{command} {output}\n\
              echo $? > {rc}\n\
              halt -f\n",
             release = self.kernel.release,
             modules = MODULES,
             load = MODULES_TO_LOAD,
+            extra = self
+                .extra_modules
+                .iter()
+                .map(|m| format!(" {m}"))
+                .collect::<String>(),
             virt = sh_quote(VIRT_UML),
             env = env.iter().map(|e| format!("{e} ")).collect::<String>(),
             command = command.join(" "),
@@ -199,6 +208,7 @@ impl Guest {
             shared: shared.to_path_buf(),
             read_only: exe.parent().map(Path::to_path_buf).into_iter().collect(),
             env: Vec::new(),
+            extra_modules: Vec::new(),
             command,
             console: false,
         })
@@ -249,7 +259,8 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
 const BOOT_AND_HALT: Duration = Duration::from_secs(60);
 
 /// How long the run itself may take inside: every transfer at 1 MB/s (UML's ESP moves
-/// 40-100 MB/s here), the line rate and the ceiling after them, with room to spare.
+/// 40-100 MB/s here), the line rate after them, and a kernel row's tcrypt ceiling (a
+/// minute or two: it times every key and block size), with room to spare.
 fn run_budget(plan: &RunPlan) -> Duration {
     let w = plan.workload();
     let per_transfer_s = match w.modes.time_s {
@@ -257,7 +268,10 @@ fn run_budget(plan: &RunPlan) -> Duration {
         None => w.bytes.0 as f64 / 1e6,
     };
     let transfers = f64::from(w.repeat) * if plan.times_ceiling() { 2.0 } else { 1.0 };
-    Duration::from_secs_f64(per_transfer_s * transfers + 30.0)
+    let kernel_ceiling = speed::SpeedSuite::from_cipher_suite(&plan.suite())
+        .filter(|_| plan.times_ceiling() && plan.backend().describe().kernel.is_some())
+        .map_or(Duration::ZERO, speed::tcrypt::expected_duration);
+    Duration::from_secs_f64(per_transfer_s * transfers + 30.0) + kernel_ceiling
 }
 
 /// The guest's init, executable by root only (its directory is private already).
@@ -301,6 +315,7 @@ mod tests {
             shared: shared.into(),
             read_only: read_only.iter().map(PathBuf::from).collect(),
             env: vec!["CI=true".into()],
+            extra_modules: vec!["aes_ti"],
             command: [
                 "/tmp/checkout/target/debug/ipsec-lab",
                 "run",
@@ -323,6 +338,7 @@ mod tests {
             // The binary's directory, which may be under the guest's /tmp, at its own path.
             "mkdir -p '/tmp/checkout/target/debug' && mount -r -t hostfs host '/tmp/checkout/target/debug' -o '/tmp/checkout/target/debug'",
             "mount --bind /usr/lib/uml/modules/6.1.176 /lib/modules/6.1.176",
+            "crypto_user pcrypt aes_ti 2>/dev/null",
             "'CI=true' '/tmp/checkout/target/debug/ipsec-lab' 'run' '--plan-file' '/tmp/ipsec-lab-uml-x/plan.json' >/dev/null 2>'/tmp/ipsec-lab-uml-x/stderr'",
             "echo $? > '/tmp/ipsec-lab-uml-x/rc'",
             "halt -f",
