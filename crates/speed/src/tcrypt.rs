@@ -756,8 +756,10 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
 /// The loads this process ran, by load and the drivers they timed: tcrypt 6.1 times every
 /// key and block size of a mode, a second each, so a sweep's cells with the same drivers
 /// share one load (a minute) instead of each paying for it.
-static RAN: std::sync::Mutex<BTreeMap<(Load, Vec<(String, String)>), Ran>> =
-    std::sync::Mutex::new(BTreeMap::new());
+static RAN: std::sync::Mutex<BTreeMap<LoadKey, Ran>> = std::sync::Mutex::new(BTreeMap::new());
+
+/// A load and the preferred drivers (algorithm, driver) it would time.
+type LoadKey = (Load, Vec<(String, String)>);
 
 /// The highest-priority driver of each of `algorithms` now (absent ones left out).
 fn preferred_drivers(algorithms: &[&str]) -> Vec<(String, String)> {
