@@ -11,11 +11,12 @@
 //! mask(page): 8 little-endian words, word j = splitmix(mix(k ^ MASK_DOMAIN), page * 8 + j)
 //! ```
 //!
-//! Why not a plain generator (xoshiro256++ in format 1, or an AES-CTR keystream): at ~6 GB/s
-//! a core either one cost the sender and the receiver a third of a core at 2 GB/s, so the
-//! plain baseline measured the generator as much as the link (issue 26); AES-CTR is no faster
-//! on these machines and falls to 0.3 GB/s under `--crypto soft`, whose process runs with
-//! AES-NI masked. The table and a mask are XORed at memory speed (tens of GB/s, see
+//! Why not a plain generator (xoshiro256++ in format 1, or an AES-CTR keystream): at 6 to
+//! 10 GB/s a core either one cost each end a quarter to a third of a core at 2 GB/s (user
+//! time 0.13 to 0.3 s per GB), so the plain baseline measured the generator as much as the
+//! link: 0.78 to 0.85 of iperf3's, about 1.0 with this format (issue 26). AES-CTR is no
+//! faster on these machines and falls to 0.3 GB/s under `--crypto soft`, whose process runs
+//! with AES-NI masked. The table and a mask are XORed at memory speed (tens of GB/s, see
 //! `examples/payload_speed.rs`) on any x86-64, and the stream keeps what verification needs:
 //! it depends on the seed, the stream and every byte's position (a page moved by any
 //! distance, the table's period included, differs in nearly every byte), and no 8 bytes
