@@ -25,9 +25,12 @@ use crate::noise::MAX_PLAINTEXT;
 use crate::request::{PeerRequest, ServerEnd};
 use crate::ControlError;
 
-/// Protocol version; bumped on any incompatible change to [`Message`]. Version 2: the hello
-/// carries a request instead of the client's whole plan.
-pub const VERSION: u16 = 2;
+/// Protocol version; bumped on any incompatible change to [`Message`] or to the data
+/// streams the run exchanges. Version 2: the hello carries a request instead of the
+/// client's whole plan. Version 3: the data streams carry payload format 2 (stream header
+/// version 2, see crate `traffic`), so a client and a server of different payloads refuse
+/// each other at the hello, not at the first stream.
+pub const VERSION: u16 = 3;
 /// Largest encoded message: what fits one Noise message with its tag.
 pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
@@ -344,7 +347,27 @@ mod tests {
     #[test]
     fn other_versions_are_named() {
         let e = decode(br#"{"v":1,"msg":{"type":"busy"}}"#).unwrap_err();
-        assert!(matches!(e, ControlError::Version { got: 1, supported: 2 }), "{e}");
+        assert!(matches!(e, ControlError::Version { got: 1, supported: 3 }), "{e}");
+    }
+
+    /// A peer of the release before payload format 2 speaks version 2: refused at its hello
+    /// with both versions named, before any stream of the other payload is sent.
+    #[test]
+    fn a_peer_of_the_payload_format_1_release_is_refused() {
+        let mut old = serde_json::to_value(Envelope {
+            v: VERSION,
+            msg: hello(),
+        })
+        .unwrap();
+        old["v"] = 2.into();
+        let e = decode(&serde_json::to_vec(&old).unwrap()).unwrap_err();
+        assert!(matches!(e, ControlError::Version { got: 2, supported: 3 }), "{e}");
+        let message = e.to_string();
+        assert!(
+            message.contains("version 2") && message.contains("speaks version 3"),
+            "{message}"
+        );
+        assert!(message.contains("same release on both hosts"), "{message}");
     }
 
     #[test]
@@ -353,11 +376,11 @@ mod tests {
             &b""[..],
             b"null",
             b"{}",
-            br#"{"v":2}"#,
-            br#"{"v":2,"msg":{"type":"launch_missiles"}}"#,
-            br#"{"v":2,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
-            br#"{"v":2,"msg":{"type":"receive","attempt":-1}}"#,
-            br#"{"v":2,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
+            br#"{"v":3}"#,
+            br#"{"v":3,"msg":{"type":"launch_missiles"}}"#,
+            br#"{"v":3,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
+            br#"{"v":3,"msg":{"type":"receive","attempt":-1}}"#,
+            br#"{"v":3,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
             b"\xff\xfe",
         ] {
             assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
@@ -374,7 +397,7 @@ mod tests {
     fn odd_or_non_hex_key_material_is_refused() {
         for bad in ["abc", "zz", &"00".repeat(513)] {
             let text = format!(
-                r#"{{"v":2,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
+                r#"{{"v":3,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
                 serde_json::to_string(&request()).unwrap()
             );
             assert!(decode(text.as_bytes()).is_err(), "{bad}");
@@ -398,14 +421,14 @@ mod tests {
         ] {
             let mut r = good.clone();
             r[field] = value;
-            let text = serde_json::json!({"v": 2, "msg": {"type": "hello", "request": r, "keys": {}}});
+            let text = serde_json::json!({"v": 3, "msg": {"type": "hello", "request": r, "keys": {}}});
             let e = decode(text.to_string().as_bytes()).unwrap_err();
             assert!(e.to_string().contains(field), "{field}: {e}");
         }
         for (field, value) in [("data_port", 70_000), ("streams", -1), ("link_mtu", -5)] {
             let mut r = good.clone();
             r[field] = value.into();
-            let text = serde_json::json!({"v": 2, "msg": {"type": "hello", "request": r, "keys": {}}});
+            let text = serde_json::json!({"v": 3, "msg": {"type": "hello", "request": r, "keys": {}}});
             assert!(decode(text.to_string().as_bytes()).is_err(), "{field}");
         }
     }

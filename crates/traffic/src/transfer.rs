@@ -22,7 +22,10 @@ use crate::payload::{trailer, PayloadGenerator, TimedVerifier, Verifier, VerifyE
 /// Bytes handed to one write or read call: large enough to amortise system calls.
 const CHUNK: usize = 256 * 1024;
 const MAGIC: [u8; 4] = *b"IPLB";
-const VERSION: u16 = 1;
+/// Version of the stream header and of the payload after it: bumped when either changes,
+/// so that ends of different releases refuse each other at the header instead of failing
+/// verification at the first byte. Version 2: payload format 2 (see [`crate::payload`]).
+const VERSION: u16 = 2;
 const HEADER_LEN: usize = 24;
 /// The length a timed stream announces in its header: "until my trailer".
 const TIMED_LEN: u64 = u64::MAX;
@@ -178,6 +181,12 @@ pub enum TrafficError {
     Verify(#[from] VerifyError),
     #[error("bad stream header from {peer}: {reason}")]
     Header { peer: SocketAddr, reason: String },
+    #[error("stream from {peer} is of version {got}; this ipsec-lab speaks version {supported} (the payload's format differs): use the same release on both ends")]
+    Version {
+        peer: SocketAddr,
+        got: u16,
+        supported: u16,
+    },
     #[error("receiver {local}: more than {MAX_FOREIGN_CONNECTIONS} connections from addresses other than the run's peer (the last from {peer})")]
     Foreign { local: SocketAddr, peer: SocketAddr },
     #[error("interrupted")]
@@ -559,8 +568,16 @@ async fn read_header(
     )
     .await?;
     let bad = |reason: String| TrafficError::Header { peer, reason };
-    if header[..4] != MAGIC || u16::from_be_bytes([header[4], header[5]]) != VERSION {
-        return Err(bad("not an ipsec-lab stream of this version".into()));
+    if header[..4] != MAGIC {
+        return Err(bad("not an ipsec-lab stream".into()));
+    }
+    let version = u16::from_be_bytes([header[4], header[5]]);
+    if version != VERSION {
+        return Err(TrafficError::Version {
+            peer,
+            got: version,
+            supported: VERSION,
+        });
     }
     let index = u16::from_be_bytes([header[6], header[7]]);
     let seed = u64::from_be_bytes(header[8..16].try_into().expect("8 bytes"));
@@ -882,11 +899,46 @@ mod tests {
         assert!(matches!(rx.join().unwrap(), Err(TrafficError::Header { .. })));
     }
 
+    /// A sender of the release before payload format 2 (header version 1) is refused at its
+    /// header, with an error that names both versions, not a corrupted payload.
+    #[test]
+    fn a_sender_of_an_older_version_is_refused_at_its_header() {
+        let cfg = config(100_000, 1);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand_as(1, s, 100_000, 100_000);
+        let err = rx.join().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TrafficError::Version {
+                    got: 1,
+                    supported: 2,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("version 1") && message.contains("speaks version 2"),
+            "{message}"
+        );
+        assert!(message.contains("same release on both ends"), "{message}");
+    }
+
     /// Stream 0 of seed 99 written by hand: a header announcing `len` bytes, then `sent`.
-    fn send_by_hand(mut s: std::net::TcpStream, len: u64, sent: usize) {
+    fn send_by_hand(s: std::net::TcpStream, len: u64, sent: usize) {
+        send_by_hand_as(VERSION, s, len, sent)
+    }
+
+    /// As [`send_by_hand`], with the header's version `version`.
+    fn send_by_hand_as(version: u16, mut s: std::net::TcpStream, len: u64, sent: usize) {
         let mut header = Vec::new();
         header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&VERSION.to_be_bytes());
+        header.extend_from_slice(&version.to_be_bytes());
         header.extend_from_slice(&0u16.to_be_bytes());
         header.extend_from_slice(&99u64.to_be_bytes());
         header.extend_from_slice(&len.to_be_bytes());
