@@ -101,6 +101,8 @@ pub struct Guest {
     /// aes-generic, the driver a stock kernel uses).
     pub extra_modules: Vec<&'static str>,
     pub command: Vec<String>,
+    /// Where the command starts (default: `/`).
+    pub cwd: Option<PathBuf>,
     /// The command's output on the console (the guest's stdout); else stdout is dropped
     /// and stderr kept in the shared directory for the error message.
     pub console: bool,
@@ -133,6 +135,8 @@ impl Guest {
         format!(
             "#!/bin/sh\n\
              # Made by ipsec-lab for one boot of user-mode Linux; removed with its directory.\n\
+             # The kernel starts init with no PATH; the run and its tests call modprobe, ip, charon.\n\
+             export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
              mount -t proc proc /proc\n\
              mount -t sysfs sys /sys\n\
              mount -t devtmpfs dev /dev\n\
@@ -144,7 +148,7 @@ impl Guest {
              mkdir -p /lib/modules/{release}\n\
              mount --bind {modules}/{release} /lib/modules/{release}\n\
              modprobe -q -a {load}{extra} 2>/dev/null\n\
-             env IPSEC_LAB_VIRT={virt} TMPDIR=/tmp {env}{command} {output}\n\
+             cd {cwd} && env IPSEC_LAB_VIRT={virt} TMPDIR=/tmp {env}{command} {output}\n\
              echo $? > {rc}\n\
              halt -f\n",
             release = self.kernel.release,
@@ -158,6 +162,7 @@ impl Guest {
             virt = sh_quote(VIRT_UML),
             env = env.iter().map(|e| format!("{e} ")).collect::<String>(),
             command = command.join(" "),
+            cwd = q(self.cwd.as_deref().unwrap_or(Path::new("/"))),
             rc = shared(RC_FILE),
         )
     }
@@ -187,6 +192,8 @@ impl Guest {
             "rootfstype=hostfs",
             "rootflags=/",
             "ro",
+            // The kernel's own messages (tcrypt's hundreds of lines) stay in its log.
+            "quiet",
             // Its console goes to its stdout; nothing reads a terminal.
             "con=null",
             "con0=null,fd:1",
@@ -210,6 +217,7 @@ impl Guest {
             env: Vec::new(),
             extra_modules: Vec::new(),
             command,
+            cwd: None,
             console: false,
         })
     }
@@ -324,6 +332,7 @@ mod tests {
             ]
             .map(String::from)
             .to_vec(),
+            cwd: None,
             console: false,
         }
     }
@@ -339,7 +348,7 @@ mod tests {
             "mkdir -p '/tmp/checkout/target/debug' && mount -r -t hostfs host '/tmp/checkout/target/debug' -o '/tmp/checkout/target/debug'",
             "mount --bind /usr/lib/uml/modules/6.1.176 /lib/modules/6.1.176",
             "crypto_user pcrypt aes_ti 2>/dev/null",
-            "'CI=true' '/tmp/checkout/target/debug/ipsec-lab' 'run' '--plan-file' '/tmp/ipsec-lab-uml-x/plan.json' >/dev/null 2>'/tmp/ipsec-lab-uml-x/stderr'",
+            "cd '/' && env IPSEC_LAB_VIRT='uml (user-mode Linux: native speed, 1 CPU, generic C crypto)' TMPDIR=/tmp 'CI=true' '/tmp/checkout/target/debug/ipsec-lab' 'run' '--plan-file' '/tmp/ipsec-lab-uml-x/plan.json' >/dev/null 2>'/tmp/ipsec-lab-uml-x/stderr'",
             "echo $? > '/tmp/ipsec-lab-uml-x/rc'",
             "halt -f",
         ];

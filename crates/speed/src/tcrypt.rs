@@ -27,7 +27,6 @@
 //! Leaves out: where tcrypt may be loaded (only in the lab's own kernels: that is the
 //! caller's choice, `lab::ceiling`), and AF_ALG.
 
-use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -58,7 +57,7 @@ fn modprobe() -> &'static str {
 }
 
 /// One `modprobe tcrypt` of a mode.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Load {
     pub mode: u32,
     /// `alg=`: the hash mode 300 times this one only.
@@ -149,14 +148,14 @@ pub fn expected_duration(suite: SpeedSuite) -> Duration {
     Duration::from_secs(u64::from(tests * SECONDS) * 5 / 4 + 5)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Direction {
     Encryption,
     Decryption,
 }
 
 /// One timed test: ops of `block_bytes` in `seconds` (hashes: a digest of the block).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timed {
     /// None for an unkeyed hash line (tcrypt prints no key size there).
     pub key_bits: Option<u32>,
@@ -172,7 +171,7 @@ impl Timed {
 }
 
 /// One "testing speed of ALG (DRIVER) DIRECTION" section and what followed it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Section {
     pub algorithm: String,
     pub driver: String,
@@ -184,7 +183,7 @@ pub struct Section {
 }
 
 /// What one load wrote to the kernel log, parsed.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TcryptLog {
     pub sections: Vec<Section>,
     /// "failed to load transform for ALG: -2" and other lines outside a section.
@@ -753,13 +752,60 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
     })
 }
 
-/// The loads this process ran, by load and the drivers they timed: tcrypt 6.1 times every
-/// key and block size of a mode, a second each, so a sweep's cells with the same drivers
-/// share one load (a minute) instead of each paying for it.
-static RAN: std::sync::Mutex<BTreeMap<LoadKey, Ran>> = std::sync::Mutex::new(BTreeMap::new());
+/// Loads timed earlier in this boot, by any run: tcrypt 6.1 times every key and block size
+/// of a mode, a second each, so the cells of a sweep and the runs of a test group that time
+/// the same drivers share one load (a minute) instead of each paying for it. tcrypt runs
+/// only in a kernel the lab booted, whose /run is a tmpfs of its own, gone at halt; the
+/// boot id keeps a file of another boot from counting.
+const BOOT_CACHE: &str = "/run/ipsec-lab-tcrypt.json";
 
-/// A load and the preferred drivers (algorithm, driver) it would time.
-type LoadKey = (Load, Vec<(String, String)>);
+/// One load in [`BOOT_CACHE`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct CachedLoad {
+    boot_id: String,
+    mode: u32,
+    alg: Option<String>,
+    klen: Option<u32>,
+    /// (algorithm, driver) preferred when it ran: what it timed.
+    drivers: Vec<(String, String)>,
+    log: TcryptLog,
+}
+
+impl CachedLoad {
+    fn matches(&self, boot_id: &str, load: &Load, drivers: &[(String, String)]) -> bool {
+        self.boot_id == boot_id
+            && self.mode == load.mode
+            && self.alg.as_deref() == load.alg
+            && self.klen == load.klen
+            && self.drivers == drivers
+    }
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn cached_loads() -> Vec<CachedLoad> {
+    std::fs::read(BOOT_CACHE)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Adds a load to [`BOOT_CACHE`] (written whole and renamed: a reader sees the old file or
+/// the new one). A cache that cannot be written costs time, nothing else.
+fn remember(entry: CachedLoad) {
+    let mut all = cached_loads();
+    all.push(entry);
+    let tmp = format!("{BOOT_CACHE}.{}", std::process::id());
+    if let Ok(json) = serde_json::to_vec(&all) {
+        if std::fs::write(&tmp, json).is_ok() && std::fs::rename(&tmp, BOOT_CACHE).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
 
 /// The highest-priority driver of each of `algorithms` now (absent ones left out).
 fn preferred_drivers(algorithms: &[&str]) -> Vec<(String, String)> {
@@ -786,23 +832,31 @@ pub fn measure(suite: SpeedSuite, packet_bytes: usize) -> Result<TcryptSpeed, St
     let mut said = Vec::new();
     let t0 = Instant::now();
     for load in loads(suite) {
-        let key = (load.clone(), preferred_drivers(load.serves));
-        let cached = RAN.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-        let ran = match cached {
-            Some(ran) => {
-                said.push(format!(
-                    "{} (timed earlier in this run with the same drivers: {}; reused)",
-                    load.command_line(),
-                    describe_drivers(&key.1)
-                ));
-                logs.push(ran.log);
-                continue;
-            }
-            None => run(&load).map_err(|e| e.to_string())?,
-        };
-        RAN.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, ran.clone());
+        let drivers = preferred_drivers(load.serves);
+        let boot = boot_id();
+        let earlier = cached_loads()
+            .into_iter()
+            .find(|c| !boot.is_empty() && c.matches(&boot, &load, &drivers));
+        if let Some(earlier) = earlier {
+            said.push(format!(
+                "{} (timed earlier in this boot with the same drivers, {}: reused)",
+                load.command_line(),
+                describe_drivers(&drivers)
+            ));
+            logs.push(earlier.log);
+            continue;
+        }
+        let ran = run(&load).map_err(|e| e.to_string())?;
+        if !boot.is_empty() {
+            remember(CachedLoad {
+                boot_id: boot,
+                mode: load.mode,
+                alg: load.alg.map(str::to_string),
+                klen: load.klen,
+                drivers,
+                log: ran.log.clone(),
+            });
+        }
         // Whatever else the mode timed (an algorithm already loaded) is said: it is time spent.
         let mut timed: Vec<&str> = ran.log.sections.iter().map(|s| s.algorithm.as_str()).collect();
         timed.dedup();
