@@ -41,7 +41,7 @@ fn kernel_esp_runs_verified_in_user_mode_linux_and_says_so() {
         return;
     }
     let _lock = lab_lock();
-    // The ceiling (tcrypt, a minute) is tests/uml_ceiling.rs's.
+    // The ceiling (tcrypt, a minute) is the xfrm guest group's (tests/vm/xfrm.rs).
     let r = report_of(&[
         "--key-bits",
         "256",
@@ -142,7 +142,7 @@ fn matrix_in_user_mode_linux_has_a_row_per_generic_driver() {
         "2MB",
         "--repeat",
         "1",
-        // The tcrypt ceilings (a minute per driver) are tests/uml_ceiling.rs's.
+        // The tcrypt ceilings (a minute per driver) are the xfrm guest group's (tests/vm/xfrm.rs).
         "--no-ceiling",
         "--no-progress",
         "--json",

@@ -1,7 +1,8 @@
 //! Kernel WireGuard (`--backend wireguard`) on a stock kernel, checked in the guest
 //! (tests/vm/main.rs boots it). In the guest: a verified 4 MB run whose report shows the handshake
 //! and each end's peer counters read back over generic netlink, with no namespace or link
-//! left; and a wrong peer key on one end failing the start (exit 1) with both links gone.
+//! left; a wrong peer key on one end failing the start (exit 1) with both links gone; and
+//! the same over IPv6 (user-mode Linux, where the IPv6 group runs, has no WireGuard).
 //! Needs root, vng and a kernel image in /boot; skips with the reason otherwise.
 
 use crate::common;
@@ -52,4 +53,6 @@ fn guest_checks() {
     assert_eq!(host_lab_links(), Vec::<String>::new());
 
     common::wireguard::wrong_peer_key_fails(model::Backend::Wireguard);
+    let out = private_dir("ipl-vm-wg6-");
+    crate::ipv6::other_kernel_backend_over_ipv6(out.path(), "wireguard");
 }
