@@ -480,7 +480,7 @@ mod tests {
 
     #[test]
     fn the_guests_command_line_parses_with_no_progress_once() {
-        let mut guest = lab::vm::guest_run_args(std::path::Path::new("/tmp/ipsec-lab-vm-x/plan.json"));
+        let mut guest = lab::child::guest_run_args(std::path::Path::new("/tmp/ipsec-lab-vm-x/plan.json"));
         // What vm::guest_child adds.
         guest.extend(["--json".into(), "/tmp/ipsec-lab-vm-x/report.json".into()]);
         let Command::Run(g) = parse(&guest.iter().map(String::as_str).collect::<Vec<_>>())

@@ -310,6 +310,18 @@ impl Child<'_> {
 /// The plan file in a child's private directory.
 pub const PLAN_FILE: &str = "plan.json";
 
+/// A guest's `ipsec-lab run` (a VM's or user-mode Linux's): the plan file the host wrote,
+/// no progress; its `--json` is added by whoever boots it. How the report is shown
+/// (`--json`, intervals) is the host's.
+pub fn guest_run_args(plan_file: &Path) -> Vec<String> {
+    vec![
+        "run".into(),
+        "--plan-file".into(),
+        plan_file.display().to_string(),
+        "--no-progress".into(),
+    ]
+}
+
 /// Writes `plan` as JSON into `dir` (the child's private directory) and returns its path,
 /// for the child's `--plan-file`.
 pub fn write_plan<T: Serialize>(dir: &owner::PrivateDir, plan: &T) -> Result<PathBuf, LabError> {

@@ -241,7 +241,7 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
     let outdir = owner::PrivateDir::new("ipsec-lab-uml-")?;
     // The same run, placed in the guest's own namespaces.
     let plan_file = crate::child::write_plan(&outdir, &plan.with_placement(model::Placement::Local))?;
-    let args = crate::vm::guest_run_args(&plan_file);
+    let args = crate::child::guest_run_args(&plan_file);
     let guest = Guest::of_this_binary(kernel, outdir.path(), &args)?;
     let mut child = guest.child("the run inside user-mode Linux")?;
     // Boot is about 2 s; the run's own length is the payload at UML's speed, with room.

@@ -220,17 +220,6 @@ pub fn guest_plan(plan: &RunPlan) -> RunPlan {
     plan.with_placement(Placement::Local)
 }
 
-/// The guest's `ipsec-lab run`: the plan file the host wrote, no progress; its `--json` is
-/// added by [`guest_child`]. How the report is shown (`--json`, intervals) is the host's.
-pub fn guest_run_args(plan_file: &Path) -> Vec<String> {
-    vec![
-        "run".into(),
-        "--plan-file".into(),
-        plan_file.display().to_string(),
-        "--no-progress".into(),
-    ]
-}
-
 /// Builds the guest's shell command: load `modules`, run `exe` with `args` (the caller
 /// puts the output file among them), record the exit code in `rc`. Every path and
 /// argument is single-quoted for the guest's shell.
@@ -460,7 +449,7 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
     let accel = detect_accel(&kernel);
     let outdir = guest_dir("ipsec-lab-vm-")?;
     let plan_file = crate::child::write_plan(&outdir, &guest_plan(plan))?;
-    let args = guest_run_args(&plan_file);
+    let args = crate::child::guest_run_args(&plan_file);
     let run = exec_in_guest_dir::<RunReport>(&kernel, accel, GUEST_MODULES, &outdir, &args)?;
     let mut report = run.report;
     report.notes.push(format!(
@@ -504,7 +493,7 @@ mod tests {
 
     #[test]
     fn the_guest_reads_the_plan_file_with_no_progress_once_and_no_vm() {
-        let args = guest_run_args(Path::new("/tmp/ipsec-lab-vm-Ab3/plan.json"));
+        let args = crate::child::guest_run_args(Path::new("/tmp/ipsec-lab-vm-Ab3/plan.json"));
         assert_eq!(
             args,
             strings(&[
