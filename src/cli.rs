@@ -77,10 +77,12 @@ pub struct RunArgs {
           value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
     /// Parallel TCP streams, as iperf3 -P.
-    #[arg(long, short = 'P', default_value_t = 1)]
+    #[arg(long, short = 'P', default_value_t = 1, allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<u16>(1, model::plan::MAX_STREAMS.into()))]
     pub parallel: u16,
     /// MTU of the veth link.
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 1500, allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<u32>(model::plan::MIN_MTU.into(), model::plan::MAX_MTU.into()))]
     pub mtu: u32,
     /// IPsec mode of the xfrm backend: tunnel or transport [default: tunnel; with --peer
     /// always transport].

@@ -60,10 +60,20 @@ where
 /// A count from 1 to `max` (`--repeat`): a negative number is a value here, refused with
 /// the range, where clap would take "-1" for an unknown flag.
 pub fn count(max: u32) -> impl TypedValueParser<Value = u32> {
+    in_range(1, i64::from(max))
+}
+
+/// A whole number from `min` to `max` (`-P`, `--mtu`, `--multi`), with the range in the
+/// refusal; as [`count`], a negative number is a value, not taken for a flag (the argument
+/// needs `allow_negative_numbers`).
+pub fn in_range<T>(min: i64, max: i64) -> impl TypedValueParser<Value = T>
+where
+    T: TryFrom<i64> + Clone + Send + Sync + 'static,
+{
     StringValueParser::new().try_map(move |s| match s.trim().parse::<i64>() {
-        Ok(n) if (1..=i64::from(max)).contains(&n) => Ok(n as u32),
-        Ok(n) => Err(format!("{n} is out of range: use 1 to {max}")),
-        Err(_) => Err(format!("{s:?} is not a whole number: use 1 to {max}")),
+        Ok(n) if (min..=max).contains(&n) => T::try_from(n).map_err(|_| format!("{n} does not fit")),
+        Ok(n) => Err(format!("{n} is out of range: use {min} to {max}")),
+        Err(_) => Err(format!("{s:?} is not a whole number: use {min} to {max}")),
     })
 }
 

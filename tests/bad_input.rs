@@ -217,6 +217,21 @@ fn every_refusal_names_the_flag_given_and_a_way_that_works() {
             "-1 is out of range: use 1 to 1000",
         ),
         (&["run", "--repeat", "1001"][..], "use 1 to 1000"),
+        (&["run", "-P", "-1"][..], "-1 is out of range: use 1 to 128"),
+        (&["matrix", "-P", "-1"][..], "-1 is out of range: use 1 to 128"),
+        (&["run", "--mtu", "-1"][..], "-1 is out of range: use 576 to 9000"),
+        (
+            &["matrix", "--mtu", "-1"][..],
+            "-1 is out of range: use 576 to 9000",
+        ),
+        (
+            &["speed", "--multi", "-1"][..],
+            "-1 is out of range: use 1 to 1024",
+        ),
+        (
+            &["speed", "--repeat", "-1"][..],
+            "-1 is out of range: use 1 to 1000",
+        ),
         (
             &["compare", "a.json", "b.json", "--threshold", "-5"][..],
             "--threshold -5 is out of range",

@@ -41,7 +41,8 @@ pub struct MatrixArgs {
     pub threads: Vec<u16>,
     /// TCP streams per transfer in every cell, as `run -P` [default: the largest --threads
     /// count, so every tunnel thread has a stream to carry].
-    #[arg(long, short = 'P')]
+    #[arg(long, short = 'P', allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<u16>(1, model::plan::MAX_STREAMS.into()))]
     pub parallel: Option<u16>,
     /// Payload of each transfer, e.g. 100MB, 4MB; at least 1MB.
     #[arg(long, default_value = "100MB")]
@@ -55,7 +56,8 @@ pub struct MatrixArgs {
           value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
     /// MTU of the veth link.
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 1500, allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<u32>(model::plan::MIN_MTU.into(), model::plan::MAX_MTU.into()))]
     pub mtu: u32,
     /// TCP port of the receiver.
     #[arg(long, default_value_t = 5201)]

@@ -21,10 +21,12 @@ pub struct SpeedArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub seconds: Option<f64>,
     /// Threads, one pinned per core, results summed.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<usize>(1, 1024))]
     pub multi: usize,
     /// Repeats per cell; the table shows the median and flags spreads above 5 %.
-    #[arg(long, visible_alias = "repeats", default_value_t = 3)]
+    #[arg(long, visible_alias = "repeats", default_value_t = 3, allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<usize>(1, model::plan::MAX_REPEAT.into()))]
     pub repeat: usize,
     /// Block sizes, comma-separated, with units as --bytes takes them: 1400,8KiB,16k
     /// (default 16,64,256,1024,1400,8192,16384).

@@ -5,6 +5,13 @@ use crate::size::ByteSize;
 /// Most queues the kernel gives one TUN device (`MAX_TAP_QUEUES`), so most tunnel threads.
 pub const MAX_TUNNEL_THREADS: u16 = 256;
 
+/// Most parallel TCP streams (`-P`).
+pub const MAX_STREAMS: u16 = 128;
+
+/// The link MTUs a run takes (`--mtu`); IPv6 needs at least 1280 of them.
+pub const MIN_MTU: u32 = 576;
+pub const MAX_MTU: u32 = 9000;
+
 /// Most transfers per run (`--repeat`).
 pub const MAX_REPEAT: u32 = 1000;
 

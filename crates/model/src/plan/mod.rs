@@ -27,7 +27,10 @@ use crate::size::ByteSize;
 use crate::suite::CipherSuite;
 
 pub use error::PlanError;
-pub use limits::{DEFAULT_PEER_PORT, MAX_REPEAT, MAX_SA_PAIRS, MAX_TUNNEL_THREADS, MIN_PAYLOAD};
+pub use limits::{
+    DEFAULT_PEER_PORT, MAX_MTU, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU,
+    MIN_PAYLOAD,
+};
 pub use request::{check_payload, parse_seed, RunRequest};
 
 /// Which crypto implementation a userspace backend uses.

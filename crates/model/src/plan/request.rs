@@ -10,7 +10,9 @@ use crate::encap::{Encap, EncapKind};
 use crate::family::{Family, MIN_IPV6_MTU};
 use crate::modes::{ModesRequest, RunContext};
 use crate::netem::NetemSpec;
-use crate::plan::limits::{MAX_REPEAT, MAX_SA_PAIRS, MAX_TUNNEL_THREADS, MIN_PAYLOAD};
+use crate::plan::limits::{
+    MAX_MTU, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
+};
 use crate::size::ByteSize;
 use crate::suite::{CipherSuite, Hmac, KeyBits};
 
@@ -99,10 +101,10 @@ impl RunRequest {
         if self.repeat == 0 || self.repeat > MAX_REPEAT {
             return Err(PlanError::Repeat(self.repeat));
         }
-        if self.parallel == 0 || self.parallel > 128 {
+        if self.parallel == 0 || self.parallel > MAX_STREAMS {
             return Err(PlanError::Parallel(self.parallel));
         }
-        if !(576..=9000).contains(&self.mtu) {
+        if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
             return Err(PlanError::Mtu(self.mtu));
         }
         if self.port == 0 || u32::from(self.port) + u32::from(self.parallel) > 65535 {
