@@ -192,8 +192,9 @@ impl Guest {
             "rootfstype=hostfs",
             "rootflags=/",
             "ro",
-            // The kernel's own messages (tcrypt's hundreds of lines) stay in its log.
-            "quiet",
+            // The kernel's own messages (tcrypt's hundreds of lines and its errors for the
+            // templates it skips) stay in its log; only alerts reach the console.
+            "loglevel=2",
             // Its console goes to its stdout; nothing reads a terminal.
             "con=null",
             "con0=null,fd:1",
