@@ -139,7 +139,7 @@ impl Guest {
              export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
              mount -t proc proc /proc\n\
              mount -t sysfs sys /sys\n\
-             mount -t devtmpfs dev /dev\n\
+             mountpoint -q /dev || mount -t devtmpfs dev /dev\n\
              mount -t tmpfs run /run\n\
              mount -t tmpfs tmp /tmp\n\
              mkdir -p /run/netns\n\
@@ -342,7 +342,8 @@ mod tests {
     fn the_guest_mounts_its_own_dirs_and_the_package_modules_and_runs_the_command() {
         let s = guest("/tmp/ipsec-lab-uml-x", &["/tmp/checkout/target/debug"]).init_script();
         let lines = [
-            "mount -t devtmpfs dev /dev",
+            // The kernel may have mounted it already (DEVTMPFS_MOUNT).
+            "mountpoint -q /dev || mount -t devtmpfs dev /dev",
             "mount -t tmpfs tmp /tmp",
             "mkdir -p '/tmp/ipsec-lab-uml-x' && mount -t hostfs host '/tmp/ipsec-lab-uml-x' -o '/tmp/ipsec-lab-uml-x'",
             // The binary's directory, which may be under the guest's /tmp, at its own path.
