@@ -127,7 +127,10 @@ fn json_file_and_openssl_units() {
 #[test]
 fn bad_input_exits_2_with_a_clear_message() {
     for (args, hint) in [
-        (&["--multi", "0"][..], "--multi 0"),
+        (
+            &["--multi", "0"][..],
+            "'--multi <MULTI>': 0 is out of range: use 1 to 1024",
+        ),
         (&["aes-512-cbc"][..], "unknown suite \"aes-512-cbc\""),
         (&["--seconds", "-1"][..], "positive number of seconds"),
         (&["--crypto", "nonsense"][..], "unknown implementation"),

@@ -11,20 +11,6 @@ mod common;
 use common::own::Sandbox;
 use common::*;
 
-fn uml_or_skip(test: &str) -> bool {
-    if !root_or_skip(test) {
-        return false;
-    }
-    let present = std::path::Path::new("/usr/bin/linux.uml").is_file();
-    if !present {
-        testcap::skip(
-            test,
-            "no /usr/bin/linux.uml (apt-get install user-mode-linux; make setup does)",
-        );
-    }
-    present
-}
-
 fn report_of(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["run", "--vm", "uml", "--no-progress", "--json", "-"];
     all.extend_from_slice(args);
