@@ -310,6 +310,11 @@ impl Child<'_> {
 /// The plan file in a child's private directory.
 pub const PLAN_FILE: &str = "plan.json";
 
+/// Single-quotes `s` for a guest's shell (a VM's command, user-mode Linux's init).
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 /// A guest's `ipsec-lab run` (a VM's or user-mode Linux's): the plan file the host wrote,
 /// no progress; its `--json` is added by whoever boots it. How the report is shown
 /// (`--json`, intervals) is the host's.

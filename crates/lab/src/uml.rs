@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use model::{RunPlan, RunReport};
 
-use crate::child::{Child, ExitCodeFrom, Output};
+use crate::child::{sh_quote, Child, ExitCodeFrom, Output};
 use crate::error::{LabError, LabResult};
 
 /// Where Debian's package puts the kernel and its modules.
@@ -305,10 +305,6 @@ fn with_guest_stderr(e: LabError, outdir: &owner::PrivateDir) -> LabError {
     }
     let kind = e.kind;
     LabError::new(kind, anyhow::anyhow!("{e:#}; the run inside said: {said}"))
-}
-
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use std::time::Duration;
 use model::{Placement, RunPlan, RunReport};
 use serde::de::DeserializeOwned;
 
-use crate::child::{Child, ExitCodeFrom, Output};
+use crate::child::{sh_quote, Child, ExitCodeFrom, Output};
 use crate::error::{LabError, LabResult};
 
 pub const VIRT_KVM: &str = "vm (kvm)";
@@ -207,11 +207,6 @@ fn kvm_boots(kernel: &Path) -> bool {
         .stderr(Stdio::null())
         .output();
     child.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(TOKEN))
-}
-
-/// Single-quotes `s` for the guest's shell.
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The plan the guest runs: the host's, in the guest's own namespaces (a `--vm` plan
