@@ -53,9 +53,13 @@ fn two_kernels_or_skip(test: &str) -> Option<(String, String)> {
     kernels
 }
 
+/// One TCG boot per kernel, the kernel rows of both in one report: a row per `cbc(aes)`
+/// driver (AES-NI among them: what user-mode Linux cannot show), each cell served by its
+/// row's driver and against an AF_ALG ceiling timed with that driver raised, every priority
+/// back afterwards; `compare --kernels` pairs the kernels cell by cell.
 #[test]
-fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
-    let test = "a_two_kernel_vm_matrix_has_both_kernels_rows";
+fn a_two_kernel_vm_matrix_has_both_kernels_driver_rows() {
+    let test = "a_two_kernel_vm_matrix_has_both_kernels_driver_rows";
     let Some((stock, second)) = two_kernels_or_skip(test) else {
         return;
     };
@@ -72,7 +76,7 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
         "--backends",
         "plain,xfrm",
         "--ciphers",
-        "aes-128-gcm",
+        "aes-128-cbc,aes-256-cbc-hmac-sha256",
         "--bytes",
         "1MB",
         "--vm-bytes",
@@ -90,12 +94,18 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
         text(&out)
     );
     assert!(out.status.success(), "{}", text(&out));
+    let md = String::from_utf8_lossy(&out.stdout).to_string();
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for release in [&stock, &second] {
         let environment = format!("vm {release}");
+        let env = &report["environments"][&environment];
         assert_eq!(
-            report["environments"][&environment]["kernel_release"], **release,
+            env["kernel_release"], **release,
             "the guest of {release} ran {release}"
+        );
+        assert!(
+            env["virtualization"].as_str().unwrap().starts_with("vm ("),
+            "{env}"
         );
         let rows: Vec<&serde_json::Value> = report["rows"]
             .as_array()
@@ -103,16 +113,29 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
             .iter()
             .filter(|r| r["key"]["environment"] == environment)
             .collect();
-        let xfrm = rows
-            .iter()
-            .find(|r| r["key"]["backend"] == "xfrm")
-            .unwrap_or_else(|| panic!("{release}: {rows:?}"));
-        assert_eq!(xfrm["cells"][0]["status"], "measured", "{xfrm}");
+        assert_eq!(
+            rows[0]["key"]["backend"], "plain",
+            "{release}: the VM has its own baseline"
+        );
+        let drivers = driver_rows_checked(release, &rows[1..]);
+        assert!(drivers.contains(&"cbc-aes-aesni"), "{release}: {drivers:?}");
+        assert!(drivers.contains(&"cbc(aes-generic)"), "{release}: {drivers:?}");
+        for d in &drivers {
+            let label = format!("| xfrm [{d}] (vm {release}) |");
+            assert!(md.contains(&label), "{label} missing:\n{md}");
+        }
         assert!(
-            text(&out).contains(&format!("(vm {release})")),
-            "the table labels {release}"
+            md.contains(&format!("| plain (line rate) (vm {release}) |")),
+            "{md}"
         );
     }
+    assert!(md.contains("#### % of the crypto ceiling"), "{md}");
+    assert!(md.contains("| backend | 128 | 256+HMAC |"), "{md}");
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("cbc(aes) driver priorities restored after the driver rows"),
+        "{notes}"
+    );
     let compared = run_lab(&[
         "compare",
         json.to_str().unwrap(),
@@ -122,14 +145,19 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
     assert!(compared.status.success(), "{}", text(&compared));
     let shown = text(&compared);
     eprintln!("{shown}");
-    // The kernels' xfrm rows pair: one line with a rate on both sides.
-    let paired = shown.lines().any(|l| {
-        let cols: Vec<&str> = l.split('|').map(str::trim).collect();
-        cols.get(1) == Some(&"xfrm (vm)")
-            && cols.get(3).is_some_and(|c| *c != "—")
-            && cols.get(4).is_some_and(|c| *c != "—")
-    });
-    assert!(paired, "no xfrm row with both kernels' rates: {shown}");
+    // The kernels' rows of one driver pair: one line with a rate on both sides. The row of
+    // the driver each kernel picks by itself (AES-NI) stands as its plain `xfrm` row.
+    let paired = |row: &str| {
+        shown.lines().any(|l| {
+            let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+            cols.get(1) == Some(&row)
+                && cols.get(3).is_some_and(|c| *c != "—")
+                && cols.get(4).is_some_and(|c| *c != "—")
+        })
+    };
+    for row in ["xfrm (vm)", "xfrm [cbc(aes-generic)] (vm)"] {
+        assert!(paired(row), "no {row} row with both kernels' rates: {shown}");
+    }
     // A kernel the report does not hold is bad input, naming the kernels it has.
     let wrong = run_lab(&[
         "compare",
@@ -140,6 +168,37 @@ fn a_two_kernel_vm_matrix_has_both_kernels_rows() {
     assert_eq!(wrong.status.code(), Some(2), "{}", text(&wrong));
     assert!(text(&wrong).contains(&second), "{}", text(&wrong));
     assert_eq!(run.namespaces_left, Vec::<String>::new());
+}
+
+/// The driver of each xfrm row of `release`, after checking that every cell of it was
+/// served by that driver and measured against a ceiling timed through AF_ALG with it.
+fn driver_rows_checked<'a>(release: &str, rows: &[&'a serde_json::Value]) -> Vec<&'a str> {
+    rows.iter()
+        .map(|r| {
+            assert_eq!(r["key"]["backend"], "xfrm", "{release}: {r}");
+            assert_eq!(r["key"]["variant"]["kind"], "kernel_driver", "{release}: {r}");
+            let driver = r["key"]["variant"]["value"].as_str().unwrap();
+            for cell in r["cells"].as_array().unwrap() {
+                assert_eq!(cell["status"], "measured", "{release}: {cell}");
+                let served = cell["served_by"].as_str().unwrap();
+                assert!(
+                    served.starts_with("authenc(") && served.contains(driver),
+                    "{release} {driver}: {served}"
+                );
+                let ceiling = &cell["ceiling"];
+                assert_eq!(ceiling["status"], "measured", "{release} {driver}: {cell}");
+                let imp = ceiling["implementation"].as_str().unwrap();
+                assert!(
+                    imp.contains("via AF_ALG") && imp.contains(driver),
+                    "{release}: {imp}"
+                );
+                assert!(ceiling["packet_bytes"].as_u64().unwrap() > 1000, "{ceiling}");
+                let share = cell["percent_of_ceiling"].as_f64().unwrap();
+                assert!(share.is_finite() && share > 0.0, "{cell}");
+            }
+            driver
+        })
+        .collect()
 }
 
 #[test]
@@ -172,7 +231,8 @@ fn vm_kernels_that_do_not_exist_exit_2() {
 }
 
 /// `speed --vm A,B`: one boot per kernel, the kernel rows named after each guest's kernel
-/// in one table and one JSON report.
+/// and by driver, marked emulated (TCG), in one table and one JSON report beside the host's
+/// own rows, with no ratio against an emulated row.
 #[test]
 fn speed_with_two_kernels_names_each_kernels_rows() {
     let test = "speed_with_two_kernels_names_each_kernels_rows";
@@ -184,36 +244,73 @@ fn speed_with_two_kernels_names_each_kernels_rows() {
     let kernels = format!("{stock},{second}");
     let started = std::time::Instant::now();
     let out = lab()
-        .args(["speed", "aes-128-gcm", "--crypto", "kernel", "--vm", &kernels])
-        .args(["--seconds", "0.05", "--repeats", "1", "--sizes", "1400", "--json"])
+        .args([
+            "speed",
+            "aes-128-cbc",
+            "hmac-sha256",
+            "aes-128-cbc-hmac-sha256",
+            "aes-128-gcm",
+        ])
+        .args(["--crypto", "auto,kernel", "--vm", &kernels])
+        .args([
+            "--seconds",
+            "0.05",
+            "--repeats",
+            "1",
+            "--sizes",
+            "64,1400",
+            "--json",
+        ])
         .arg(&json)
+        // TCG, decided here: no KVM probe boot, and a known label to check.
         .env("IPSEC_LAB_VM_ACCEL", "tcg")
+        .env_remove("OPENSSL_ia32cap")
         .output()
         .expect("ipsec-lab runs");
-    eprintln!(
-        "{}
-(took {:.1} s)",
-        text(&out),
-        started.elapsed().as_secs_f64()
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    let all = text(&out);
+    eprintln!("{all}\n(took {:.1} s)", started.elapsed().as_secs_f64());
+    assert!(out.status.success(), "{all}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for kernel in [&stock, &second] {
-        assert!(
-            stdout.contains(&format!("kernel {kernel} [vm, tcg]")),
-            "{}",
-            text(&out)
-        );
+    for needle in [
+        "aes-128-cbc              encrypt  auto",
+        "via AF_ALG, in a vm (tcg: emulated, speeds not representative): CORRECTNESS ONLY",
+        "driver cbc",
+        "driver hmac(sha256",
+        "driver authenc(hmac(sha256",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([&stock, &second].map(|k| format!("kernel {k} [vm, tcg]")))
+    {
+        assert!(stdout.contains(&needle), "missing {needle:?}:\n{all}");
     }
+    assert!(
+        !stdout.contains("auto/kernel"),
+        "no ratio against an emulated row:\n{all}"
+    );
+    assert!(!stdout.contains("skipped kernel"), "{all}");
+
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("the report")).unwrap();
-    let mut names: Vec<String> = report["records"]
-        .as_array()
-        .unwrap()
+    let records = report["records"].as_array().unwrap();
+    for kernel in [&stock, &second] {
+        let rows: Vec<_> = records
+            .iter()
+            .filter(|r| r["implementation"] == format!("kernel {kernel}"))
+            .collect();
+        // cbc: 2 directions; hmac, cbc+hmac, gcm: 1 each; 2 sizes.
+        assert_eq!(rows.len(), (2 + 1 + 1 + 1) * 2, "{kernel}: {rows:#?}");
+        for r in &rows {
+            assert!(r["mb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(!r["driver"].as_str().unwrap().is_empty(), "{r}");
+            assert_eq!(r["emulated"], true, "{r}");
+            assert!(r["virtualization"].as_str().unwrap().contains("tcg"), "{r}");
+        }
+    }
+    // The host's rows are not labelled as a guest's.
+    let host: Vec<_> = records.iter().filter(|r| r["implementation"] == "auto").collect();
+    assert!(!host.is_empty());
+    assert!(host
         .iter()
-        .map(|r| r["implementation"].as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    names.dedup();
-    assert_eq!(names, vec![format!("kernel {stock}"), format!("kernel {second}")]);
+        .all(|r| r["emulated"] == false && r.get("virtualization").is_none()));
 }

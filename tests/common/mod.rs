@@ -404,10 +404,3 @@ impl GuestGroups {
         );
     }
 }
-
-/// Serialises the tests of one binary that boot a VM: two TCG guests at once on a small
-/// machine only make both slow enough to time out.
-pub fn vm_lock() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
