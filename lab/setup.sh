@@ -15,6 +15,7 @@ packages=(
   util-linux        # setpriv: run the binary without capabilities in tests
   strace            # captures iproute2's netlink requests for fixtures
   user-mode-linux   # the kernel lab at native speed: kernel ESP as a process, no KVM needed
+  patchelf          # points the second UML kernel (lab/second-uml.sh) at its own libc
   qemu-system-x86   # the VM lab: a stock kernel with ESP under virtme-ng
   linux-image-amd64
   busybox-static
@@ -50,11 +51,13 @@ bash "$(dirname "$0")/deb/cargo-deb.sh"
 bash "$(dirname "$0")/wireguard-go.sh" \
   || echo "lab/setup.sh: warning: lab/wireguard-go.sh failed; --backend wireguard-go runs the PATH's build" >&2
 
-# A second kernel for the VM lab (kernel rows per kernel), only when asked.
+# A second kernel for the VM lab and a second user-mode Linux (kernel rows per kernel), only
+# when asked.
 if [[ " $* " == *" --second-kernel "* || "${IPSEC_LAB_SECOND_KERNEL:-0}" == 1 ]]; then
   bash "$(dirname "$0")/second-kernel.sh"
+  bash "$(dirname "$0")/second-uml.sh"
 fi
 
 # Tests create namespaces under /run/netns like ip(8) does.
 mkdir -p /run/netns
-echo "lab/setup.sh: ready ($(ls /boot/vmlinuz-* /var/lib/ipsec-lab/kernels/vmlinuz-* 2>/dev/null | tr '\n' ' '))"
+echo "lab/setup.sh: ready ($(ls /boot/vmlinuz-* /var/lib/ipsec-lab/kernels/vmlinuz-* /usr/bin/linux.uml /var/lib/ipsec-lab/uml/*/linux.uml 2>/dev/null | tr '\n' ' '))"

@@ -96,7 +96,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
     /// Run inside a VM booting a stock kernel (optionally the given kernel image), or `--vm uml`
-    /// in user-mode Linux (kernel ESP at native speed without KVM; no WireGuard); `--vm auto`
+    /// in user-mode Linux (kernel ESP at native speed without KVM; no WireGuard; `uml:RELEASE`:
+    /// a second one lab/second-uml.sh installed); `--vm auto`
     /// only when this kernel lacks what the backend needs: KVM's stock kernel where KVM boots
     /// it, else UML where installed, else the stock kernel emulated (TCG).
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",

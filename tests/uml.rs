@@ -96,30 +96,133 @@ fn what_user_mode_linux_cannot_carry_is_refused_before_it_boots() {
     let out = &run.out;
     assert_eq!(out.status.code(), Some(2), "{}", text(out));
     assert!(text(out).contains("has no WireGuard module"), "{}", text(out));
-    // `speed` times the kernel through AF_ALG, whose system calls are what UML is slow at.
-    let run = Sandbox::default().run(&["speed", "--vm", "uml"]);
+    // A user-mode Linux kernel that is not installed: bad input, named, before any boot.
+    let run = Sandbox::default().run(&[
+        "speed",
+        "hmac-sha256",
+        "--crypto",
+        "kernel",
+        "--vm",
+        "uml,uml:0.0.1",
+    ]);
     assert_eq!(run.out.status.code(), Some(2), "{}", text(&run.out));
     assert!(
-        text(&run.out).contains("speed --vm uml is not offered"),
+        text(&run.out).contains("--vm uml:0.0.1: no such user-mode Linux kernel"),
         "{}",
         text(&run.out)
     );
 }
 
-/// `matrix --vm uml`: the kernel rows in one UML boot, one xfrm row per generic `cbc(aes)`
-/// driver, keyed `uml` and not set apart as emulated; what UML lacks (WireGuard) has its
-/// row saying so; nothing is left behind.
+/// `speed --vm uml`: the kernel rows from tcrypt inside user-mode Linux (not AF_ALG, whose
+/// system calls UML is slow at), at every size asked for, named `[uml]`, real speed (not
+/// emulated, so in ratios), beside the host's own rows.
 #[test]
-fn matrix_in_user_mode_linux_has_a_row_per_generic_driver() {
-    let test = "matrix_in_user_mode_linux_has_a_row_per_generic_driver";
+fn speed_in_user_mode_linux_times_the_kernel_with_tcrypt() {
+    let test = "speed_in_user_mode_linux_times_the_kernel_with_tcrypt";
     if !uml_or_skip(test) {
         return;
     }
+    let dir = private_dir("ipl-uml-speed-");
+    let json = dir.path().join("speed.json");
+    // hmac(sha256): tcrypt's shortest load (about 20 s); cbc(aes) is timed by the xfrm
+    // guest group's ceiling.
+    let out = lab()
+        .args(["speed", "hmac-sha256", "--crypto", "auto,kernel", "--vm", "uml"])
+        .args([
+            "--seconds",
+            "0.05",
+            "--repeats",
+            "1",
+            "--sizes",
+            "64,1400",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .expect("ipsec-lab runs");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "kernel [uml] = linux ",
+        "via tcrypt",
+        "driver hmac(sha256-generic)",
+        "[uml] rows:",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?}:\n{all}");
+    }
+    assert!(!stdout.contains("CORRECTNESS ONLY"), "{all}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let kernel: Vec<&serde_json::Value> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["implementation"] == "kernel")
+        .collect();
+    let sizes: Vec<u64> = kernel
+        .iter()
+        .map(|r| r["block_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [64, 1400], "{kernel:?}");
+    for r in &kernel {
+        let mb = r["mb_per_s"].as_f64().unwrap();
+        assert!(mb.is_finite() && mb > 0.0, "{r}");
+        assert_eq!(r["emulated"], false, "{r}");
+        assert!(r["virtualization"].as_str().unwrap().starts_with("uml"), "{r}");
+    }
+    // Bigger blocks amortise the per-request cost: 1400-byte MACs are not slower per byte.
+    assert!(
+        kernel[1]["mb_per_s"].as_f64() > kernel[0]["mb_per_s"].as_f64(),
+        "{kernel:?}"
+    );
+}
+
+/// The release of the package's UML kernel and of the second one lab/second-uml.sh
+/// installed, if it did.
+fn uml_releases() -> (String, Option<String>) {
+    let newest = |dir: &str, complete: fn(&std::path::Path) -> bool| {
+        let mut releases: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| complete(&e.path()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        releases.sort();
+        releases.pop()
+    };
+    let package =
+        newest("/usr/lib/uml/modules", |p| p.join("kernel").is_dir()).expect("the package's modules");
+    let second = newest("/var/lib/ipsec-lab/uml", |p| p.join("linux.uml").is_file());
+    (package, second)
+}
+
+/// `matrix --vm uml,uml:SECOND`: the kernel rows in one UML boot per kernel, one xfrm row per
+/// generic `cbc(aes)` driver each kernel has, keyed `uml RELEASE` and not set apart as
+/// emulated; what UML lacks (WireGuard) has its row saying so; `compare --kernels` pairs
+/// the two kernels' rows; nothing is left behind.
+#[test]
+fn matrix_in_user_mode_linux_has_a_row_per_generic_driver_and_kernel() {
+    let test = "matrix_in_user_mode_linux_has_a_row_per_generic_driver_and_kernel";
+    if !uml_or_skip(test) {
+        return;
+    }
+    let (package, second) = uml_releases();
+    if second.is_none() {
+        testcap::skip(
+            test,
+            "no second user-mode Linux in /var/lib/ipsec-lab/uml (lab/second-uml.sh): only the package's kernel is checked",
+        );
+    }
     let _lock = lab_lock();
+    let kernels = match &second {
+        Some(second) => format!("uml,uml:{second}"),
+        None => "uml".to_string(),
+    };
     let run = Sandbox::default().run(&[
         "matrix",
         "--vm",
-        "uml",
+        &kernels,
         "--backends",
         "plain,xfrm,wireguard",
         "--ciphers",
@@ -138,46 +241,80 @@ fn matrix_in_user_mode_linux_has_a_row_per_generic_driver() {
     assert_eq!(out.status.code(), Some(0), "{}", text(out));
     let r: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
-    let rows = r["rows"].as_array().unwrap();
-    let uml_rows: Vec<&serde_json::Value> = rows
-        .iter()
-        .filter(|row| row["key"]["environment"] == "uml")
-        .collect();
-    let drivers: Vec<String> = uml_rows
-        .iter()
-        .filter(|row| row["key"]["backend"] == "xfrm")
-        .map(|row| row["key"]["variant"].to_string())
-        .collect();
-    for driver in ["aes-generic", "aes-fixed-time"] {
-        assert!(
-            drivers.iter().any(|d| d.contains(driver)),
-            "{driver} not in {drivers:?}"
-        );
-    }
-    for row in uml_rows.iter().filter(|row| row["key"]["backend"] == "xfrm") {
-        // Its chacha20-poly1305 cell is WireGuard's column, not xfrm's.
-        for cell in row["cells"]
+    let environments: Vec<(String, &str)> = match &second {
+        Some(second) => vec![
+            (format!("uml {package}"), package.as_str()),
+            (format!("uml {second}"), second.as_str()),
+        ],
+        None => vec![("uml".to_string(), package.as_str())],
+    };
+    for (environment, release) in &environments {
+        let uml_rows: Vec<&serde_json::Value> = r["rows"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|c| c["suite"] != "chacha20-poly1305")
-        {
-            let median = cell["mb_per_s"]["median"].as_f64();
-            assert!(median.is_some_and(|v| v > 0.0), "{row}");
+            .filter(|row| row["key"]["environment"] == *environment)
+            .collect();
+        let drivers: Vec<String> = uml_rows
+            .iter()
+            .filter(|row| row["key"]["backend"] == "xfrm")
+            .map(|row| row["key"]["variant"].to_string())
+            .collect();
+        for driver in ["aes-generic", "aes-fixed-time"] {
+            assert!(
+                drivers.iter().any(|d| d.contains(driver)),
+                "{environment}: {driver} not in {drivers:?}"
+            );
         }
+        for row in uml_rows.iter().filter(|row| row["key"]["backend"] == "xfrm") {
+            // Its chacha20-poly1305 cell is WireGuard's column, not xfrm's.
+            for cell in row["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["suite"] != "chacha20-poly1305")
+            {
+                let median = cell["mb_per_s"]["median"].as_f64();
+                assert!(median.is_some_and(|v| v > 0.0), "{row}");
+            }
+        }
+        let wireguard = uml_rows
+            .iter()
+            .find(|row| row["key"]["backend"] == "wireguard")
+            .expect("a wireguard row");
+        assert!(
+            wireguard.to_string().contains("no WireGuard module"),
+            "{wireguard}"
+        );
+        let env = &r["environments"][environment];
+        assert_eq!(env["kernel_release"], *release, "{environment}: {env}");
+        let virt = env["virtualization"].as_str().unwrap();
+        assert!(virt.starts_with("uml") && !virt.contains("tcg"), "{env}");
     }
-    let wireguard = uml_rows
-        .iter()
-        .find(|row| row["key"]["backend"] == "wireguard")
-        .expect("a wireguard row");
-    assert!(
-        wireguard.to_string().contains("no WireGuard module"),
-        "{wireguard}"
-    );
-    let env = &r["environments"]["uml"];
-    let virt = env["virtualization"].as_str().unwrap();
-    assert!(virt.starts_with("uml") && !virt.contains("tcg"), "{env}");
     assert!(!text(out).contains("TCG emulation"), "{}", text(out));
+    let Some(second) = second else {
+        return;
+    };
+    let dir = private_dir("ipl-two-uml-");
+    let json = dir.path().join("matrix.json");
+    std::fs::write(&json, &out.stdout).unwrap();
+    let compared = run_lab(&[
+        "compare",
+        json.to_str().unwrap(),
+        "--kernels",
+        &format!("{package},{second}"),
+    ]);
+    let shown = text(&compared);
+    assert!(compared.status.success(), "{shown}");
+    // The generic driver's rows of the two kernels pair: one line with a rate on both sides.
+    let paired = shown.lines().any(|l| {
+        let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+        cols.get(1)
+            .is_some_and(|c| c.starts_with("xfrm [cbc(aes-generic)]"))
+            && cols.get(3).is_some_and(|c| *c != "—")
+            && cols.get(4).is_some_and(|c| *c != "—")
+    });
+    assert!(paired, "no aes-generic row with both kernels' rates: {shown}");
 }
 
 /// A checkout under /tmp (as CI's fresh clone may be) must still reach the guest: the guest

@@ -66,9 +66,10 @@ pub struct MatrixArgs {
     /// a release with an image in /boot), or in user-mode Linux (`uml`: native speed, one
     /// CPU, the generic C drivers, no WireGuard; rows labelled `(uml)`): one boot for all of
     /// them. Several kernels, comma-separated, boot one after the other (`uml,auto`: UML's
-    /// driver rows and the stock kernel's AES-NI and WireGuard rows in one table); stock
-    /// kernels' rows are then labelled with their uname -r, and `compare --kernels A,B` puts
-    /// them side by side.
+    /// driver rows and the stock kernel's AES-NI and WireGuard rows in one table;
+    /// `uml,uml:6.12.113`: two user-mode Linux kernels, the second from lab/second-uml.sh);
+    /// where several kernels of one kind boot, their rows are labelled with their uname -r,
+    /// and `compare --kernels A,B` puts them side by side.
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",
           value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,

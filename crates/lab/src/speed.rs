@@ -6,7 +6,7 @@ use speed::{SpeedImpl, SpeedPlan, SpeedProgress, SpeedReport};
 
 use crate::child::{Child, ExitCodeFrom, Output};
 use crate::error::{LabError, LabResult};
-use crate::vm;
+use crate::{uml, vm};
 
 /// The soft child's report file in its private directory.
 const SOFT_REPORT: &str = "speed.json";
@@ -21,30 +21,37 @@ pub fn measure(plan: &SpeedPlan, progress: &mut dyn SpeedProgress) -> LabResult<
     speed::measure_with(plan, guest, &mut soft_rows, progress)
 }
 
+/// A kernel `speed --vm` boots for its kernel rows.
+enum SpeedGuest {
+    /// A stock kernel image under virtme-ng: the rows through AF_ALG.
+    Vm(std::path::PathBuf),
+    /// User-mode Linux: the rows from tcrypt (AF_ALG's system calls would be what is timed).
+    Uml(uml::UmlKernel),
+}
+
 /// `--vm KERNEL[,KERNEL…]`: every kernel's rows, one boot each. With several kernels each
 /// row is named after its guest's kernel (`kernel 6.12.95+deb12-amd64`), so one table puts
 /// two kernels' drivers side by side; the first guest's environment describes the VM,
 /// with every kernel's release.
 fn kernel_rows_in_vms(plan: &SpeedPlan, kernel_arg: Option<&str>) -> LabResult<SpeedReport> {
     // Every kernel is found before the first boot: a misspelt second one changes nothing.
-    let kernels = vm::kernel_list(kernel_arg);
-    if kernels.iter().any(|k| k.as_deref() == Some(vm::UML)) {
-        // AF_ALG times each block with system calls, which cost far more in UML than the
-        // crypto does: its rows would be the cost of a UML system call.
-        return Err(LabError::usage(anyhow::anyhow!(
-            "speed --vm uml is not offered: the kernel rows time AF_ALG, whose system calls cost user-mode \
-             Linux more than the crypto itself; `ipsec-lab matrix --vm uml` measures its drivers through ESP"
-        )));
-    }
-    let kernels = kernels
-        .iter()
-        .map(|k| vm::resolve_kernel(k.as_deref()))
+    let guests = vm::kernel_list(kernel_arg)
+        .into_iter()
+        .map(|k| match k.clone().map(|k| model::VmKernel::from_arg(Some(k))) {
+            Some(model::VmKernel::Uml(release)) => {
+                uml::UmlKernel::require(release.as_deref()).map(SpeedGuest::Uml)
+            }
+            _ => vm::resolve_kernel(k.as_deref()).map(SpeedGuest::Vm),
+        })
         .collect::<LabResult<Vec<_>>>()?;
-    let several = kernels.len() > 1;
+    let several = guests.len() > 1;
     let mut merged: Option<SpeedReport> = None;
     let mut releases = Vec::new();
-    for kernel in &kernels {
-        let mut guest = kernel_rows_in_vm(plan, kernel)?;
+    for guest in &guests {
+        let mut guest = match guest {
+            SpeedGuest::Vm(image) => kernel_rows_in_vm(plan, image)?,
+            SpeedGuest::Uml(kernel) => kernel_rows_in_uml(plan, kernel)?,
+        };
         releases.push(guest.environment.kernel_release.clone());
         if several {
             let name = format!("kernel {}", guest.environment.kernel_release);
@@ -105,4 +112,32 @@ fn kernel_rows_in_vm(plan: &SpeedPlan, kernel: &std::path::Path) -> LabResult<Sp
         run.elapsed.as_secs_f64()
     );
     Ok(run.report)
+}
+
+/// One user-mode Linux boot: the guest runs `ipsec-lab speed --crypto kernel`, whose kernel
+/// rows there come from tcrypt (about a minute per suite, every size from one load).
+fn kernel_rows_in_uml(plan: &SpeedPlan, kernel: &uml::UmlKernel) -> LabResult<SpeedReport> {
+    let outdir = owner::PrivateDir::new("ipsec-lab-uml-")?;
+    let guest =
+        uml::Guest::of_this_binary(kernel.clone(), outdir.path(), &plan.child_args(SpeedImpl::Kernel))?;
+    let mut child = guest.child("the kernel rows in user-mode Linux")?;
+    let tcrypt: std::time::Duration = plan
+        .suites
+        .iter()
+        .map(|s| speed::tcrypt::expected_duration(*s))
+        .sum();
+    // Boot and halt take seconds; tcrypt's loads twice their usual length, for a busy host.
+    child.timeout = Some(std::time::Duration::from_secs(60) + tcrypt * 2);
+    eprintln!(
+        "ipsec-lab: kernel rows in user-mode Linux {} from tcrypt (about {} s)",
+        kernel.release,
+        tcrypt.as_secs()
+    );
+    let finished = crate::child::run_blocking::<SpeedReport>(child, &outdir)?;
+    eprintln!(
+        "ipsec-lab: user-mode Linux {}: boot, tcrypt and halt took {:.1} s",
+        kernel.release,
+        finished.elapsed.as_secs_f64()
+    );
+    finished.succeeded()
 }

@@ -25,6 +25,9 @@ use crate::error::{LabError, LabResult};
 /// Where Debian's package puts the kernel and its modules.
 pub const LINUX_UML: &str = "/usr/bin/linux.uml";
 pub const MODULES: &str = "/usr/lib/uml/modules";
+/// Where `lab/second-uml.sh` puts further kernels: `RELEASE/linux.uml` (pointed at its own
+/// C library beside it) and `RELEASE/modules/RELEASE`.
+pub const MORE_UMLS: &str = "/var/lib/ipsec-lab/uml";
 
 /// The environment's name in the report: not emulated, but not this host's kernel either.
 pub const VIRT_UML: &str = "uml (user-mode Linux: native speed, 1 CPU, generic C crypto)";
@@ -45,11 +48,13 @@ const INIT_FILE: &str = "init.sh";
 /// is not shown.
 const STDERR_FILE: &str = "stderr";
 
-/// The installed UML kernel: its binary and the release its modules are for.
+/// An installed UML kernel: its binary, the release its modules are for, and the directory
+/// holding `RELEASE/` with those modules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UmlKernel {
     pub binary: PathBuf,
     pub release: String,
+    pub modules: PathBuf,
 }
 
 impl UmlKernel {
@@ -70,15 +75,55 @@ impl UmlKernel {
         Some(UmlKernel {
             binary,
             release: releases.pop()?,
+            modules: MODULES.into(),
         })
     }
 
-    /// The kernel, or what to do to have it.
-    pub fn require() -> LabResult<UmlKernel> {
-        UmlKernel::installed().ok_or_else(|| {
-            LabError::capability(anyhow::anyhow!(
-                "--vm uml needs Debian's user-mode-linux ({LINUX_UML} and its modules in {MODULES}): \
-                 apt-get install user-mode-linux (make setup installs it)"
+    /// The kernels `lab/second-uml.sh` installed, by release.
+    fn more() -> Vec<UmlKernel> {
+        let mut out: Vec<UmlKernel> = std::fs::read_dir(MORE_UMLS)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let release = e.file_name().into_string().ok()?;
+                let dir = e.path();
+                let kernel = UmlKernel {
+                    binary: dir.join("linux.uml"),
+                    modules: dir.join("modules"),
+                    release,
+                };
+                let complete = kernel.binary.is_file()
+                    && kernel.modules.join(&kernel.release).join("modules.dep").is_file();
+                complete.then_some(kernel)
+            })
+            .collect();
+        out.sort_by(|a, b| a.release.cmp(&b.release));
+        out
+    }
+
+    /// The kernel `--vm uml` (None: the package's) or `--vm uml:RELEASE` names, or what to
+    /// do to have it.
+    pub fn require(release: Option<&str>) -> LabResult<UmlKernel> {
+        let package = UmlKernel::installed();
+        let Some(release) = release else {
+            return package.ok_or_else(|| {
+                LabError::capability(anyhow::anyhow!(
+                    "--vm uml needs Debian's user-mode-linux ({LINUX_UML} and its modules in {MODULES}): \
+                     apt-get install user-mode-linux (make setup installs it)"
+                ))
+            });
+        };
+        let all: Vec<UmlKernel> = package.into_iter().chain(UmlKernel::more()).collect();
+        all.iter().find(|k| k.release == release).cloned().ok_or_else(|| {
+            let have: Vec<String> = all.iter().map(|k| format!("uml:{}", k.release)).collect();
+            LabError::usage(anyhow::anyhow!(
+                "--vm uml:{release}: no such user-mode Linux kernel (here: {}); lab/second-uml.sh installs \
+                 Debian trixie's into {MORE_UMLS}",
+                match have.is_empty() {
+                    true => "none".to_string(),
+                    false => have.join(", "),
+                }
             ))
         })
     }
@@ -146,13 +191,13 @@ impl Guest {
              {mounts}\
              mount -t tmpfs modules /lib/modules\n\
              mkdir -p /lib/modules/{release}\n\
-             mount --bind {modules}/{release} /lib/modules/{release}\n\
+             mount --bind {modules} /lib/modules/{release}\n\
              modprobe -q -a {load}{extra} 2>/dev/null\n\
              cd {cwd} && env IPSEC_LAB_VIRT={virt} TMPDIR=/tmp {env}{command} {output}\n\
              echo $? > {rc}\n\
              halt -f\n",
             release = self.kernel.release,
-            modules = MODULES,
+            modules = q(&self.kernel.modules.join(&self.kernel.release)),
             load = MODULES_TO_LOAD,
             extra = self
                 .extra_modules
@@ -238,7 +283,11 @@ impl Guest {
 
 /// Runs `plan` in user-mode Linux and returns the report the guest wrote.
 pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
-    let kernel = UmlKernel::require()?;
+    let release = match plan.vm() {
+        Some(model::VmKernel::Uml(release)) => release.as_deref(),
+        _ => None,
+    };
+    let kernel = UmlKernel::require(release)?;
     let outdir = owner::PrivateDir::new("ipsec-lab-uml-")?;
     // The same run, placed in the guest's own namespaces.
     let plan_file = crate::child::write_plan(&outdir, &plan.with_placement(model::Placement::Local))?;
@@ -316,6 +365,7 @@ mod tests {
             kernel: UmlKernel {
                 binary: LINUX_UML.into(),
                 release: "6.1.176".into(),
+                modules: MODULES.into(),
             },
             shared: shared.into(),
             read_only: read_only.iter().map(PathBuf::from).collect(),
@@ -344,7 +394,7 @@ mod tests {
             "mkdir -p '/tmp/ipsec-lab-uml-x' && mount -t hostfs host '/tmp/ipsec-lab-uml-x' -o '/tmp/ipsec-lab-uml-x'",
             // The binary's directory, which may be under the guest's /tmp, at its own path.
             "mkdir -p '/tmp/checkout/target/debug' && mount -r -t hostfs host '/tmp/checkout/target/debug' -o '/tmp/checkout/target/debug'",
-            "mount --bind /usr/lib/uml/modules/6.1.176 /lib/modules/6.1.176",
+            "mount --bind '/usr/lib/uml/modules/6.1.176' /lib/modules/6.1.176",
             "crypto_user pcrypt aes_ti 2>/dev/null",
             "cd '/' && env IPSEC_LAB_VIRT='uml (user-mode Linux: native speed, 1 CPU, generic C crypto)' TMPDIR=/tmp 'CI=true' '/tmp/checkout/target/debug/ipsec-lab' 'run' '--plan-file' '/tmp/ipsec-lab-uml-x/plan.json' >/dev/null 2>'/tmp/ipsec-lab-uml-x/stderr'",
             "echo $? > '/tmp/ipsec-lab-uml-x/rc'",

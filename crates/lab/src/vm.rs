@@ -275,6 +275,14 @@ pub const AUTO: &str = "auto";
 /// `--vm uml`: user-mode Linux ([`crate::uml`]) rather than a stock kernel.
 pub const UML: &str = "uml";
 
+/// Whether a `--vm` kernel names user-mode Linux: `uml`, or `uml:RELEASE`.
+pub fn is_uml(kernel: &str) -> bool {
+    matches!(
+        model::VmKernel::from_arg(Some(kernel.to_string())),
+        model::VmKernel::Uml(_)
+    )
+}
+
 /// The kernel image `--vm [KERNEL]` names (`auto` or none: the newest in /boot), once
 /// virtme-ng is known to be installed.
 pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
@@ -302,7 +310,7 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
 /// anything else.
 pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
     if let Some(kernel) = kernel_arg
-        .filter(|k| !k.is_empty() && *k != AUTO && *k != UML)
+        .filter(|k| !k.is_empty() && *k != AUTO && !is_uml(k))
         .map(kernel_image)
     {
         let kernel = kernel.as_path();
@@ -405,7 +413,7 @@ fn exec_in_guest_dir<T: DeserializeOwned>(
 /// WireGuard) and is installed.
 fn uml_chosen(plan: &RunPlan) -> bool {
     match plan.vm() {
-        Some(model::VmKernel::Uml) => true,
+        Some(model::VmKernel::Uml(_)) => true,
         Some(model::VmKernel::Auto) => {
             let uml_carries = plan.backend().describe().kernel != Some(model::backend::KernelNeed::Wireguard);
             let kvm = resolve_kernel(None).is_ok_and(|k| detect_accel(&k) == Accel::Kvm);

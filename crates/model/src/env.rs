@@ -100,7 +100,7 @@ impl Environment {
     /// CPU's: its processes use them, its kernel (generic C drivers only) does not.
     pub fn crypto_flags_text(&self) -> String {
         let flags = self.crypto_flags.join(" ");
-        match self.virtualization.starts_with("uml") && !flags.is_empty() {
+        match self.is_uml() && !flags.is_empty() {
             true => format!("{flags}; userspace only, the UML kernel uses none"),
             false => flags,
         }
@@ -108,6 +108,11 @@ impl Environment {
 
     pub fn has_flag(&self, flag: &str) -> bool {
         self.crypto_flags.iter().any(|f| f == flag)
+    }
+
+    /// True in user-mode Linux: real speed, of its one CPU and generic C crypto.
+    pub fn is_uml(&self) -> bool {
+        self.virtualization.starts_with("uml")
     }
 
     /// True when the numbers come from an emulated CPU and say nothing about speed.

@@ -1,9 +1,10 @@
-//! Kernel rows of several kernels in one matrix (`matrix --vm A,B`): each kernel's VM rows
-//! are keyed `vm RELEASE`, and [`kernel_views`] turns one such report into two reports,
-//! one per kernel, keyed plain `vm`, so `compare --kernels A,B` pairs their rows cell by
-//! cell with the statistics of an ordinary comparison.
+//! Kernel rows of several kernels in one matrix (`matrix --vm A,B`, `--vm uml,uml:B`): each
+//! kernel's rows are keyed `vm RELEASE` (or `uml RELEASE`), and [`kernel_views`] turns one
+//! such report into two reports, one per kernel, keyed plain `vm` (or `uml`), so `compare
+//! --kernels A,B` pairs their rows cell by cell with the statistics of an ordinary
+//! comparison. A VM's kernel and a user-mode Linux one keep their own keys: they never pair.
 
-use crate::matrix::{MatrixReport, VM};
+use crate::matrix::{MatrixReport, UML, VM};
 
 /// The environment key of a VM row measured on kernel `release` when a sweep boots
 /// several kernels.
@@ -11,13 +12,25 @@ pub fn vm_environment(release: &str) -> String {
     format!("{VM} {release}")
 }
 
-/// The releases whose VM rows `report` holds (`vm RELEASE` environments), in key order.
+/// The same for user-mode Linux kernels.
+pub fn uml_environment(release: &str) -> String {
+    format!("{UML} {release}")
+}
+
+/// The kind (`vm` or `uml`) and release of a per-kernel environment key.
+fn kernel_of(environment: &str) -> Option<(&'static str, &str)> {
+    [VM, UML]
+        .into_iter()
+        .find_map(|kind| Some((kind, environment.strip_prefix(kind)?.strip_prefix(' ')?)))
+}
+
+/// The releases whose per-kernel rows `report` holds (`vm RELEASE`, `uml RELEASE`
+/// environments), in key order.
 pub fn kernels_in(report: &MatrixReport) -> Vec<String> {
-    let prefix = format!("{VM} ");
     let mut out: Vec<String> = report
         .rows
         .iter()
-        .filter_map(|r| r.key.environment.strip_prefix(&prefix).map(str::to_string))
+        .filter_map(|r| kernel_of(&r.key.environment).map(|(_, release)| release.to_string()))
         .collect();
     out.sort();
     out.dedup();
@@ -31,22 +44,29 @@ pub fn kernels_in(report: &MatrixReport) -> Vec<String> {
 pub fn kernel_views(report: &MatrixReport, a: &str, b: &str) -> Result<(MatrixReport, MatrixReport), String> {
     let found = kernels_in(report);
     let view = |release: &str| -> Result<MatrixReport, String> {
-        let environment = vm_environment(release);
+        let environment = report
+            .rows
+            .iter()
+            .map(|r| r.key.environment.as_str())
+            .find(|e| kernel_of(e).is_some_and(|(_, r)| r == release))
+            .unwrap_or_default()
+            .to_string();
         if !found.iter().any(|k| k == release) {
             return Err(format!(
                 "no VM rows of kernel {release} in this report (it has: {}); make one with `matrix --vm KERNEL,KERNEL`",
                 if found.is_empty() { "none".to_string() } else { found.join(", ") }
             ));
         }
+        let kind = kernel_of(&environment).map_or(VM, |(kind, _)| kind);
         let mut out = report.clone();
         out.rows.retain(|r| r.key.environment == environment);
         for row in &mut out.rows {
-            row.key.environment = VM.into();
+            row.key.environment = kind.into();
         }
         out.environments.clear();
         if let Some(mut env) = report.environments.get(&environment).cloned() {
             env.kernel_release = format!("{a} vs {b}");
-            out.environments.insert(VM.into(), env);
+            out.environments.insert(kind.into(), env);
         }
         default_driver_row_as_default(&mut out, report.environments.get(&environment));
         out.payload_by_environment.clear();
@@ -133,6 +153,33 @@ mod tests {
         assert!(
             e.contains("no VM rows of kernel 5.10") && e.contains("6.12.38"),
             "{e}"
+        );
+    }
+
+    /// Two user-mode Linux kernels pair as `uml` rows; a VM's kernel and a UML one keep
+    /// their own keys, so they never pair.
+    #[test]
+    fn user_mode_linux_kernels_pair_as_uml_rows() {
+        let mut r = report();
+        for row in &mut r.rows {
+            let release = row.key.environment.strip_prefix("vm ").unwrap().to_string();
+            row.key.environment = uml_environment(&release);
+        }
+        r.environments = r
+            .environments
+            .into_iter()
+            .map(|(k, v)| (k.replacen("vm ", "uml ", 1), v))
+            .collect();
+        assert_eq!(r.rows[1].key.label(), "xfrm (uml 6.12.38+deb12-amd64)");
+        let (a, b) = kernel_views(&r, "6.1.0-57-amd64", "6.12.38+deb12-amd64").unwrap();
+        assert_eq!(a.rows[0].key.environment, UML);
+        assert_eq!(b.rows[0].key.environment, UML);
+        assert!(a.environments.contains_key(UML));
+        r.rows[0].key.environment = vm_environment("6.1.0-57-amd64");
+        let (a, b) = kernel_views(&r, "6.1.0-57-amd64", "6.12.38+deb12-amd64").unwrap();
+        assert_ne!(
+            a.rows[0].key, b.rows[0].key,
+            "a VM's row and a UML one do not pair"
         );
     }
 

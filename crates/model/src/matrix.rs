@@ -25,7 +25,7 @@ pub const VM: &str = "vm";
 /// Key of a user-mode Linux guest's environment (`--vm uml`): real speed, not emulated.
 pub const UML: &str = "uml";
 
-pub use crate::kernels::vm_environment;
+pub use crate::kernels::{uml_environment, vm_environment};
 
 /// What makes a row different from another row of the same backend.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

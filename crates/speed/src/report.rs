@@ -76,10 +76,11 @@ impl Record {
 }
 
 impl Record {
-    /// The row's name in the table: the implementation, marked when it ran in a VM and
-    /// again when that VM's CPU was emulated.
+    /// The row's name in the table: the implementation, marked when it ran in a VM (or in
+    /// user-mode Linux) and again when that VM's CPU was emulated.
     pub fn row_label(&self) -> String {
         match (&self.virtualization, self.emulated) {
+            (Some(v), _) if v.starts_with("uml") => format!("{} [uml]", self.implementation),
             (Some(_), true) => format!("{} [vm, tcg]", self.implementation),
             (Some(_), false) => format!("{} [vm]", self.implementation),
             (None, _) => self.implementation.clone(),
@@ -235,10 +236,11 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     }
     if let Some(g) = &report.guest_environment {
         libs.push(format!(
-            "  [vm] rows: {} ({} CPUs; {}), kernel {}",
+            "  [{}] rows: {} ({} CPUs; {}), kernel {}",
+            if g.is_uml() { "uml" } else { "vm" },
             g.cpu_model,
             g.cpus,
-            g.crypto_flags.join(" "),
+            g.crypto_flags_text(),
             g.kernel_release
         ));
     }
@@ -436,6 +438,38 @@ mod tests {
         r.virtualization = Some("vm (tcg: emulated, speeds not representative)".into());
         r.emulated = true;
         r
+    }
+
+    /// User-mode Linux rows are real speed: marked `[uml]`, and in the ratios.
+    #[test]
+    fn user_mode_linux_kernel_rows_are_labelled_uml_and_compared() {
+        let mut report = sample();
+        report.skipped.clear();
+        for size in [16, 1400] {
+            let mut r = emulated_kernel_row(size);
+            r.library = "linux 6.1.176 via tcrypt".into();
+            r.driver = Some("cbc(aes-generic)".into());
+            r.virtualization = Some("uml (user-mode Linux: native speed, 1 CPU, generic C crypto)".into());
+            r.emulated = false;
+            report.records.push(r);
+        }
+        let mut guest = env();
+        guest.cpu_model = "UML".into();
+        guest.virtualization = "uml (user-mode Linux: native speed, 1 CPU, generic C crypto)".into();
+        report.guest_environment = Some(guest);
+        let t = render(&report, Units::MegabytesPerSecond);
+        assert!(
+            t.contains("kernel [uml] = linux 6.1.176 via tcrypt, in a uml (user-mode Linux"),
+            "{t}"
+        );
+        assert!(
+            t.contains("[uml] rows: UML (2 CPUs; aes avx2; userspace only, the UML kernel uses none)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("auto/kernel [uml]") && !t.contains("CORRECTNESS ONLY"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -643,6 +643,8 @@ fn series<'a>(
 pub struct TcryptSpeed {
     /// `kernel gcm(aes) (gcm_base(ctr(aes-generic),ghash-generic)) via tcrypt`.
     pub implementation: String,
+    /// The driver(s) timed: `cbc(aes-generic)`, `cbc(aes-generic) + hmac(sha256-generic)`.
+    pub driver: String,
     pub encrypt_mb_per_s: f64,
     pub decrypt_mb_per_s: f64,
     /// How each figure was had, for the ceiling's notes.
@@ -667,12 +669,17 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
             .ok_or_else(|| format!("no {} figure", s.section.algorithm))
     };
     let mut notes = Vec::new();
-    let (implementation, enc, dec) = match suite {
+    let (implementation, driver, enc, dec) = match suite {
         SpeedSuite::AesCbc(bits) => {
             let (e, d) = cbc(bits)?;
             let ((te, how), (td, _)) = (at(&e, pad(n))?, at(&d, pad(n))?);
             notes.push(format!("at {} bytes (padded to whole blocks): {how}", pad(n)));
-            (format!("kernel cbc(aes) ({})", e.section.driver), mb(te), mb(td))
+            (
+                format!("kernel cbc(aes) ({})", e.section.driver),
+                e.section.driver.clone(),
+                mb(te),
+                mb(td),
+            )
         }
         SpeedSuite::HmacSha256 => {
             let h = series(logs, "hmac(sha256)", None, None)?;
@@ -680,6 +687,7 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
             notes.push(format!("at {n} bytes: {how}"));
             (
                 format!("kernel hmac(sha256) ({})", h.section.driver),
+                h.section.driver.clone(),
                 mb(t),
                 mb(t),
             )
@@ -705,6 +713,7 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
                     "kernel cbc(aes) ({}) + hmac(sha256) ({})",
                     e.section.driver, h.section.driver
                 ),
+                format!("{} + {}", e.section.driver, h.section.driver),
                 mb(te + th),
                 mb(td + th),
             )
@@ -739,6 +748,7 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
             notes.push(format!("at {n} bytes: {how}"));
             (
                 format!("kernel {} ({})", e.section.algorithm, e.section.driver),
+                e.section.driver.clone(),
                 mb(te),
                 mb(td),
             )
@@ -746,6 +756,7 @@ pub fn speed(suite: SpeedSuite, packet_bytes: usize, logs: &[TcryptLog]) -> Resu
     };
     Ok(TcryptSpeed {
         implementation: format!("{implementation} via tcrypt"),
+        driver,
         encrypt_mb_per_s: enc,
         decrypt_mb_per_s: dec,
         notes,

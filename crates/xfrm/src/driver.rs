@@ -66,8 +66,10 @@ pub fn read_proc_crypto() -> Vec<CryptoEntry> {
     parse_proc_crypto(&std::fs::read_to_string("/proc/crypto").unwrap_or_default())
 }
 
+/// A `cbc(aes)` driver an SA can be built on: an skcipher, or (from 6.10 on, where cbc is
+/// a template over the linear `ecb(aes)`, `cbc(ecb(aes-fixed-time))`) an lskcipher.
 fn is_cbc_aes(e: &CryptoEntry) -> bool {
-    e.name == CBC_AES && e.kind == "skcipher"
+    e.name == CBC_AES && (e.kind == "skcipher" || e.kind == "lskcipher")
 }
 
 /// Every `cbc(aes)` skcipher driver and its priority, sorted, once each.
@@ -285,6 +287,20 @@ type         : aead
         assert_eq!(
             choosable_cbc_aes_drivers(&entries()).unwrap(),
             ["cbc-aes-aesni", "cbc(aes-generic)"]
+        );
+    }
+
+    /// How 6.12 lists its generic drivers (user-mode Linux 6.12.113 with aes_ti loaded).
+    #[test]
+    fn linear_cbc_templates_of_newer_kernels_are_drivers_too() {
+        let listed = parse_proc_crypto(
+            "name : cbc(aes)\ndriver : cbc(aes-generic)\npriority : 100\nselftest : passed\ntype : lskcipher\n\n\
+             name : cbc(aes)\ndriver : cbc(ecb(aes-fixed-time))\npriority : 101\nselftest : passed\ntype : lskcipher\n\n\
+             name : ecb(aes)\ndriver : ecb(aes-fixed-time)\npriority : 101\nselftest : passed\ntype : lskcipher\n",
+        );
+        assert_eq!(
+            choosable_cbc_aes_drivers(&listed).unwrap(),
+            ["cbc(ecb(aes-fixed-time))", "cbc(aes-generic)"]
         );
     }
 

@@ -44,7 +44,9 @@ pub struct SpeedArgs {
     /// Time the kernel rows inside a VM booting a stock kernel (default: the one Debian's
     /// linux-image-amd64 points at, else the newest /boot/vmlinuz-*) under virtme-ng, for
     /// kernels without AF_ALG; the other rows run here. KERNEL,KERNEL: one boot per kernel, each row named after its kernel.
-    /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed.
+    /// Without KVM the VM's CPU is emulated: its rows show correctness, not speed. `uml` (or
+    /// `uml:RELEASE`): in user-mode Linux at native speed, its rows from the kernel's own
+    /// tcrypt (about a minute per suite).
     #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "",
           value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,

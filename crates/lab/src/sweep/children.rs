@@ -46,11 +46,11 @@ fn soft_plan(plan: &SweepPlan) -> SweepPlan {
 }
 
 /// The kernel a guest sweep boots: a stock kernel under virtme-ng (`None`: the one in
-/// /boot), or user-mode Linux (`--vm uml`).
+/// /boot), or user-mode Linux (`--vm uml`; `uml:RELEASE`: one lab/second-uml.sh installed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum GuestKernel {
     Stock(Option<String>),
-    Uml,
+    Uml(Option<String>),
 }
 
 impl GuestKernel {
@@ -58,8 +58,8 @@ impl GuestKernel {
     pub(super) fn all(args: &SweepPlan) -> Vec<GuestKernel> {
         vm::kernel_list(args.vm.as_deref())
             .into_iter()
-            .map(|k| match k.as_deref() {
-                Some(UML) => GuestKernel::Uml,
+            .map(|k| match k.clone().map(|k| model::VmKernel::from_arg(Some(k))) {
+                Some(model::VmKernel::Uml(release)) => GuestKernel::Uml(release),
                 _ => GuestKernel::Stock(k),
             })
             .collect()
@@ -68,7 +68,7 @@ impl GuestKernel {
     /// Why a backend's rows are not run in this guest, where they are not.
     fn refusal(&self, backend: Backend) -> Option<&'static str> {
         let wireguard = backend.describe().kernel == Some(model::backend::KernelNeed::Wireguard);
-        (self == &GuestKernel::Uml && wireguard).then_some(
+        (matches!(self, GuestKernel::Uml(_)) && wireguard).then_some(
             "user-mode Linux has no WireGuard module: add a stock kernel to --vm (e.g. --vm uml,auto)",
         )
     }
@@ -82,7 +82,7 @@ fn vm_plan(plan: &SweepPlan, kernel: &GuestKernel) -> SweepPlan {
         .into_iter()
         .filter(|b| kernel.refusal(*b).is_none())
         .collect();
-    let one_cpu = kernel == &GuestKernel::Uml;
+    let one_cpu = matches!(kernel, GuestKernel::Uml(_));
     SweepPlan {
         backends,
         bytes: plan.vm_bytes,
@@ -173,13 +173,27 @@ pub(super) async fn vm_rows(
 ) -> usize {
     let mut failed = 0;
     let kernels = GuestKernel::all(args);
-    let stock_kernels = kernels.iter().filter(|k| k != &&GuestKernel::Uml).count();
-    let several = stock_kernels > 1;
+    let stock_kernels = kernels
+        .iter()
+        .filter(|k| matches!(k, GuestKernel::Stock(_)))
+        .count();
+    let uml_kernels = kernels.len() - stock_kernels;
     for kernel in kernels {
+        // Several kernels of one kind: each one's rows are keyed with its release.
+        let several = match kernel {
+            GuestKernel::Stock(_) => stock_kernels > 1,
+            GuestKernel::Uml(_) => uml_kernels > 1,
+        };
         let environment = match (&kernel, several) {
-            (GuestKernel::Uml, _) => UML.to_string(),
-            (GuestKernel::Stock(Some(k)), true) => format!("{VM} {k}"),
-            _ => VM.to_string(),
+            (GuestKernel::Stock(Some(k)), true) => model::matrix::vm_environment(k),
+            (GuestKernel::Stock(_), _) => VM.to_string(),
+            (GuestKernel::Uml(release), true) => {
+                let release = release
+                    .clone()
+                    .or_else(|| crate::uml::UmlKernel::installed().map(|k| k.release));
+                model::matrix::uml_environment(&release.unwrap_or_default())
+            }
+            (GuestKernel::Uml(_), false) => UML.to_string(),
         };
         let refused = |reason: &str| -> Vec<Row> {
             vm_backends(args)
@@ -292,9 +306,9 @@ fn vm_label(environment: &str, guest: &str) -> String {
 /// How often the host looks at the guest's markers file.
 const CELLS_POLL: Duration = Duration::from_millis(500);
 
-/// The guest's sweep, its rows and environment keyed [`VM`], `vm RELEASE` (the guest's
-/// kernel) where the sweep boots `several` stock kernels, or [`UML`]; `progress` gets the
-/// guest's cells as it finishes them.
+/// The guest's sweep, its rows and environment keyed [`VM`] or [`UML`], with the guest's
+/// kernel release (`vm RELEASE`) where the sweep boots `several` kernels of that kind;
+/// `progress` gets the guest's cells as it finishes them.
 async fn vm_sweep(
     args: &SweepPlan,
     kernel: &GuestKernel,
@@ -322,8 +336,8 @@ async fn vm_sweep(
             ));
             (child, booted, VM)
         }
-        GuestKernel::Uml => {
-            let uml = crate::uml::UmlKernel::require()?;
+        GuestKernel::Uml(release) => {
+            let uml = crate::uml::UmlKernel::require(release.as_deref())?;
             let booted = format!(
                 "user-mode Linux {} (native speed, one CPU, generic C crypto)",
                 uml.release
@@ -368,6 +382,7 @@ async fn vm_sweep(
     let mut guest = finished.report()?;
     let environment = match guest.environments.get(HOST) {
         Some(env) if several && environment == VM => model::matrix::vm_environment(&env.kernel_release),
+        Some(env) if several => model::matrix::uml_environment(&env.kernel_release),
         _ => environment.to_string(),
     };
     for row in &mut guest.rows {
@@ -507,11 +522,11 @@ mod tests {
         }
         .validate()
         .unwrap();
-        assert_eq!(GuestKernel::all(&a), [GuestKernel::Uml]);
-        let guest = vm_plan(&a, &GuestKernel::Uml);
+        assert_eq!(GuestKernel::all(&a), [GuestKernel::Uml(None)]);
+        let guest = vm_plan(&a, &GuestKernel::Uml(None));
         assert_eq!(guest.backends, [Backend::Xfrm, Backend::Strongswan]);
         assert_eq!((guest.threads.as_slice(), guest.pcrypt), (&[1][..], false));
-        let why = GuestKernel::Uml.refusal(Backend::Wireguard).unwrap();
+        let why = GuestKernel::Uml(None).refusal(Backend::Wireguard).unwrap();
         assert!(
             why.contains("no WireGuard") && why.contains("--vm uml,auto"),
             "{why}"
@@ -568,7 +583,7 @@ mod tests {
         for c in [
             soft_plan(&a),
             vm_plan(&a, &GuestKernel::Stock(None)),
-            vm_plan(&a, &GuestKernel::Uml),
+            vm_plan(&a, &GuestKernel::Uml(None)),
         ] {
             assert_eq!((c.bytes, c.repeat), (ByteSize(4_000_000), 2));
             assert_eq!(c.suites, a.suites);
@@ -580,7 +595,7 @@ mod tests {
             ceiling: false,
             ..plan()
         };
-        assert!(!soft_plan(&off).ceiling && !vm_plan(&off, &GuestKernel::Uml).ceiling);
+        assert!(!soft_plan(&off).ceiling && !vm_plan(&off, &GuestKernel::Uml(None)).ceiling);
     }
 
     #[test]
@@ -662,7 +677,7 @@ mod tests {
         for child in [
             soft_plan(&a),
             vm_plan(&a, &GuestKernel::Stock(None)),
-            vm_plan(&a, &GuestKernel::Uml),
+            vm_plan(&a, &GuestKernel::Uml(None)),
         ] {
             let path = crate::child::write_plan(&dir, &child).unwrap();
             assert_eq!(crate::child::read_plan::<SweepPlan>(&path).unwrap(), child);

@@ -111,8 +111,10 @@ impl SweepPlan {
         if self.vm.is_some() {
             for kernel in vm::kernel_list(self.vm.as_deref()) {
                 vm::check_vm_paths(kernel.as_deref())?;
-                if kernel.as_deref() == Some(vm::UML) {
-                    crate::uml::UmlKernel::require()?;
+                if let Some(model::VmKernel::Uml(release)) =
+                    kernel.clone().map(|k| model::VmKernel::from_arg(Some(k)))
+                {
+                    crate::uml::UmlKernel::require(release.as_deref())?;
                 }
             }
         }

@@ -68,7 +68,8 @@ impl From<RunPlan> for FlatPlan {
             VmKernel::Stock => None,
             VmKernel::Image(k) => Some(k.clone()),
             VmKernel::Auto => Some("auto".to_string()),
-            VmKernel::Uml => Some("uml".to_string()),
+            VmKernel::Uml(None) => Some("uml".to_string()),
+            VmKernel::Uml(Some(release)) => Some(format!("uml:{release}")),
         });
         FlatPlan {
             backend: p.backend(),
@@ -161,7 +162,7 @@ impl<'de> Deserialize<'de> for RunPlan {
 
 #[cfg(test)]
 mod tests {
-    use crate::plan::{RunPlan, RunRequest};
+    use crate::plan::{RunPlan, RunRequest, VmKernel};
     use crate::Backend;
 
     #[test]
@@ -209,6 +210,30 @@ mod tests {
             let Ok(plan) = plan else { continue };
             let back: RunPlan = serde_json::from_value(serde_json::to_value(&plan).unwrap()).unwrap();
             assert_eq!(back, plan, "{backend}");
+        }
+    }
+
+    /// `--vm uml` and `--vm uml:RELEASE` reach a guest's plan file as they were given.
+    #[test]
+    fn user_mode_linux_kernels_survive_the_plan_file() {
+        for (arg, kernel) in [
+            ("uml", VmKernel::Uml(None)),
+            ("uml:6.12.113", VmKernel::Uml(Some("6.12.113".into()))),
+            (
+                "/boot/vmlinuz-6.1.0-57-amd64",
+                VmKernel::Image("/boot/vmlinuz-6.1.0-57-amd64".into()),
+            ),
+        ] {
+            let plan = RunRequest {
+                backend: Backend::Xfrm,
+                vm: Some(Some(arg.into())),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap();
+            assert_eq!(plan.vm(), Some(&kernel), "{arg}");
+            let back: RunPlan = serde_json::from_value(serde_json::to_value(&plan).unwrap()).unwrap();
+            assert_eq!(back, plan, "{arg}");
         }
     }
 }

@@ -164,8 +164,9 @@ pub enum VmKernel {
     /// This kernel image, under virtme-ng.
     Image(String),
     /// User-mode Linux: Debian's `linux.uml`, a kernel that runs as an ordinary process at
-    /// native speed, with no KVM and no emulation (one CPU, generic C crypto only).
-    Uml,
+    /// native speed, with no KVM and no emulation (one CPU, generic C crypto only). None:
+    /// the package's; a release: one `lab/second-uml.sh` installed (`--vm uml:RELEASE`).
+    Uml(Option<String>),
     /// A kernel other than this host's only where this one lacks what the backend needs:
     /// KVM's stock kernel where KVM boots it, else UML for what UML carries, else TCG.
     Auto,
@@ -177,8 +178,11 @@ impl VmKernel {
         match kernel {
             None => VmKernel::Stock,
             Some(k) if k == "auto" => VmKernel::Auto,
-            Some(k) if k == "uml" => VmKernel::Uml,
-            Some(k) => VmKernel::Image(k),
+            Some(k) if k == "uml" => VmKernel::Uml(None),
+            Some(k) => match k.strip_prefix("uml:") {
+                Some(release) => VmKernel::Uml(Some(release.to_string())),
+                None => VmKernel::Image(k),
+            },
         }
     }
 
@@ -186,7 +190,7 @@ impl VmKernel {
     pub fn image(&self) -> Option<&str> {
         match self {
             VmKernel::Image(k) => Some(k),
-            VmKernel::Stock | VmKernel::Uml | VmKernel::Auto => None,
+            VmKernel::Stock | VmKernel::Uml(_) | VmKernel::Auto => None,
         }
     }
 }

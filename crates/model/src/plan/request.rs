@@ -149,7 +149,7 @@ impl RunRequest {
             (None, Some(kernel)) => {
                 let kernel = VmKernel::from_arg(kernel.clone());
                 // UML has no WireGuard module; its ESP, TUN and namespaces carry the rest.
-                if kernel == VmKernel::Uml && description.kernel == Some(KernelNeed::Wireguard) {
+                if matches!(kernel, VmKernel::Uml(_)) && description.kernel == Some(KernelNeed::Wireguard) {
                     return Err(PlanError::UmlBackend(self.backend));
                 }
                 Placement::Vm(kernel)
