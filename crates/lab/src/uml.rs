@@ -188,6 +188,8 @@ impl Guest {
              mount -t tmpfs run /run\n\
              mount -t tmpfs tmp /tmp\n\
              mkdir -p /run/netns\n\
+             # Reports name the host they ran on; the kernel's own name is \"(none)\".\n\
+             hostname uml-{release}\n\
              {mounts}\
              mount -t tmpfs modules /lib/modules\n\
              mkdir -p /lib/modules/{release}\n\
@@ -391,6 +393,7 @@ mod tests {
             // The kernel may have mounted it already (DEVTMPFS_MOUNT).
             "mountpoint -q /dev || mount -t devtmpfs dev /dev",
             "mount -t tmpfs tmp /tmp",
+            "hostname uml-6.1.176",
             "mkdir -p '/tmp/ipsec-lab-uml-x' && mount -t hostfs host '/tmp/ipsec-lab-uml-x' -o '/tmp/ipsec-lab-uml-x'",
             // The binary's directory, which may be under the guest's /tmp, at its own path.
             "mkdir -p '/tmp/checkout/target/debug' && mount -r -t hostfs host '/tmp/checkout/target/debug' -o '/tmp/checkout/target/debug'",

@@ -175,6 +175,16 @@ impl Drop for PinnedDriver {
 /// built on any of them (an UPDATEALG removes them), so the next SA is built from `driver`.
 /// Everything goes back when the guard drops, also when a later change fails.
 pub fn pin_cbc_aes_driver(driver: &str) -> Result<PinnedDriver, DriverError> {
+    // An instance no SA holds may have been removed since the drivers were listed (a row's
+    // ceiling loads and unloads templates): asked for by its driver name, it is built again.
+    if !cbc_aes_priorities(&read_proc_crypto())
+        .iter()
+        .any(|p| p.driver == driver)
+    {
+        if let Err(e) = CryptoUser::open().and_then(|mut cu| cu.instantiate(driver)) {
+            tracing::info!("{driver} not instantiated again: {e}");
+        }
+    }
     let plan = pin_plan(&read_proc_crypto(), driver)?;
     let mut pinned = PinnedDriver {
         guard: Some(PriorityGuard::new(CryptoUser::open()?)),
