@@ -252,15 +252,7 @@ fn speed_with_two_kernels_names_each_kernels_rows() {
             "aes-128-gcm",
         ])
         .args(["--crypto", "auto,kernel", "--vm", &kernels])
-        .args([
-            "--seconds",
-            "0.05",
-            "--repeats",
-            "1",
-            "--sizes",
-            "64,1400",
-            "--json",
-        ])
+        .args(QUICK_SPEED)
         .arg(&json)
         // TCG, decided here: no KVM probe boot, and a known label to check.
         .env("IPSEC_LAB_VM_ACCEL", "tcg")

@@ -128,15 +128,7 @@ fn speed_in_user_mode_linux_times_the_kernel_with_tcrypt() {
     // guest group's ceiling.
     let out = lab()
         .args(["speed", "hmac-sha256", "--crypto", "auto,kernel", "--vm", "uml"])
-        .args([
-            "--seconds",
-            "0.05",
-            "--repeats",
-            "1",
-            "--sizes",
-            "64,1400",
-            "--json",
-        ])
+        .args(QUICK_SPEED)
         .arg(&json)
         .output()
         .expect("ipsec-lab runs");

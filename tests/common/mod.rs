@@ -136,6 +136,18 @@ pub fn text(out: &Output) -> String {
     )
 }
 
+/// `speed`'s quickest cells, for tests of where rows come from: 50 ms, one repeat, a small
+/// and a full-sized block; the JSON path follows.
+pub const QUICK_SPEED: [&str; 7] = [
+    "--seconds",
+    "0.05",
+    "--repeats",
+    "1",
+    "--sizes",
+    "64,1400",
+    "--json",
+];
+
 /// Serialises tests that create lab objects, so "nothing new remains" checks in one test
 /// are not confused by another test's run in flight.
 pub fn lab_lock() -> std::sync::MutexGuard<'static, ()> {

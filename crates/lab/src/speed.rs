@@ -37,11 +37,9 @@ fn kernel_rows_in_vms(plan: &SpeedPlan, kernel_arg: Option<&str>) -> LabResult<S
     // Every kernel is found before the first boot: a misspelt second one changes nothing.
     let guests = vm::kernel_list(kernel_arg)
         .into_iter()
-        .map(|k| match k.clone().map(|k| model::VmKernel::from_arg(Some(k))) {
-            Some(model::VmKernel::Uml(release)) => {
-                uml::UmlKernel::require(release.as_deref()).map(SpeedGuest::Uml)
-            }
-            _ => vm::resolve_kernel(k.as_deref()).map(SpeedGuest::Vm),
+        .map(|k| match vm::uml_kernel(k.as_deref()) {
+            Some(release) => uml::UmlKernel::require(release.as_deref()).map(SpeedGuest::Uml),
+            None => vm::resolve_kernel(k.as_deref()).map(SpeedGuest::Vm),
         })
         .collect::<LabResult<Vec<_>>>()?;
     let several = guests.len() > 1;

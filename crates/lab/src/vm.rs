@@ -275,12 +275,13 @@ pub const AUTO: &str = "auto";
 /// `--vm uml`: user-mode Linux ([`crate::uml`]) rather than a stock kernel.
 pub const UML: &str = "uml";
 
-/// Whether a `--vm` kernel names user-mode Linux: `uml`, or `uml:RELEASE`.
-pub fn is_uml(kernel: &str) -> bool {
-    matches!(
-        model::VmKernel::from_arg(Some(kernel.to_string())),
-        model::VmKernel::Uml(_)
-    )
+/// The release a `--vm` kernel names where it is user-mode Linux: `uml` is `Some(None)`
+/// (the package's kernel), `uml:RELEASE` `Some(Some(RELEASE))`; any other kernel None.
+pub fn uml_kernel(kernel: Option<&str>) -> Option<Option<String>> {
+    match model::VmKernel::from_arg(Some(kernel?.to_string())) {
+        model::VmKernel::Uml(release) => Some(release),
+        _ => None,
+    }
 }
 
 /// The kernel image `--vm [KERNEL]` names (`auto` or none: the newest in /boot), once
@@ -310,7 +311,7 @@ pub fn resolve_kernel(kernel_arg: Option<&str>) -> LabResult<PathBuf> {
 /// anything else.
 pub fn check_vm_paths(kernel_arg: Option<&str>) -> LabResult<()> {
     if let Some(kernel) = kernel_arg
-        .filter(|k| !k.is_empty() && *k != AUTO && !is_uml(k))
+        .filter(|k| !k.is_empty() && *k != AUTO && uml_kernel(Some(k)).is_none())
         .map(kernel_image)
     {
         let kernel = kernel.as_path();

@@ -58,9 +58,9 @@ impl GuestKernel {
     pub(super) fn all(args: &SweepPlan) -> Vec<GuestKernel> {
         vm::kernel_list(args.vm.as_deref())
             .into_iter()
-            .map(|k| match k.clone().map(|k| model::VmKernel::from_arg(Some(k))) {
-                Some(model::VmKernel::Uml(release)) => GuestKernel::Uml(release),
-                _ => GuestKernel::Stock(k),
+            .map(|k| match vm::uml_kernel(k.as_deref()) {
+                Some(release) => GuestKernel::Uml(release),
+                None => GuestKernel::Stock(k),
             })
             .collect()
     }

@@ -111,9 +111,7 @@ impl SweepPlan {
         if self.vm.is_some() {
             for kernel in vm::kernel_list(self.vm.as_deref()) {
                 vm::check_vm_paths(kernel.as_deref())?;
-                if let Some(model::VmKernel::Uml(release)) =
-                    kernel.clone().map(|k| model::VmKernel::from_arg(Some(k)))
-                {
+                if let Some(release) = vm::uml_kernel(kernel.as_deref()) {
                     crate::uml::UmlKernel::require(release.as_deref())?;
                 }
             }
