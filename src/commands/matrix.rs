@@ -63,7 +63,8 @@ pub struct MatrixArgs {
     #[arg(long, default_value_t = 5201)]
     pub port: u16,
     /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image, or
-    /// a release with an image in /boot), or in user-mode Linux (`uml`: native speed, one
+    /// a release with an image in /boot; `auto`: the stock kernel where KVM boots it, else
+    /// `uml,auto`), or in user-mode Linux (`uml`: native speed, one
     /// CPU, the generic C drivers, no WireGuard; rows labelled `(uml)`): one boot for all of
     /// them. Several kernels, comma-separated, boot one after the other (`uml,auto`: UML's
     /// driver rows and the stock kernel's AES-NI and WireGuard rows in one table;

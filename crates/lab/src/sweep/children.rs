@@ -54,8 +54,18 @@ pub(super) enum GuestKernel {
 }
 
 impl GuestKernel {
-    /// The kernels `--vm` names, in order, each once.
+    /// The kernels `--vm` names, in order, each once. `--vm auto` alone: the stock kernel
+    /// where KVM boots it; else user-mode Linux for the rows it carries (native speed) and
+    /// the stock kernel, emulated, for what UML lacks (AES-NI drivers, WireGuard), as
+    /// `--vm uml,auto` would.
     pub(super) fn all(args: &SweepPlan) -> Vec<GuestKernel> {
+        if args.vm.as_deref().map(str::trim) == Some(vm::AUTO) {
+            let kvm = vm::resolve_kernel(None).is_ok_and(|k| vm::detect_accel(&k) == vm::Accel::Kvm);
+            return match !kvm && crate::uml::UmlKernel::installed().is_some() {
+                true => vec![GuestKernel::Uml(None), GuestKernel::Stock(None)],
+                false => vec![GuestKernel::Stock(None)],
+            };
+        }
         vm::kernel_list(args.vm.as_deref())
             .into_iter()
             .map(|k| match vm::uml_kernel(k.as_deref()) {
@@ -509,6 +519,35 @@ mod tests {
         assert_eq!(guest.threads, [1, 2]);
         assert!(guest.pcrypt);
         assert_eq!(guest.encap, Some(model::Encap::EspInUdp { port: 4600 }));
+    }
+
+    /// `--vm auto` without KVM: UML for what it carries, the emulated stock kernel for the
+    /// rest; with KVM (or without UML) the stock kernel alone. `--vm` names its kernels.
+    #[test]
+    fn vm_auto_takes_user_mode_linux_and_the_stock_kernel_where_kvm_cannot_boot() {
+        let sweep = |vm: &str| SweepPlan {
+            vm: Some(vm.into()),
+            ..plan()
+        };
+        // What detect_accel decides, without a probe boot.
+        std::env::set_var("IPSEC_LAB_VM_ACCEL", "tcg");
+        let uml_here = crate::uml::UmlKernel::installed().is_some() && vm::resolve_kernel(None).is_ok();
+        let want = match uml_here {
+            true => vec![GuestKernel::Uml(None), GuestKernel::Stock(None)],
+            false => vec![GuestKernel::Stock(None)],
+        };
+        assert_eq!(GuestKernel::all(&sweep("auto")), want);
+        std::env::set_var("IPSEC_LAB_VM_ACCEL", "kvm");
+        assert_eq!(GuestKernel::all(&sweep("auto")), [GuestKernel::Stock(None)]);
+        std::env::remove_var("IPSEC_LAB_VM_ACCEL");
+        assert_eq!(GuestKernel::all(&sweep("")), [GuestKernel::Stock(None)]);
+        assert_eq!(
+            GuestKernel::all(&sweep("uml:6.12.113,auto")),
+            [
+                GuestKernel::Uml(Some("6.12.113".into())),
+                GuestKernel::Stock(None)
+            ]
+        );
     }
 
     #[test]
