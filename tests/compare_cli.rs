@@ -16,6 +16,7 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
         outcome: CellOutcome::Measured(Measurement {
             mb_per_s: Summary::of(samples).unwrap(),
             samples: samples.to_vec(),
+            timed_s: None,
             cpu: SideCpu {
                 sender_percent: Summary::of(&[50.0]).unwrap(),
                 receiver_percent: Summary::of(&[50.0]).unwrap(),

@@ -157,6 +157,10 @@ pub struct Measurement {
     pub mb_per_s: Summary,
     /// Each repeat's MB/s, in the order measured.
     pub samples: Vec<f64>,
+    /// How long each transfer was timed for, where the cell ran for a time rather than
+    /// moving the payload (the plain row); absent: each transfer moved the whole payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_s: Option<f64>,
     pub cpu: SideCpu,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel_cpu: Option<TunnelCpu>,
@@ -395,6 +399,7 @@ mod tests {
         CellOutcome::Measured(Measurement {
             mb_per_s: s,
             samples: vec![median * 0.9, median, median * 1.1],
+            timed_s: None,
             cpu: SideCpu {
                 sender_percent: Summary::of(&[50.0]).unwrap(),
                 receiver_percent: Summary::of(&[40.0]).unwrap(),

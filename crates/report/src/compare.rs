@@ -810,4 +810,20 @@ mod tests {
             Verdict::Inconclusive("transfers flagged too short after".into())
         );
     }
+
+    /// A timed cell (the plain row) lasted its time, whatever the payload of the others.
+    #[test]
+    fn a_timed_cell_is_as_long_as_its_time_not_the_payload() {
+        let mut before = small_matrix(&[1900.0, 1960.0, 2000.0], &[400.0, 410.0, 420.0]);
+        let mut after = small_matrix(&[1500.0, 1560.0, 1600.0], &[300.0, 305.0, 310.0]);
+        for r in [&mut before, &mut after] {
+            r.repeat = 3;
+            r.payload = model::ByteSize(20_000_000);
+            if let model::matrix::CellOutcome::Measured(m) = &mut r.rows[0].cells[0].outcome {
+                m.timed_s = Some(1.0);
+            }
+        }
+        let c = compare(&before, &after, CompareOptions::default()).unwrap();
+        assert_eq!(c.cells[0].verdict, Verdict::Regression, "{}", c.render());
+    }
 }

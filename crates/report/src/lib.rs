@@ -103,6 +103,7 @@ pub(crate) mod fixture {
         CellOutcome::Measured(Measurement {
             mb_per_s: Summary::of(samples).unwrap(),
             samples: samples.to_vec(),
+            timed_s: None,
             cpu: SideCpu {
                 sender_percent: Summary::of(&[80.0, 90.0]).unwrap(),
                 receiver_percent: Summary::of(&[60.0, 70.0]).unwrap(),

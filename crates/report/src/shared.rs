@@ -213,9 +213,13 @@ pub fn is_warning(note: &str) -> bool {
     WARNING_PHRASES.iter().any(|p| note.contains(p))
 }
 
-/// The shortest transfer of a measured cell in seconds: its payload over its fastest
-/// repeat (a matrix transfer moves the whole payload). None without a usable rate.
+/// The shortest transfer of a measured cell in seconds: its timed length, else its payload
+/// over its fastest repeat (such a transfer moves the whole payload). None without a
+/// usable rate.
 pub fn shortest_transfer_s(payload: ByteSize, m: &Measurement) -> Option<f64> {
+    if let Some(timed) = m.timed_s {
+        return Some(timed);
+    }
     let fastest = m
         .samples
         .iter()
