@@ -116,26 +116,29 @@ fn kernel_rows_in_vm(plan: &SpeedPlan, kernel: &std::path::Path) -> LabResult<Sp
 /// rows there come from tcrypt (about a minute per suite, every size from one load).
 fn kernel_rows_in_uml(plan: &SpeedPlan, kernel: &uml::UmlKernel) -> LabResult<SpeedReport> {
     let outdir = owner::PrivateDir::new("ipsec-lab-uml-")?;
-    let guest =
-        uml::Guest::of_this_binary(kernel.clone(), outdir.path(), &plan.child_args(SpeedImpl::Kernel))?;
-    let mut child = guest.child("the kernel rows in user-mode Linux")?;
     let tcrypt: std::time::Duration = plan
         .suites
         .iter()
         .map(|s| speed::tcrypt::expected_duration(*s))
         .sum();
-    // Boot and halt take seconds; tcrypt's loads twice their usual length, for a busy host.
-    child.timeout = Some(std::time::Duration::from_secs(60) + tcrypt * 2);
     eprintln!(
         "ipsec-lab: kernel rows in user-mode Linux {} from tcrypt (about {} s)",
         kernel.release,
         tcrypt.as_secs()
     );
-    let finished = crate::child::run_blocking::<SpeedReport>(child, &outdir)?;
+    // Boot and halt take seconds; tcrypt's loads twice their usual length, for a busy host.
+    let timeout = std::time::Duration::from_secs(60) + tcrypt * 2;
+    let (report, elapsed) = uml::run_this_binary::<SpeedReport>(
+        kernel.clone(),
+        &outdir,
+        &plan.child_args(SpeedImpl::Kernel),
+        "the kernel rows in user-mode Linux",
+        timeout,
+    )?;
     eprintln!(
         "ipsec-lab: user-mode Linux {}: boot, tcrypt and halt took {:.1} s",
         kernel.release,
-        finished.elapsed.as_secs_f64()
+        elapsed.as_secs_f64()
     );
-    finished.succeeded()
+    Ok(report)
 }

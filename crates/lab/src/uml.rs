@@ -294,25 +294,41 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
     // The same run, placed in the guest's own namespaces.
     let plan_file = crate::child::write_plan(&outdir, &plan.with_placement(model::Placement::Local))?;
     let args = crate::child::guest_run_args(&plan_file);
-    let guest = Guest::of_this_binary(kernel, outdir.path(), &args)?;
-    let mut child = guest.child("the run inside user-mode Linux")?;
-    // Boot is about 2 s; the run's own length is the payload at UML's speed, with room.
-    child.timeout = Some(BOOT_AND_HALT + run_budget(plan));
     eprintln!(
         "ipsec-lab: running in user-mode Linux {} ({}; native speed, 1 CPU)",
-        guest.kernel.release,
-        guest.kernel.binary.display()
+        kernel.release,
+        kernel.binary.display()
     );
-    let finished = crate::child::run_blocking(child, &outdir)?;
-    let elapsed = finished.elapsed;
-    let mut report: RunReport = finished.succeeded().map_err(|e| with_guest_stderr(e, &outdir))?;
+    let release = kernel.release.clone();
+    // Boot is about 2 s; the run's own length is the payload at UML's speed, with room.
+    let timeout = BOOT_AND_HALT + run_budget(plan);
+    let (mut report, elapsed): (RunReport, Duration) =
+        run_this_binary(kernel, &outdir, &args, "the run inside user-mode Linux", timeout)?;
     report.notes.push(format!(
-        "ran in user-mode Linux {} (a kernel running as a process at native speed, one CPU, generic C \
+        "ran in user-mode Linux {release} (a kernel running as a process at native speed, one CPU, generic C \
          crypto drivers); boot, run and halt took {:.1} s",
-        guest.kernel.release,
         elapsed.as_secs_f64()
     ));
     Ok(report)
+}
+
+/// One boot of `kernel` running this binary with `args` (which may name files in `outdir`,
+/// the directory shared with the guest), for at most `timeout`: the report it wrote and
+/// how long boot, command and halt took. A failure carries the guest's own words.
+pub fn run_this_binary<T: serde::de::DeserializeOwned>(
+    kernel: UmlKernel,
+    outdir: &owner::PrivateDir,
+    args: &[String],
+    name: &str,
+    timeout: Duration,
+) -> LabResult<(T, Duration)> {
+    let guest = Guest::of_this_binary(kernel, outdir.path(), args)?;
+    let mut child = guest.child(name)?;
+    child.timeout = Some(timeout);
+    let finished = crate::child::run_blocking(child, outdir)?;
+    let elapsed = finished.elapsed;
+    let report = finished.succeeded().map_err(|e| with_guest_stderr(e, outdir))?;
+    Ok((report, elapsed))
 }
 
 /// Boot, module loading and halt take about 2 s; the rest is room on a loaded machine.
