@@ -272,8 +272,6 @@ pub fn vng_command(kernel: &Path, accel: Accel, outdir: &Path, script: &str) -> 
 
 /// `--vm auto`: the VM only where this kernel has no ESP.
 pub const AUTO: &str = "auto";
-/// `--vm uml`: user-mode Linux ([`crate::uml`]) rather than a stock kernel.
-pub const UML: &str = "uml";
 
 /// The release a `--vm` kernel names where it is user-mode Linux: `uml` is `Some(None)`
 /// (the package's kernel), `uml:RELEASE` `Some(Some(RELEASE))`; any other kernel None.
