@@ -38,6 +38,25 @@ enum Boot {
     Uml,
     /// The stock kernel under virtme-ng (TCG where KVM cannot boot it): what UML lacks.
     Stock,
+    /// Whichever has two `cbc(aes)` drivers: UML where its kernel ships aes_ti (before
+    /// 7.x), else the stock kernel (aesni and aes-generic). On AVX-512 hosts only sid's UML
+    /// 7.x runs, and its AES library is its one driver.
+    TwoDrivers,
+}
+
+impl Boot {
+    /// The kernel this group boots on this host.
+    fn resolved(self) -> Boot {
+        match self {
+            Boot::TwoDrivers => {
+                match lab::uml::UmlKernel::installed().is_some_and(|k| k.has_module("aes_ti")) {
+                    true => Boot::Uml,
+                    false => Boot::Stock,
+                }
+            }
+            b => b,
+        }
+    }
 }
 
 /// One host test per guest group, and the list of groups from the same lines, so no
@@ -61,7 +80,7 @@ macro_rules! guest_groups {
 guest_groups! {
     in_vm_encap => "encap::guest_encap_checks" in Uml,
     in_vm_ipv6 => "ipv6::guest_ipv6_checks" in Uml,
-    in_vm_matrix_killed_priorities => "matrix::killed_matrix_priorities_restored_in_guest" in Uml,
+    in_vm_matrix_killed_priorities => "matrix::killed_matrix_priorities_restored_in_guest" in TwoDrivers,
     in_vm_modes => "modes::guest_modes_checks" in Uml,
     in_vm_multi_sa => "multi_sa::guest_multi_sa_checks" in Stock,
     in_vm_netem => "netem::guest_netem_checks" in Uml,
@@ -86,7 +105,7 @@ fn selected(boot: Boot) -> Vec<&'static str> {
     };
     GUEST_GROUPS
         .iter()
-        .filter(|(_, group, b)| *b == boot && named(group))
+        .filter(|(_, group, b)| b.resolved() == boot && named(group))
         .map(|(_, group, _)| *group)
         .collect()
 }
@@ -98,22 +117,20 @@ static STOCK_BOOT: OnceLock<common::GuestGroups> = OnceLock::new();
 
 /// Whether `boot`'s kernel can be booted here; prints why not under `test`'s name.
 fn capable(boot: Boot, test: &str) -> bool {
-    match boot {
+    match boot.resolved() {
         Boot::Uml => common::uml_or_skip(test),
-        Boot::Stock => common::vm_or_skip(test),
+        _ => common::vm_or_skip(test),
     }
 }
 
 /// The outcome of `boot`'s groups, booting it if no test has yet.
 fn booted(boot: Boot) -> &'static common::GuestGroups {
     let groups = selected(boot);
-    match boot {
+    match boot.resolved() {
         Boot::Uml => {
             UML_BOOT.get_or_init(|| common::boot_guest_groups_uml(&groups, GROUP_TIMEOUT, VM_TIMEOUT))
         }
-        Boot::Stock => {
-            STOCK_BOOT.get_or_init(|| common::boot_guest_groups(&groups, GROUP_TIMEOUT, VM_TIMEOUT))
-        }
+        _ => STOCK_BOOT.get_or_init(|| common::boot_guest_groups(&groups, GROUP_TIMEOUT, VM_TIMEOUT)),
     }
 }
 
@@ -122,6 +139,7 @@ fn in_vm(group: &str, boot: Boot) {
     if std::env::var_os(common::IN_VM).is_some() {
         return;
     }
+    let boot = boot.resolved();
     if !capable(boot, group) {
         return;
     }
@@ -136,11 +154,11 @@ fn in_vm(group: &str, boot: Boot) {
     OTHER.call_once(|| {
         let other = match boot {
             Boot::Uml => Boot::Stock,
-            Boot::Stock => Boot::Uml,
+            _ => Boot::Uml,
         };
-        let first = GUEST_GROUPS
-            .iter()
-            .find(|(test, group, b)| *b == other && selected(other).contains(group) && chosen(test));
+        let first = GUEST_GROUPS.iter().find(|(test, group, b)| {
+            b.resolved() == other && selected(other).contains(group) && chosen(test)
+        });
         if let Some(&(_, first, _)) = first {
             std::thread::spawn(move || {
                 if capable(other, first) {

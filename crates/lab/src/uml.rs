@@ -32,6 +32,9 @@ pub const MORE_UMLS: &str = "/var/lib/ipsec-lab/uml";
 /// The environment's name in the report: not emulated, but not this host's kernel either.
 pub const VIRT_UML: &str = "uml (user-mode Linux: native speed, 1 CPU, generic C crypto)";
 
+/// How long the probe of a kernel may take (it boots in about a second).
+const PROBE_LIMIT: Duration = Duration::from_secs(30);
+
 /// Memory the guest gets; a run's sockets and the payload buffers fit in far less.
 const MEMORY: &str = "mem=1G";
 
@@ -58,8 +61,93 @@ pub struct UmlKernel {
 }
 
 impl UmlKernel {
-    /// The package's kernel, where it is installed with its modules.
+    /// The kernel `--vm uml` boots: the package's where it runs on this host, else the
+    /// newest of the others that does (see [`UmlKernel::runs_here`]).
     pub fn installed() -> Option<UmlKernel> {
+        UmlKernel::package()
+            .into_iter()
+            .chain(UmlKernel::more().into_iter().rev())
+            .find(|k| k.runs_here().is_ok())
+    }
+
+    /// Whether this kernel's processes run on this host. Kernels before 7.x hand ptrace a
+    /// register area of the size they know; on a CPU with a larger XSAVE area (AVX-512)
+    /// the host refuses it, and every process in the guest dies at its first system call
+    /// ("ptrace set fp regs failed, errno = 14"). One boot of `/bin/true` tells, once per
+    /// kernel and process.
+    pub fn runs_here(&self) -> Result<(), String> {
+        static PROBED: std::sync::Mutex<Vec<(PathBuf, Result<(), String>)>> =
+            std::sync::Mutex::new(Vec::new());
+        let mut probed = PROBED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, known)) = probed.iter().find(|(b, _)| *b == self.binary) {
+            return known.clone();
+        }
+        let outcome = self.probe();
+        probed.push((self.binary.clone(), outcome.clone()));
+        outcome
+    }
+
+    fn probe(&self) -> Result<(), String> {
+        let mut child = Command::new(&self.binary)
+            .args([
+                "mem=64M",
+                "root=/dev/root",
+                "rootfstype=hostfs",
+                "rootflags=/",
+                "ro",
+                "init=/bin/true",
+                "con=null",
+                "con0=null,fd:1",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", self.binary.display()))?;
+        // Read on a thread, so a full pipe never stalls the kernel before the deadline.
+        let mut stdout = child.stdout.take().expect("piped");
+        let reading = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
+            out
+        });
+        let deadline = std::time::Instant::now() + PROBE_LIMIT;
+        while child.try_wait().ok().flatten().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "user-mode Linux {} did not end within {PROBE_LIMIT:?}",
+                    self.release
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = reading.join().unwrap_or_default();
+        let text = String::from_utf8_lossy(&out);
+        // init (/bin/true) ran and exited 0: the kernel then panics "Attempted to kill init!
+        // exitcode=0x00000000", which is how a UML guest without a halt ends.
+        if text.contains("exitcode=0x00000000") {
+            return Ok(());
+        }
+        Err(
+            match text.lines().find(|l| l.contains("ptrace set fp regs failed")) {
+                Some(line) => format!(
+                "user-mode Linux {} cannot run processes on this CPU ({}): its XSAVE area is larger than \
+                 this kernel hands to ptrace",
+                self.release,
+                line.trim()
+            ),
+                None => format!(
+                    "user-mode Linux {} did not run /bin/true to its end",
+                    self.release
+                ),
+            },
+        )
+    }
+
+    /// The package's kernel, where it is installed with its modules.
+    pub fn package() -> Option<UmlKernel> {
         let binary = PathBuf::from(LINUX_UML);
         if !binary.is_file() {
             return None;
@@ -77,6 +165,25 @@ impl UmlKernel {
             release: releases.pop()?,
             modules: MODULES.into(),
         })
+    }
+
+    /// Whether the kernel ships module `name` (its modules.dep lists `.../name.ko`).
+    pub fn has_module(&self, name: &str) -> bool {
+        let dep = self.modules.join(&self.release).join("modules.dep");
+        let wanted = format!("/{name}.ko");
+        std::fs::read_to_string(dep).is_ok_and(|text| {
+            text.lines()
+                .filter_map(|l| l.split(':').next())
+                .any(|m| m.ends_with(&wanted) || m.contains(&format!("{wanted}.")))
+        })
+    }
+
+    /// Every UML kernel here, the package's first, whether or not it runs on this host.
+    pub fn all() -> Vec<UmlKernel> {
+        UmlKernel::package()
+            .into_iter()
+            .chain(UmlKernel::more())
+            .collect()
     }
 
     /// The kernels `lab/second-uml.sh` installed, by release.
@@ -105,17 +212,38 @@ impl UmlKernel {
     /// The kernel `--vm uml` (None: the package's) or `--vm uml:RELEASE` names, or what to
     /// do to have it.
     pub fn require(release: Option<&str>) -> LabResult<UmlKernel> {
-        let package = UmlKernel::installed();
+        let all = UmlKernel::all();
         let Some(release) = release else {
-            return package.ok_or_else(|| {
-                LabError::capability(anyhow::anyhow!(
+            return UmlKernel::installed().ok_or_else(|| match all.first() {
+                None => LabError::capability(anyhow::anyhow!(
                     "--vm uml needs Debian's user-mode-linux ({LINUX_UML} and its modules in {MODULES}): \
                      apt-get install user-mode-linux (make setup installs it)"
-                ))
+                )),
+                Some(k) => LabError::capability(anyhow::anyhow!(
+                    "{}; no other user-mode Linux here runs either: lab/second-uml.sh installs Debian sid's \
+                     (7.x), which does (make setup-test runs it)",
+                    k.runs_here().err().unwrap_or_default()
+                )),
             });
         };
-        let all: Vec<UmlKernel> = package.into_iter().chain(UmlKernel::more()).collect();
-        all.iter().find(|k| k.release == release).cloned().ok_or_else(|| {
+        let found = all.iter().find(|k| k.release == release).cloned();
+        if let Some(kernel) = &found {
+            if let Err(why) = kernel.runs_here() {
+                let runs: Vec<String> = all
+                    .iter()
+                    .filter(|k| k.runs_here().is_ok())
+                    .map(|k| format!("uml:{}", k.release))
+                    .collect();
+                return Err(LabError::capability(anyhow::anyhow!(
+                    "--vm uml:{release}: {why}; use one that runs here ({})",
+                    match runs.is_empty() {
+                        true => "none: lab/second-uml.sh installs Debian sid's".to_string(),
+                        false => runs.join(", "),
+                    }
+                )));
+            }
+        }
+        found.ok_or_else(|| {
             let have: Vec<String> = all.iter().map(|k| format!("uml:{}", k.release)).collect();
             LabError::usage(anyhow::anyhow!(
                 "--vm uml:{release}: no such user-mode Linux kernel (here: {}); lab/second-uml.sh installs \
@@ -300,6 +428,10 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
         kernel.binary.display()
     );
     let release = kernel.release.clone();
+    // The package's kernel passed over because it cannot run here: said, not hidden.
+    let passed_over = UmlKernel::package()
+        .filter(|p| p.binary != kernel.binary)
+        .and_then(|p| p.runs_here().err());
     // Boot is about 2 s; the run's own length is the payload at UML's speed, with room.
     let timeout = BOOT_AND_HALT + run_budget(plan);
     let (mut report, elapsed): (RunReport, Duration) =
@@ -309,6 +441,9 @@ pub fn run_in_uml(plan: &RunPlan) -> LabResult<RunReport> {
          crypto drivers); boot, run and halt took {:.1} s",
         elapsed.as_secs_f64()
     ));
+    if let Some(why) = passed_over {
+        report.notes.push(format!("{why}: ran {release} instead"));
+    }
     Ok(report)
 }
 
