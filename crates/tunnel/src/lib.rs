@@ -41,7 +41,8 @@ mod send;
 mod stats;
 mod steer;
 mod tun;
-mod udp;
+/// The batched UDP layer, shared with the UDP workload (crate `udpbatch`).
+use udpbatch as udp;
 
 use std::io;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The tunnel's UDP socket and its batched system calls.
+//! A UDP socket with batched system calls, for the userspace tunnel and the UDP workload.
 //!
 //! Callers hand over a batch of datagrams; the socket sends them with UDP GSO (`UDP_SEGMENT`:
 //! one call and one trip through the stack for up to 64 equal-sized datagrams) while the
