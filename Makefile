@@ -5,7 +5,7 @@ BIN := target/release/ipsec-lab
 # The main use; --vm auto boots a stock kernel only where this one has no ESP.
 RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup setup-test build run matrix test lint bench-plain bench-userspace bench-threads clean deb install uninstall
+.PHONY: setup setup-test build run matrix test lint bench-plain bench-userspace bench-threads bench-packets clean deb install uninstall
 # make install / uninstall: where (PREFIX) and into which staging root (DESTDIR).
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -59,6 +59,10 @@ bench-userspace: setup build
 # The userspace tunnel at 1 and 2 tunnel threads with -P 2, OpenVPN beside, CPU per thread.
 bench-threads: setup build
 	bash lab/bench-threads.sh
+
+# Packets/s and the zero-loss rate (NDR, PDR) of plain and the userspace tunnel at 64 and 1400 B.
+bench-packets: setup build
+	bash lab/bench-packets.sh
 
 clean:
 	-$(BIN) clean

@@ -159,6 +159,46 @@ pub struct RunArgs {
     pub family: crate::args::FamilyArgs,
     #[command(flatten)]
     pub modes: ModesArgs,
+    #[command(flatten)]
+    pub packets: PacketArgs,
+}
+
+/// Packets and latency (model::packets): UDP trials, the zero-loss search, round trips.
+#[derive(Debug, Args)]
+pub struct PacketArgs {
+    /// UDP datagrams instead of TCP streams, sent for --time (default 2 s): packets/s,
+    /// loss, reordering, duplicates, corrupted datagrams and jitter, every payload verified.
+    #[arg(long)]
+    pub udp: bool,
+    /// Size of each inner IP packet, IP and UDP headers included: bytes (e.g. 64, 512,
+    /// 1400), or imix (64, 576 and 1500 bytes, 7:4:1) [default: 1400].
+    #[arg(long, value_name = "BYTES|imix")]
+    pub packet_size: Option<model::packets::PacketSize>,
+    /// Offered rate, paced evenly: packets/s (e.g. 50000, 200kpps, 1Mpps) or bits/s of
+    /// inner packets (e.g. 500Mbit, 1Gbit) [default: as fast as the sender goes].
+    #[arg(long, value_name = "RATE")]
+    pub rate: Option<model::packets::Rate>,
+    /// Search for the highest rate whose loss stays within each tolerance, in percent:
+    /// 0 is the no-drop rate (NDR), above 0 a partial-drop rate (PDR) [default: 0,0.5].
+    /// Implies --udp.
+    #[arg(long, value_name = "LOSS%[,LOSS%]", num_args = 0..=1, default_missing_value = "0,0.5")]
+    pub find_ndr: Option<model::packets::Tolerances>,
+    /// Round trips through the data path, idle and under the run's load, as percentiles
+    /// (p50, p90, p99, p99.9, max) from an HDR histogram.
+    #[arg(long)]
+    pub latency: bool,
+}
+
+impl PacketArgs {
+    pub fn request(&self) -> model::PacketsRequest {
+        model::PacketsRequest {
+            udp: self.udp,
+            packet_size: self.packet_size,
+            rate: self.rate,
+            find_ndr: self.find_ndr.clone().map(|t| t.0),
+            latency: self.latency,
+        }
+    }
 }
 
 /// iperf3's run modes (model::modes): how long, how reported, which way.
@@ -227,6 +267,7 @@ impl RunArgs {
             netem: self.netem.clone(),
             modes: self.modes(),
             no_ceiling: self.no_ceiling,
+            packets: self.packets.request(),
         }
     }
 
@@ -252,7 +293,7 @@ pub const DEFAULT_SECONDS: f64 = 2.0;
 pub const DEFAULT_BYTES: ByteSize = ByteSize(100_000_000);
 
 /// The options `run --plan-file` takes from its plan (the output options stay its own).
-const RUN_PLAN_OPTIONS: [&str; 31] = [
+const RUN_PLAN_OPTIONS: [&str; 36] = [
     "backend",
     "key_bits",
     "hmac",
@@ -284,6 +325,11 @@ const RUN_PLAN_OPTIONS: [&str; 31] = [
     "interval",
     "omit",
     "bidir",
+    "udp",
+    "packet_size",
+    "rate",
+    "find_ndr",
+    "latency",
 ];
 
 #[derive(Debug, Args)]

@@ -11,6 +11,7 @@ mod cli;
 mod commands;
 mod modes;
 mod output;
+mod packets;
 mod progress;
 mod runtime;
 mod values;

@@ -133,7 +133,12 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         "send cpu".into(),
         "recv cpu".into(),
     ]];
-    for (label, record) in crate::modes::rows(report) {
+    let udp_labels = crate::packets::row_labels(report);
+    for (i, (label, record)) in crate::modes::rows(report).into_iter().enumerate() {
+        let label = udp_labels
+            .as_ref()
+            .and_then(|l| l.get(i).cloned())
+            .unwrap_or(label);
         rows.push(row(label, record));
     }
     let mut out = format!("cipher: {}\n", plan.suite());
@@ -165,6 +170,9 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         );
     }
     for line in crate::modes::summary_lines(report) {
+        let _ = writeln!(out, "{line}");
+    }
+    for line in report.udp.iter().flat_map(crate::packets::udp_lines) {
         let _ = writeln!(out, "{line}");
     }
     for (tool, reference) in &report.references {
@@ -213,6 +221,13 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         };
         for l in lines {
             let _ = writeln!(out, "{l}");
+        }
+    }
+    // Columns, not prose: never wrapped (they fit 80).
+    if let Some(latency) = &report.latency {
+        out.push('\n');
+        for line in crate::packets::latency_table(latency) {
+            let _ = writeln!(out, "{line}");
         }
     }
     out

@@ -33,6 +33,8 @@
 //!   one mapping of its exit code.
 //! * [`netem`]: `--netem`, WAN conditions on the lab's link (both veth ends), read back and
 //!   its round trip measured.
+//! * [`packets`]: UDP trials (`--udp`), the zero-loss search (`--find-ndr`) and round-trip
+//!   probes (`--latency`) over a local run's data path.
 //! * [`reference`]: iperf3 over the lab's own data path.
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
 //! * Leaves: [`error`] (one error type, one mapping to exit codes), [`log`] (stderr lines
@@ -53,6 +55,7 @@ pub mod flow;
 pub mod local;
 pub mod log;
 pub mod netem;
+pub mod packets;
 pub mod progress;
 pub mod reference;
 pub mod remote;

@@ -11,6 +11,7 @@ use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, userspace, End, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
 use crate::flow::{self, Bench};
+use crate::packets;
 use crate::progress::Progress;
 use crate::reference;
 
@@ -168,6 +169,18 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
             lab_link: Some(&topology.veth_b),
         },
     ];
+    // The same search over the bare link first: it shows whether the generator or the
+    // tunnel sets the tunnel's bound.
+    let baseline = match &plan.workload().ndr {
+        Some(search) if plan.backend().encrypts() => {
+            let plain = plan.line_rate();
+            progress.note("searching the bare link's NDR first (the generator's bound)");
+            Some(packets::blocking(|| {
+                packets::search_ndr(bench, &plain, search, &mut Vec::new())
+            })?)
+        }
+        _ => None,
+    };
     progress.backend_starting(plan.backend().name());
     // Declared before the ends, so dropped after them: OpenVPN's and charon's processes
     // stop before their directory goes.
@@ -184,10 +197,28 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     progress.backend_started();
     started?;
     let target = data_addr(plan, hosts, Side::B);
+    let latency = match plan.workload().latency {
+        true => Some(packets::blocking(|| packets::Latency::start(bench, plan))?),
+        false => None,
+    };
     let mut transfers = Vec::new();
     let mut measured = Vec::new();
     let mut iperf3_runs = Vec::new();
+    let mut udp = None;
+    if plan.workload().udp.is_some() {
+        let run = packets::blocking(|| packets::run(bench, plan, latency.as_ref().map(|l| l.prober())))?;
+        transfers = run.transfers;
+        udp = Some(model::packets::UdpReport {
+            baseline,
+            ..run.report
+        });
+    } else if let Some(l) = &latency {
+        l.prober().phase("under TCP load", None);
+    }
     for attempt in 1..=plan.workload().repeat {
+        if udp.is_some() {
+            break;
+        }
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }
@@ -209,11 +240,16 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
             );
         }
     }
+    let latency = latency.map(|l| packets::blocking(|| l.finish())).transpose()?;
     let evidence = evidence(plan, &mut ends, &secrets).await?;
     drop(ends);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
-    report.modes = flow::report(plan, &measured);
+    if udp.is_none() {
+        report.modes = flow::report(plan, &measured);
+    }
+    report.udp = udp;
+    report.latency = latency;
     if !evidence.is_none() {
         report
             .backend_details

@@ -14,6 +14,7 @@ pub mod kernels;
 pub mod matrix;
 pub mod modes;
 pub mod netem;
+pub mod packets;
 pub mod plan;
 pub mod report;
 pub mod size;
@@ -28,8 +29,9 @@ pub use family::{Addressing, Family, MIN_IPV6_MTU};
 pub use modes::{Direction, Modes, ModesReport, ModesRequest};
 pub use netem::{LinkConditions, NetemError, NetemSpec};
 pub use plan::{
-    check_payload, parse_seed, BackendPlan, CryptoChoice, IpsecMode, Link, Peer, Placement, PlanError,
-    RunPlan, RunRequest, UserspacePlan, VmKernel, Workload, XfrmPlan, DEFAULT_PEER_PORT, MIN_PAYLOAD,
+    check_payload, parse_seed, BackendPlan, CryptoChoice, IpsecMode, Link, PacketsRequest, Peer, Placement,
+    PlanError, RunPlan, RunRequest, UserspacePlan, VmKernel, Workload, XfrmPlan, DEFAULT_PEER_PORT,
+    MIN_PAYLOAD,
 };
 pub use report::{ReportError, RunReport, SCHEMA_VERSION};
 pub use size::ByteSize;

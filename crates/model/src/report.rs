@@ -46,6 +46,13 @@ pub struct RunReport {
     /// (absent with `--no-ceiling`, for `plain` and for two-host runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<crate::ceiling::RunCeiling>,
+    /// `--udp`: each trial's packets, loss and jitter, or the `--find-ndr` search. The
+    /// `transfers` of such a run are its trials' delivered payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<crate::packets::UdpReport>,
+    /// `--latency`: round trips idle and under load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<crate::packets::LatencyReport>,
 }
 
 /// Why no report can be made of a run's transfers.
@@ -92,6 +99,8 @@ impl RunReport {
             conditions: None,
             modes: None,
             ceiling: None,
+            udp: None,
+            latency: None,
         })
     }
 }

@@ -103,6 +103,17 @@ impl PayloadGenerator {
         }
     }
 
+    /// Moves to byte `pos` of the stream: a datagram's payload lies at a place of its own,
+    /// so the receiver checks datagrams in whatever order they come.
+    pub fn seek(&mut self, pos: u64) {
+        self.pos = pos;
+    }
+
+    /// Whether `chunk` is the next bytes of the stream (and moves past them).
+    pub fn matches(&mut self, chunk: &[u8]) -> bool {
+        self.first_difference(chunk).is_none()
+    }
+
     /// Compares `chunk` with the next bytes of the stream without writing them out: the
     /// first byte that differs (its index in `chunk`, and what it should be), if any.
     fn first_difference(&mut self, chunk: &[u8]) -> Option<(usize, u8)> {

@@ -119,6 +119,10 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         // `--time`, `--interval`, `--bidir`... are refused with `--peer`.
         modes: Default::default(),
         with_iperf3: false,
+        // UDP trials and latency probes are refused with `--peer` for now.
+        udp: None,
+        ndr: None,
+        latency: false,
     };
     // `--netem` shapes the local lab's veth; it is refused with `--peer`.
     let link = Link {

@@ -92,4 +92,9 @@ pub enum PlanError {
     Netem(#[from] NetemError),
     #[error(transparent)]
     Modes(#[from] ModesError),
+    #[error(transparent)]
+    Packet(#[from] crate::packets::PacketError),
+    /// A packet or latency option that does not fit the rest of the run; says what to do.
+    #[error("{0}")]
+    Packets(String),
 }

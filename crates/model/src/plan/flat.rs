@@ -12,6 +12,7 @@ use crate::encap::Encap;
 use crate::family::Family;
 use crate::modes::Modes;
 use crate::netem::NetemSpec;
+use crate::packets::{NdrSearch, UdpWorkload};
 use crate::size::ByteSize;
 
 #[derive(Serialize, Deserialize)]
@@ -52,6 +53,12 @@ struct FlatPlan {
     modes: Modes,
     #[serde(default)]
     ceiling: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    udp: Option<UdpWorkload>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ndr: Option<NdrSearch>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    latency: bool,
 }
 
 fn one() -> u16 {
@@ -90,6 +97,9 @@ impl From<RunPlan> for FlatPlan {
             reverse: p.workload.reverse,
             modes: p.workload.modes,
             with_iperf3: p.workload.with_iperf3,
+            udp: p.workload.udp,
+            ndr: p.workload.ndr,
+            latency: p.workload.latency,
             mtu: p.link.mtu,
             family: p.link.family,
             addressing: p.link.addressing,
@@ -134,6 +144,9 @@ impl TryFrom<FlatPlan> for RunPlan {
                 reverse: f.reverse,
                 modes: f.modes,
                 with_iperf3: f.with_iperf3,
+                udp: f.udp,
+                ndr: f.ndr,
+                latency: f.latency,
             },
             link: Link {
                 mtu: f.mtu,

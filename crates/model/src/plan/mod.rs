@@ -23,6 +23,7 @@ use crate::encap::Encap;
 use crate::family::{Addressing, Family};
 use crate::modes::Modes;
 use crate::netem::NetemSpec;
+use crate::packets::{NdrSearch, UdpWorkload};
 use crate::size::ByteSize;
 use crate::suite::CipherSuite;
 
@@ -31,7 +32,7 @@ pub use limits::{
     DEFAULT_PEER_PORT, MAX_MTU, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU,
     MIN_PAYLOAD,
 };
-pub use request::{check_payload, parse_seed, RunRequest};
+pub use request::{check_payload, parse_seed, PacketsRequest, RunRequest};
 
 /// Which crypto implementation a userspace backend uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -115,7 +116,7 @@ impl FromStr for IpsecMode {
 }
 
 /// What is sent, the same whatever carries it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Workload {
     pub bytes: ByteSize,
     /// Transfers, each measured on its own (`--repeat`).
@@ -132,6 +133,12 @@ pub struct Workload {
     pub modes: Modes,
     /// Also measure iperf3 over the same data path, one run after each of the lab's.
     pub with_iperf3: bool,
+    /// `--udp`: timed trials of datagrams instead of TCP streams.
+    pub udp: Option<UdpWorkload>,
+    /// `--find-ndr`: the UDP trials search for the highest rate within each loss tolerance.
+    pub ndr: Option<NdrSearch>,
+    /// `--latency`: round-trip probes idle and under the run's load.
+    pub latency: bool,
 }
 
 /// What the data crosses.
@@ -399,7 +406,7 @@ impl RunPlan {
                     interval_s: None,
                     ..self.workload.modes
                 },
-                ..self.workload
+                ..self.workload.clone()
             },
             ignored: Vec::new(),
             ceiling: false,

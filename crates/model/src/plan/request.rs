@@ -10,6 +10,7 @@ use crate::encap::{Encap, EncapKind};
 use crate::family::{Family, MIN_IPV6_MTU};
 use crate::modes::{ModesRequest, RunContext};
 use crate::netem::NetemSpec;
+use crate::packets::{self, NdrSearch, PacketSize, Rate, UdpWorkload};
 use crate::plan::limits::{
     MAX_MTU, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
 };
@@ -59,6 +60,103 @@ pub struct RunRequest {
     pub modes: ModesRequest,
     /// `--no-ceiling`: leave out the crypto ceiling and the line rate.
     pub no_ceiling: bool,
+    /// `--udp`, `--packet-size`, `--rate`, `--find-ndr`, `--latency`.
+    pub packets: PacketsRequest,
+}
+
+/// The packet and latency options as typed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PacketsRequest {
+    pub udp: bool,
+    pub packet_size: Option<PacketSize>,
+    pub rate: Option<Rate>,
+    /// `--find-ndr [TOLERANCES]`: loss tolerances in percent.
+    pub find_ndr: Option<Vec<f64>>,
+    pub latency: bool,
+}
+
+/// The packet size `--udp` sends without `--packet-size`: a full packet inside a tunnel at
+/// the usual 1500-byte MTU.
+pub const DEFAULT_PACKET_SIZE: PacketSize = PacketSize::Fixed(1400);
+/// Seconds of one of NDR's search trials.
+pub const NDR_TRIAL_SECONDS: f64 = 0.5;
+/// NDR's search stops when its bounds are within this share of the upper one.
+pub const NDR_PRECISION: f64 = 0.02;
+
+impl PacketsRequest {
+    /// The UDP workload and NDR search, checked against the rest of the run.
+    fn validate(
+        &self,
+        request: &RunRequest,
+        modes: &crate::modes::Modes,
+    ) -> Result<(Option<UdpWorkload>, Option<NdrSearch>), PlanError> {
+        let refuse = |s: &str| Err(PlanError::Packets(s.to_string()));
+        let udp = self.udp || self.find_ndr.is_some();
+        if !udp {
+            if self.packet_size.is_some() || self.rate.is_some() {
+                return refuse("--packet-size and --rate set UDP datagrams: add --udp");
+            }
+            return Ok((None, None));
+        }
+        if request.peer.is_some() {
+            return refuse("--udp and --find-ndr run between namespaces or in a VM for now, not with --peer: the server does not take UDP trials yet");
+        }
+        if request.parallel > 1 {
+            return refuse("--udp sends one flow of datagrams: leave out -P");
+        }
+        if modes.bidir || modes.interval_s.is_some() || modes.omit_s > 0.0 || request.with_iperf3 {
+            return refuse(
+                "--udp reports each trial whole: leave out --bidir, --interval, --omit and --with-iperf3",
+            );
+        }
+        if matches!(request.mode, Some(IpsecMode::Transport)) {
+            return refuse("--udp with --mode transport: transport-mode policies select the TCP data ports; use tunnel mode (the default)");
+        }
+        // The command line times a run that names neither --bytes nor --time.
+        let Some(seconds) = modes.time_s else {
+            return refuse("UDP trials are timed, not sized: give --time SECONDS instead of --bytes");
+        };
+        let packet_size = self.packet_size.unwrap_or(DEFAULT_PACKET_SIZE);
+        let (smallest, largest) = (packet_size.smallest(), packet_size.largest());
+        let least = packets::min_packet_size(request.family);
+        if smallest < least {
+            return Err(PlanError::Packets(format!(
+                "--packet-size {smallest} is below the {least} bytes that hold the {family} and UDP headers and the lab's 16-byte header: give {least} or more",
+                family = request.family
+            )));
+        }
+        if largest > request.mtu {
+            return Err(PlanError::Packets(format!(
+                "--packet-size {largest} is larger than the link's MTU ({mtu}): give at most {mtu}, or raise --mtu",
+                mtu = request.mtu
+            )));
+        }
+        let ndr = match &self.find_ndr {
+            Some(tolerances) => {
+                if self.rate.is_some() {
+                    return refuse("--find-ndr chooses the rates itself: leave out --rate");
+                }
+                Some(NdrSearch {
+                    tolerances_pct: if tolerances.is_empty() {
+                        vec![0.0, 0.5]
+                    } else {
+                        tolerances.clone()
+                    },
+                    trial_seconds: NDR_TRIAL_SECONDS.min(seconds),
+                    precision: NDR_PRECISION,
+                })
+            }
+            None => None,
+        };
+        Ok((
+            Some(UdpWorkload {
+                packet_size,
+                rate: self.rate,
+                seconds,
+            }),
+            ndr,
+        ))
+    }
 }
 
 impl Default for RunRequest {
@@ -90,6 +188,7 @@ impl Default for RunRequest {
             netem: None,
             modes: Default::default(),
             no_ceiling: false,
+            packets: PacketsRequest::default(),
         }
     }
 }
@@ -172,6 +271,13 @@ impl RunRequest {
             with_iperf3: self.with_iperf3,
             one_way_policies,
         })?;
+        let (udp, ndr) = self.packets.validate(&self, &modes)?;
+        let udp_run = udp.is_some();
+        if self.packets.latency && peer.is_some() {
+            return Err(PlanError::Packets(
+                "--latency runs between namespaces or in a VM for now, not with --peer: the server does not echo probes yet".into(),
+            ));
+        }
         Ok(RunPlan {
             backend,
             suite,
@@ -184,6 +290,10 @@ impl RunRequest {
                 reverse: self.reverse,
                 modes,
                 with_iperf3: self.with_iperf3,
+                // A UDP run's own time is its trials'; TCP's stop and time modes do not apply.
+                udp,
+                ndr,
+                latency: self.packets.latency,
             },
             link: Link {
                 mtu: self.mtu,
@@ -193,7 +303,8 @@ impl RunRequest {
             },
             placement,
             ignored,
-            ceiling: !self.no_ceiling && self.backend.encrypts() && peer.is_none(),
+            // The ceiling compares MB/s of a TCP transfer; a UDP run has its own baseline.
+            ceiling: !self.no_ceiling && self.backend.encrypts() && peer.is_none() && !udp_run,
         })
     }
 

@@ -1,0 +1,345 @@
+//! Packets and latency between two namespaces whose ends are up: UDP trials (`--udp`), the
+//! zero-loss search over them (`--find-ndr`), and round-trip probes (`--latency`) idle and
+//! under the run's load.
+//!
+//! The sending, counting, searching and probing are crate `traffic`'s (`udp`, `ndr`,
+//! `latency`); this places each side in its namespace, reads the lab link's counters and
+//! names the latency phases. Trials run on blocking threads: a caller on the async runtime
+//! goes through [`blocking`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use model::packets::{LatencyReport, NdrReport, UdpReport, UdpTrial};
+use model::{RunPlan, Transfer};
+use netns::{Namespace, Topology};
+use traffic::latency::{Prober, ProberHandle, Responder};
+use traffic::udp::{self, Receiver, SendConfig, Sender, Tally};
+use traffic::CancellationToken;
+
+use crate::backend::{data_addr, Side};
+use crate::error::{LabError, LabResult};
+use crate::flow::Bench;
+
+/// One probe per this interval: fine enough for p99.9 from a couple of seconds of load.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(1);
+/// How long the idle phase probes before any load.
+pub const IDLE_PROBING: Duration = Duration::from_secs(1);
+/// The shares of the highest PDR (or NDR) found at which latency is also measured.
+pub const LOADED_SHARES: [f64; 2] = [0.5, 0.9];
+
+/// Runs `f` where it may block: on a worker of a multi-threaded runtime the others keep
+/// serving (Ctrl-C's task among them); elsewhere it simply runs.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+fn namespace(topology: &Topology, side: Side) -> &Namespace {
+    match side {
+        Side::A => &topology.a,
+        Side::B => &topology.b,
+    }
+}
+
+fn veth(topology: &Topology, side: Side) -> &str {
+    match side {
+        Side::A => &topology.veth_a,
+        Side::B => &topology.veth_b,
+    }
+}
+
+/// The sending side and the receiving side of the run's data.
+fn sides(plan: &RunPlan) -> (Side, Side) {
+    if plan.workload().reverse {
+        (Side::B, Side::A)
+    } else {
+        (Side::A, Side::B)
+    }
+}
+
+/// Bytes `device` has received in `ns`, from the namespace's own /proc/net/dev (the
+/// thread's namespace: /proc/thread-self, not /proc/self, which is the process's).
+fn received_bytes(ns: &Namespace, device: &str) -> Option<u64> {
+    let device = format!("{device}:");
+    ns.run(move || {
+        let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
+        text.lines().find_map(|line| {
+            let rest = line.trim_start().strip_prefix(&device)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// One UDP trial of `plan`'s datagrams at `pps` (None: unlimited) for `seconds`, and the
+/// transfer its delivered payload makes.
+pub fn trial(
+    bench: Bench<'_>,
+    plan: &RunPlan,
+    pps: Option<f64>,
+    seconds: f64,
+) -> LabResult<(UdpTrial, Transfer)> {
+    let workload = plan.workload().udp.expect("a UDP plan");
+    let topology = bench.topology;
+    let hosts = bench.hosts();
+    let (from, to) = sides(plan);
+    let (src, dst): (SocketAddr, SocketAddr) = (data_addr(plan, hosts, from), data_addr(plan, hosts, to));
+    let family = plan.link().family;
+    let seed = plan.workload().seed;
+    // Both bound (and connected to each other) before anything is sent.
+    let receiver = namespace(topology, to)
+        .run(move || Receiver::bind(dst, src))?
+        .map_err(|e| LabError::transfer("UDP receiver", e))?;
+    let sender = namespace(topology, from)
+        .run(move || Sender::bind(src, dst))?
+        .map_err(|e| LabError::transfer("UDP sender", e))?;
+    let link_before = received_bytes(namespace(topology, to), veth(topology, to));
+    let stop = bench.cancel.child_token();
+    let _stop_on_return = stop.clone().drop_guard();
+    let sender_done = CancellationToken::new();
+    let tally = Tally::new(
+        seed,
+        workload.packet_size,
+        family,
+        udp::sequence_limit(pps, seconds),
+    );
+    let receiving = {
+        let (done, stop) = (sender_done.clone(), stop.clone());
+        namespace(topology, to).spawn("ipl-udp-receiver", move || receiver.run(tally, &done, &stop))?
+    };
+    let config = SendConfig {
+        seed,
+        packet_size: workload.packet_size,
+        family,
+        pps,
+        seconds,
+    };
+    let sending = {
+        let stop = stop.clone();
+        namespace(topology, from).spawn("ipl-udp-sender", move || sender.run(&config, &stop))
+    };
+    let sent = match sending {
+        Ok(thread) => joined(thread, "UDP sender"),
+        Err(e) => Err(e.into()),
+    };
+    // The receiver drains what is still on its way, then stops; after a failed send it
+    // stops at once.
+    if sent.is_err() {
+        stop.cancel();
+    }
+    sender_done.cancel();
+    let received = joined(receiving, "UDP receiver");
+    if bench.cancel.is_cancelled() {
+        return Err(LabError::interrupted());
+    }
+    let (sent, tally) = (sent?, received?);
+    let mut trial = tally.trial(&sent, pps, family);
+    trial.link_bytes = match (
+        link_before,
+        received_bytes(namespace(topology, to), veth(topology, to)),
+    ) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
+    Ok((trial, tally.transfer(&sent)))
+}
+
+fn joined<T>(thread: std::thread::JoinHandle<Result<T, traffic::TrafficError>>, side: &str) -> LabResult<T> {
+    thread
+        .join()
+        .map_err(|_| LabError::failed(anyhow::anyhow!("the {side} thread panicked")))?
+        .map_err(|e| LabError::transfer(side, e))
+}
+
+/// What a UDP run measured: its report part and the transfers its MB/s come from.
+pub struct UdpRun {
+    pub report: UdpReport,
+    pub transfers: Vec<Transfer>,
+}
+
+/// `plan`'s UDP trials: `--repeat` at its rate, or the `--find-ndr` search; with a prober,
+/// a latency phase under each load (and, after a search, at shares of the rate it found).
+pub fn run(bench: Bench<'_>, plan: &RunPlan, prober: Option<&ProberHandle>) -> LabResult<UdpRun> {
+    let workload = plan.workload().udp.expect("a UDP plan");
+    let mut transfers = Vec::new();
+    let Some(search) = &plan.workload().ndr else {
+        let pps = workload.rate.map(|r| r.pps(workload.packet_size));
+        if let Some(p) = prober {
+            p.phase("under UDP load", pps);
+        }
+        let mut trials = Vec::new();
+        for attempt in 1..=plan.workload().repeat {
+            let (t, transfer) = trial(bench, plan, pps, workload.seconds)?;
+            bench.progress.note(&format!(
+                "UDP trial {attempt}/{}: {}",
+                plan.workload().repeat,
+                trial_line(&t)
+            ));
+            trials.push(t);
+            transfers.push(transfer);
+        }
+        return Ok(UdpRun {
+            report: UdpReport {
+                packet_size: workload.packet_size,
+                trials,
+                ndr: None,
+                baseline: None,
+            },
+            transfers,
+        });
+    };
+    if let Some(p) = prober {
+        p.phase("during the search", None);
+    }
+    let ndr = search_ndr(bench, plan, search, &mut transfers)?;
+    if let Some(p) = prober {
+        let best = ndr.bounds.iter().rev().find(|b| b.pps > 0.0);
+        if let Some(bound) = best {
+            for share in LOADED_SHARES {
+                let pps = bound.pps * share;
+                p.phase(&format!("at {:.0} % of {}", share * 100.0, bound.name), Some(pps));
+                // The load for the probes; its figures are the search's to give.
+                trial(bench, plan, Some(pps), workload.seconds)?;
+            }
+        }
+    }
+    Ok(UdpRun {
+        report: UdpReport {
+            packet_size: workload.packet_size,
+            trials: Vec::new(),
+            ndr: Some(ndr),
+            baseline: None,
+        },
+        transfers,
+    })
+}
+
+/// The `--find-ndr` search over `plan`'s path. The transfers of a search are the final
+/// trials at the rates it found, one per bound that found one (the unlimited trial where
+/// none did).
+pub fn search_ndr(
+    bench: Bench<'_>,
+    plan: &RunPlan,
+    search: &model::packets::NdrSearch,
+    transfers: &mut Vec<Transfer>,
+) -> LabResult<NdrReport> {
+    let workload = plan.workload().udp.expect("a UDP plan");
+    let label = plan.backend().name();
+    let mut done = Vec::new();
+    let report = traffic::ndr::find(search, workload.packet_size, workload.seconds, |pps, seconds| {
+        if bench.cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        let (t, transfer) = trial(bench, plan, pps, seconds)?;
+        bench
+            .progress
+            .note(&format!("{label} NDR search: {}", trial_line(&t)));
+        done.push((t.clone(), transfer));
+        Ok(t)
+    })?;
+    let before = transfers.len();
+    for bound in &report.bounds {
+        let found = done.iter().find(|(t, _)| Some(t) == bound.lower.as_ref());
+        if let Some((_, transfer)) = found {
+            transfers.push(transfer.clone());
+        }
+    }
+    // No rate passed: the report still has a transfer, the sender's highest rate's.
+    if transfers.len() == before {
+        transfers.extend(done.into_iter().next().map(|(_, transfer)| transfer));
+    }
+    Ok(report)
+}
+
+/// One trial in a line: offered and delivered rates, and what went wrong.
+pub fn trial_line(t: &UdpTrial) -> String {
+    let offered = t.offered_pps.map_or("unlimited".to_string(), |p| {
+        format!("{} pps", model::packets::si(p))
+    });
+    format!(
+        "offered {offered}, sent {} pps, received {} pps, {} of {} lost ({:.3} %), {:.1} s",
+        model::packets::si(t.sent_pps),
+        model::packets::si(t.received_pps()),
+        t.lost,
+        t.sent,
+        t.loss_pct(),
+        t.send_seconds
+    )
+}
+
+/// A running latency measurement: the far end's responder and this end's prober.
+pub struct Latency {
+    prober: Option<ProberHandle>,
+    responder: Option<std::thread::JoinHandle<Result<u64, traffic::TrafficError>>>,
+    stop: CancellationToken,
+}
+
+/// The UDP port the probes use: the first above the data ports.
+fn probe_port(plan: &RunPlan) -> u16 {
+    plan.workload().port + plan.workload().parallel
+}
+
+impl Latency {
+    /// Starts the responder at the receiving side and the prober at the sending side, over
+    /// the same data path as the run's data, then probes the idle path for [`IDLE_PROBING`].
+    pub fn start(bench: Bench<'_>, plan: &RunPlan) -> LabResult<Latency> {
+        let topology = bench.topology;
+        let hosts = bench.hosts();
+        let (from, to) = sides(plan);
+        let port = probe_port(plan);
+        let target = SocketAddr::new(data_addr(plan, hosts, to).ip(), port);
+        let source = data_addr(plan, hosts, from).ip();
+        let responder = namespace(topology, to)
+            .run(move || Responder::bind(target).map(|r| r.only_from(source)))?
+            .map_err(|e| LabError::transfer("latency responder", e))?;
+        let stop = bench.cancel.child_token();
+        let responding = {
+            let stop = stop.clone();
+            namespace(topology, to).spawn("ipl-echo", move || responder.run(stop))?
+        };
+        let prober = namespace(topology, from)
+            .run(move || Prober::start(target, PROBE_INTERVAL))?
+            .map_err(|e| LabError::transfer("latency prober", e))?;
+        prober.phase("idle", None);
+        std::thread::sleep(IDLE_PROBING);
+        Ok(Latency {
+            prober: Some(prober),
+            responder: Some(responding),
+            stop,
+        })
+    }
+
+    pub fn prober(&self) -> &ProberHandle {
+        self.prober.as_ref().expect("probing until finish")
+    }
+
+    /// Stops probing and the responder: each phase's round trips.
+    pub fn finish(mut self) -> LabResult<LatencyReport> {
+        let phases = self
+            .prober
+            .take()
+            .expect("finished once")
+            .finish()
+            .map_err(|e| LabError::transfer("latency prober", e))?;
+        self.stop.cancel();
+        if let Some(r) = self.responder.take() {
+            joined(r, "latency responder")?;
+        }
+        Ok(LatencyReport {
+            probe_interval_ms: PROBE_INTERVAL.as_secs_f64() * 1e3,
+            phases,
+        })
+    }
+}
+
+impl Drop for Latency {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
