@@ -106,7 +106,7 @@ impl PacketsRequest {
         }
         if modes.bidir || modes.interval_s.is_some() || modes.omit_s > 0.0 || request.with_iperf3 {
             return refuse(
-                "--udp reports each trial whole: leave out --bidir, --interval, --omit and --with-iperf3",
+                "--udp reports each trial whole: leave out --bidir, --interval, --json-stream, --omit and --with-iperf3",
             );
         }
         if matches!(request.mode, Some(IpsecMode::Transport)) {
