@@ -169,8 +169,11 @@ fn two_ipv6_hosts_over_xfrm() {
     for end in ["client", "server"] {
         let sas = d[end]["sas"].as_array().unwrap_or_else(|| panic!("{end}: {d}"));
         assert_eq!(sas.len(), 2, "{end}: {d}");
+        // Data one way (700 packets for 1 MB), ACKs the other: how many ACKs depends on
+        // the kernel (7.x acknowledges about one in twelve), so only "some" is asked of them.
+        let packets: Vec<u64> = sas.iter().map(|sa| sa["packets"].as_u64().unwrap()).collect();
         assert!(
-            sas.iter().all(|sa| sa["packets"].as_u64().unwrap() > 100),
+            packets.iter().all(|p| *p > 10) && packets.iter().any(|p| *p > 500),
             "{end}: {d}"
         );
     }
@@ -264,8 +267,11 @@ fn two_hosts_over_esp_in_udp() {
     for end in ["client", "server"] {
         assert_eq!(d[end]["encap"], "ESP in UDP port 4500", "{end}: {d}");
         let sas = d[end]["sas"].as_array().unwrap_or_else(|| panic!("{end}: {d}"));
+        // Data one way (700 packets for 1 MB), ACKs the other: how many ACKs depends on
+        // the kernel (7.x acknowledges about one in twelve), so only "some" is asked of them.
+        let packets: Vec<u64> = sas.iter().map(|sa| sa["packets"].as_u64().unwrap()).collect();
         assert!(
-            sas.iter().all(|sa| sa["packets"].as_u64().unwrap() > 100),
+            packets.iter().all(|p| *p > 10) && packets.iter().any(|p| *p > 500),
             "{end}: {d}"
         );
     }

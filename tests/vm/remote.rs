@@ -55,8 +55,12 @@ fn guest_remote_xfrm() {
         let d = &r["backend_details"]["xfrm"];
         for end in ["client", "server"] {
             let packets = sa_packets(&d[end]);
-            // Both SAs carried packets at both ends: data one way, ACKs the other.
-            assert!(packets.iter().all(|p| *p > 100), "{end} {reverse}: {d}");
+            // Both SAs carried packets at both ends: data one way (1400 packets for 2 MB),
+            // ACKs the other, as many as the kernel sends (7.x: about one in sixteen).
+            assert!(
+                packets.iter().all(|p| *p > 10) && packets.iter().any(|p| *p > 1000),
+                "{end} {reverse}: {d}"
+            );
         }
         lab.nothing_installed().unwrap();
     }

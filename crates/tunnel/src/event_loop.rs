@@ -22,7 +22,7 @@ use crate::receive::ReceivePath;
 use crate::send::SendPath;
 use crate::stats::TunnelStats;
 use crate::tun::Tun;
-use crate::udp::Udp;
+use udpbatch::Udp;
 
 const SOCKET_BUFFER: usize = 8 << 20;
 const TXQUEUELEN: u32 = 1000;

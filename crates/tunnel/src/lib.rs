@@ -22,7 +22,7 @@
 //!   sleeps in `poll` only when both are idle.
 //! * `send`: TUN → encrypt → UDP, with its own buffers.
 //! * `receive`: UDP → decrypt → TUN, with its own buffers.
-//! * `udp`: the connected socket; batches out (GSO, or `sendmmsg` where refused) and in
+//! * crate `udpbatch` (shared with the UDP workload): the connected socket; batches out (GSO, or `sendmmsg` where refused) and in
 //!   (`recvmmsg` with GRO, each receive split by its stride).
 //! * `tun`: the TUN device. `offload`: segmenting and joining TCP, no I/O.
 //! * `config`: where an end sits, how it batches, its errors. `stats`: the counters.
@@ -41,8 +41,6 @@ mod send;
 mod stats;
 mod steer;
 mod tun;
-/// The batched UDP layer, shared with the UDP workload (crate `udpbatch`).
-use udpbatch as udp;
 
 use std::io;
 use std::sync::Arc;

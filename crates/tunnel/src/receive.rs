@@ -14,7 +14,7 @@ use tunnel_proto::{Endpoint, InnerAddresses};
 use crate::offload::{self, Coalescer, Group, PacketRef};
 use crate::stats::TunnelStats;
 use crate::tun::Tun;
-use crate::udp::{self, Received, Udp};
+use udpbatch::{self as udp, Received, Udp};
 
 /// Receive buffers (each a datagram or a GRO bundle) per `recvmmsg`.
 const RX_MESSAGES: usize = 32;

@@ -15,7 +15,7 @@ use crate::config::BATCH;
 use crate::offload::{self, Segmenter, VnetHdr, VNET_HDR_LEN};
 use crate::stats::TunnelStats;
 use crate::tun::Tun;
-use crate::udp::{self, Udp};
+use udpbatch::{self as udp, Udp};
 
 /// TUN reads per wake-up with offload (each up to 64 KiB), before the socket gets a turn.
 const OFFLOAD_READS: usize = 4;
