@@ -1050,9 +1050,10 @@ mod tests {
         assert_eq!(received.bytes, sent.bytes);
         // The sender stops at the deadline, not before, and soon after (a loaded machine
         // may be late: the run's few percent are checked end to end); the receiver's first
-        // to last byte lies inside the sender's time.
+        // to last byte lies inside the sender's time, give or take the tail the kernel still
+        // held when the sender's last write returned (0.7 ms once on a loaded machine).
         assert!((1.5..2.5).contains(&sent.seconds), "{} s", sent.seconds);
-        assert!(received.seconds <= sent.seconds, "{received:?} {sent:?}");
+        assert!(received.seconds <= sent.seconds + 0.1, "{received:?} {sent:?}");
         let (_, tally) = progress.tally();
         assert_eq!(tally.bytes(), received.bytes);
         assert_eq!(progress.bytes(), received.bytes);
