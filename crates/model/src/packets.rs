@@ -320,7 +320,8 @@ pub struct NdrBound {
     /// "NDR" for a tolerance of 0, "PDR" otherwise.
     pub name: String,
     pub tolerance_pct: f64,
-    /// The offered rate of `lower`, packets/s; 0 where no rate passed.
+    /// The rate `lower` put on the path, packets/s: its offered rate, or the rate its
+    /// sender reached where that was lower (or unlimited); 0 where no rate passed.
     pub pps: f64,
     /// `pps` as inner packet bits per second, Mbit/s.
     pub mbit_per_s: f64,
