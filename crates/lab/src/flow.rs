@@ -76,10 +76,19 @@ type Threads = (
     std::thread::JoinHandle<Result<TransferSide, TrafficError>>,
 );
 
-fn namespace(topology: &Topology, side: Side) -> &Namespace {
+/// The namespace of one end.
+pub(crate) fn namespace(topology: &Topology, side: Side) -> &Namespace {
     match side {
         Side::A => &topology.a,
         Side::B => &topology.b,
+    }
+}
+
+/// The sending end and the receiving end of one way.
+pub(crate) fn ends_of(direction: Direction) -> (Side, Side) {
+    match direction {
+        Direction::AToB => (Side::A, Side::B),
+        Direction::BToA => (Side::B, Side::A),
     }
 }
 
@@ -92,10 +101,7 @@ fn start(
     counter: traffic::Progress,
     stop: &CancellationToken,
 ) -> LabResult<(Way, Threads)> {
-    let (from, to) = match direction {
-        Direction::AToB => (Side::A, Side::B),
-        Direction::BToA => (Side::B, Side::A),
-    };
+    let (from, to) = ends_of(direction);
     let seed = match direction {
         Direction::BToA if plan.workload().modes.bidir => plan.workload().seed ^ BIDIR_SEED,
         _ => plan.workload().seed,

@@ -215,10 +215,12 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     } else if let Some(l) = &latency {
         l.prober().phase("under TCP load", None);
     }
-    for attempt in 1..=plan.workload().repeat {
-        if udp.is_some() {
-            break;
-        }
+    // A UDP run's trials were its transfers.
+    let tcp_transfers = match udp {
+        Some(_) => 0,
+        None => plan.workload().repeat,
+    };
+    for attempt in 1..=tcp_transfers {
         if cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }

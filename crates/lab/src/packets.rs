@@ -19,7 +19,7 @@ use traffic::CancellationToken;
 
 use crate::backend::{data_addr, Side};
 use crate::error::{LabError, LabResult};
-use crate::flow::Bench;
+use crate::flow::{self, namespace, Bench};
 
 /// One probe per this interval: fine enough for p99.9 from a couple of seconds of load.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(1);
@@ -39,13 +39,6 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-fn namespace(topology: &Topology, side: Side) -> &Namespace {
-    match side {
-        Side::A => &topology.a,
-        Side::B => &topology.b,
-    }
-}
-
 fn veth(topology: &Topology, side: Side) -> &str {
     match side {
         Side::A => &topology.veth_a,
@@ -53,13 +46,9 @@ fn veth(topology: &Topology, side: Side) -> &str {
     }
 }
 
-/// The sending side and the receiving side of the run's data.
+/// The sending end and the receiving end of the run's (first) way.
 fn sides(plan: &RunPlan) -> (Side, Side) {
-    if plan.workload().reverse {
-        (Side::B, Side::A)
-    } else {
-        (Side::A, Side::B)
-    }
+    flow::ends_of(flow::directions(plan)[0])
 }
 
 /// Bytes `device` has received in `ns`, from the namespace's own /proc/net/dev (the
