@@ -29,6 +29,8 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
             percent_of_ceiling: None,
             notes: vec![],
         }),
+        packets: None,
+        latency: None,
     }
 }
 

@@ -3,6 +3,14 @@
 //! baseline measured in the same environment) or "not run" with the reason. Versioned
 //! separately from the single-run schema: scripts parse it, so a field is added, never
 //! renamed or re-typed without bumping [`MATRIX_SCHEMA_VERSION`].
+//!
+//! A row of a UDP packet size (`matrix --packet-sizes`) is a row of its own (its key names
+//! the size); its cells carry packets/s and loss ([`PacketRates`]), and with `--latency`
+//! every cell its round trips per phase.
+
+mod packets;
+
+pub use packets::{PacketRates, RateFound};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
 use crate::env::Environment;
+use crate::packets::{LatencyReport, PacketSize};
 use crate::plan::CryptoChoice;
 use crate::size::ByteSize;
 use crate::stats::Summary;
@@ -59,6 +68,10 @@ pub struct RowKey {
     /// (left out of the JSON, so reports from before read and compare as they were).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netem: Option<String>,
+    /// The inner packet size of a UDP row (`matrix --packet-sizes`); None: the bulk TCP
+    /// transfer (left out of the JSON, so reports from before read and compare as they were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packet_size: Option<PacketSize>,
 }
 
 fn one_thread() -> u16 {
@@ -77,13 +90,35 @@ impl RowKey {
             environment: environment.to_string(),
             tunnel_threads: 1,
             netem: None,
+            packet_size: None,
         }
+    }
+
+    /// The same row sending UDP datagrams of `size` (None: the bulk TCP transfer).
+    pub fn with_packet_size(self, size: Option<PacketSize>) -> RowKey {
+        RowKey {
+            packet_size: size,
+            ..self
+        }
+    }
+
+    /// The row's label without its packet size: what a packets/s chart calls the line
+    /// whose points are the sizes.
+    pub fn series_label(&self) -> String {
+        self.clone().with_packet_size(None).label()
     }
 
     /// The same row on a link shaped by `netem` (None: the bare link).
     pub fn with_netem(self, netem: Option<&crate::netem::NetemSpec>) -> RowKey {
         RowKey {
             netem: netem.map(|n| n.to_string()),
+            ..self
+        }
+    }
+
+    fn with_netem_text(self, netem: Option<&str>) -> RowKey {
+        RowKey {
+            netem: netem.map(str::to_string),
             ..self
         }
     }
@@ -97,7 +132,8 @@ impl RowKey {
     }
 
     /// The label in the style of the classic table: `plain (line rate)`, `userspace [soft]`,
-    /// `xfrm [cbc-aes-aesni]`, with ` (vm)` appended for rows measured in a VM guest.
+    /// `xfrm [cbc-aes-aesni]`, `userspace [auto] UDP 64 B` for a UDP row, with ` (vm)`
+    /// appended for rows measured in a VM guest.
     pub fn label(&self) -> String {
         let base = match (&self.backend, &self.variant) {
             (Backend::Plain, _) => "plain (line rate)".to_string(),
@@ -112,6 +148,10 @@ impl RowKey {
             (0 | 1, _) => base,
             (n, Backend::Xfrm) => format!("{base} x{n} SAs"),
             (n, _) => format!("{base} x{n} threads"),
+        };
+        let base = match self.packet_size {
+            Some(size) => format!("{base} UDP {size}"),
+            None => base,
         };
         let base = if self.environment == HOST {
             base
@@ -205,6 +245,12 @@ pub struct Cell {
     pub suite: CipherSuite,
     #[serde(flatten)]
     pub outcome: CellOutcome,
+    /// A measured UDP cell's packets/s, loss and rates found (`matrix --packet-sizes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packets: Option<PacketRates>,
+    /// A measured cell's round trips per phase (`matrix --latency`), CDF points included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyReport>,
 }
 
 impl Cell {
@@ -221,6 +267,18 @@ impl Cell {
             outcome: CellOutcome::NotRun {
                 reason: reason.into(),
             },
+            packets: None,
+            latency: None,
+        }
+    }
+
+    /// A measured cell (its packets and latency, where it has them, set apart).
+    pub fn measured(suite: CipherSuite, measurement: Measurement) -> Cell {
+        Cell {
+            suite,
+            outcome: CellOutcome::Measured(measurement),
+            packets: None,
+            latency: None,
         }
     }
 }
@@ -318,28 +376,32 @@ impl MatrixReport {
 
     /// The plain baseline's median MB/s in `environment` on a link shaped by `netem`.
     pub fn baseline_under(&self, environment: &str, netem: Option<&str>) -> Option<f64> {
+        self.baseline_row_of(
+            &RowKey::new(Backend::Plain, RowVariant::Default, environment).with_netem_text(netem),
+        )
+    }
+
+    /// The median MB/s of the plain row that `key`'s row is measured against: the same
+    /// environment, link conditions and workload (TCP, or UDP at the same packet size).
+    fn baseline_row_of(&self, key: &RowKey) -> Option<f64> {
         self.rows
             .iter()
             .filter(|r| {
-                r.is_baseline() && r.key.environment == environment && r.key.netem.as_deref() == netem
+                r.is_baseline()
+                    && r.key.environment == key.environment
+                    && r.key.netem == key.netem
+                    && r.key.packet_size == key.packet_size
             })
             .flat_map(|r| r.cells.iter())
             .find_map(|c| c.measurement().map(|m| m.mb_per_s.median))
     }
 
     /// Fills `percent_of_plain` of every measured cell from its environment's baseline on
-    /// the same link conditions, and `percent_of_ceiling` from the cell's own ceiling.
+    /// the same link conditions (a UDP row's: at its packet size), and `percent_of_ceiling`
+    /// from the cell's own ceiling.
     pub fn compute_percent_of_plain(&mut self) {
-        let baselines: BTreeMap<(String, Option<String>), f64> = self
-            .rows
-            .iter()
-            .map(|r| (r.key.environment.clone(), r.key.netem.clone()))
-            .filter_map(|(e, n)| Some(((e.clone(), n.clone()), self.baseline_under(&e, n.as_deref())?)))
-            .collect();
-        for row in &mut self.rows {
-            let base = baselines
-                .get(&(row.key.environment.clone(), row.key.netem.clone()))
-                .copied();
+        let baselines: Vec<Option<f64>> = self.rows.iter().map(|r| self.baseline_row_of(&r.key)).collect();
+        for (row, base) in self.rows.iter_mut().zip(baselines) {
             for cell in &mut row.cells {
                 if let CellOutcome::Measured(m) = &mut cell.outcome {
                     m.percent_of_plain = base.and_then(|b| crate::ceiling::percent(m.mb_per_s.median, b));
@@ -414,24 +476,27 @@ mod tests {
         })
     }
 
+    fn cell(suite: CipherSuite, outcome: CellOutcome) -> Cell {
+        Cell {
+            suite,
+            outcome,
+            packets: None,
+            latency: None,
+        }
+    }
+
     fn sample() -> MatrixReport {
         let suite = CipherSuite::cbc(KeyBits::Aes128, Hmac::None);
         let mut r = MatrixReport::new(vec![suite], ByteSize(1_000_000), 3, 0);
         r.environments.insert(HOST.into(), Environment::detect());
         r.rows.push(Row {
             key: RowKey::new(Backend::Plain, RowVariant::Default, HOST),
-            cells: vec![Cell {
-                suite: CipherSuite::None,
-                outcome: measured(1000.0),
-            }],
+            cells: vec![cell(CipherSuite::None, measured(1000.0))],
             notes: vec![],
         });
         r.rows.push(Row {
             key: RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST),
-            cells: vec![Cell {
-                suite,
-                outcome: measured(250.0),
-            }],
+            cells: vec![cell(suite, measured(250.0))],
             notes: vec![],
         });
         r.rows.push(Row {
@@ -567,5 +632,127 @@ mod tests {
         assert_eq!(host.payload_of(VM), ByteSize(500_000));
         assert_eq!(host.payload_of(HOST), ByteSize(1_000_000));
         assert!(host.environments.contains_key(VM) && host.environments.contains_key(HOST));
+    }
+
+    #[test]
+    fn a_packet_size_is_part_of_the_key_and_label_and_tcp_rows_leave_it_out() {
+        let tcp = RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), VM);
+        let udp = tcp.clone().with_packet_size(Some(PacketSize::Fixed(64)));
+        assert_ne!(tcp, udp);
+        assert_eq!(udp.label(), "userspace [auto] UDP 64 B (vm)");
+        assert_eq!(udp.series_label(), tcp.label());
+        let imix =
+            RowKey::new(Backend::Plain, RowVariant::Default, HOST).with_packet_size(Some(PacketSize::Imix));
+        assert_eq!(imix.label(), "plain (line rate) UDP IMIX");
+        assert!(serde_json::to_value(&tcp).unwrap().get("packet_size").is_none());
+        let json = serde_json::to_value(&udp).unwrap();
+        assert_eq!(json["packet_size"]["fixed"], 64, "{json}");
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), udp);
+        // Sizes sort ascending, IMIX after the fixed ones.
+        assert!(
+            PacketSize::Fixed(64) < PacketSize::Fixed(1400) && PacketSize::Fixed(9000) < PacketSize::Imix
+        );
+    }
+
+    #[test]
+    fn a_udp_row_is_measured_against_the_plain_row_of_its_packet_size() {
+        let mut r = sample();
+        let size = |n| Some(PacketSize::Fixed(n));
+        let mut udp_row = |backend, size, mb: f64| {
+            let variant = match backend {
+                Backend::Plain => RowVariant::Default,
+                _ => RowVariant::Crypto(CryptoChoice::Auto),
+            };
+            let suite = match backend {
+                Backend::Plain => CipherSuite::None,
+                _ => r.suites[0],
+            };
+            r.rows.push(Row {
+                key: RowKey::new(backend, variant, HOST).with_packet_size(size),
+                cells: vec![cell(suite, measured(mb))],
+                notes: vec![],
+            });
+        };
+        udp_row(Backend::Plain, size(64), 20.0);
+        udp_row(Backend::Userspace, size(64), 5.0);
+        udp_row(Backend::Userspace, size(1400), 100.0);
+        r.compute_percent_of_plain();
+        let percent = |row: usize| r.rows[row].cells[0].measurement().unwrap().percent_of_plain;
+        // TCP against the TCP baseline (1000), 64 B against plain at 64 B (20).
+        assert_eq!(percent(1), Some(25.0));
+        assert_eq!(percent(4), Some(25.0));
+        assert_eq!(percent(5), None, "no plain row at 1400 B");
+        assert_eq!(r.baseline(HOST), Some(1000.0));
+    }
+
+    #[test]
+    fn a_cells_packets_and_latency_round_trip_and_are_left_out_where_absent() {
+        use crate::packets::{LatencyPhase, LatencyReport, UdpReport};
+        let mut r = sample();
+        let udp = UdpReport {
+            packet_size: PacketSize::Fixed(64),
+            trials: vec![packets::tests::trial(None, 100_000, 10)],
+            ndr: None,
+            baseline: None,
+        };
+        let phase = LatencyPhase {
+            name: "idle".into(),
+            load_pps: None,
+            probes_sent: 1000,
+            probes_received: 1000,
+            min_ms: 0.02,
+            p50_ms: 0.04,
+            p90_ms: 0.05,
+            p99_ms: 0.09,
+            p999_ms: 0.2,
+            max_ms: 0.3,
+            mean_ms: 0.045,
+            cdf: vec![(0.0, 0.02), (0.5, 0.04), (1.0, 0.3)],
+        };
+        r.rows[1].key = r.rows[1]
+            .key
+            .clone()
+            .with_packet_size(Some(PacketSize::Fixed(64)));
+        r.rows[1].cells[0].packets = PacketRates::of(&udp);
+        r.rows[1].cells[0].latency = Some(LatencyReport {
+            probe_interval_ms: 1.0,
+            phases: vec![phase],
+        });
+        let json = serde_json::to_value(&r).unwrap();
+        let cell = &json["rows"][1]["cells"][0];
+        assert_eq!(cell["status"], "measured");
+        assert_eq!(cell["packets"]["received_pps"]["median"], 49_995.0);
+        assert_eq!(cell["latency"]["phases"][0]["p99_ms"], 0.09);
+        assert_eq!(
+            cell["latency"]["phases"][0]["cdf"][1],
+            serde_json::json!([0.5, 0.04])
+        );
+        for absent in ["packets", "latency"] {
+            assert!(json["rows"][0]["cells"][0].get(absent).is_none());
+            assert!(json["rows"][2]["cells"][0].get(absent).is_none());
+        }
+        assert_eq!(serde_json::from_value::<MatrixReport>(json).unwrap(), r);
+    }
+
+    /// A report written before packet sizes and latency (tests/fixtures/matrix/): it reads,
+    /// its rows are TCP rows, and written again it has none of the new fields.
+    #[test]
+    fn a_report_from_before_packet_sizes_reads_and_writes_back_unchanged() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/matrix/schema1-before-packets.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let old: MatrixReport = serde_json::from_str(&text).unwrap();
+        assert_eq!(old.schema_version, MATRIX_SCHEMA_VERSION);
+        assert!(old.rows.iter().all(|r| r.key.packet_size.is_none()));
+        assert!(old
+            .rows
+            .iter()
+            .flat_map(|r| &r.cells)
+            .all(|c| c.packets.is_none() && c.latency.is_none()));
+        let again = serde_json::to_value(&old).unwrap();
+        let before: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(again, before);
     }
 }

@@ -33,7 +33,8 @@ pub fn min_packet_size(family: Family) -> u32 {
 
 /// The size of each inner IP packet sent (`--packet-size`): IP and UDP headers included, as
 /// RFC 2544 and CSIT count a packet's size (less the Ethernet header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+// Ordered (fixed sizes ascending, IMIX last) so a matrix's rows of one size sort together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PacketSize {
     Fixed(u32),
