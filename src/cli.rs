@@ -38,6 +38,8 @@ pub enum Command {
     Report(crate::commands::report::ReportArgs),
     /// What got faster or slower between two matrix results, beyond the noise.
     Compare(crate::commands::compare::CompareArgs),
+    /// Every pair of N hosts in rounds, and their reports as one N×N matrix (`ansible/`).
+    Fleet(crate::commands::fleet::FleetArgs),
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
     Completions(CompletionsArgs),
     /// Write the man pages (for packaging; `make install` and the .deb ship them).

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         cli::Command::Matrix(args) => commands::matrix::run(args),
         cli::Command::Report(args) => commands::report::run(args),
         cli::Command::Compare(args) => commands::compare::run(args),
+        cli::Command::Fleet(args) => commands::fleet::run(args),
         cli::Command::Completions(args) => commands::completions::completions(args),
         cli::Command::Man(args) => commands::completions::man(args),
     };

@@ -1,6 +1,7 @@
 pub mod clean;
 pub mod compare;
 pub mod completions;
+pub mod fleet;
 pub mod matrix;
 pub mod psk;
 pub mod report;
