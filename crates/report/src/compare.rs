@@ -334,6 +334,9 @@ pub fn compare(
             (_, _, Some(bs), Some(as_)) if !(is_rate(bs.mb_per_s.median) && is_rate(as_.mb_per_s.median)) => {
                 Verdict::NotComparable("no rate on one side".into())
             }
+            _ if [&b, &a].iter().any(|c| c.as_ref().is_some_and(searched)) => Verdict::NotComparable(
+                "a --find-ndr cell: its rates come from a search, not repeats, and are not compared".into(),
+            ),
             _ if !row_changes(&changes, &key.environment).is_empty() => Verdict::NotComparable(format!(
                 "{} differ",
                 row_changes(&changes, &key.environment).join(", ")
@@ -384,6 +387,11 @@ pub fn compare(
         cells,
         notes,
     })
+}
+
+/// Whether a cell's figures come from a zero-loss search (`--find-ndr`).
+fn searched(cell: &model::matrix::Cell) -> bool {
+    cell.packets.as_ref().is_some_and(|p| !p.rates_found.is_empty())
 }
 
 /// A median that can be compared: finite and above zero.
@@ -449,6 +457,16 @@ pub fn condition_changes(before: &MatrixReport, after: &MatrixReport) -> Vec<Con
 /// What the reader should know that does not stop the comparison.
 fn condition_notes(before: &MatrixReport, after: &MatrixReport, options: CompareOptions) -> Vec<String> {
     let mut notes = Vec::new();
+    if [before, after]
+        .iter()
+        .any(|r| r.rows.iter().any(|row| row.key.packet_size.is_some()))
+    {
+        notes.push(
+            "UDP rows (`UDP 64 B`, …) are compared by their delivered payload MB/s: at one packet size its \
+             ratio is the packets/s ratio"
+                .to_string(),
+        );
+    }
     let (b, a) = (before.repeat as usize, after.repeat as usize);
     if too_few_repeats(b, a, options.confidence).is_some() {
         let repeats = if b == a {
@@ -825,5 +843,46 @@ mod tests {
         }
         let c = compare(&before, &after, CompareOptions::default()).unwrap();
         assert_eq!(c.cells[0].verdict, Verdict::Regression, "{}", c.render());
+    }
+
+    #[test]
+    fn udp_rows_compare_by_rate_per_size_and_searched_cells_are_not_compared() {
+        let before = crate::fixture::packets();
+        let mut after = crate::fixture::packets();
+        // The 1400 B userspace row halves; its 64 B row (a search) changes too.
+        let halve = |row: &mut model::matrix::Row| {
+            if let model::matrix::CellOutcome::Measured(m) = &mut row.cells[0].outcome {
+                m.samples.iter_mut().for_each(|v| *v /= 2.0);
+                m.mb_per_s = Summary::of(&m.samples).unwrap();
+            }
+        };
+        halve(&mut after.rows[3]);
+        halve(&mut after.rows[1]);
+        let options = CompareOptions {
+            confidence: 0.5,
+            ..Default::default()
+        };
+        let c = compare(&before, &after, options).unwrap();
+        let find = |label: &str| {
+            c.cells
+                .iter()
+                .find(|d| d.row.label() == label)
+                .unwrap_or_else(|| panic!("{label}"))
+        };
+        let halved = find("userspace [auto] UDP 1400 B");
+        assert!((halved.ratio.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(halved.verdict, Verdict::Regression, "{:?}", halved.verdict);
+        assert!(
+            matches!(&find("userspace [auto] UDP 64 B").verdict, Verdict::NotComparable(why) if why.contains("--find-ndr")),
+            "{:?}",
+            find("userspace [auto] UDP 64 B").verdict
+        );
+        // Rows of one packet size are matched with their own size only.
+        assert_eq!(c.cells.iter().filter(|d| d.row.packet_size.is_some()).count(), 7);
+        assert!(
+            c.notes.iter().any(|n| n.contains("packets/s ratio")),
+            "{:?}",
+            c.notes
+        );
     }
 }

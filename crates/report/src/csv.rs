@@ -4,12 +4,13 @@
 use model::ceiling::CeilingOutcome;
 use model::matrix::{CellOutcome, MatrixReport, RowVariant};
 
+use crate::packets::{idle_phase, loaded_phase, phase_has_echoes, phase_text, rates_found_text};
 use crate::shared::{fmt_field, split_notes};
 
 /// Between the notes of one field: notes hold `;` and `,` themselves.
 const NOTE_SEPARATOR: &str = " | ";
 
-pub const HEADER: [&str; 28] = [
+pub const HEADER: [&str; 50] = [
     "environment",
     "virtualization",
     "backend",
@@ -42,7 +43,86 @@ pub const HEADER: [&str; 28] = [
     // driver that did not serve) apart from the evidence; each list joined by " | ".
     "warnings",
     "notes",
+    // UDP rows (`matrix --packet-sizes`): the inner packet size, delivered packets/s over
+    // the trials, loss, and with --find-ndr the rates found; empty for TCP rows.
+    "packet_size",
+    "received_pps_median",
+    "received_pps_min",
+    "received_pps_max",
+    "sent_pps_median",
+    "loss_percent_median",
+    "sent",
+    "lost",
+    "reordered",
+    "duplicates",
+    "corrupted",
+    "ndr_pps",
+    "pdr_pps",
+    "rates_found",
+    // `matrix --latency`: the idle phase's and the most loaded phase's round trips, then
+    // every phase in a line each, joined by " | ".
+    "latency_idle_p50_ms",
+    "latency_idle_p99_ms",
+    "latency_idle_max_ms",
+    "latency_loaded_phase",
+    "latency_loaded_p50_ms",
+    "latency_loaded_p99_ms",
+    "latency_loaded_max_ms",
+    "latency_phases",
 ];
+
+/// The packet fields, in [`HEADER`]'s order.
+fn packet_fields(row: &model::matrix::Row, cell: &model::matrix::Cell) -> Vec<String> {
+    let size = match row.key.packet_size {
+        Some(model::packets::PacketSize::Fixed(n)) => n.to_string(),
+        Some(model::packets::PacketSize::Imix) => "imix".into(),
+        None => String::new(),
+    };
+    let mut f = vec![size];
+    match &cell.packets {
+        Some(p) => {
+            let rate = |tolerance: Option<f64>| {
+                let found = match tolerance {
+                    Some(t) => p.rate_at(t),
+                    None => p.rates_found.iter().find(|r| r.tolerance_pct > 0.0),
+                };
+                found.map(|r| fmt_field(r.pps, 1)).unwrap_or_default()
+            };
+            f.extend([
+                fmt_field(p.received_pps.median, 1),
+                fmt_field(p.received_pps.min, 1),
+                fmt_field(p.received_pps.max, 1),
+                fmt_field(p.sent_pps.median, 1),
+                fmt_field(p.loss_pct.median, 4),
+                p.sent.to_string(),
+                p.lost.to_string(),
+                p.reordered.to_string(),
+                p.duplicates.to_string(),
+                p.corrupted.to_string(),
+                rate(Some(0.0)),
+                rate(None),
+                rates_found_text(p),
+            ]);
+        }
+        None => f.extend(std::iter::repeat_n(String::new(), 13)),
+    }
+    let figures = |phase: Option<&model::packets::LatencyPhase>| match phase.filter(|p| phase_has_echoes(p)) {
+        Some(p) => [p.p50_ms, p.p99_ms, p.max_ms].map(|v| fmt_field(v, 4)),
+        None => Default::default(),
+    };
+    match &cell.latency {
+        Some(l) => {
+            f.extend(figures(idle_phase(l)));
+            let loaded = loaded_phase(l);
+            f.push(loaded.map(|p| p.name.clone()).unwrap_or_default());
+            f.extend(figures(loaded));
+            let phases: Vec<String> = l.phases.iter().map(phase_text).collect();
+            f.push(phases.join(NOTE_SEPARATOR));
+        }
+        None => f.extend(std::iter::repeat_n(String::new(), 8)),
+    }
+    f
+}
 
 /// The ceiling's fields, in [`HEADER`]'s order.
 fn ceiling_fields(m: Option<&model::matrix::Measurement>) -> [String; 6] {
@@ -134,6 +214,7 @@ pub fn render(report: &MatrixReport) -> String {
             let (warnings, notes) = split_notes(row, cell);
             f.push(warnings.join(NOTE_SEPARATOR));
             f.push(notes.join(NOTE_SEPARATOR));
+            f.extend(packet_fields(row, cell));
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
             out.push('\n');
         }
@@ -220,7 +301,7 @@ mod tests {
     fn a_too_short_transfer_warning_reaches_the_csv() {
         let text = render(&fixture::warned());
         let lines: Vec<Vec<String>> = text.lines().map(split).collect();
-        assert_eq!(&lines[0][26..], ["warnings", "notes"]);
+        assert_eq!(&lines[0][26..28], ["warnings", "notes"]);
         let find = |row: &str, suite: &str| {
             lines
                 .iter()
@@ -241,7 +322,7 @@ mod tests {
         for suite in ["aes-128-cbc", "aes-256-gcm"] {
             assert_eq!(find("openvpn", suite)[27], "default kernel drivers only: a test");
         }
-        assert_eq!(find("userspace [soft]", "aes-128-cbc")[26..], ["", ""]);
+        assert_eq!(find("userspace [soft]", "aes-128-cbc")[26..28], ["", ""]);
     }
 
     #[test]
@@ -249,5 +330,52 @@ mod tests {
         assert_eq!(field("a,b"), "\"a,b\"");
         assert_eq!(field("say \"x\""), "\"say \"\"x\"\"\"");
         assert_eq!(field("plain"), "plain");
+    }
+
+    #[test]
+    fn udp_cells_carry_packets_per_second_loss_rates_found_and_latency() {
+        let r = fixture::packets();
+        let text = render(&r);
+        let lines: Vec<Vec<String>> = text.lines().map(split).collect();
+        let column = |name: &str| HEADER.iter().position(|h| *h == name).unwrap();
+        for l in &lines {
+            assert_eq!(l.len(), HEADER.len(), "{l:?}");
+        }
+        let find = |row: &str| {
+            lines
+                .iter()
+                .find(|f| f[4] == row)
+                .unwrap_or_else(|| panic!("{row}"))
+        };
+        let searched = find("userspace [auto] UDP 64 B");
+        assert_eq!(searched[column("packet_size")], "64");
+        assert_eq!(searched[column("received_pps_median")], "81000.0");
+        let loss: f64 = searched[column("loss_percent_median")].parse().unwrap();
+        assert!((loss - 2.0).abs() < 0.001, "{loss}");
+        assert_eq!(searched[column("ndr_pps")], "60000.0");
+        assert_eq!(searched[column("pdr_pps")], "70000.0");
+        assert_eq!(searched[column("latency_idle_p99_ms")], "0.1000");
+        assert_eq!(searched[column("latency_loaded_phase")], "under UDP load");
+        assert_eq!(searched[column("latency_loaded_p99_ms")], "15.0000");
+        assert!(searched[column("latency_phases")].starts_with(
+            "idle: p50 0.050 · p99 0.100 · max 0.200 ms (1000/1000 probes) | under UDP load: p50 3.75"
+        ));
+        let plain = find("plain (line rate) UDP 1400 B");
+        assert_eq!(
+            (plain[column("ndr_pps")].as_str(), plain[column("lost")].as_str()),
+            ("", "0")
+        );
+        let not_run = find("xfrm UDP 1400 B (vm)");
+        assert_eq!(not_run[7], "not_run");
+        assert_eq!(not_run[column("packet_size")], "1400");
+        assert!(
+            not_run[column("packet_size") + 1..].iter().all(String::is_empty),
+            "{not_run:?}"
+        );
+        // TCP rows leave every packet and latency field empty.
+        let tcp = render(&fixture::report());
+        for l in tcp.lines().skip(1).map(split) {
+            assert!(l[28..].iter().all(String::is_empty), "{l:?}");
+        }
     }
 }

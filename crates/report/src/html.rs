@@ -7,6 +7,10 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport};
 
+use crate::packets::{
+    fmt_ms, fmt_pct, fmt_pps, has_packets, latency_cells, packet_sizes, phase_has_echoes, point,
+    rates_found_text, series, Point, LATENCY_EXPLAINED, PACKETS_EXPLAINED,
+};
 use crate::shared::escape;
 use crate::shared::{
     ceiling_text, cell_for, columns_explained, conditions, fmt_rate, has_ceilings, method,
@@ -161,6 +165,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
             escape(CEILING_EXPLAINED)
         );
     }
+    packet_tables(&mut out, report, &reasons);
     if !warnings.is_empty() {
         let _ = writeln!(
             out,
@@ -215,6 +220,109 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
     }
     let _ = writeln!(out, "</ul>\n</body>\n</html>");
     Ok(out)
+}
+
+/// Packets/s per size (a line per backend row and cipher, with the rates found) and the
+/// round trips per cell and phase, as tables under the chart's panels.
+fn packet_tables(out: &mut String, report: &MatrixReport, reasons: &[&str]) {
+    if has_packets(report) {
+        let sizes = packet_sizes(report);
+        let _ = write!(
+            out,
+            "<h2>Packets/s per packet size</h2>\n<div class=\"table\">\n<table class=\"packets\">\n<thead><tr><th>backend</th>"
+        );
+        for size in &sizes {
+            let _ = write!(out, "<th>{}</th>", escape(&size.to_string()));
+        }
+        let _ = writeln!(out, "</tr></thead>\n<tbody>");
+        for s in series(report) {
+            let emulated = report
+                .environments
+                .get(s.environment)
+                .is_some_and(|e| e.is_emulated());
+            let _ = match emulated {
+                true => write!(
+                    out,
+                    "<tr class=\"emulated\"><th>{}<br/><small>TCG-emulated: correctness, not speed</small></th>",
+                    escape(&s.label)
+                ),
+                false => write!(out, "<tr><th>{}</th>", escape(&s.label)),
+            };
+            for (_, at) in &s.points {
+                let _ = match point(at.map(|(_, c)| c)) {
+                    Point::Measured(p) => {
+                        let found = match p.rates_found.is_empty() {
+                            true => String::new(),
+                            false => format!("<br/>{}", escape(&rates_found_text(p))),
+                        };
+                        write!(
+                            out,
+                            "<td class=\"num\">{} pps<br/><small>{} loss · {}–{} pps{found}</small></td>",
+                            fmt_pps(p.received_pps.median),
+                            fmt_pct(p.loss_pct.median),
+                            fmt_pps(p.received_pps.min),
+                            fmt_pps(p.received_pps.max),
+                        )
+                    }
+                    Point::NotRun(reason) => {
+                        let n = reasons.iter().position(|r| *r == reason).map_or(0, |i| i + 1);
+                        write!(
+                            out,
+                            "<td class=\"not-run\" title=\"{}\">not run [{n}]</td>",
+                            escape(reason)
+                        )
+                    }
+                    Point::NoFigures => write!(out, "<td>no packet figures</td>"),
+                    Point::Missing => write!(out, "<td>—</td>"),
+                };
+            }
+            let _ = writeln!(out, "</tr>");
+        }
+        let _ = writeln!(
+            out,
+            "</tbody>\n</table>\n</div>\n<p>{}.</p>",
+            escape(PACKETS_EXPLAINED)
+        );
+    }
+    let cells = latency_cells(report);
+    if cells.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<h2>Latency (round trips, ms)</h2>\n<div class=\"table\">\n<table class=\"latency\">\n<thead><tr>\
+         <th>cell</th><th>phase</th><th>probes</th><th>min</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th>\
+         <th>max</th></tr></thead>\n<tbody>"
+    );
+    for c in &cells {
+        let emulated = report
+            .environments
+            .get(c.environment)
+            .is_some_and(|e| e.is_emulated());
+        for p in &c.latency.phases {
+            let class = if emulated { " class=\"emulated\"" } else { "" };
+            let _ = write!(
+                out,
+                "<tr{class}><th>{}</th><td>{}</td><td class=\"num\">{}/{}</td>",
+                escape(&c.label),
+                escape(&p.name),
+                p.probes_received,
+                p.probes_sent
+            );
+            for v in [p.min_ms, p.p50_ms, p.p90_ms, p.p99_ms, p.p999_ms, p.max_ms] {
+                let _ = match phase_has_echoes(p) {
+                    true => write!(out, "<td class=\"num\">{}</td>", fmt_ms(v)),
+                    false => write!(out, "<td>no echo</td>"),
+                };
+            }
+            let _ = writeln!(out, "</tr>");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "</tbody>\n</table>\n</div>\n<p>{}.</p>",
+        escape(LATENCY_EXPLAINED)
+    );
 }
 
 #[cfg(test)]
@@ -397,5 +505,58 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+    }
+
+    #[test]
+    fn udp_rows_and_latency_get_tables_and_the_page_stays_well_formed() {
+        let html = render(&fixture::packets()).unwrap();
+        let doc = roxmltree::Document::parse_with_options(
+            &html,
+            roxmltree::ParsingOptions {
+                allow_dtd: true,
+                ..Default::default()
+            },
+        )
+        .expect("well-formed XHTML");
+        let table = |class: &str| {
+            doc.descendants()
+                .find(|n| n.tag_name().name() == "table" && n.attribute("class") == Some(class))
+                .unwrap_or_else(|| panic!("no {class} table"))
+        };
+        let rows = |t: roxmltree::Node| -> Vec<String> {
+            t.descendants()
+                .filter(|n| n.tag_name().name() == "tr")
+                .map(|tr| {
+                    tr.descendants()
+                        .filter(|n| n.is_text())
+                        .filter_map(|n| n.text())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect()
+        };
+        let packets = rows(table("packets"));
+        assert_eq!(packets[0], "backend 64 B 1400 B");
+        assert!(
+            packets[2]
+                .starts_with("userspace [auto] GCM-256 81.0k pps 2.00 % loss · 80.0k–82.0k pps NDR 60.0k"),
+            "{packets:?}"
+        );
+        assert!(
+            packets[4].contains("TCG-emulated") && packets[4].ends_with("not run [1]"),
+            "{packets:?}"
+        );
+        let latency = rows(table("latency"));
+        assert_eq!(latency.len(), 1 + 12);
+        assert!(
+            latency.contains(
+                &"plain (line rate) UDP 64 B idle 1000/1000 0.010 0.020 0.030 0.040 0.060 0.080".to_string()
+            ),
+            "{latency:?}"
+        );
+        // The chart's panels are inline too.
+        for id in ["packets-host", "packets-vm", "latency-host", "latency-vm"] {
+            assert!(doc.descendants().any(|n| n.attribute("id") == Some(id)), "{id}");
+        }
     }
 }

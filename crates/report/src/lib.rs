@@ -23,6 +23,7 @@ pub mod compare;
 pub mod csv;
 pub mod html;
 pub mod markdown;
+pub mod packets;
 mod shared;
 pub mod significance;
 pub mod svg;
@@ -118,6 +119,16 @@ pub(crate) mod fixture {
         })
     }
 
+    /// A cell of `outcome` without packets or latency.
+    pub fn cell(suite: CipherSuite, outcome: CellOutcome) -> Cell {
+        Cell {
+            suite,
+            outcome,
+            packets: None,
+            latency: None,
+        }
+    }
+
     pub fn env(virt: &str) -> Environment {
         Environment {
             hostname: "lab".into(),
@@ -148,10 +159,7 @@ pub(crate) mod fixture {
         };
         r.rows.push(Row {
             key: RowKey::new(Backend::Plain, RowVariant::Default, HOST),
-            cells: vec![Cell {
-                suite: CipherSuite::None,
-                outcome: measured(&[1000.0, 1100.0, 1200.0]),
-            }],
+            cells: vec![cell(CipherSuite::None, measured(&[1000.0, 1100.0, 1200.0]))],
             notes: vec![],
         });
         r.rows.push(row(
@@ -160,17 +168,16 @@ pub(crate) mod fixture {
         ));
         r.rows.push(row(
             RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST),
-            &|i, s| Cell {
-                suite: s,
-                outcome: measured(&[300.0 + i as f64, 310.0 + i as f64, 320.0 + i as f64]),
+            &|i, s| {
+                cell(
+                    s,
+                    measured(&[300.0 + i as f64, 310.0 + i as f64, 320.0 + i as f64]),
+                )
             },
         ));
         r.rows.push(row(
             RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Soft), HOST),
-            &|i, s| Cell {
-                suite: s,
-                outcome: measured(&[100.0 - i as f64, 105.0, 110.0]),
-            },
+            &|i, s| cell(s, measured(&[100.0 - i as f64, 105.0, 110.0])),
         ));
         r.rows.push(row(
             RowKey::new(Backend::Openvpn, RowVariant::Default, HOST),
@@ -178,28 +185,19 @@ pub(crate) mod fixture {
                 if i == 6 {
                     Cell::not_run(s, "openvpn failed: exit 1")
                 } else {
-                    Cell {
-                        suite: s,
-                        outcome: measured(&[40.0, 45.0, 50.0]),
-                    }
+                    cell(s, measured(&[40.0, 45.0, 50.0]))
                 }
             },
         ));
         r.rows.push(Row {
             key: RowKey::new(Backend::Plain, RowVariant::Default, VM),
-            cells: vec![Cell {
-                suite: CipherSuite::None,
-                outcome: measured(&[90.0, 100.0, 110.0]),
-            }],
+            cells: vec![cell(CipherSuite::None, measured(&[90.0, 100.0, 110.0]))],
             notes: vec![],
         });
         r.rows.push(row(
             RowKey::new(Backend::Xfrm, RowVariant::KernelDriver("aes-generic".into()), VM),
             &|_, s| {
-                let mut c = Cell {
-                    suite: s,
-                    outcome: measured(&[1.5, 2.0, 2.5]),
-                };
+                let mut c = cell(s, measured(&[1.5, 2.0, 2.5]));
                 if let CellOutcome::Measured(m) = &mut c.outcome {
                     m.served_by = Some("authenc(hmac(sha256-generic),cbc(aes-generic))".into());
                 }
@@ -231,6 +229,162 @@ pub(crate) mod fixture {
             }
         }
         r.payload_by_environment.insert(VM.into(), ByteSize(1_000_000));
+        r.compute_percent_of_plain();
+        r
+    }
+
+    /// A 2 s trial at `pps` delivered with `loss_pct` lost, of `size`-byte packets.
+    pub fn trial(pps: f64, loss_pct: f64, size: u32) -> model::packets::UdpTrial {
+        let sent = (pps * 2.0 / (1.0 - loss_pct / 100.0)).round() as u64;
+        let received = (pps * 2.0).round() as u64;
+        model::packets::UdpTrial {
+            offered_pps: None,
+            send_seconds: 2.0,
+            sent,
+            sent_pps: sent as f64 / 2.0,
+            kept_rate: None,
+            received,
+            lost: sent - received,
+            reordered: 0,
+            duplicates: 0,
+            corrupted: 0,
+            jitter_ms: 0.01,
+            receive_seconds: 2.0,
+            payload_bytes: received * u64::from(size - 28),
+            packet_bytes: received * u64::from(size),
+            link_bytes: None,
+        }
+    }
+
+    /// Round trips of a phase whose p50 is `p50` ms and p99 `p99` ms.
+    pub fn phase(name: &str, p50: f64, p99: f64) -> model::packets::LatencyPhase {
+        let max = p99 * 2.0;
+        model::packets::LatencyPhase {
+            name: name.into(),
+            load_pps: None,
+            probes_sent: 1000,
+            probes_received: 1000,
+            min_ms: p50 / 2.0,
+            p50_ms: p50,
+            p90_ms: (p50 + p99) / 2.0,
+            p99_ms: p99,
+            p999_ms: p99 * 1.5,
+            max_ms: max,
+            mean_ms: p50,
+            cdf: vec![
+                (0.0, p50 / 2.0),
+                (0.5, p50),
+                (0.9, (p50 + p99) / 2.0),
+                (0.99, p99),
+                (1.0, max),
+            ],
+        }
+    }
+
+    /// UDP rows at 64 and 1400 bytes over AES-256-GCM: plain and userspace [auto] on the
+    /// host (the 64 B userspace cell with its NDR search), xfrm in a TCG VM (1400 B not
+    /// run); every measured cell with idle and loaded round trips.
+    pub fn packets() -> MatrixReport {
+        use model::packets::{LatencyReport, NdrBound, NdrReport, PacketSize, UdpReport};
+        let gcm = CipherSuite::AesGcm { key: KeyBits::Aes256 };
+        let mut r = MatrixReport::new(vec![gcm], ByteSize(4_000_000), 2, 1_700_000_000);
+        r.environments.insert(HOST.into(), env("host"));
+        r.environments
+            .insert(VM.into(), env("vm (tcg: emulated, speeds not representative)"));
+        let udp_cell = |suite, size: u32, pps: &[f64], loss: f64, idle: f64, loaded: f64| {
+            let udp = UdpReport {
+                packet_size: PacketSize::Fixed(size),
+                trials: pps.iter().map(|p| trial(*p, loss, size)).collect(),
+                ndr: None,
+                baseline: None,
+            };
+            let mb: Vec<f64> = udp.trials.iter().map(|t| t.payload_mb_per_s()).collect();
+            let mut c = cell(suite, measured(&mb));
+            if let CellOutcome::Measured(m) = &mut c.outcome {
+                m.timed_s = Some(2.0);
+            }
+            c.packets = PacketRates::of(&udp);
+            c.latency = Some(LatencyReport {
+                probe_interval_ms: 1.0,
+                phases: vec![
+                    phase("idle", idle, idle * 2.0),
+                    phase("under UDP load", loaded / 4.0, loaded),
+                ],
+            });
+            c
+        };
+        let row = |backend, variant, environment, size, cell: Cell| Row {
+            key: RowKey::new(backend, variant, environment).with_packet_size(Some(PacketSize::Fixed(size))),
+            cells: vec![cell],
+            notes: vec![],
+        };
+        let auto = RowVariant::Crypto(CryptoChoice::Auto);
+        let none = CipherSuite::None;
+        r.rows.push(row(
+            Backend::Plain,
+            RowVariant::Default,
+            HOST,
+            64,
+            udp_cell(none, 64, &[500_000.0, 520_000.0], 0.0, 0.02, 0.1),
+        ));
+        let mut searched = udp_cell(gcm, 64, &[80_000.0, 82_000.0], 2.0, 0.05, 15.0);
+        if let Some(p) = &mut searched.packets {
+            let bound = |name: &str, tolerance_pct, pps: f64, upper| NdrBound {
+                name: name.into(),
+                tolerance_pct,
+                pps,
+                mbit_per_s: pps * 64.0 * 8.0 / 1e6,
+                lower: Some(trial(pps, 0.0, 64)),
+                upper,
+            };
+            p.udp.ndr = Some(NdrReport {
+                packet_size: PacketSize::Fixed(64),
+                max_rate: trial(81_000.0, 2.0, 64),
+                bounds: vec![
+                    bound("NDR", 0.0, 60_000.0, Some(trial(61_000.0, 0.1, 64))),
+                    bound("PDR", 0.5, 70_000.0, None),
+                ],
+                trials: vec![],
+            });
+            *p = PacketRates::of(&p.udp).unwrap();
+        }
+        r.rows
+            .push(row(Backend::Userspace, auto.clone(), HOST, 64, searched));
+        r.rows.push(row(
+            Backend::Plain,
+            RowVariant::Default,
+            HOST,
+            1400,
+            udp_cell(none, 1400, &[200_000.0, 210_000.0], 0.0, 0.02, 0.2),
+        ));
+        r.rows.push(row(
+            Backend::Userspace,
+            auto,
+            HOST,
+            1400,
+            udp_cell(gcm, 1400, &[40_000.0, 42_000.0], 0.5, 0.05, 9.0),
+        ));
+        r.rows.push(row(
+            Backend::Plain,
+            RowVariant::Default,
+            VM,
+            64,
+            udp_cell(none, 64, &[9_000.0, 9_500.0], 0.0, 0.5, 3.0),
+        ));
+        r.rows.push(row(
+            Backend::Xfrm,
+            RowVariant::Default,
+            VM,
+            64,
+            udp_cell(gcm, 64, &[3_000.0, 3_100.0], 1.0, 0.6, 40.0),
+        ));
+        r.rows.push(row(
+            Backend::Xfrm,
+            RowVariant::Default,
+            VM,
+            1400,
+            Cell::not_run(gcm, "failed: a test"),
+        ));
         r.compute_percent_of_plain();
         r
     }

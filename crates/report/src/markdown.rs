@@ -5,6 +5,10 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport, Measurement, Row};
 
+use crate::packets::{
+    fmt_ms, fmt_pct, fmt_pps, has_packets, has_rates_found, latency_cells, packet_sizes, phase_has_echoes,
+    point, rates_found_text, series, Point, LATENCY_EXPLAINED, PACKETS_EXPLAINED,
+};
 use crate::shared::{
     ceiling_text, cell_for, conditions, fmt_rate, has_ceilings, method, no_ceiling_reasons,
     row_and_report_notes, Warnings, CEILING_EXPLAINED, WARNING_MARK,
@@ -131,6 +135,9 @@ pub fn render(report: &MatrixReport) -> String {
         }
     });
 
+    packet_tables(&mut out, report, &mut reasons);
+    latency_table(&mut out, report);
+
     let served: Vec<(String, Vec<String>)> = report
         .rows
         .iter()
@@ -186,6 +193,85 @@ pub fn render(report: &MatrixReport) -> String {
         let _ = writeln!(out, "* {}", escape(&line));
     }
     out
+}
+
+/// Packets/s per packet size (a line per backend row and cipher, a column per size), and
+/// with `--find-ndr` the rates found, in the same shape.
+fn packet_tables(out: &mut String, report: &MatrixReport, reasons: &mut Reasons) {
+    if !has_packets(report) {
+        return;
+    }
+    let sizes = packet_sizes(report);
+    let all = series(report);
+    let mut table = |out: &mut String, show: &dyn Fn(&model::matrix::PacketRates) -> String| {
+        let mut header = vec!["backend".to_string()];
+        header.extend(sizes.iter().map(ToString::to_string));
+        let _ = writeln!(out, "| {} |", header.join(" | "));
+        let rule: Vec<&str> = std::iter::once("---")
+            .chain(sizes.iter().map(|_| "---:"))
+            .collect();
+        let _ = writeln!(out, "| {} |", rule.join(" | "));
+        for s in &all {
+            let mut line = vec![escape(&s.label)];
+            for (_, at) in &s.points {
+                line.push(match point(at.map(|(_, c)| c)) {
+                    Point::Measured(p) => show(p),
+                    Point::NotRun(reason) => format!("not run [{}]", reasons.mark(reason)),
+                    Point::NoFigures => "no packet figures".into(),
+                    Point::Missing => "—".into(),
+                });
+            }
+            let _ = writeln!(out, "| {} |", line.join(" | "));
+        }
+    };
+    let _ = writeln!(
+        out,
+        "\n#### Packets/s per packet size (UDP, delivered; loss)\n\n{PACKETS_EXPLAINED}.\n"
+    );
+    table(out, &|p| {
+        format!(
+            "{} pps, {} loss",
+            fmt_pps(p.received_pps.median),
+            fmt_pct(p.loss_pct.median)
+        )
+    });
+    if has_rates_found(report) {
+        let _ = writeln!(out, "\n#### Zero-loss rates (--find-ndr, packets/s)\n");
+        table(out, &|p| match p.rates_found.is_empty() {
+            true => "not searched".into(),
+            false => escape(&rates_found_text(p)),
+        });
+    }
+}
+
+/// Round trips per cell and phase: probes, then the percentiles in ms.
+fn latency_table(out: &mut String, report: &MatrixReport) {
+    let cells = latency_cells(report);
+    if cells.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n#### Latency (round trips, ms)\n\n{LATENCY_EXPLAINED}.\n\n\
+         | cell | phase | probes | min | p50 | p90 | p99 | p99.9 | max |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for c in &cells {
+        for p in &c.latency.phases {
+            let probes = format!("{}/{}", p.probes_received, p.probes_sent);
+            let figures = match phase_has_echoes(p) {
+                true => [p.min_ms, p.p50_ms, p.p90_ms, p.p99_ms, p.p999_ms, p.max_ms].map(fmt_ms),
+                false => std::array::from_fn(|_| "no echo".to_string()),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {probes} | {} |",
+                escape(&c.label),
+                escape(&p.name),
+                figures.join(" | ")
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -307,5 +393,68 @@ mod tests {
         }
         bare.compute_percent_of_plain();
         assert!(!render(&bare).contains("crypto ceiling"));
+    }
+
+    #[test]
+    fn udp_rows_get_a_packets_per_size_table_ndr_rates_and_latency_per_phase() {
+        let text = render(&fixture::packets());
+        let section = text.split("#### Packets/s per packet size").nth(1).unwrap();
+        let table: Vec<&str> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("| backend"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert_eq!(table[0], "| backend | 64 B | 1400 B |", "{text}");
+        assert_eq!(
+            table[2],
+            "| plain (line rate) | 510.0k pps, 0.00 % loss | 205.0k pps, 0.00 % loss |"
+        );
+        assert_eq!(
+            table[3],
+            "| userspace [auto] GCM-256 | 81.0k pps, 2.00 % loss | 41.0k pps, 0.50 % loss |"
+        );
+        assert!(table[4].starts_with("| plain (line rate) (vm) | 9."), "{text}");
+        assert!(table[4].ends_with("| — |"), "no VM plain row at 1400 B: {text}");
+        assert!(table[5].starts_with("| xfrm (vm) GCM-256 | 3."), "{text}");
+        assert!(table[5].ends_with("| not run [1] |"), "{text}");
+        assert_eq!(table.len(), 6);
+        let ndr = text.split("#### Zero-loss rates").nth(1).unwrap();
+        assert!(
+            ndr.contains("| userspace [auto] GCM-256 | NDR 60.0k · PDR 0.5 % 70.0k (the generator's bound) | not searched |"),
+            "{text}"
+        );
+        let latency = text.split("#### Latency (round trips, ms)").nth(1).unwrap();
+        assert!(
+            latency.contains("| plain (line rate) UDP 64 B | idle | 1000/1000 | 0.010 | 0.020 | 0.030 | 0.040 | 0.060 | 0.080 |"),
+            "{text}"
+        );
+        // Every measured cell's two phases, and the reason of the one not run.
+        assert_eq!(
+            latency
+                .lines()
+                .filter(|l| l.starts_with("| ") && l.contains("/1000 |"))
+                .count(),
+            12
+        );
+        assert!(text.contains("1. failed: a test"), "{text}");
+        // A TCP-only report has none of it.
+        let tcp = render(&fixture::report());
+        assert!(!tcp.contains("Packets/s") && !tcp.contains("Latency"), "{tcp}");
+    }
+
+    #[test]
+    fn a_phase_without_echoes_says_so_instead_of_zeros() {
+        let mut r = fixture::packets();
+        let phase = &mut r.rows[1].cells[0].latency.as_mut().unwrap().phases[1];
+        phase.probes_received = 0;
+        phase.p50_ms = f64::NAN;
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "| userspace [auto] UDP 64 B GCM-256 | under UDP load | 0/1000 | no echo | no echo |"
+            ),
+            "{text}"
+        );
+        assert!(!text.to_lowercase().contains("nan"), "{text}");
     }
 }

@@ -22,6 +22,7 @@
 //! bars); this file stacks the sections into the chart.
 
 mod draw;
+mod packets;
 mod panel;
 mod scale;
 mod style;
@@ -35,7 +36,10 @@ pub use draw::RenderError;
 use draw::{text_section, Layout};
 use panel::{panel_section, panels, Footnotes};
 use style::{Type, BODY, HEADING, SMALL, WARNING_TEXT};
-pub use style::{AXIS_LABEL, BASELINE_BAR, EMULATED_BAR, EMULATED_MARK, HOST_BAR, TITLE};
+pub use style::{
+    AXIS_LABEL, BASELINE_BAR, EMULATED_BAR, EMULATED_MARK, HOST_BAR, LATENCY_AXIS_LABEL, PACKETS_AXIS_LABEL,
+    TITLE,
+};
 
 /// Where the chart goes: a file of its own (fixed size, with its title), or inside the
 /// HTML page (as wide as the page, under the page's heading).
@@ -51,7 +55,16 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
 
 pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, RenderError> {
     let warnings = Warnings::of(report);
-    let layout = Layout::of(report, &warnings);
+    let mut layout = Layout::of(report, &warnings);
+    let has_packets = crate::packets::has_packets(report);
+    let latency = !crate::packets::latency_cells(report).is_empty();
+    // The packet and latency panels are as wide as their columns and one CDF plot need.
+    if has_packets {
+        layout.width = layout.width.max(packets::packets_width(report));
+    }
+    if latency {
+        layout.width = layout.width.max(packets::latency_width());
+    }
     let mut sections = Vec::new();
     if placement == Placement::Standalone {
         sections.push(text_section("title", &layout, &[(HEADING, TITLE.to_string())])?);
@@ -70,6 +83,16 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
             ),
         ],
     )?);
+    let mut caption = Vec::new();
+    if has_packets {
+        caption.push((SMALL, format!("{}.", crate::packets::PACKETS_EXPLAINED)));
+    }
+    if latency {
+        caption.push((SMALL, format!("{}.", crate::packets::LATENCY_EXPLAINED)));
+    }
+    if !caption.is_empty() {
+        sections.push(text_section("caption-packets", &layout, &caption)?);
+    }
     let mut footnotes = Footnotes {
         reasons: not_run_reasons(report),
         cited: BTreeSet::new(),
@@ -77,6 +100,17 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
     let panels = panels(report);
     for panel in &panels {
         sections.push(panel_section(report, &layout, panel, &mut footnotes, &warnings)?);
+    }
+    if has_packets {
+        sections.extend(packets::packets_sections(
+            report,
+            &layout,
+            &mut footnotes,
+            &warnings,
+        )?);
+    }
+    if latency {
+        sections.extend(packets::latency_sections(report, &layout)?);
     }
     let mut notes: Vec<(Type, String)> = footnotes
         .cited
@@ -361,5 +395,95 @@ mod tests {
         let svg = render(&r).unwrap();
         let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
         assert!(texts(doc.root_element()).contains(&"no rows in this report".to_string()));
+    }
+
+    /// Paths drawn with a phase colour's 2 px stroke: the CDF curves.
+    fn curves(node: roxmltree::Node) -> usize {
+        node.descendants()
+            .filter(|n| n.has_tag_name("polyline") || n.has_tag_name("path"))
+            .filter(|n| n.attribute("stroke-width") == Some("2"))
+            .count()
+    }
+
+    #[test]
+    fn packets_per_size_and_latency_cdfs_get_panels_per_environment() {
+        let r = fixture::packets();
+        let svg = render(&r).unwrap();
+        if let Ok(path) = std::env::var("IPSEC_LAB_WRITE_SVG") {
+            std::fs::write(path, &svg).unwrap();
+        }
+        let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+        let host = group(&doc, "packets-host");
+        let text = texts(host);
+        assert_eq!(host.attribute("class"), Some("packets"));
+        for needle in [
+            "64 B",
+            "1400 B",
+            "plain (line rate)",
+            "userspace [auto] GCM-256",
+            PACKETS_AXIS_LABEL,
+        ] {
+            assert!(text.contains(&needle.to_string()), "{needle} missing in {text:?}");
+        }
+        assert!(text.contains(&"81.0k · 2.00 %".to_string()), "{text:?}");
+        assert!(text.contains(&"205.0k · 0.00 %".to_string()), "{text:?}");
+        // Two series × two sizes, a bar each.
+        assert_eq!(bars(host), 4);
+        // The emulated VM's panel is set apart, with its not-run cell as text.
+        let vm = group(&doc, "packets-vm");
+        assert_eq!(vm.attribute("class"), Some("packets emulated"));
+        let vm_text = texts(vm);
+        assert!(vm_text.contains(&EMULATED_MARK.to_string()), "{vm_text:?}");
+        assert!(vm_text.contains(&"not run [1]".to_string()), "{vm_text:?}");
+        assert_eq!(bars(vm), 2);
+        // A CDF per measured cell with a curve per phase, each plot titled by its cell.
+        let latency = group(&doc, "latency-host");
+        let text = texts(latency);
+        assert!(
+            text.contains(&"userspace [auto] UDP 64 B GCM-256".to_string()),
+            "{text:?}"
+        );
+        assert!(text.contains(&LATENCY_AXIS_LABEL.to_string()));
+        assert!(
+            text.iter()
+                .any(|t| t.starts_with("under UDP load: p50 3.75 · p99 15.0 · max 30.0 ms")),
+            "{text:?}"
+        );
+        assert_eq!(curves(latency), 4 * 2);
+        let vm_latency = group(&doc, "latency-vm");
+        assert_eq!(vm_latency.attribute("class"), Some("latency emulated"));
+        assert_eq!(curves(vm_latency), 2 * 2);
+        // The log axis reaches the slowest round trip (the VM's 80 ms max): ticks to 100.
+        assert!(texts(vm_latency).contains(&"100".to_string()));
+        let caption = texts(group(&doc, "caption-packets")).join(" ");
+        assert!(
+            caption.contains("NDR/PDR") && caption.contains("CDF"),
+            "{caption}"
+        );
+        let lower = svg.to_lowercase();
+        assert!(!lower.contains("nan") && !lower.contains("inf"), "no inf/NaN");
+        // A TCP-only chart has none of these panels.
+        let tcp = render(&fixture::report()).unwrap();
+        assert!(!tcp.contains("packets-host") && !tcp.contains("latency-host"));
+    }
+
+    #[test]
+    fn a_phase_without_echoes_draws_no_curve_and_nan_never_reaches_the_chart() {
+        let mut r = fixture::packets();
+        let cell = &mut r.rows[1].cells[0];
+        let phases = &mut cell.latency.as_mut().unwrap().phases;
+        phases[1].probes_received = 0;
+        phases[0].cdf[2].1 = f64::NAN;
+        cell.packets.as_mut().unwrap().received_pps.median = f64::INFINITY;
+        let svg = render(&r).unwrap();
+        let doc = roxmltree::Document::parse(&svg).unwrap();
+        let latency = group(&doc, "latency-host");
+        assert_eq!(curves(latency), 4 * 2 - 1);
+        assert!(texts(latency)
+            .iter()
+            .any(|t| t == "under UDP load: no echo (1000 probes sent)"));
+        assert!(texts(group(&doc, "packets-host")).contains(&"untimed".to_string()));
+        let lower = svg.to_lowercase();
+        assert!(!lower.contains("nan") && !lower.contains("inf"), "no inf/NaN");
     }
 }

@@ -124,7 +124,7 @@ impl Footnotes<'_> {
             .map_or(0, |i| i + 1)
     }
 
-    fn cite(&mut self, reason: &str) -> usize {
+    pub(super) fn cite(&mut self, reason: &str) -> usize {
         let n = self.number(reason);
         self.cited.insert(n);
         n

@@ -10,6 +10,10 @@ pub const TITLE: &str = "ipsec-lab matrix: MB/s per backend and cipher configura
 pub const EMULATED_MARK: &str = "EMULATED (TCG) — correctness only, not speed";
 /// The axis description, once per panel.
 pub const AXIS_LABEL: &str = "MB/s, linear from 0";
+/// The axis of a packets/s panel.
+pub const PACKETS_AXIS_LABEL: &str = "packets/s delivered, linear from 0; a dark tick marks the NDR";
+/// The x axis of a latency CDF.
+pub const LATENCY_AXIS_LABEL: &str = "round trip, ms (log scale)";
 
 pub(super) const MARGIN: i32 = 12;
 /// Length of the axis (the longest bar) in every column.
