@@ -26,6 +26,14 @@ packages=(
   dpkg-dev          # dpkg-shlibdeps: cargo-deb's $auto Depends
 )
 
+# The fleet (ansible/, tests/fleet.rs): Ansible drives `serve` and `run --peer` on every host
+# over SSH; the test gives each of its host namespaces an sshd of its own (not started here).
+packages+=(
+  ansible-core      # ansible-playbook (Debian 12: 2.14)
+  ansible-lint      # the role and playbook are kept lint-clean
+  openssh-server    # sshd(8) per test host
+)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
