@@ -537,7 +537,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The cells of a table of the report's JSON as (client, server, status).
-fn cells<'a>(table: &'a serde_json::Value) -> Vec<(&'a str, &'a str, &'a serde_json::Value)> {
+fn cells(table: &serde_json::Value) -> Vec<(&str, &str, &serde_json::Value)> {
     table["cells"]
         .as_array()
         .unwrap()
