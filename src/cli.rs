@@ -376,6 +376,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 1800,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub max_run_time: u64,
+    /// Fastest UDP trial a client may ask for, in datagrams per second (`run --peer --udp
+    /// --rate`, `--find-ndr`), e.g. 500k or 2Mpps; this server's own sender keeps it when a
+    /// trial asks for "as fast as it goes".
+    #[arg(long, value_name = "PPS", default_value = "2Mpps")]
+    pub max_rate: model::packets::Rate,
+    /// Longest UDP trial a client may ask for, in seconds (1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub max_trial_time: u64,
+    /// Most UDP trials in one run (a `--find-ndr` search takes up to about 90).
+    #[arg(long, value_name = "N", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_trials: u32,
 }
 
 #[derive(Debug, Args)]

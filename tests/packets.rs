@@ -254,11 +254,13 @@ fn packet_options_that_do_not_fit_exit_2_and_create_nothing() {
         (&["run", "--udp", "-P", "2"][..], "leave out -P"),
         (&["run", "--udp", "--bytes", "10MB"][..], "--time SECONDS"),
         (&["run", "--udp", "--bidir"][..], "leave out --bidir"),
-        (&["run", "--udp", "--mode", "transport"][..], "tunnel mode"),
-        (&["run", "--udp", "--peer", "192.0.2.1"][..], "not with --peer"),
         (
-            &["run", "--latency", "--peer", "192.0.2.1"][..],
-            "not with --peer",
+            &["run", "--udp", "--peer", "192.0.2.1", "--interval", "1"][..],
+            "leave it out with --peer",
+        ),
+        (
+            &["run", "--latency", "--port", "65535"][..],
+            "leaves none below 65536",
         ),
     ]);
 }

@@ -91,6 +91,21 @@ fn limits(args: &ServeArgs, listen: SocketAddr) -> Result<ServerLimits, String> 
             listen.port()
         ));
     }
+    let max_pps = match args.max_rate {
+        model::packets::Rate::PacketsPerSecond(pps) if pps <= traffic::udp::MAX_PPS => pps,
+        model::packets::Rate::PacketsPerSecond(pps) => {
+            return Err(format!(
+                "--max-rate {pps} is above the {} datagrams per second a trial's receiver keeps count of",
+                traffic::udp::MAX_PPS
+            ))
+        }
+        model::packets::Rate::BitsPerSecond(_) => {
+            return Err(format!(
+                "--max-rate {} is a bit rate: give datagrams per second (e.g. 2Mpps), which do not depend on the packet size",
+                args.max_rate
+            ))
+        }
+    };
     Ok(ServerLimits {
         max_bytes: args.max_bytes.0,
         max_streams: args.max_streams,
@@ -99,6 +114,9 @@ fn limits(args: &ServeArgs, listen: SocketAddr) -> Result<ServerLimits, String> 
         allow_unauthenticated: args.allow_unauthenticated_suites,
         max_tunnel_threads: args.max_tunnel_threads,
         max_run_time: std::time::Duration::from_secs(args.max_run_time),
+        max_pps,
+        max_trial_time: std::time::Duration::from_secs(args.max_trial_time),
+        max_trials: args.max_trials,
     })
 }
 

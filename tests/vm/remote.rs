@@ -6,7 +6,8 @@
 //! data port and a TCP connection on another port keeps working; kill -9 of the client
 //! makes the server remove its SAs and policies; kill -9 of the server leaves them, and
 //! its next start removes them; a rogue key holder's hello with port 65000 and 1000 streams
-//! (which wrapped to ports 0..463 in release) is refused and installs no policy at all.
+//! (which wrapped to ports 0..463 in release) is refused and installs no policy at all; UDP
+//! trials and latency probes cross ESP too.
 //! Needs root, vng and a kernel in /boot; skips otherwise.
 
 use crate::{common, remote_common};
@@ -64,6 +65,40 @@ fn guest_remote_xfrm() {
         }
         lab.nothing_installed().unwrap();
     }
+
+    // Issue 26: UDP datagrams and latency probes between the hosts go through ESP too (the
+    // transport-mode policies select them): both SAs count them, the echoes included.
+    let r = report(&lab.run(&[
+        "--backend",
+        "xfrm",
+        "--udp",
+        "--packet-size",
+        "512",
+        "--rate",
+        "2kpps",
+        "--time",
+        "1",
+        "--latency",
+        "--json",
+        "-",
+    ]));
+    let t = &r["udp"]["trials"][0];
+    let (sent, received) = (t["sent"].as_u64().unwrap(), t["received"].as_u64().unwrap());
+    assert!(
+        sent > 1500 && received >= sent * 9 / 10 && t["corrupted"] == 0,
+        "{t}"
+    );
+    let idle = &r["latency"]["phases"][0];
+    assert!(idle["probes_received"].as_u64().unwrap() > 100, "{idle}");
+    let d = &r["backend_details"]["xfrm"];
+    for end in ["client", "server"] {
+        let packets = sa_packets(&d[end]);
+        assert!(
+            packets.iter().all(|p| *p > 500) && packets.iter().any(|p| *p > received),
+            "{end}: {d}"
+        );
+    }
+    lab.nothing_installed().unwrap();
 
     // Issue 10: a port-wrapping hello from a rogue key holder, xfrm with real keys in the
     // lab's ranges. Refused as usage; no policy (certainly none below port 1024) appears.

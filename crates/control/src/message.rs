@@ -7,8 +7,14 @@
 //! client: Hello{request, keys} server: Ready{environment, end} | Busy | Refused{kind, reason}
 //! client: Receive{attempt}     server: Listening, then Received{transfer} | Failed{reason}
 //! client: Send{attempt}        server: Sent{transfer} | Failed{reason}     (--reverse)
+//! client: ReceiveDatagrams{trial} server: Listening; client sends, then
+//! client: DatagramsSent{sent}  server: DatagramsReceived{received} | Failed{reason}
+//! client: SendDatagrams{trial} server: DatagramsSent{sent} | Failed{reason} (--udp --reverse)
 //! client: Finish               server: Finished{details}
 //! ```
+//!
+//! A UDP run (`udp` in the request) makes trials instead of transfers; with `latency` the
+//! server echoes the client's probes from its `Ready` to its `Finished`.
 //!
 //! The hello carries a [`PeerRequest`], never a plan: the server checks it against its own
 //! limits and derives its end itself (see [`crate::request`]). Anything else, or silence
@@ -22,15 +28,16 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zeroize::Zeroizing;
 
 use crate::noise::MAX_PLAINTEXT;
-use crate::request::{PeerRequest, ServerEnd};
+use crate::request::{PeerRequest, ServerEnd, TrialRequest};
 use crate::ControlError;
 
 /// Protocol version; bumped on any incompatible change to [`Message`] or to the data
 /// streams the run exchanges. Version 2: the hello carries a request instead of the
 /// client's whole plan. Version 3: the data streams carry payload format 2 (stream header
 /// version 2, see crate `traffic`), so a client and a server of different payloads refuse
-/// each other at the hello, not at the first stream.
-pub const VERSION: u16 = 3;
+/// each other at the hello, not at the first stream. Version 4: UDP trials and latency
+/// probes (the request's `udp` and `latency`, the datagram messages).
+pub const VERSION: u16 = 4;
 /// Largest encoded message: what fits one Noise message with its tag.
 pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
@@ -65,6 +72,14 @@ pub enum Message {
     Send { attempt: u32 },
     /// Server: what its sender measured.
     Sent { transfer: TransferSide },
+    /// Client: receive UDP trial `trial` (the client sends; `DatagramsSent` ends it).
+    ReceiveDatagrams { trial: TrialRequest },
+    /// Client: send UDP trial `trial` to the client's receiver (`--reverse`).
+    SendDatagrams { trial: TrialRequest },
+    /// Either end: what its sender did in the trial; from the client, also "drain and count".
+    DatagramsSent { sent: SentDatagrams },
+    /// Server: what its receiver counted in the trial.
+    DatagramsReceived { received: ReceivedDatagrams },
     /// Server: a step failed; its end is being removed.
     Failed { reason: String },
     /// Client: the transfers are done; report and tear down.
@@ -86,10 +101,69 @@ impl Message {
             Message::Received { .. } => "received",
             Message::Send { .. } => "send",
             Message::Sent { .. } => "sent",
+            Message::ReceiveDatagrams { .. } => "receive_datagrams",
+            Message::SendDatagrams { .. } => "send_datagrams",
+            Message::DatagramsSent { .. } => "datagrams_sent",
+            Message::DatagramsReceived { .. } => "datagrams_received",
             Message::Failed { .. } => "failed",
             Message::Finish => "finish",
             Message::Finished { .. } => "finished",
         }
+    }
+}
+
+/// A UDP sender's account of one trial (crate `traffic`'s `udp::Sent`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentDatagrams {
+    pub sent: u64,
+    pub refused: u64,
+    pub seconds: f64,
+    pub calls: u64,
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+}
+
+/// A UDP receiver's count of one trial (crate `traffic`'s `udp::Counts`), and the bytes its
+/// link received meanwhile where it could read them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceivedDatagrams {
+    pub received: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    pub corrupted: u64,
+    pub payload_bytes: u64,
+    pub jitter_ms: f64,
+    pub receive_seconds: f64,
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+    pub wall_s: f64,
+}
+
+/// Whether every figure of a peer's account is a finite, non-negative number: what a
+/// report may show.
+pub fn plausible(figures: &[f64]) -> bool {
+    figures.iter().all(|f| f.is_finite() && *f >= 0.0)
+}
+
+impl SentDatagrams {
+    pub fn plausible(&self) -> bool {
+        plausible(&[self.seconds, self.cpu_user_s, self.cpu_system_s])
+    }
+}
+
+impl ReceivedDatagrams {
+    /// Finite figures, and no more datagrams counted than `sent` sent.
+    pub fn plausible(&self, sent: &SentDatagrams) -> bool {
+        plausible(&[
+            self.jitter_ms,
+            self.receive_seconds,
+            self.cpu_user_s,
+            self.cpu_system_s,
+            self.wall_s,
+        ]) && self.received <= sent.sent
+            && self.reordered <= self.received
     }
 }
 
@@ -268,6 +342,8 @@ mod tests {
             tunnel_threads: 2,
             family: model::Family::Ipv6,
             encap: Some(model::Encap::EspInUdp { port: 4500 }),
+            udp: None,
+            latency: false,
         }
     }
 
@@ -302,6 +378,7 @@ mod tests {
                 end: ServerEnd {
                     tunnel: crate::request::choose_tunnel_net(&[]),
                     link_mtu: 1400,
+                    max_pps: Some(2e6),
                 },
             },
             Message::Busy,
@@ -347,7 +424,16 @@ mod tests {
     #[test]
     fn other_versions_are_named() {
         let e = decode(br#"{"v":1,"msg":{"type":"busy"}}"#).unwrap_err();
-        assert!(matches!(e, ControlError::Version { got: 1, supported: 3 }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ControlError::Version {
+                    got: 1,
+                    supported: VERSION
+                }
+            ),
+            "{e}"
+        );
     }
 
     /// A peer of the release before payload format 2 speaks version 2: refused at its hello
@@ -361,10 +447,19 @@ mod tests {
         .unwrap();
         old["v"] = 2.into();
         let e = decode(&serde_json::to_vec(&old).unwrap()).unwrap_err();
-        assert!(matches!(e, ControlError::Version { got: 2, supported: 3 }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ControlError::Version {
+                    got: 2,
+                    supported: VERSION
+                }
+            ),
+            "{e}"
+        );
         let message = e.to_string();
         assert!(
-            message.contains("version 2") && message.contains("speaks version 3"),
+            message.contains("version 2") && message.contains("speaks version 4"),
             "{message}"
         );
         assert!(message.contains("same release on both hosts"), "{message}");
@@ -376,11 +471,11 @@ mod tests {
             &b""[..],
             b"null",
             b"{}",
-            br#"{"v":3}"#,
-            br#"{"v":3,"msg":{"type":"launch_missiles"}}"#,
-            br#"{"v":3,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
-            br#"{"v":3,"msg":{"type":"receive","attempt":-1}}"#,
-            br#"{"v":3,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
+            br#"{"v":4}"#,
+            br#"{"v":4,"msg":{"type":"launch_missiles"}}"#,
+            br#"{"v":4,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
+            br#"{"v":4,"msg":{"type":"receive","attempt":-1}}"#,
+            br#"{"v":4,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
             b"\xff\xfe",
         ] {
             assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
@@ -397,7 +492,7 @@ mod tests {
     fn odd_or_non_hex_key_material_is_refused() {
         for bad in ["abc", "zz", &"00".repeat(513)] {
             let text = format!(
-                r#"{{"v":3,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
+                r#"{{"v":4,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
                 serde_json::to_string(&request()).unwrap()
             );
             assert!(decode(text.as_bytes()).is_err(), "{bad}");
@@ -421,14 +516,14 @@ mod tests {
         ] {
             let mut r = good.clone();
             r[field] = value;
-            let text = serde_json::json!({"v": 3, "msg": {"type": "hello", "request": r, "keys": {}}});
+            let text = serde_json::json!({"v": VERSION, "msg": {"type": "hello", "request": r, "keys": {}}});
             let e = decode(text.to_string().as_bytes()).unwrap_err();
             assert!(e.to_string().contains(field), "{field}: {e}");
         }
         for (field, value) in [("data_port", 70_000), ("streams", -1), ("link_mtu", -5)] {
             let mut r = good.clone();
             r[field] = value.into();
-            let text = serde_json::json!({"v": 3, "msg": {"type": "hello", "request": r, "keys": {}}});
+            let text = serde_json::json!({"v": VERSION, "msg": {"type": "hello", "request": r, "keys": {}}});
             assert!(decode(text.to_string().as_bytes()).is_err(), "{field}");
         }
     }

@@ -11,6 +11,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use model::packets::{min_packet_size, PacketSize};
 use model::{Backend, CipherSuite, CryptoChoice, Family};
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,26 @@ pub struct PeerRequest {
     /// ESP in UDP (`--encap udp`, xfrm only): both hosts bind this port for decapsulation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encap: Option<model::Encap>,
+    /// UDP trials (`--udp`, `--find-ndr`) of datagrams this size instead of TCP transfers;
+    /// each trial's rate and length come in its own [`TrialRequest`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<PacketSize>,
+    /// A latency responder on the server (`--latency`), on the port after the data ports,
+    /// echoing only the client's probes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub latency: bool,
+}
+
+/// One UDP trial, as the client asks for it: the server checks it against its own limits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialRequest {
+    /// 1 for the run's first trial, then one more each.
+    pub number: u32,
+    /// Datagrams per second; None: as fast as the sender goes (the server's own sender
+    /// then paces at its `--max-rate`).
+    pub pps: Option<f64>,
+    pub seconds: f64,
 }
 
 fn one() -> u16 {
@@ -58,7 +79,7 @@ fn is_one(n: &u16) -> bool {
 pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 576..=9000;
 
 /// A server's own bounds on what a client may ask for; each has a `serve` flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ServerLimits {
     /// `--max-bytes`: payload bytes per transfer.
     pub max_bytes: u64,
@@ -75,6 +96,13 @@ pub struct ServerLimits {
     pub max_tunnel_threads: u16,
     /// `--max-run-time`: how long a run may hold the server, from its hello to its end.
     pub max_run_time: std::time::Duration,
+    /// `--max-rate`: datagrams per second a UDP trial may ask for; also the rate the
+    /// server's own sender keeps when asked for "unlimited".
+    pub max_pps: f64,
+    /// `--max-trial-time`: seconds of one UDP trial.
+    pub max_trial_time: std::time::Duration,
+    /// `--max-trials`: UDP trials in one run (a `--find-ndr` search takes up to about 90).
+    pub max_trials: u32,
 }
 
 impl Default for ServerLimits {
@@ -90,6 +118,9 @@ impl Default for ServerLimits {
             allow_unauthenticated: false,
             max_tunnel_threads: 4,
             max_run_time: std::time::Duration::from_secs(1800),
+            max_pps: 2e6,
+            max_trial_time: std::time::Duration::from_secs(30),
+            max_trials: 200,
         }
     }
 }
@@ -149,6 +180,22 @@ pub enum RequestError {
         "ESP in UDP needs the xfrm backend (and a port of 1024 or above, outside the data ports), not {0}"
     )]
     Encap(String),
+    #[error("UDP datagrams of {got} bytes: a packet holds {least} to {mtu} bytes on this link")]
+    PacketSize { got: String, least: u32, mtu: u32 },
+    #[error("UDP trials send one flow: {0} streams is one too many")]
+    UdpStreams(u16),
+    #[error("the latency probes' port {0} (the one after the data ports) is outside this server's range {1} (`ipsec-lab serve --data-ports` widens it)")]
+    ProbePort(u32, PortRange),
+    #[error("the client asked for a UDP trial in a run without --udp")]
+    NotUdp,
+    #[error("the server sent a UDP rate limit of {0}: a UDP run needs a rate of 1 datagram/s or more, a TCP run none")]
+    ServerRate(String),
+    #[error("the client asked for trial {got} after {done} (trials come in order, at most {max}: `ipsec-lab serve --max-trials` raises it)")]
+    TrialNumber { got: u32, done: u32, max: u32 },
+    #[error("a trial at {got} datagrams/s is above this server's limit of {max} (`ipsec-lab serve --max-rate` raises it)")]
+    TrialRate { got: String, max: String },
+    #[error("a trial of {got} s is outside this server's limit of 0 to {max} s (`ipsec-lab serve --max-trial-time` raises it)")]
+    TrialTime { got: String, max: u64 },
 }
 
 impl ServerLimits {
@@ -223,6 +270,54 @@ impl ServerLimits {
             if r.backend != Backend::Xfrm || port < 1024 || self.data_ports.contains(port) {
                 return Err(RequestError::Encap(format!("{} on port {port}", r.backend)));
             }
+        }
+        if let Some(size) = r.udp {
+            let least = min_packet_size(r.family);
+            if size.smallest() < least || size.largest() > r.link_mtu {
+                return Err(RequestError::PacketSize {
+                    got: size.to_string(),
+                    least,
+                    mtu: r.link_mtu,
+                });
+            }
+            if r.streams != 1 {
+                return Err(RequestError::UdpStreams(r.streams));
+            }
+        }
+        if r.latency {
+            let port = u32::from(r.data_port) + u32::from(r.streams);
+            if !u16::try_from(port).is_ok_and(|p| self.data_ports.contains(p)) {
+                return Err(RequestError::ProbePort(port, self.data_ports));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the server runs trial `t` of `r` after `done` trials.
+    pub fn check_trial(&self, r: &PeerRequest, t: &TrialRequest, done: u32) -> Result<(), RequestError> {
+        if r.udp.is_none() {
+            return Err(RequestError::NotUdp);
+        }
+        if t.number != done.saturating_add(1) || t.number > self.max_trials {
+            return Err(RequestError::TrialNumber {
+                got: t.number,
+                done,
+                max: self.max_trials,
+            });
+        }
+        if let Some(pps) = t.pps {
+            if !(pps.is_finite() && pps > 0.0 && pps <= self.max_pps) {
+                return Err(RequestError::TrialRate {
+                    got: format!("{pps}"),
+                    max: format!("{}", self.max_pps),
+                });
+            }
+        }
+        if !(t.seconds.is_finite() && t.seconds > 0.0 && t.seconds <= self.max_trial_time.as_secs_f64()) {
+            return Err(RequestError::TrialTime {
+                got: format!("{}", t.seconds),
+                max: self.max_trial_time.as_secs(),
+            });
         }
         Ok(())
     }
@@ -474,13 +569,17 @@ pub fn choose_tunnel_net_for(family: Family, in_use: &[Cidr]) -> Option<TunnelAd
 }
 
 /// What the server decided for its end, sent in `Ready`: what the client needs to build its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerEnd {
     /// The userspace tunnel's inner addresses (only for that backend).
     pub tunnel: Option<TunnelAddresses>,
     /// The link MTU both ends use: the smaller of the two hosts'.
     pub link_mtu: u32,
+    /// A UDP run's fastest trial (the server's `--max-rate`): the client asks for no more,
+    /// and paces an "unlimited" trial there, either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pps: Option<f64>,
 }
 
 impl ServerEnd {
@@ -514,6 +613,11 @@ impl ServerEnd {
                 ours: request.link_mtu,
             });
         }
+        match (request.udp, self.max_pps) {
+            (Some(_), Some(pps)) if pps.is_finite() && pps >= 1.0 => {}
+            (None, None) => {}
+            (_, pps) => return Err(RequestError::ServerRate(format!("{pps:?}"))),
+        }
         Ok(())
     }
 }
@@ -538,6 +642,8 @@ mod tests {
             tunnel_threads: 1,
             family: Family::Ipv4,
             encap: None,
+            udp: None,
+            latency: false,
         }
     }
 
@@ -569,6 +675,102 @@ mod tests {
         assert!(json.get("tunnel_threads").is_none(), "{json}");
         assert_eq!(serde_json::from_value::<PeerRequest>(json).unwrap(), request());
         assert_eq!(serde_json::to_value(threads(3)).unwrap()["tunnel_threads"], 3);
+    }
+
+    /// A UDP run: datagrams that fit the link, one flow, and the probes' port inside the
+    /// server's data ports; each trial in order, within the rate, time and count limits.
+    #[test]
+    fn udp_requests_and_trials_stay_within_the_servers_limits() {
+        let udp = |size| PeerRequest {
+            udp: Some(size),
+            ..request()
+        };
+        let limits = ServerLimits::default();
+        limits.check(&udp(PacketSize::Fixed(64))).unwrap();
+        limits.check(&udp(PacketSize::Imix)).unwrap();
+        for size in [
+            PacketSize::Fixed(0),
+            PacketSize::Fixed(43),
+            PacketSize::Fixed(1501),
+            PacketSize::Fixed(u32::MAX),
+        ] {
+            assert!(
+                matches!(refused(udp(size)), RequestError::PacketSize { .. }),
+                "{size:?}"
+            );
+        }
+        // IMIX's 1500-byte packets do not fit a 1400-byte link.
+        let narrow = PeerRequest {
+            link_mtu: 1400,
+            ..udp(PacketSize::Imix)
+        };
+        assert!(matches!(refused(narrow), RequestError::PacketSize { .. }));
+        let e = refused(PeerRequest {
+            streams: 2,
+            ..udp(PacketSize::Fixed(64))
+        });
+        assert_eq!(e, RequestError::UdpStreams(2));
+        // The probes take the port after the data ports: 5298 is the range's last.
+        let probes = |data_port| PeerRequest {
+            latency: true,
+            data_port,
+            ..request()
+        };
+        limits.check(&probes(5297)).unwrap();
+        let e = refused(probes(5298));
+        assert!(matches!(e, RequestError::ProbePort(5299, _)), "{e}");
+        assert!(e.to_string().contains("--data-ports"), "{e}");
+        let wide = ServerLimits {
+            data_ports: PortRange {
+                low: 1024,
+                high: 65535,
+            },
+            ..limits
+        };
+        assert!(matches!(
+            wide.check(&probes(65535)).unwrap_err(),
+            RequestError::ProbePort(65536, _)
+        ));
+
+        let r = udp(PacketSize::Fixed(64));
+        let trial = |number, pps, seconds| TrialRequest { number, pps, seconds };
+        limits.check_trial(&r, &trial(1, None, 2.0), 0).unwrap();
+        limits.check_trial(&r, &trial(2, Some(2e6), 30.0), 1).unwrap();
+        assert_eq!(
+            limits.check_trial(&request(), &trial(1, None, 2.0), 0),
+            Err(RequestError::NotUdp)
+        );
+        for (t, done, flag) in [
+            (trial(1, None, 2.0), 1, "--max-trials"),
+            (trial(3, None, 2.0), 1, "--max-trials"),
+            (trial(201, None, 2.0), 200, "--max-trials"),
+            (trial(1, Some(2.1e6), 2.0), 0, "--max-rate"),
+            (trial(1, Some(0.0), 2.0), 0, "--max-rate"),
+            (trial(1, Some(-5.0), 2.0), 0, "--max-rate"),
+            (trial(1, Some(f64::NAN), 2.0), 0, "--max-rate"),
+            (trial(1, Some(f64::INFINITY), 2.0), 0, "--max-rate"),
+            (trial(1, None, 30.5), 0, "--max-trial-time"),
+            (trial(1, None, 0.0), 0, "--max-trial-time"),
+            (trial(1, None, f64::NAN), 0, "--max-trial-time"),
+        ] {
+            let e = limits.check_trial(&r, &t, done).unwrap_err();
+            assert!(e.to_string().contains(flag), "{t:?} after {done}: {e}");
+        }
+        // Absent on the wire unless asked for: a TCP request reads as it always did.
+        let json = serde_json::to_value(request()).unwrap();
+        assert!(
+            json.get("udp").is_none() && json.get("latency").is_none(),
+            "{json}"
+        );
+        let json = serde_json::to_value(PeerRequest {
+            latency: true,
+            ..udp(PacketSize::Imix)
+        })
+        .unwrap();
+        assert_eq!(
+            (&json["udp"], &json["latency"]),
+            (&serde_json::json!("imix"), &serde_json::json!(true))
+        );
     }
 
     #[test]
@@ -799,6 +1001,7 @@ mod tests {
         let good = ServerEnd {
             tunnel: choose_tunnel_net(&[]),
             link_mtu: 1500,
+            max_pps: None,
         };
         good.check(&r).unwrap();
         for (client, server) in [
@@ -835,6 +1038,17 @@ mod tests {
         };
         assert!(good.check(&plain).is_err());
         assert!(ServerEnd { tunnel: None, ..good }.check(&r).is_err());
+        // A UDP run's rate limit, present and a number; none for a TCP run.
+        let udp = PeerRequest {
+            udp: Some(PacketSize::Fixed(64)),
+            ..request()
+        };
+        let limited = |max_pps| ServerEnd { max_pps, ..good };
+        limited(Some(2e6)).check(&udp).unwrap();
+        for bad in [None, Some(0.0), Some(f64::NAN), Some(f64::INFINITY), Some(-1.0)] {
+            assert!(limited(bad).check(&udp).is_err(), "{bad:?}");
+        }
+        assert!(limited(Some(2e6)).check(&request()).is_err());
     }
 
     #[test]
@@ -883,6 +1097,7 @@ mod tests {
         let good = ServerEnd {
             tunnel: choose_tunnel_net_v6(&[]),
             link_mtu: 1500,
+            max_pps: None,
         };
         good.check(&r).unwrap();
         // IPv4 addresses for an IPv6 run, addresses outside 2001:2::/48, mixed families,

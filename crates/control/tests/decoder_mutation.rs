@@ -25,6 +25,8 @@ fn seeds() -> Vec<Vec<u8>> {
         tunnel_threads: 1,
         family: model::Family::Ipv6,
         encap: None,
+        udp: Some(model::packets::PacketSize::Imix),
+        latency: true,
     };
     [
         Message::Hello {
@@ -41,6 +43,37 @@ fn seeds() -> Vec<Vec<u8>> {
             },
         },
         Message::Receive { attempt: 3 },
+        Message::ReceiveDatagrams {
+            trial: control::TrialRequest {
+                number: 2,
+                pps: Some(1.5e5),
+                seconds: 0.5,
+            },
+        },
+        Message::DatagramsSent {
+            sent: control::SentDatagrams {
+                sent: 10,
+                refused: 0,
+                seconds: 0.5,
+                calls: 2,
+                cpu_user_s: 0.1,
+                cpu_system_s: 0.2,
+            },
+        },
+        Message::DatagramsReceived {
+            received: control::ReceivedDatagrams {
+                received: 9,
+                reordered: 1,
+                duplicates: 0,
+                corrupted: 0,
+                payload_bytes: 9000,
+                jitter_ms: 0.01,
+                receive_seconds: 0.5,
+                cpu_user_s: 0.1,
+                cpu_system_s: 0.1,
+                wall_s: 0.7,
+            },
+        },
         Message::Finished {
             details: model::evidence::EndEvidence::Openvpn(model::evidence::OpenvpnProcess {
                 side: "a".into(),

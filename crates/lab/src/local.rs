@@ -175,8 +175,9 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         Some(search) if plan.backend().encrypts() => {
             let plain = plan.line_rate();
             progress.note("searching the bare link's NDR first (the generator's bound)");
+            let mut trial = packets::local_trial(bench, &plain);
             Some(packets::blocking(|| {
-                packets::search_ndr(bench, &plain, search, &mut Vec::new())
+                packets::search_ndr(&plain, search, progress, &mut trial, &mut Vec::new())
             })?)
         }
         _ => None,
@@ -206,7 +207,9 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     let mut iperf3_runs = Vec::new();
     let mut udp = None;
     if plan.workload().udp.is_some() {
-        let run = packets::blocking(|| packets::run(bench, plan, latency.as_ref().map(|l| l.prober())))?;
+        let prober = latency.as_ref().map(|l| l.prober());
+        let mut trial = packets::local_trial(bench, plan);
+        let run = packets::blocking(|| packets::run(plan, prober, progress, &mut trial))?;
         transfers = run.transfers;
         udp = Some(model::packets::UdpReport {
             baseline,

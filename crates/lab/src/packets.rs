@@ -20,6 +20,7 @@ use traffic::CancellationToken;
 use crate::backend::{data_addr, Side};
 use crate::error::{LabError, LabResult};
 use crate::flow::{self, namespace, Bench};
+use crate::progress::Progress;
 
 /// One probe per this interval: fine enough for p99.9 from a couple of seconds of load.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(1);
@@ -127,8 +128,8 @@ pub fn trial(
     if bench.cancel.is_cancelled() {
         return Err(LabError::interrupted());
     }
-    let (sent, tally) = (sent?, received?);
-    let mut trial = tally.trial(&sent, pps, family);
+    let (sent, counts) = (sent?, received?.counts());
+    let mut trial = counts.trial(&sent, pps, family);
     trial.link_bytes = match (
         link_before,
         received_bytes(namespace(topology, to), veth(topology, to)),
@@ -136,7 +137,7 @@ pub fn trial(
         (Some(before), Some(after)) => Some(after.saturating_sub(before)),
         _ => None,
     };
-    Ok((trial, tally.transfer(&sent)))
+    Ok((trial, counts.transfer(&sent)))
 }
 
 fn joined<T>(thread: std::thread::JoinHandle<Result<T, traffic::TrafficError>>, side: &str) -> LabResult<T> {
@@ -152,9 +153,32 @@ pub struct UdpRun {
     pub transfers: Vec<Transfer>,
 }
 
+/// One UDP trial of a plan's datagrams at `pps` (None: unlimited) for `seconds`: its figures
+/// and the transfer its delivered payload makes. Between namespaces [`trial`]; between two
+/// hosts the client's, over the control channel.
+pub type TrialFn<'a> = dyn FnMut(Option<f64>, f64) -> LabResult<(UdpTrial, Transfer)> + 'a;
+
+/// [`trial`] between the bench's namespaces, refused once the run is cancelled.
+pub fn local_trial<'a>(
+    bench: Bench<'a>,
+    plan: &'a RunPlan,
+) -> impl FnMut(Option<f64>, f64) -> LabResult<(UdpTrial, Transfer)> + 'a {
+    move |pps, seconds| {
+        if bench.cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
+        trial(bench, plan, pps, seconds)
+    }
+}
+
 /// `plan`'s UDP trials: `--repeat` at its rate, or the `--find-ndr` search; with a prober,
 /// a latency phase under each load (and, after a search, at shares of the rate it found).
-pub fn run(bench: Bench<'_>, plan: &RunPlan, prober: Option<&ProberHandle>) -> LabResult<UdpRun> {
+pub fn run(
+    plan: &RunPlan,
+    prober: Option<&ProberHandle>,
+    progress: &dyn Progress,
+    trial: &mut TrialFn<'_>,
+) -> LabResult<UdpRun> {
     let workload = plan.workload().udp.expect("a UDP plan");
     let mut transfers = Vec::new();
     let Some(search) = &plan.workload().ndr else {
@@ -164,8 +188,8 @@ pub fn run(bench: Bench<'_>, plan: &RunPlan, prober: Option<&ProberHandle>) -> L
         }
         let mut trials = Vec::new();
         for attempt in 1..=plan.workload().repeat {
-            let (t, transfer) = trial(bench, plan, pps, workload.seconds)?;
-            bench.progress.note(&format!(
+            let (t, transfer) = trial(pps, workload.seconds)?;
+            progress.note(&format!(
                 "UDP trial {attempt}/{}: {}",
                 plan.workload().repeat,
                 trial_line(&t)
@@ -186,7 +210,7 @@ pub fn run(bench: Bench<'_>, plan: &RunPlan, prober: Option<&ProberHandle>) -> L
     if let Some(p) = prober {
         p.phase("during the search", None);
     }
-    let ndr = search_ndr(bench, plan, search, &mut transfers)?;
+    let ndr = search_ndr(plan, search, progress, trial, &mut transfers)?;
     if let Some(p) = prober {
         let best = ndr.bounds.iter().rev().find(|b| b.pps > 0.0);
         if let Some(bound) = best {
@@ -194,7 +218,7 @@ pub fn run(bench: Bench<'_>, plan: &RunPlan, prober: Option<&ProberHandle>) -> L
                 let pps = bound.pps * share;
                 p.phase(&format!("at {:.0} % of {}", share * 100.0, bound.name), Some(pps));
                 // The load for the probes; its figures are the search's to give.
-                trial(bench, plan, Some(pps), workload.seconds)?;
+                trial(Some(pps), workload.seconds)?;
             }
         }
     }
@@ -213,24 +237,20 @@ pub fn run(bench: Bench<'_>, plan: &RunPlan, prober: Option<&ProberHandle>) -> L
 /// trials at the rates it found, one per bound that found one (the unlimited trial where
 /// none did).
 pub fn search_ndr(
-    bench: Bench<'_>,
     plan: &RunPlan,
     search: &model::packets::NdrSearch,
+    progress: &dyn Progress,
+    trial: &mut TrialFn<'_>,
     transfers: &mut Vec<Transfer>,
 ) -> LabResult<NdrReport> {
     let workload = plan.workload().udp.expect("a UDP plan");
     let label = plan.backend().name();
     let mut done = Vec::new();
     let report = traffic::ndr::find(search, workload.packet_size, workload.seconds, |pps, seconds| {
-        if bench.cancel.is_cancelled() {
-            return Err(LabError::interrupted());
-        }
-        let (t, transfer) = trial(bench, plan, pps, seconds)?;
-        bench
-            .progress
-            .note(&format!("{label} NDR search: {}", trial_line(&t)));
+        let (t, transfer) = trial(pps, seconds)?;
+        progress.note(&format!("{label} NDR search: {}", trial_line(&t)));
         done.push((t.clone(), transfer));
-        Ok(t)
+        Ok::<_, LabError>(t)
     })?;
     let before = transfers.len();
     for bound in &report.bounds {
@@ -269,20 +289,15 @@ pub struct Latency {
     stop: CancellationToken,
 }
 
-/// The UDP port the probes use: the first above the data ports.
-fn probe_port(plan: &RunPlan) -> u16 {
-    plan.workload().port + plan.workload().parallel
-}
-
 impl Latency {
-    /// Starts the responder at the receiving side and the prober at the sending side, over
-    /// the same data path as the run's data, then probes the idle path for [`IDLE_PROBING`].
+    /// Starts the responder at end B and the prober at end A (as between two hosts, where
+    /// the server is B), over the same data path as the run's data, then probes the idle
+    /// path for [`IDLE_PROBING`].
     pub fn start(bench: Bench<'_>, plan: &RunPlan) -> LabResult<Latency> {
         let topology = bench.topology;
         let hosts = bench.hosts();
-        let (from, to) = sides(plan);
-        let port = probe_port(plan);
-        let target = SocketAddr::new(data_addr(plan, hosts, to).ip(), port);
+        let (from, to) = (Side::A, Side::B);
+        let target = SocketAddr::new(data_addr(plan, hosts, to).ip(), plan.workload().probe_port());
         let source = data_addr(plan, hosts, from).ip();
         let responder = namespace(topology, to)
             .run(move || Responder::bind(target).map(|r| r.only_from(source)))?

@@ -56,6 +56,8 @@ pub struct ModesRequest {
 #[derive(Debug, Clone, Copy)]
 pub struct RunContext {
     pub peer: bool,
+    /// UDP trials (`--udp`, `--find-ndr`): timed by `--time`, with a peer too.
+    pub udp: bool,
     pub reverse: bool,
     pub with_iperf3: bool,
     /// The xfrm backend in transport mode: its policies select one direction's data ports.
@@ -107,6 +109,8 @@ impl ModesRequest {
             (self.bidir, "--bidir"),
         ];
         if run.peer {
+            // A UDP trial's length is its --time; the rest are TCP's.
+            let given = if run.udp { &given[1..] } else { &given[..] };
             if let Some((_, flag)) = given.iter().find(|(on, _)| *on) {
                 return Err(ModesError::Peer(flag));
             }
@@ -267,6 +271,7 @@ mod tests {
     fn local() -> RunContext {
         RunContext {
             peer: false,
+            udp: false,
             reverse: false,
             with_iperf3: false,
             one_way_policies: false,
@@ -323,6 +328,7 @@ mod tests {
         };
         let ctx = |peer, reverse, with_iperf3, one_way_policies| RunContext {
             peer,
+            udp: false,
             reverse,
             with_iperf3,
             one_way_policies,

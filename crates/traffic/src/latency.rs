@@ -159,6 +159,8 @@ pub enum Discard {
     Duplicate,
     /// An echo whose phase or send time is not what was sent under its sequence number.
     Altered,
+    /// A probe beyond the responder's rate ([`Responder::at_most`]).
+    OverRate,
 }
 
 /// The responder's whole protocol: the echo to send back for `datagram`, received at
@@ -213,6 +215,8 @@ pub struct Responder {
     socket: UdpSocket,
     local: SocketAddr,
     only_from: Option<IpAddr>,
+    /// Echoes a second at most, and a second's worth in a burst.
+    per_second: Option<f64>,
     /// Zero of the clock `responder_ns` is read on.
     epoch: Instant,
 }
@@ -232,6 +236,7 @@ impl Responder {
             socket,
             local,
             only_from: None,
+            per_second: None,
             epoch: Instant::now(),
         })
     }
@@ -249,6 +254,15 @@ impl Responder {
         }
     }
 
+    /// Echoes at most `per_second` probes a second (a burst of a second's worth): a server's
+    /// bound on what a key holder makes it send, whatever rate it probes at.
+    pub fn at_most(self, per_second: u32) -> Responder {
+        Responder {
+            per_second: Some(f64::from(per_second)),
+            ..self
+        }
+    }
+
     /// Echoes every well-formed probe until `stop` is cancelled (noticed within 50 ms);
     /// returns how many it echoed. Malformed datagrams and those from other addresses are
     /// dropped and counted (logged at debug level when it stops).
@@ -259,6 +273,7 @@ impl Responder {
         let mut echoed = 0u64;
         let mut send_failures = 0u64;
         let mut discards = Discards::new();
+        let mut budget = self.per_second.map(|rate| TokenBucket::new(rate, Instant::now()));
         while !stop.is_cancelled() {
             let (len, from) = match self.socket.recv_from(&mut buf) {
                 Ok(received) => received,
@@ -276,6 +291,10 @@ impl Responder {
                 count(&mut discards, Discard::Foreign);
                 continue;
             }
+            if budget.as_mut().is_some_and(|b| !b.take(Instant::now())) {
+                count(&mut discards, Discard::OverRate);
+                continue;
+            }
             match echo_for(&buf[..len], responder_ns) {
                 // A failed echo is a lost round trip, which the prober counts; the path may
                 // recover (ENOBUFS under load), so keep going.
@@ -291,6 +310,36 @@ impl Responder {
             self.local
         );
         Ok(echoed)
+    }
+}
+
+/// `rate` tokens a second, holding a second's worth at most.
+struct TokenBucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: f64, now: Instant) -> TokenBucket {
+        TokenBucket {
+            rate,
+            tokens: rate,
+            at: now,
+        }
+    }
+
+    /// Takes a token if one is there at `now`.
+    fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -1027,6 +1076,47 @@ mod tests {
 
         assert_eq!((phases[0].probes_sent, phases[0].probes_received), (1, 1));
         assert_sane(&phases[0]);
+    }
+
+    /// A second's worth in a burst, then the rate: a client probing faster gets no more.
+    #[test]
+    fn the_token_bucket_keeps_the_rate_it_states() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(100.0, start);
+        let taken = (0..1000).filter(|_| bucket.take(start)).count();
+        assert_eq!(taken, 100);
+        // 50 ms later, 5 more; never more than a second's worth, however long it waited.
+        let later = start + Duration::from_millis(50);
+        assert_eq!((0..1000).filter(|_| bucket.take(later)).count(), 5);
+        let much_later = later + Duration::from_secs(60);
+        assert_eq!((0..1000).filter(|_| bucket.take(much_later)).count(), 100);
+    }
+
+    #[test]
+    fn a_rate_capped_responder_drops_the_probes_beyond_its_rate() {
+        let capped = Responder::bind(LOOPBACK).unwrap().at_most(10);
+        let target = capped.local_addr();
+        let (stop, responder) = spawn_responder(capped);
+        let client = UdpSocket::bind(LOOPBACK).unwrap();
+        client.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        for seq in 0..50 {
+            let probe = Probe {
+                kind: ProbeKind::Probe,
+                phase: 0,
+                seq,
+                sent_ns: seq,
+                responder_ns: 0,
+            };
+            client.send_to(&probe.encode(), target).unwrap();
+        }
+        let mut buf = [0u8; 64];
+        let mut echoes = 0;
+        while client.recv_from(&mut buf).is_ok() {
+            echoes += 1;
+        }
+        stop.cancel();
+        assert_eq!(responder.join().unwrap().unwrap(), echoes);
+        assert_eq!(echoes, 10);
     }
 
     #[test]

@@ -282,6 +282,42 @@ impl Tally {
         self.last_arrival = arrival_ns;
     }
 
+    /// What the receiver counted: the figures a report (or a peer) takes.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            received: self.received,
+            reordered: self.reordered,
+            duplicates: self.duplicates,
+            corrupted: self.corrupted,
+            payload_bytes: self.payload_bytes,
+            jitter_ms: self.jitter_ns / 1e6,
+            receive_seconds: self
+                .first_arrival
+                .map_or(0.0, |first| (self.last_arrival - first) as f64 / 1e9),
+            cpu: self.cpu,
+            wall_s: self.wall_s,
+        }
+    }
+}
+
+/// A receiver's figures for one trial, apart from its bookkeeping: what crosses to the
+/// other host in a two-host run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    pub received: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    pub corrupted: u64,
+    pub payload_bytes: u64,
+    pub jitter_ms: f64,
+    /// First arrival to last.
+    pub receive_seconds: f64,
+    /// The receiving thread's CPU time, and the wall time it ran.
+    pub cpu: CpuTime,
+    pub wall_s: f64,
+}
+
+impl Counts {
     /// The trial as both ends saw it.
     pub fn trial(&self, sent: &Sent, offered_pps: Option<f64>, family: Family) -> UdpTrial {
         let overhead = u64::from(ip_header(family) + UDP_HEADER);
@@ -302,18 +338,14 @@ impl Tally {
             reordered: self.reordered,
             duplicates: self.duplicates,
             corrupted: self.corrupted,
-            jitter_ms: self.jitter_ns / 1e6,
-            receive_seconds: self
-                .first_arrival
-                .map_or(0.0, |first| (self.last_arrival - first) as f64 / 1e9),
+            jitter_ms: self.jitter_ms,
+            receive_seconds: self.receive_seconds,
             payload_bytes: self.payload_bytes,
             packet_bytes: self.payload_bytes + self.received * overhead,
             link_bytes: None,
         }
     }
-}
 
-impl Tally {
     /// The trial as a transfer of its delivered payload, for the report's MB/s: timed by
     /// the sender's clock (what was offered in that time and came through), verified when
     /// no datagram failed its check.
@@ -477,7 +509,7 @@ mod tests {
         t.record(&datagram(9, 0, size)[..100], 5);
         t.record(&[1, 2, 3], 6);
         assert_eq!((t.received, t.duplicates, t.corrupted), (1, 1, 4));
-        let trial = t.trial(
+        let trial = t.counts().trial(
             &Sent {
                 sent: 10,
                 seconds: 1.0,
@@ -501,14 +533,20 @@ mod tests {
             let transit = if seq % 2 == 0 { 1_000_000 } else { 3_000_000 };
             t.record(&datagram(seq, sent, size), sent + transit);
         }
-        let trial = t.trial(&Sent::default(), None, Family::Ipv4);
+        let trial = t.counts().trial(&Sent::default(), None, Family::Ipv4);
         assert!((trial.jitter_ms - 2.0).abs() < 0.01, "{}", trial.jitter_ms);
         // A steady transit has no jitter.
         let mut steady = tally(size);
         for seq in 0..50u64 {
             steady.record(&datagram(seq, seq * 7, size), seq * 7 + 500);
         }
-        assert_eq!(steady.trial(&Sent::default(), None, Family::Ipv4).jitter_ms, 0.0);
+        assert_eq!(
+            steady
+                .counts()
+                .trial(&Sent::default(), None, Family::Ipv4)
+                .jitter_ms,
+            0.0
+        );
     }
 
     #[test]
@@ -542,7 +580,7 @@ mod tests {
         let sent = sender.run(&config, &stop).unwrap();
         done.cancel();
         let tally = receiving.join().unwrap().unwrap();
-        let trial = tally.trial(&sent, config.pps, config.family);
+        let trial = tally.counts().trial(&sent, config.pps, config.family);
         assert!(trial.sent > 5_000, "{trial:?}");
         assert_eq!(trial.kept_rate, Some(true), "{trial:?}");
         assert_eq!(

@@ -5,13 +5,15 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use control::text::untrusted;
-use control::{Channel, ControlError, Message, Psk};
+use control::{Channel, ControlError, Message, Psk, TrialRequest};
 use model::evidence::{EndEvidence, Evidence, TunnelPair, TwoHostsPath};
+use model::packets::{UdpReport, UdpTrial};
 use model::{Backend, CryptoChoice, Environment, Family, Link, RunPlan, RunReport, Transfer};
 use netns::Namespace;
 use tokio::net::TcpStream;
 use traffic::CancellationToken;
 
+use super::datagrams::{self, Receiving};
 use super::{addressing, link_mtu, peer_request, prefixes_in_use, receiver, STEP_TIMEOUT};
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
@@ -193,10 +195,32 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     };
     let mut end = End::start(plan, &secrets, &site, show).await?;
     drop(secrets);
+    let latency = match plan.workload().latency {
+        true => Some(probe(plan, hosts).await?),
+        false => None,
+    };
+    let prober = latency.as_ref();
     let mut transfers = Vec::new();
-    for attempt in 1..=plan.workload().repeat {
-        transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
+    let mut udp = None;
+    if let Some(max_pps) = server_end.max_pps {
+        let run = trials(plan, hosts, &mut chan, prober, max_pps)?;
+        transfers = run.transfers;
+        udp = Some(run.report);
+    } else {
+        if let Some(p) = prober {
+            p.phase("under TCP load", None);
+        }
+        for attempt in 1..=plan.workload().repeat {
+            transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
+        }
     }
+    let latency = latency
+        .map(|p| p.finish().map_err(|e| LabError::transfer("latency prober", e)))
+        .transpose()?
+        .map(|phases| model::packets::LatencyReport {
+            probe_interval_ms: crate::packets::PROBE_INTERVAL.as_secs_f64() * 1e3,
+            phases,
+        });
     chan.send(&Message::Finish).await.map_err(LabError::from)?;
     let server_details = match chan.recv(STEP_TIMEOUT, "waiting for the server's report").await {
         // Typed on the wire already; of this run's backend, or the server is not to be believed.
@@ -214,6 +238,15 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     drop(end);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
+    if udp.as_ref().is_some_and(|u: &UdpReport| u.ndr.is_some()) && plan.backend().encrypts() {
+        report.notes.push(
+            "no bare-link search between two hosts: `run --peer ... --backend plain --find-ndr` against \
+             the same server shows whether the generator or the tunnel sets the bound"
+                .into(),
+        );
+    }
+    report.udp = udp;
+    report.latency = latency;
     let peer_line = describe_peer(&peer_environment);
     report.peer_environment = Some(peer_environment);
     // The plain backend has no evidence at either end.
@@ -309,6 +342,119 @@ async fn transfer(
         let sent = local.map_err(|e| LabError::transfer("sender", e))?;
         Ok(session::record(plan, received, sent))
     }
+}
+
+/// Starts probing the server's responder over the run's data path (from this host's data
+/// address to the server's, on the probe port) and probes the idle path for a while.
+async fn probe(plan: &RunPlan, hosts: Hosts) -> LabResult<traffic::latency::ProberHandle> {
+    let target = SocketAddr::new(data_addr(plan, hosts, Side::B).ip(), plan.workload().probe_port());
+    let prober = traffic::latency::Prober::start(target, crate::packets::PROBE_INTERVAL)
+        .map_err(|e| LabError::transfer("latency prober", e))?;
+    prober.phase("idle", None);
+    tokio::time::sleep(crate::packets::IDLE_PROBING).await;
+    Ok(prober)
+}
+
+/// The run's UDP trials, or its search, each trial a step with the server. The search is
+/// crate `traffic`'s, which calls a blocking trial: each is driven on this runtime from a
+/// thread allowed to block.
+fn trials(
+    plan: &RunPlan,
+    hosts: Hosts,
+    chan: &mut Channel<TcpStream>,
+    prober: Option<&traffic::latency::ProberHandle>,
+    max_pps: f64,
+) -> LabResult<crate::packets::UdpRun> {
+    let runtime = tokio::runtime::Handle::current();
+    let mut number = 0;
+    let mut trial = |pps: Option<f64>, seconds| {
+        number += 1;
+        // Never above the server's limit; "unlimited" is paced there by either sender.
+        let request = TrialRequest {
+            number,
+            pps: pps.map(|p| p.min(max_pps)),
+            seconds,
+        };
+        runtime.block_on(udp_trial(plan, hosts, chan, request, max_pps))
+    };
+    crate::packets::blocking(|| crate::packets::run(plan, prober, &crate::progress::Quiet, &mut trial))
+}
+
+/// One UDP trial between the hosts: this host sends and the server counts, or (`--reverse`)
+/// the other way; the client puts the two accounts together.
+async fn udp_trial(
+    plan: &RunPlan,
+    hosts: Hosts,
+    chan: &mut Channel<TcpStream>,
+    trial: TrialRequest,
+    max_pps: f64,
+) -> LabResult<(UdpTrial, Transfer)> {
+    let family = plan.link().family;
+    let wait = std::time::Duration::from_secs_f64(trial.seconds) + STEP_TIMEOUT;
+    let (sent, counts) = if plan.workload().reverse {
+        let receiving = Receiving::start(plan, hosts, Side::A, &trial, max_pps)?;
+        chan.send(&Message::SendDatagrams { trial })
+            .await
+            .map_err(LabError::from)?;
+        let sent = match chan.recv(wait, "waiting for the server's trial").await {
+            Ok(Message::DatagramsSent { sent }) if sent.plausible() => datagrams::sent_from_wire(&sent),
+            Ok(other) => return Err(unexpected(&other, "datagrams_sent")),
+            Err(e) => return Err(LabError::from(e)),
+        };
+        let counts = tokio::task::spawn_blocking(move || receiving.finish())
+            .await
+            .map_err(|_| LabError::failed(anyhow::anyhow!("UDP receiver panicked")))??;
+        (sent, counts)
+    } else {
+        chan.send(&Message::ReceiveDatagrams { trial })
+            .await
+            .map_err(LabError::from)?;
+        match chan.recv(STEP_TIMEOUT, "waiting for the server's receiver").await {
+            Ok(Message::Listening) => {}
+            Ok(other) => return Err(unexpected(&other, "listening")),
+            Err(e) => return Err(LabError::from(e)),
+        }
+        let sender = datagrams::sender(plan, hosts, Side::A)?;
+        let config = datagrams::send_config(plan, &trial, Some(max_pps));
+        let stop = CancellationToken::new();
+        let sending = tokio::task::spawn_blocking({
+            let stop = stop.clone();
+            move || sender.run(&config, &stop)
+        });
+        tokio::pin!(sending);
+        // The server is silent until told the trial is over; anything from it is a failure.
+        let sent = tokio::select! {
+            r = &mut sending => r
+                .map_err(|_| LabError::failed(anyhow::anyhow!("UDP sender panicked")))?
+                .map_err(|e| LabError::transfer("UDP sender", e))?,
+            m = chan.recv_any("during the trial") => {
+                stop.cancel();
+                let _ = sending.await;
+                return Err(match m {
+                    Ok(m) => unexpected(&m, "nothing during the trial"),
+                    Err(e) => LabError::from(e),
+                });
+            }
+        };
+        let wire = datagrams::sent_to_wire(&sent);
+        chan.send(&Message::DatagramsSent { sent: wire })
+            .await
+            .map_err(LabError::from)?;
+        let counts = match chan.recv(STEP_TIMEOUT, "waiting for the server's count").await {
+            Ok(Message::DatagramsReceived { received }) if received.plausible(&wire) => {
+                datagrams::counts_from_wire(&received)
+            }
+            Ok(Message::DatagramsReceived { .. }) => {
+                return Err(LabError::failed(anyhow::anyhow!(
+                    "the peer counted more datagrams than were sent, or figures that are no numbers"
+                )))
+            }
+            Ok(other) => return Err(unexpected(&other, "datagrams_received")),
+            Err(e) => return Err(LabError::from(e)),
+        };
+        (sent, counts)
+    };
+    Ok((counts.trial(&sent, trial.pps, family), counts.transfer(&sent)))
 }
 
 /// Waits for this host's half of a transfer and the peer's report on its half. If the peer

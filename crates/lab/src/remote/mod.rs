@@ -18,6 +18,7 @@
 
 pub mod admission;
 pub mod client;
+mod datagrams;
 mod log_limit;
 pub mod server;
 
@@ -65,6 +66,8 @@ pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
         tunnel_threads: plan.tunnel_threads(),
         family: plan.link().family,
         encap: plan.encap(),
+        udp: plan.workload().udp.map(|u| u.packet_size),
+        latency: plan.workload().latency,
     }
 }
 
@@ -119,10 +122,15 @@ pub fn server_plan(request: &PeerRequest, hosts: Hosts, end: ServerEnd) -> RunPl
         // `--time`, `--interval`, `--bidir`... are refused with `--peer`.
         modes: Default::default(),
         with_iperf3: false,
-        // UDP trials and latency probes are refused with `--peer` for now.
-        udp: None,
+        // Each trial's rate and length come with it (`control::TrialRequest`); the client
+        // runs the search.
+        udp: request.udp.map(|packet_size| model::packets::UdpWorkload {
+            packet_size,
+            rate: None,
+            seconds: 0.0,
+        }),
         ndr: None,
-        latency: false,
+        latency: request.latency,
     };
     // `--netem` shapes the local lab's veth; it is refused with `--peer`.
     let link = Link {

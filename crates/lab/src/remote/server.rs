@@ -45,6 +45,7 @@ use tokio::sync::Semaphore;
 use traffic::{CancellationToken, Progress};
 
 use super::admission::{Admission, Admitted};
+use super::datagrams::{self, Echo, Receiving};
 use super::log_limit::LogLimiter;
 use super::STEP_TIMEOUT;
 use crate::backend::xfrm::ShowKeys;
@@ -123,7 +124,7 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
     // Tests and scripts wait for this line before connecting.
     say!(
         "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} bytes, {} streams, {} repeats, \
-         {} tunnel threads, {} s a run, data ports {}{})",
+         {} tunnel threads, {} s a run, data ports {}, UDP trials: {} pps, {} s, {} a run{})",
         listener.local_addr().map_err(LabError::failed)?,
         control::VERSION,
         control::noise::PATTERN,
@@ -133,6 +134,9 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
         limits.max_tunnel_threads,
         limits.max_run_time.as_secs(),
         limits.data_ports,
+        model::packets::si(limits.max_pps),
+        limits.max_trial_time.as_secs(),
+        limits.max_trials,
         if limits.allow_unauthenticated {
             ", unauthenticated suites allowed"
         } else {
@@ -382,6 +386,7 @@ async fn start_end(
     let end = ServerEnd {
         tunnel,
         link_mtu: link_mtu.min(request.link_mtu),
+        max_pps: request.udp.map(|_| limits.max_pps),
     };
     if !control::request::MTU_RANGE.contains(&end.link_mtu) {
         return Err((
@@ -428,6 +433,12 @@ async fn serve_run(
             n => format!(", {n} tunnel threads"),
         }
     );
+    if let Some(size) = request.udp {
+        say!("ipsec-lab serve: run: UDP trials of {size} datagrams instead of transfers");
+    }
+    if request.latency {
+        say!("ipsec-lab serve: run: echoing the client's latency probes");
+    }
     let started = start_end(request, &keys, hosts, link_mtu, limits).await;
     drop(keys);
     let (mut end, plan, server_end) = match started {
@@ -444,7 +455,12 @@ async fn serve_run(
     })
     .await
     .map_err(LabError::from)?;
-    let mut transfers = 0;
+    // Until the run ends; stopped before the end goes.
+    let echo = match request.latency {
+        true => Some(Echo::start(&plan, hosts)?),
+        false => None,
+    };
+    let (mut transfers, mut trials) = (0, 0);
     loop {
         let msg = tokio::select! {
             m = chan.recv(STEP_TIMEOUT, "waiting for the client's next step") => m.map_err(LabError::from)?,
@@ -452,7 +468,7 @@ async fn serve_run(
         };
         if let Message::Receive { attempt } | Message::Send { attempt } = msg {
             // A key holder may ask for the transfers its request named, in order; no more.
-            if attempt != transfers + 1 || attempt > request.repeat {
+            if attempt != transfers + 1 || attempt > request.repeat || request.udp.is_some() {
                 return Err(LabError::failed(anyhow::anyhow!(
                     "the client asked for transfer {attempt} of a run of {} after {transfers} (a run \
                      makes the transfers its request named, at most this server's --max-repeat)",
@@ -460,6 +476,13 @@ async fn serve_run(
                 )));
             }
             transfers = attempt;
+        }
+        if let Message::ReceiveDatagrams { trial } | Message::SendDatagrams { trial } = msg {
+            // Each trial in order, within this server's rate, time and count.
+            limits
+                .check_trial(request, &trial, trials)
+                .map_err(|e| LabError::usage(anyhow::Error::new(e)))?;
+            trials = trial.number;
         }
         match msg {
             Message::Receive { .. } if !plan.workload().reverse => {
@@ -480,7 +503,54 @@ async fn serve_run(
                 let result = watch(chan, work, &tx, cancel).await?;
                 reply(chan, result, |transfer| Message::Sent { transfer }).await?;
             }
+            Message::ReceiveDatagrams { trial } if !plan.workload().reverse => {
+                let receiving = Receiving::start(&plan, hosts, Side::B, &trial, limits.max_pps)?;
+                chan.send(&Message::Listening).await.map_err(LabError::from)?;
+                // The client says when its sender is done; a silent one is bounded by the
+                // trial's own length.
+                let wait = Duration::from_secs_f64(trial.seconds) + STEP_TIMEOUT;
+                let msg = tokio::select! {
+                    m = chan.recv(wait, "waiting for the client's trial to end") => m.map_err(LabError::from)?,
+                    _ = cancel.cancelled() => return Err(LabError::interrupted()),
+                };
+                match msg {
+                    Message::DatagramsSent { sent } if sent.plausible() => {}
+                    other => {
+                        return Err(LabError::failed(anyhow::anyhow!(
+                            "the client sent {} instead of its trial's account",
+                            other.kind()
+                        )))
+                    }
+                }
+                let counts = tokio::task::spawn_blocking(move || receiving.finish())
+                    .await
+                    .map_err(|_| LabError::failed(anyhow::anyhow!("UDP receiver panicked")))??;
+                chan.send(&Message::DatagramsReceived {
+                    received: datagrams::counts_to_wire(&counts),
+                })
+                .await
+                .map_err(LabError::from)?;
+            }
+            Message::SendDatagrams { trial } if plan.workload().reverse => {
+                // Only to the client's data address, at most at this server's --max-rate.
+                let sender = datagrams::sender(&plan, hosts, Side::B)?;
+                let config = datagrams::send_config(&plan, &trial, Some(limits.max_pps));
+                let stop = CancellationToken::new();
+                let work = tokio::task::spawn_blocking({
+                    let stop = stop.clone();
+                    move || sender.run(&config, &stop)
+                });
+                let sent = watch(chan, work, &stop, cancel)
+                    .await?
+                    .map_err(|e| LabError::transfer("UDP sender", e))?;
+                chan.send(&Message::DatagramsSent {
+                    sent: datagrams::sent_to_wire(&sent),
+                })
+                .await
+                .map_err(LabError::from)?;
+            }
             Message::Finish => {
+                drop(echo);
                 let details = end.finish().await?;
                 // Removed before the client hears "finished": a next run finds a clean host.
                 drop(end);
@@ -502,12 +572,12 @@ async fn serve_run(
 /// Runs this host's half of a transfer while watching the control connection: the client
 /// has nothing to say during a transfer, so anything it sends, or its hanging up, or a stop
 /// signal, ends the run at once instead of after the data path's idle timeout.
-async fn watch(
+async fn watch<T>(
     chan: &mut Channel<TcpStream>,
-    work: tokio::task::JoinHandle<Result<TransferSide, traffic::TrafficError>>,
+    work: tokio::task::JoinHandle<Result<T, traffic::TrafficError>>,
     transfer_cancel: &CancellationToken,
     cancel: &CancellationToken,
-) -> LabResult<Result<TransferSide, traffic::TrafficError>> {
+) -> LabResult<Result<T, traffic::TrafficError>> {
     tokio::pin!(work);
     let why = tokio::select! {
         done = &mut work => {

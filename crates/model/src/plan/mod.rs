@@ -141,6 +141,14 @@ pub struct Workload {
     pub latency: bool,
 }
 
+impl Workload {
+    /// The UDP port the latency probes go to: the first above the data ports (end B's
+    /// responder; end A probes).
+    pub fn probe_port(&self) -> u16 {
+        self.port.saturating_add(self.parallel)
+    }
+}
+
 /// What the data crosses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Link {

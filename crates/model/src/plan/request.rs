@@ -98,9 +98,6 @@ impl PacketsRequest {
             }
             return Ok((None, None));
         }
-        if request.peer.is_some() {
-            return refuse("--udp and --find-ndr run between namespaces or in a VM for now, not with --peer: the server does not take UDP trials yet");
-        }
         if request.parallel > 1 {
             return refuse("--udp sends one flow of datagrams: leave out -P");
         }
@@ -108,9 +105,6 @@ impl PacketsRequest {
             return refuse(
                 "--udp reports each trial whole: leave out --bidir, --interval, --json-stream, --omit and --with-iperf3",
             );
-        }
-        if matches!(request.mode, Some(IpsecMode::Transport)) {
-            return refuse("--udp with --mode transport: transport-mode policies select the TCP data ports; use tunnel mode (the default)");
         }
         // The command line times a run that names neither --bytes nor --time.
         let Some(seconds) = modes.time_s else {
@@ -267,16 +261,18 @@ impl RunRequest {
         let one_way_policies = matches!(backend, BackendPlan::Xfrm(x) if x.mode == IpsecMode::Transport);
         let modes = self.modes.validate(RunContext {
             peer: peer.is_some(),
+            udp: self.packets.udp || self.packets.find_ndr.is_some(),
             reverse: self.reverse,
             with_iperf3: self.with_iperf3,
             one_way_policies,
         })?;
         let (udp, ndr) = self.packets.validate(&self, &modes)?;
         let udp_run = udp.is_some();
-        if self.packets.latency && peer.is_some() {
-            return Err(PlanError::Packets(
-                "--latency runs between namespaces or in a VM for now, not with --peer: the server does not echo probes yet".into(),
-            ));
+        if self.packets.latency && self.port.checked_add(self.parallel).is_none() {
+            return Err(PlanError::Packets(format!(
+                "--latency probes the port after the data ports: --port {} with -P {} leaves none below 65536",
+                self.port, self.parallel
+            )));
         }
         Ok(RunPlan {
             backend,

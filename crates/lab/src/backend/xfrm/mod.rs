@@ -184,7 +184,14 @@ impl XfrmEnd {
             mode,
             addr_a: hosts.a,
             addr_b: hosts.b,
-            flows: SaSet::flows(plan, mode, data(sender), data(sender.other()), pairs.len()),
+            flows: SaSet::flows(
+                plan,
+                mode,
+                data(sender),
+                data(sender.other()),
+                pairs.len(),
+                sender == Side::A,
+            ),
             pairs,
             sender,
             encap: plan

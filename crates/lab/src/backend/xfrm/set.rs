@@ -54,14 +54,16 @@ pub struct Flow {
 impl SaSet {
     /// The run's flows over `pairs` SA pairs: in tunnel mode everything between the inner
     /// addresses; in transport mode only TCP to the receiver's data ports (one per stream),
-    /// so nothing else between the two hosts is captured. With several pairs each stream's
-    /// port is a flow of its own, on pair i mod N.
+    /// or UDP to its first (`--udp`), and the latency probes from end A to end B's probe
+    /// port (`--latency`), so nothing else between the two hosts is captured. With several
+    /// pairs each stream's port is a flow of its own, on pair i mod N.
     pub fn flows(
         plan: &RunPlan,
         mode: IpsecMode,
         sender: IpAddr,
         receiver: IpAddr,
         pairs: usize,
+        a_sends: bool,
     ) -> Vec<Flow> {
         let flow = |selector, pair, priority| Flow {
             selector,
@@ -89,7 +91,31 @@ impl SaSet {
                     LAB_POLICY_PRIORITY + 1,
                 )])
                 .collect(),
-            (IpsecMode::Transport, _) => per_stream.collect(),
+            (IpsecMode::Transport, _) => {
+                let workload = plan.workload();
+                let datagrams = workload
+                    .udp
+                    .map(|_| TrafficSelector::port(sender, receiver, IpProto::Udp, workload.port));
+                // Written sender → receiver like every flow: from B, the probes are the echoes.
+                let probes = workload.latency.then(|| {
+                    let towards_b =
+                        TrafficSelector::port(sender, receiver, IpProto::Udp, workload.probe_port());
+                    if a_sends {
+                        towards_b
+                    } else {
+                        TrafficSelector::port(receiver, sender, IpProto::Udp, workload.probe_port())
+                            .reversed()
+                    }
+                });
+                let udp = datagrams
+                    .into_iter()
+                    .chain(probes)
+                    .map(|sel| flow(sel, 0, LAB_POLICY_PRIORITY));
+                match workload.udp {
+                    Some(_) => udp.collect(),
+                    None => per_stream.chain(udp).collect(),
+                }
+            }
         }
     }
 
@@ -99,9 +125,11 @@ impl SaSet {
     }
 
     fn sa(&self, pair: &SaPair, src: IpAddr, dst: IpAddr, spi: xfrm::Spi) -> SaSpec {
-        // In transport mode the SA itself may carry only TCP between the two hosts.
+        // In transport mode the SA itself may carry only the flows' protocol between the
+        // two hosts: TCP, or any where UDP datagrams or probes cross too.
+        let carries_udp = self.flows.iter().any(|f| f.selector.proto == Some(IpProto::Udp));
         let selector = (self.mode == IpsecMode::Transport).then(|| TrafficSelector {
-            proto: Some(IpProto::Tcp),
+            proto: (!carries_udp).then_some(IpProto::Tcp),
             ..TrafficSelector::hosts(src, dst)
         });
         SaSpec {
@@ -181,7 +209,7 @@ mod tests {
             }],
             addr_a: a,
             addr_b: b,
-            flows: SaSet::flows(plan, IpsecMode::Transport, from, to, 1),
+            flows: SaSet::flows(plan, IpsecMode::Transport, from, to, 1, sender == Side::A),
             sender,
             encap: None,
         }
@@ -214,7 +242,7 @@ mod tests {
                 .collect(),
             addr_a: a,
             addr_b: b,
-            flows: SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 2),
+            flows: SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 2, true),
             sender: Side::A,
             encap: None,
         };
@@ -255,7 +283,54 @@ mod tests {
         assert_eq!(in_b[0].template.reqid, pair1.reqid);
         assert_eq!((in_b[0].template.src, in_b[0].template.dst), (a, b));
         // One pair: the single hosts policy, as before.
-        assert_eq!(SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 1).len(), 1);
+        assert_eq!(SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 1, true).len(), 1);
+    }
+
+    /// `--udp --latency` in transport mode: the datagrams to the data port, the probes from A
+    /// to B's probe port and their echoes back, whichever end sends; the SAs carry UDP too.
+    #[test]
+    fn transport_sets_select_the_datagrams_and_the_probes() {
+        let plan = model::RunRequest {
+            backend: model::Backend::Xfrm,
+            mode: Some(IpsecMode::Transport),
+            port: 6000,
+            packets: model::plan::PacketsRequest {
+                udp: true,
+                latency: true,
+                ..Default::default()
+            },
+            modes: model::modes::ModesRequest {
+                time_s: Some(1.0),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(plan.workload().probe_port(), 6001);
+        for sender in [Side::A, Side::B] {
+            let set = set(&plan, sender);
+            for sa in set.sas() {
+                assert_eq!(sa.selector.unwrap().proto, None);
+            }
+            let out = |side: Side| -> Vec<(Option<u16>, Option<u16>)> {
+                set.policies(side)
+                    .iter()
+                    .filter(|p| p.direction == PolicyDirection::Out)
+                    .inspect(|p| assert_eq!(p.selector.proto, Some(IpProto::Udp)))
+                    .map(|p| (p.selector.src_port, p.selector.dst_port))
+                    .collect()
+            };
+            let (to_data, from_data) = ((None, Some(6000)), (Some(6000), None));
+            let (data_a, data_b) = if sender == Side::A {
+                (to_data, from_data)
+            } else {
+                (from_data, to_data)
+            };
+            // A emits probes to 6001; B emits the echoes from 6001.
+            assert_eq!(out(Side::A), [data_a, (None, Some(6001))], "{sender:?}");
+            assert_eq!(out(Side::B), [data_b, (Some(6001), None)], "{sender:?}");
+        }
     }
 
     /// Between real hosts nothing but the lab's data may be captured: every policy and SA

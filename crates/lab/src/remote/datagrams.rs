@@ -1,0 +1,208 @@
+//! UDP trials and latency probes between two hosts (`run --peer --udp`, `--latency`): each
+//! host's half, and what of it crosses the control channel.
+//!
+//! A trial's datagrams flow between the two data addresses on the first data port, as
+//! between namespaces; the receiving host counts them and the client puts the trial
+//! together from both accounts (`control::SentDatagrams`, `control::ReceivedDatagrams`).
+//! The server's responder echoes only the client's probes, at most [`ECHOES_PER_SECOND`].
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+
+use control::{ReceivedDatagrams, SentDatagrams, TrialRequest};
+use model::RunPlan;
+use procstat::CpuTime;
+use traffic::latency::Responder;
+use traffic::udp::{self, Counts, Receiver, SendConfig, Sender, Sent, Tally};
+use traffic::{CancellationToken, TrafficError};
+
+use crate::backend::{data_addr, Hosts, Side};
+use crate::error::{LabError, LabResult};
+
+/// Most echoes a second a server's responder sends: twice the prober's rate of one probe a
+/// millisecond, so a client probing as the lab does is never cut short.
+pub const ECHOES_PER_SECOND: u32 = 2000;
+
+/// The data address of `side` and of the other side, for `side`'s socket.
+fn ends(plan: &RunPlan, hosts: Hosts, side: Side) -> (SocketAddr, SocketAddr) {
+    (data_addr(plan, hosts, side), data_addr(plan, hosts, side.other()))
+}
+
+pub fn sender(plan: &RunPlan, hosts: Hosts, side: Side) -> LabResult<Sender> {
+    let (local, peer) = ends(plan, hosts, side);
+    Sender::bind(local, peer).map_err(|e| LabError::transfer("UDP sender", e))
+}
+
+/// What `side`'s sender sends in `trial`, at most at `max_pps` (the server's `--max-rate`,
+/// for its own sender: an unlimited trial is paced there).
+pub fn send_config(plan: &RunPlan, trial: &TrialRequest, max_pps: Option<f64>) -> SendConfig {
+    let workload = plan.workload();
+    SendConfig {
+        seed: workload.seed,
+        packet_size: workload.udp.expect("a UDP plan").packet_size,
+        family: plan.link().family,
+        pps: match (trial.pps, max_pps) {
+            (Some(pps), Some(max)) => Some(pps.min(max)),
+            (pps, max) => pps.or(max),
+        },
+        seconds: trial.seconds,
+    }
+}
+
+/// A receiver at `side` counting `trial` on its own thread: bound (connected to the other
+/// side's data address) before it returns, so the sender may start. Its record of sequence
+/// numbers is bounded by `max_pps` (the server's `--max-rate`), whatever a sender claims.
+pub struct Receiving {
+    thread: Option<JoinHandle<Result<Tally, TrafficError>>>,
+    sender_done: CancellationToken,
+    stop: CancellationToken,
+}
+
+impl Receiving {
+    pub fn start(
+        plan: &RunPlan,
+        hosts: Hosts,
+        side: Side,
+        trial: &TrialRequest,
+        max_pps: f64,
+    ) -> LabResult<Receiving> {
+        let (local, peer) = ends(plan, hosts, side);
+        let receiver = Receiver::bind(local, peer).map_err(|e| LabError::transfer("UDP receiver", e))?;
+        let config = send_config(plan, trial, Some(max_pps));
+        let tally = Tally::new(
+            config.seed,
+            config.packet_size,
+            config.family,
+            udp::sequence_limit(config.pps, trial.seconds),
+        );
+        let (sender_done, stop) = (CancellationToken::new(), CancellationToken::new());
+        let thread = std::thread::Builder::new()
+            .name("ipl-udp-receiver".into())
+            .spawn({
+                let (done, stop) = (sender_done.clone(), stop.clone());
+                move || receiver.run(tally, &done, &stop)
+            })
+            .map_err(LabError::failed)?;
+        Ok(Receiving {
+            thread: Some(thread),
+            sender_done,
+            stop,
+        })
+    }
+
+    /// The sender has finished: drain what is on its way, then the count.
+    pub fn finish(mut self) -> LabResult<Counts> {
+        self.sender_done.cancel();
+        let tally = self
+            .thread
+            .take()
+            .expect("finished once")
+            .join()
+            .map_err(|_| LabError::failed(anyhow::anyhow!("the UDP receiver thread panicked")))?
+            .map_err(|e| LabError::transfer("UDP receiver", e))?;
+        Ok(tally.counts())
+    }
+}
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        // Not finished: the run failed, so the thread stops without draining.
+        self.stop.cancel();
+    }
+}
+
+pub fn sent_to_wire(s: &Sent) -> SentDatagrams {
+    SentDatagrams {
+        sent: s.sent,
+        refused: s.refused,
+        seconds: s.seconds,
+        calls: s.calls,
+        cpu_user_s: s.cpu.user_s,
+        cpu_system_s: s.cpu.system_s,
+    }
+}
+
+pub fn sent_from_wire(s: &SentDatagrams) -> Sent {
+    Sent {
+        sent: s.sent,
+        refused: s.refused,
+        seconds: s.seconds,
+        calls: s.calls,
+        cpu: CpuTime {
+            user_s: s.cpu_user_s,
+            system_s: s.cpu_system_s,
+        },
+    }
+}
+
+pub fn counts_to_wire(c: &Counts) -> ReceivedDatagrams {
+    ReceivedDatagrams {
+        received: c.received,
+        reordered: c.reordered,
+        duplicates: c.duplicates,
+        corrupted: c.corrupted,
+        payload_bytes: c.payload_bytes,
+        jitter_ms: c.jitter_ms,
+        receive_seconds: c.receive_seconds,
+        cpu_user_s: c.cpu.user_s,
+        cpu_system_s: c.cpu.system_s,
+        wall_s: c.wall_s,
+    }
+}
+
+pub fn counts_from_wire(r: &ReceivedDatagrams) -> Counts {
+    Counts {
+        received: r.received,
+        reordered: r.reordered,
+        duplicates: r.duplicates,
+        corrupted: r.corrupted,
+        payload_bytes: r.payload_bytes,
+        jitter_ms: r.jitter_ms,
+        receive_seconds: r.receive_seconds,
+        cpu: CpuTime {
+            user_s: r.cpu_user_s,
+            system_s: r.cpu_system_s,
+        },
+        wall_s: r.wall_s,
+    }
+}
+
+/// The server's latency responder: echoes only the client's probes, at most
+/// [`ECHOES_PER_SECOND`], until dropped.
+pub struct Echo {
+    thread: Option<JoinHandle<Result<u64, TrafficError>>>,
+    stop: CancellationToken,
+}
+
+impl Echo {
+    pub fn start(plan: &RunPlan, hosts: Hosts) -> LabResult<Echo> {
+        let at = SocketAddr::new(data_addr(plan, hosts, Side::B).ip(), plan.workload().probe_port());
+        let client = data_addr(plan, hosts, Side::A).ip();
+        let responder = Responder::bind(at)
+            .map_err(|e| LabError::transfer("latency responder", e))?
+            .only_from(client)
+            .at_most(ECHOES_PER_SECOND);
+        let stop = CancellationToken::new();
+        let thread = std::thread::Builder::new()
+            .name("ipl-echo".into())
+            .spawn({
+                let stop = stop.clone();
+                move || responder.run(stop)
+            })
+            .map_err(LabError::failed)?;
+        Ok(Echo {
+            thread: Some(thread),
+            stop,
+        })
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        // Stops within its receive timeout; its socket is closed before the end goes.
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
