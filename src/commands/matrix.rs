@@ -8,6 +8,7 @@ use clap::Args;
 use lab::sweep::SweepPlan;
 use lab::{LabError, LabResult};
 use model::matrix::MatrixReport;
+use model::packets::PacketSize;
 use model::{Backend, ByteSize, CipherSuite, CryptoChoice};
 
 use crate::{output, progress};
@@ -102,6 +103,25 @@ pub struct MatrixArgs {
     /// --vm.
     #[arg(long, value_name = "SPEC[;SPEC...]")]
     pub netem: Option<String>,
+    /// Workloads as a row dimension, comma-separated: `tcp` (the bulk TCP transfer, the
+    /// default) or a UDP inner packet size, IP and UDP headers included (e.g. 64, 512,
+    /// 1400, or imix), as `run --udp --packet-size`. Every row runs once per workload; a
+    /// size's rows are labelled `UDP 64 B` and their cells report packets/s and loss.
+    #[arg(long, value_delimiter = ',', value_name = "tcp|BYTES|imix")]
+    pub packet_sizes: Vec<Workload>,
+    /// Seconds each UDP trial sends (`run --udp --time`); only with --packet-sizes.
+    #[arg(long, value_name = "SECONDS", default_value_t = lab::sweep::DEFAULT_TRIAL_SECONDS,
+          allow_negative_numbers = true)]
+    pub trial_time: f64,
+    /// The UDP cells search for the highest rate whose loss stays within each tolerance, in
+    /// percent (0: NDR; above 0: PDR), as `run --find-ndr` [default: 0,0.5]; only with
+    /// --packet-sizes.
+    #[arg(long, value_name = "LOSS%[,LOSS%]", num_args = 0..=1, default_missing_value = "0,0.5")]
+    pub find_ndr: Option<model::packets::Tolerances>,
+    /// Every cell also measures round trips through its tunnel, idle and under its load
+    /// (`run --latency`): percentiles and a CDF per backend in the report.
+    #[arg(long)]
+    pub latency: bool,
     /// Leave out each tunnel cell's crypto ceiling (the suite's speed at the cell's packet
     /// size, timed right after it with the implementation it used).
     #[arg(long)]
@@ -124,7 +144,7 @@ pub struct MatrixArgs {
 }
 
 /// The options `matrix --plan-file` takes from its plan (the output options stay its own).
-const SWEEP_PLAN_OPTIONS: [&str; 20] = [
+const SWEEP_PLAN_OPTIONS: [&str; 24] = [
     "backends",
     "ciphers",
     "crypto",
@@ -143,9 +163,29 @@ const SWEEP_PLAN_OPTIONS: [&str; 20] = [
     "ipv6",
     "ipv4",
     "netem",
+    "packet_sizes",
+    "trial_time",
+    "find_ndr",
+    "latency",
     "no_ceiling",
     "no_baseline",
 ];
+
+/// One value of `--packet-sizes`: the bulk TCP transfer, or UDP datagrams of a size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload(pub Option<PacketSize>);
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Workload, String> {
+        if s.trim().eq_ignore_ascii_case("tcp") {
+            return Ok(Workload(None));
+        }
+        s.parse::<PacketSize>()
+            .map(|size| Workload(Some(size)))
+            .map_err(|e| format!("{e}, or tcp for the bulk TCP transfer"))
+    }
+}
 
 impl MatrixArgs {
     /// Stage two: the sweep these flags ask for, checked whole before anything is created.
@@ -176,6 +216,10 @@ impl MatrixArgs {
                 Some(text) => model::netem::parse_conditions(text).map_err(LabError::usage)?,
                 None => vec![],
             },
+            packet_sizes: self.packet_sizes.iter().map(|w| w.0).collect(),
+            trial_seconds: self.trial_time,
+            find_ndr: self.find_ndr.clone().map(|t| t.0),
+            latency: self.latency,
             seed: seed_from_clock(),
             ceiling: !self.no_ceiling,
             started_unix_s,
@@ -306,6 +350,67 @@ mod tests {
         assert_eq!(parse(&["--ciphers", "aes-512-gcm"]).err().unwrap().exit_code(), 2);
         let none = parse(&["--ciphers", "none"]).unwrap();
         assert_eq!(none.plan(0).unwrap_err().kind, lab::ExitKind::Usage);
+    }
+
+    #[test]
+    fn packet_sizes_latency_and_ndr_reach_the_plan_and_bad_ones_are_usage_errors() {
+        let a = parse(&[
+            "--backends",
+            "plain,userspace",
+            "--packet-sizes",
+            "tcp,64,IMIX,64",
+            "--trial-time",
+            "0.5",
+            "--find-ndr",
+            "--latency",
+        ])
+        .unwrap();
+        let plan = a.plan(0).unwrap();
+        let imix = Some(PacketSize::Imix);
+        assert_eq!(plan.packet_sizes, [None, Some(PacketSize::Fixed(64)), imix]);
+        assert_eq!((plan.trial_seconds, plan.latency), (0.5, true));
+        assert_eq!(plan.find_ndr, Some(vec![0.0, 0.5]));
+        // Without the option: the TCP rows alone, as before.
+        let tcp = parse(&[]).unwrap().plan(0).unwrap();
+        assert_eq!(
+            (tcp.packet_sizes.as_slice(), tcp.find_ndr.clone()),
+            (&[None][..], None)
+        );
+        // Bad values of the option itself: clap's usage error.
+        for bad in ["64,jumbo", "0", "udp"] {
+            let e = parse(&["--packet-sizes", bad]).err().unwrap();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+            assert!(
+                e.to_string().contains("tcp for the bulk TCP transfer"),
+                "{bad}: {e}"
+            );
+        }
+        // Values that parse but do not fit the sweep: refused before anything runs.
+        for (given, says) in [
+            (&["--packet-sizes", "20"][..], "below the 44 bytes"),
+            (&["--packet-sizes", "1600"][..], "larger than the link's MTU"),
+            (&["--find-ndr"][..], "give --packet-sizes"),
+            (
+                &["--packet-sizes", "tcp", "--find-ndr", "0"][..],
+                "give --packet-sizes",
+            ),
+            (&["--trial-time", "5"][..], "give --packet-sizes"),
+            (&["--packet-sizes", "64", "--trial-time", "0"][..], "from 0.1 to"),
+            (
+                &["--packet-sizes", "64", "--trial-time", "NaN"][..],
+                "from 0.1 to",
+            ),
+        ] {
+            let args: Vec<&str> = ["--backends", "plain,userspace"]
+                .into_iter()
+                .chain(given.iter().copied())
+                .collect();
+            let e = parse(&args).unwrap().plan(0).unwrap_err();
+            assert_eq!(e.kind, lab::ExitKind::Usage, "{given:?}");
+            assert!(format!("{e:#}").contains(says), "{given:?}: {e:#}");
+        }
+        let e = parse(&["--find-ndr", "60"]).err().unwrap();
+        assert_eq!(e.exit_code(), 2);
     }
 
     #[test]

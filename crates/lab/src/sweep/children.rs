@@ -128,10 +128,18 @@ pub(super) async fn soft_child_rows(
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> Vec<Row> {
+    // A row per link condition and workload, as the child would have measured them.
     let fail = |reason: String| -> Vec<Row> {
-        rows.iter()
-            .map(|r| refused_row(r.key.clone(), &args.suites, &reason))
-            .collect()
+        let mut refused = Vec::new();
+        for r in rows {
+            for netem in &args.netem {
+                for size in &args.packet_sizes {
+                    let key = r.key.clone().with_netem(netem.as_ref()).with_packet_size(*size);
+                    refused.push(refused_row(key, &args.suites, &reason));
+                }
+            }
+        }
+        refused
     };
     if cancel.is_cancelled() {
         return fail("interrupted".into());
@@ -254,7 +262,7 @@ pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
 
 /// The cells each guest sweep is expected to hold, in boot order, before it counts its own
 /// (it may have more xfrm rows: one per `cbc(aes)` driver it finds): its plain baseline and
-/// each kernel row's suites, per link condition.
+/// each kernel row's suites, per link condition and workload.
 pub(super) fn vm_cells(args: &SweepPlan) -> Vec<u64> {
     GuestKernel::all(args)
         .iter()
@@ -264,7 +272,9 @@ pub(super) fn vm_cells(args: &SweepPlan) -> Vec<u64> {
                 + u64::from(guest.encap.is_some())
                 + u64::from(guest.pcrypt)
                 + guest.threads.iter().filter(|t| **t > 1).count() as u64;
-            (guest.suites.len() as u64 * rows + 1) * guest.netem.len().max(1) as u64
+            (guest.suites.len() as u64 * rows + 1)
+                * guest.netem.len().max(1) as u64
+                * guest.packet_sizes.len().max(1) as u64
         })
         .collect()
 }
@@ -368,10 +378,15 @@ async fn vm_sweep(
         + u64::from(guest_plan.pcrypt)
         + guest_plan.threads.iter().filter(|t| **t > 1).count() as u64;
     let conditions = guest_plan.netem.len().max(1) as u64;
-    let cells =
-        (guest_plan.suites.len() as u64 * (rows_per_suite + 1) + 1) * u64::from(args.repeat) * conditions;
+    let row_cells = guest_plan.suites.len() as u64 * (rows_per_suite + 1) + 1;
+    let cells = row_cells * u64::from(args.repeat) * conditions;
     let bytes = args.vm_bytes;
-    child.timeout = Some(VM_TIMEOUT_BASE + Duration::from_secs(cells * (10 + bytes.0 / 500_000)));
+    let udp_cells = row_cells * conditions * guest_plan.packet_sizes.iter().flatten().count() as u64;
+    child.timeout = Some(
+        VM_TIMEOUT_BASE
+            + Duration::from_secs(cells * (10 + bytes.0 / 500_000))
+            + udp_cell_time(&guest_plan) * udp_cells as u32,
+    );
     let mut tail = CellsTail {
         path: cells_file,
         environment,
@@ -407,6 +422,21 @@ async fn vm_sweep(
         elapsed.as_secs_f64()
     ));
     Ok(guest)
+}
+
+/// The longest a UDP cell of `plan` takes, with a margin: its trials, or with `--find-ndr`
+/// a whole search per tolerance (at most 40 trials each, the final ones full length) and
+/// the bare link's before it, plus the latency phases at shares of the rate found.
+fn udp_cell_time(plan: &SweepPlan) -> Duration {
+    let trial = plan.trial_seconds + 1.0;
+    let seconds = match &plan.find_ndr {
+        None => trial * f64::from(plan.repeat) + 2.0,
+        Some(tolerances) => {
+            let search = tolerances.len().max(2) as f64 * (40.0 * 0.5 + 4.0 * trial);
+            2.0 * search + 2.0 * trial
+        }
+    };
+    Duration::from_secs_f64(seconds)
 }
 
 /// The guest sweep's command line: its plan file, its cells file; [`vm::guest_child`]

@@ -34,7 +34,7 @@ mod plan;
 mod rows;
 mod steal;
 
-pub use plan::SweepPlan;
+pub use plan::{SweepPlan, DEFAULT_TRIAL_SECONDS, MAX_TRIAL_SECONDS};
 
 use model::matrix::{MatrixReport, HOST};
 use model::{Backend, Environment};
@@ -69,14 +69,16 @@ pub async fn run(plan: &SweepPlan, progress: &dyn Progress) -> (MatrixReport, La
     report.interrupted = cancel.is_cancelled();
     // Table order: host rows before VM rows, backends in their usual order (stable, so
     // userspace rows keep the --crypto order even when some ran in a child process).
-    // Then each link condition's rows together, in --netem order.
+    // Then each link condition's rows together, in --netem order, and within a condition
+    // each workload's (TCP, then each packet size), so a plain row heads its tunnels'.
     report.rows.sort_by_key(|r| {
         let backend = Backend::ALL.iter().position(|b| *b == r.key.backend);
         let condition = plan
             .netem
             .iter()
             .position(|c| c.as_ref().map(|n| n.to_string()) == r.key.netem);
-        (r.key.environment != HOST, condition, backend)
+        let workload = plan.packet_sizes.iter().position(|s| *s == r.key.packet_size);
+        (r.key.environment != HOST, condition, workload, backend)
     });
     report.compute_percent_of_plain();
     (report, outcome)
@@ -104,7 +106,8 @@ async fn sweep(
         .chain(&soft_child)
         .map(|r| r.cells(&args.suites))
         .sum::<usize>()
-        * args.netem.len();
+        * args.netem.len()
+        * args.packet_sizes.len();
     let runs_vm = args.vm.is_some() && !children::vm_backends(args).is_empty();
     let vms = match runs_vm {
         true => children::vm_cells(args),
@@ -124,9 +127,15 @@ async fn sweep(
     let pins_drivers = local.iter().any(PlannedRow::pins_driver);
     let priorities_before = drivers::priorities();
     for condition in &args.netem {
-        for row in &local {
-            let ran = rows::run_row(args, row, condition.as_ref(), &topology, cancel, progress).await;
-            report.rows.push(ran);
+        for packet_size in &args.packet_sizes {
+            for row in &local {
+                let dimensions = rows::Dimensions {
+                    netem: condition.as_ref(),
+                    packet_size: *packet_size,
+                };
+                let ran = rows::run_row(args, row, dimensions, &topology, cancel, progress).await;
+                report.rows.push(ran);
+            }
         }
     }
     topology.destroy()?;
@@ -180,6 +189,10 @@ mod tests {
             pcrypt: false,
             family: model::Family::Ipv4,
             netem: vec![],
+            packet_sizes: vec![],
+            trial_seconds: plan::DEFAULT_TRIAL_SECONDS,
+            find_ndr: None,
+            latency: false,
             seed: 1,
             ceiling: true,
             started_unix_s: 0,

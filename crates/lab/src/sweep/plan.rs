@@ -1,7 +1,8 @@
 //! A validated sweep: which backends, suites and implementations, how much data, and each
 //! cell's own run plan; everything checked before anything is created.
 
-use model::{Backend, ByteSize, CipherSuite, CryptoChoice, RunRequest};
+use model::packets::PacketSize;
+use model::{Backend, ByteSize, CipherSuite, CryptoChoice, ModesRequest, PacketsRequest, RunRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LabError, LabResult};
@@ -44,11 +45,34 @@ pub struct SweepPlan {
     /// `--netem "SPEC;SPEC"`: the link conditions, every row once per condition (None: the
     /// bare link); empty means the bare link only.
     pub netem: Vec<Option<model::NetemSpec>>,
+    /// `--packet-sizes tcp,64,imix`: the workloads, every row once per workload: None the
+    /// bulk TCP transfer, a size UDP datagrams of it (a row of its own); empty means TCP only.
+    #[serde(default)]
+    pub packet_sizes: Vec<Option<PacketSize>>,
+    /// `--trial-time`: seconds each UDP trial sends (`run --time` of a UDP run).
+    #[serde(default = "default_trial_seconds")]
+    pub trial_seconds: f64,
+    /// `--find-ndr [LOSS%,...]`: the UDP cells search their zero-loss rate per tolerance
+    /// instead of sending `--repeat` unpaced trials.
+    #[serde(default)]
+    pub find_ndr: Option<Vec<f64>>,
+    /// `--latency`: every cell measures round trips idle and under its load.
+    #[serde(default)]
+    pub latency: bool,
     pub seed: u64,
     /// Time each tunnel cell's crypto ceiling after its transfers (`--no-ceiling`: off).
     pub ceiling: bool,
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
+}
+
+/// Seconds of a UDP trial when `--trial-time` is not given: `run --udp`'s.
+pub const DEFAULT_TRIAL_SECONDS: f64 = 2.0;
+/// The longest `--trial-time`: a sweep's cells are many, each trial is one of them.
+pub const MAX_TRIAL_SECONDS: f64 = 600.0;
+
+fn default_trial_seconds() -> f64 {
+    DEFAULT_TRIAL_SECONDS
 }
 
 impl SweepPlan {
@@ -80,6 +104,7 @@ impl SweepPlan {
         if self.netem.is_empty() {
             self.netem = vec![None];
         }
+        self.validate_packets()?;
         self.threads.sort_unstable();
         self.threads.dedup();
         for b in &self.backends {
@@ -88,12 +113,16 @@ impl SweepPlan {
                     continue;
                 }
                 for t in &self.threads {
-                    // An xfrm count above the streams is a row that says why it cannot run.
-                    if *b == Backend::Xfrm && *t > self.parallel {
-                        continue;
+                    for size in &self.packet_sizes {
+                        // An xfrm count above the streams (UDP: one flow) is a row that says
+                        // why it cannot run.
+                        let streams = if size.is_some() { 1 } else { self.parallel };
+                        if *b == Backend::Xfrm && *t > streams {
+                            continue;
+                        }
+                        self.cell_request(*b, *s, CryptoChoice::Auto, *t, *size)
+                            .validate()?;
                     }
-                    self.request(*b, *s, CryptoChoice::Auto, *t, self.seed)
-                        .validate()?;
                 }
             }
         }
@@ -117,6 +146,77 @@ impl SweepPlan {
             }
         }
         Ok(self)
+    }
+
+    /// The packet-size dimension and the options that go with it, each given where it means
+    /// something.
+    fn validate_packets(&mut self) -> LabResult<()> {
+        let usage = |s: String| Err(LabError::usage(anyhow::anyhow!(s)));
+        if self.packet_sizes.is_empty() {
+            self.packet_sizes = vec![None];
+        }
+        let mut unique = Vec::new();
+        for size in &self.packet_sizes {
+            if !unique.contains(size) {
+                unique.push(*size);
+            }
+        }
+        self.packet_sizes = unique;
+        let udp = self.packet_sizes.iter().any(Option::is_some);
+        if !udp && self.find_ndr.is_some() {
+            return usage(
+                "--find-ndr searches the packet rate of UDP rows: give --packet-sizes (e.g. --packet-sizes 64,1400)"
+                    .into(),
+            );
+        }
+        if !udp && self.trial_seconds != DEFAULT_TRIAL_SECONDS {
+            return usage(
+                "--trial-time times the UDP rows' trials: give --packet-sizes (e.g. --packet-sizes 64,1400)"
+                    .into(),
+            );
+        }
+        if !(self.trial_seconds.is_finite() && (0.1..=MAX_TRIAL_SECONDS).contains(&self.trial_seconds)) {
+            return usage(format!(
+                "--trial-time {}: give seconds from 0.1 to {MAX_TRIAL_SECONDS}, e.g. --trial-time 2",
+                self.trial_seconds
+            ));
+        }
+        Ok(())
+    }
+
+    /// A cell's run: the TCP transfer, or UDP trials of `packet_size` (one flow, timed by
+    /// `--trial-time`), with `--find-ndr` and `--latency` as the sweep says; the plain
+    /// row's TCP transfers are timed by the caller.
+    pub(super) fn cell_request(
+        &self,
+        backend: Backend,
+        suite: CipherSuite,
+        crypto: CryptoChoice,
+        tunnel_threads: u16,
+        packet_size: Option<PacketSize>,
+    ) -> RunRequest {
+        let request = self.request(backend, suite, crypto, tunnel_threads, self.seed);
+        let packets = PacketsRequest {
+            udp: packet_size.is_some(),
+            packet_size,
+            rate: None,
+            find_ndr: packet_size.and(self.find_ndr.clone()),
+            latency: self.latency,
+        };
+        match packet_size {
+            None => RunRequest { packets, ..request },
+            Some(_) => RunRequest {
+                packets,
+                parallel: 1,
+                // One flow rides one SA pair.
+                sas: 1,
+                modes: ModesRequest {
+                    time_s: Some(self.trial_seconds),
+                    ..Default::default()
+                },
+                ..request
+            },
+        }
     }
 
     /// The plan in `path` (`matrix --plan-file`, written by the parent sweep), checked again

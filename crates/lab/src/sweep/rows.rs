@@ -8,7 +8,10 @@
 
 use model::backend::Threads;
 use model::evidence::Evidence;
-use model::matrix::{Cell, CellOutcome, Measurement, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST};
+use model::matrix::{
+    Cell, CellOutcome, Measurement, PacketRates, Row, RowKey, RowVariant, SideCpu, TunnelCpu, HOST,
+};
+use model::packets::PacketSize;
 use model::{Backend, CipherSuite, CryptoChoice, RunReport, RunRequest, Summary};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
@@ -275,16 +278,25 @@ fn xfrm_driver_rows() -> Vec<PlannedRow> {
     }
 }
 
+/// What a row runs besides its own settings: the link's conditions and the workload (the
+/// TCP transfer, or UDP datagrams of a size).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Dimensions<'a> {
+    pub netem: Option<&'a model::NetemSpec>,
+    pub packet_size: Option<PacketSize>,
+}
+
 /// Runs `row`'s cells on this kernel, on the sweep's `topology` (an xfrm cell makes its own).
 pub(super) async fn run_row(
     args: &SweepPlan,
     row: &PlannedRow,
-    netem: Option<&model::NetemSpec>,
+    dimensions: Dimensions<'_>,
     topology: &Topology,
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> Row {
-    let key = row.key.clone().with_netem(netem);
+    let Dimensions { netem, packet_size } = dimensions;
+    let key = row.key.clone().with_netem(netem).with_packet_size(packet_size);
     let not_run = |reason: &str| Row {
         notes: row.notes.clone(),
         ..refused_row(key.clone(), &args.suites, reason)
@@ -304,7 +316,7 @@ pub(super) async fn run_row(
         args.suites.clone()
     };
     let mut notes = row.notes.clone();
-    if row.backend == Backend::Plain {
+    if row.backend == Backend::Plain && packet_size.is_none() {
         notes.push(format!(
             "each transfer timed ({PLAIN_SECONDS} s), not --bytes: at line rate a payload that suits the \
              tunnels is over in milliseconds"
@@ -328,8 +340,13 @@ pub(super) async fn run_row(
                 suite,
                 "the pcrypt row wraps rfc4106(gcm(aes)): AES-GCM columns only",
             )
+        } else if packet_size.is_some() && row.backend == Backend::Xfrm && row.key.tunnel_threads > 1 {
+            Cell::not_run(
+                suite,
+                "one UDP flow rides one SA pair: the SA-pair rows measure TCP streams only",
+            )
         } else {
-            run_cell(args, row, suite, crypto, netem, topology, cancel).await
+            run_cell(args, row, suite, crypto, dimensions, topology, cancel).await
         };
         if let CellOutcome::Measured(m) = &mut cell.outcome {
             if matches!(row.backend, Backend::Xfrm | Backend::Strongswan) {
@@ -373,30 +390,34 @@ async fn run_cell(
     row: &PlannedRow,
     suite: CipherSuite,
     crypto: CryptoChoice,
-    netem: Option<&model::NetemSpec>,
+    dimensions: Dimensions<'_>,
     topology: &Topology,
     cancel: &CancellationToken,
 ) -> Cell {
     let times_before = CpuTimes::now();
+    let Dimensions { netem, packet_size } = dimensions;
     let result = async {
         let backend = row.backend;
         let encap = match row.key.variant {
             RowVariant::Encap(e) => Some(e),
             _ => None,
         };
+        // The UDP cells run what `run --udp` runs; only the plain row's TCP transfer is timed
+        // here rather than sized.
+        let request = args.cell_request(backend, suite, crypto, row.key.tunnel_threads, packet_size);
         let plan = RunRequest {
-            modes: match backend {
-                Backend::Plain => model::ModesRequest {
+            modes: match (backend, packet_size) {
+                (Backend::Plain, None) => model::ModesRequest {
                     time_s: Some(PLAIN_SECONDS),
                     ..Default::default()
                 },
-                _ => Default::default(),
+                _ => request.modes,
             },
             encap: encap.map(|_| model::EncapKind::Udp),
             encap_port: encap.map(|model::Encap::EspInUdp { port }| port),
             pcrypt: row.key.variant == RowVariant::Pcrypt,
             netem: netem.cloned(),
-            ..args.request(backend, suite, crypto, row.key.tunnel_threads, args.seed)
+            ..request
         }
         .validate()?;
         backend::preflight(&plan).await?;
@@ -427,7 +448,9 @@ async fn run_cell(
     match result {
         Ok((report, evidence)) => {
             let mut m = measurement(&report, &evidence);
-            if args.ceiling && row.backend.encrypts() {
+            // A UDP cell's packets are of their own size, not the inner MTU a ceiling is
+            // timed at: it has none (as `run --udp` has none).
+            if args.ceiling && row.backend.encrypts() && packet_size.is_none() {
                 // Right after the cell, in the same process and kernel as its transfers.
                 m.ceiling = Some(Box::new(
                     crate::ceiling::measure_async(&report.plan, &evidence).await,
@@ -437,8 +460,9 @@ async fn run_cell(
                 .zip(CpuTimes::now())
                 .and_then(|(before, after)| before.steal_percent_since(&after));
             Cell {
-                suite,
-                outcome: CellOutcome::Measured(m),
+                packets: report.udp.as_ref().and_then(PacketRates::of),
+                latency: report.latency.clone(),
+                ..Cell::measured(suite, m)
             }
         }
         Err(e) if e.kind == ExitKind::Interrupted => Cell::not_run(suite, "interrupted"),
