@@ -109,6 +109,17 @@ pub fn conditions(report: &MatrixReport) -> Vec<String> {
     for (env, size) in &report.payload_by_environment {
         out.push(format!("rows of {env}: payload {size} per transfer"));
     }
+    let trial_s = report
+        .rows
+        .iter()
+        .filter(|r| r.key.packet_size.is_some())
+        .flat_map(|r| &r.cells)
+        .find_map(|c| c.measurement()?.timed_s);
+    if let Some(seconds) = trial_s {
+        out.push(format!(
+            "UDP rows: datagrams of the row's inner packet size for {seconds} s a trial, every datagram verified, no payload size"
+        ));
+    }
     out.push(match report.family {
         model::Family::Ipv4 => "links and tunnels over IPv4 (198.18.0.0/15, RFC 2544)".to_string(),
         model::Family::Ipv6 => "links and tunnels over IPv6 (2001:2::/48, RFC 5180)".to_string(),
