@@ -422,11 +422,16 @@ async fn run_cell(
         .validate()?;
         backend::preflight(&plan).await?;
         crate::netem::preflight(plan.link().netem.as_ref())?;
-        // A cell's progress is the sweep's, counted per cell: the run inside says nothing.
+        // A cell's progress is the sweep's, counted per cell: the run inside says nothing,
+        // and a UDP cell not a line per trial either (a search runs tens of them).
+        let progress: &dyn crate::progress::Progress = match packet_size {
+            Some(_) => &NoNotes,
+            None => &crate::progress::Quiet,
+        };
         let bench = |topology| crate::flow::Bench {
             topology,
             cancel,
-            progress: &crate::progress::Quiet,
+            progress,
         };
         if matches!(backend, Backend::Xfrm | Backend::Strongswan) {
             // The kernel IPsec backends add addresses and routes to the veths: a fresh
@@ -469,6 +474,13 @@ async fn run_cell(
         Err(e) if e.kind == ExitKind::Capability => Cell::not_run(suite, format!("{e:#}")),
         Err(e) => Cell::not_run(suite, format!("failed: {e:#}")),
     }
+}
+
+/// The progress of a UDP cell's run: no line per trial; its trials are in the report.
+struct NoNotes;
+
+impl crate::progress::Progress for NoNotes {
+    fn note(&self, _line: &str) {}
 }
 
 fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
