@@ -437,7 +437,10 @@ mod tests {
             12
         );
         assert!(text.contains("1. failed: a test"), "{text}");
-        assert!(text.contains("* UDP rows: datagrams of the row's inner packet size for 2 s a trial"), "{text}");
+        assert!(
+            text.contains("* UDP rows: datagrams of the row's inner packet size for 2 s a trial"),
+            "{text}"
+        );
         // A TCP-only report has none of it.
         let tcp = render(&fixture::report());
         assert!(!tcp.contains("Packets/s") && !tcp.contains("Latency"), "{tcp}");
