@@ -218,7 +218,7 @@ pub struct ModesArgs {
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub omit: Option<f64>,
     /// Newline-delimited JSON on stdout: one object per interval (every second unless
-    /// --interval), then the report; the table goes to stderr.
+    /// --interval; with --udp one per trial), then the report; the table goes to stderr.
     #[arg(long)]
     pub json_stream: bool,
     /// Both directions at once, a->b and b->a, each verified, reported apart and summed.
@@ -279,7 +279,13 @@ impl RunArgs {
     /// (too short to time) and 7–50 s in a TCG VM.
     fn modes(&self) -> model::ModesRequest {
         let mut modes = self.modes.request();
-        let timed_possible = self.peer.is_none() && !self.with_iperf3;
+        let udp = self.packets.udp || self.packets.find_ndr.is_some();
+        if udp && self.modes.json_stream && self.modes.interval.is_none() {
+            // A UDP run streams its trials, not intervals.
+            modes.interval_s = None;
+        }
+        // A UDP trial is timed between hosts too.
+        let timed_possible = (self.peer.is_none() || udp) && !self.with_iperf3;
         if self.bytes.is_none() && modes.time_s.is_none() && timed_possible {
             modes.time_s = Some(modes.omit_s.unwrap_or(0.0) + DEFAULT_SECONDS);
         }

@@ -6,6 +6,7 @@
 use std::io::Write as _;
 
 use model::modes::IntervalRecord;
+use model::packets::UdpTrial;
 use model::report::TransferRecord;
 use model::RunReport;
 
@@ -31,6 +32,19 @@ impl Progress for Live {
     fn interval(&self, record: &IntervalRecord) {
         emit_interval(self.show, record);
     }
+
+    fn udp_trial(&self, stage: &str, trial: &UdpTrial) {
+        if self.show == Show::JsonStream {
+            emit_trial(stage, trial);
+        }
+    }
+}
+
+/// `--udp --json-stream`: an object per trial as it ends, what it was for beside it.
+fn emit_trial(stage: &str, trial: &UdpTrial) {
+    let object = serde_json::json!({ "event": "trial", "data": { "stage": stage, "trial": trial } });
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{object}").and_then(|()| out.flush());
 }
 
 fn emit_interval(show: Show, record: &IntervalRecord) {
@@ -52,10 +66,24 @@ fn emit_interval(show: Show, record: &IntervalRecord) {
     }
 }
 
-/// The intervals of a report that was not watched live (a VM's), shown now.
+/// The intervals (or UDP trials) of a report that was not watched live (a VM's), shown now.
 pub fn replay(show: Show, report: &RunReport) {
     for record in report.modes.iter().flat_map(|m| &m.intervals) {
         emit_interval(show, record);
+    }
+    if let (Show::JsonStream, Some(udp)) = (show, &report.udp) {
+        let searches = [
+            (udp.baseline.as_ref(), "bare link NDR search"),
+            (udp.ndr.as_ref(), "NDR search"),
+        ];
+        for (ndr, stage) in searches {
+            for trial in ndr.iter().flat_map(|n| &n.trials) {
+                emit_trial(stage, trial);
+            }
+        }
+        for trial in &udp.trials {
+            emit_trial("trial", trial);
+        }
     }
 }
 

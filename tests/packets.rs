@@ -18,6 +18,23 @@ fn report_of(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
 }
 
+/// `ipsec-lab run ARGS --json-stream`: the objects before the last, and the report the last
+/// one carries.
+fn stream_of(args: &[&str]) -> (Vec<serde_json::Value>, serde_json::Value) {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.push("--json-stream");
+    let out = run_lab_leaving_nothing(&all);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out));
+    let mut objects: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let end = objects.pop().expect("the report");
+    assert_eq!(end["event"], "end");
+    (objects, end["data"].clone())
+}
+
 fn trial(r: &serde_json::Value, i: usize) -> &serde_json::Value {
     &r["udp"]["trials"][i]
 }
@@ -96,7 +113,7 @@ fn find_ndr_lands_where_the_final_trial_passes_and_the_next_step_up_loses() {
         return;
     }
     let _lock = lab_lock();
-    let r = report_of(&[
+    let (streamed, r) = stream_of(&[
         "--backend",
         "userspace",
         "--cipher",
@@ -107,6 +124,21 @@ fn find_ndr_lands_where_the_final_trial_passes_and_the_next_step_up_loses() {
         "--time",
         "1",
     ]);
+    // Every trial streamed as it ended: the bare link's search first, then the tunnel's.
+    let stages: Vec<&str> = streamed
+        .iter()
+        .map(|o| o["data"]["stage"].as_str().unwrap())
+        .collect();
+    let count = |key: &str| r["udp"][key]["trials"].as_array().unwrap().len();
+    let (bare, tunnel) = (count("baseline"), count("ndr"));
+    assert_eq!(stages.len(), bare + tunnel, "{stages:?}");
+    assert!(
+        stages[..bare].iter().all(|s| *s == "bare link NDR search"),
+        "{stages:?}"
+    );
+    assert!(stages[bare..].iter().all(|s| *s == "NDR search"), "{stages:?}");
+    assert!(streamed.iter().all(|o| o["event"] == "trial"));
+    assert_eq!(streamed[bare]["data"]["trial"], r["udp"]["ndr"]["trials"][0]);
     let ndr = &r["udp"]["ndr"];
     let bounds = ndr["bounds"].as_array().unwrap();
     assert_eq!(bounds.len(), 2, "{ndr}");
@@ -259,8 +291,8 @@ fn packet_options_that_do_not_fit_exit_2_and_create_nothing() {
             "leave it out with --peer",
         ),
         (
-            &["run", "--latency", "--port", "65535"][..],
-            "leaves none below 65536",
+            &["run", "--udp", "--interval", "1"][..],
+            "leave out --bidir, --interval",
         ),
     ]);
 }

@@ -109,7 +109,8 @@ fn the_servers_rate_time_and_trial_limits_hold() {
         return;
     };
     let server = lab.serve_with(&["--max-rate", "30kpps", "--max-trial-time", "2"]);
-    let r = ok(&lab.run(&[
+    // Streamed, and with the default trial length (2 s) as between namespaces.
+    let out = lab.run(&[
         "--backend",
         "plain",
         "--udp",
@@ -117,13 +118,22 @@ fn the_servers_rate_time_and_trial_limits_hold() {
         "512",
         "--find-ndr",
         "0",
-        "--time",
-        "1",
         "--reverse",
-        "--json",
-        "-",
-    ]));
+        "--json-stream",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut objects: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let r = objects.pop().unwrap()["data"].clone();
     let ndr = &r["udp"]["ndr"];
+    assert_eq!(
+        objects.len(),
+        ndr["trials"].as_array().unwrap().len(),
+        "{objects:?}"
+    );
+    assert!(objects.iter().all(|o| o["event"] == "trial"), "{objects:?}");
     let trials = ndr["trials"].as_array().unwrap();
     assert!(trials.len() >= 2, "{ndr}");
     for t in trials {
@@ -132,6 +142,7 @@ fn the_servers_rate_time_and_trial_limits_hold() {
     let bound = &ndr["bounds"][0];
     assert!(bound["pps"].as_f64().unwrap() > 25_000.0, "{bound}");
     assert_eq!(bound["lower"]["lost"], 0, "{bound}");
+    assert!(bound["lower"]["send_seconds"].as_f64().unwrap() > 1.9, "{bound}");
 
     let too_long = lab.run(&["--backend", "plain", "--udp", "--time", "3", "--json", "-"]);
     assert!(!too_long.status.success());

@@ -30,23 +30,25 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     }
     // How intervals are shown: JSON objects, or lines beside the table (on stderr where
     // stdout carries the JSON report).
-    let show = plan
-        .workload()
-        .modes
-        .interval_s
-        .map(|period_s| match args.modes.json_stream {
-            true => Show::JsonStream,
-            false => Show::Lines {
-                to_stderr: args.json.as_deref().is_some_and(output::is_std_stream),
-                period_s,
-            },
-        });
+    // A UDP run streams its trials (it has no intervals).
+    let show = match (args.modes.json_stream, plan.workload().modes.interval_s) {
+        (true, _) => Some(Show::JsonStream),
+        (false, Some(period_s)) => Some(Show::Lines {
+            to_stderr: args.json.as_deref().is_some_and(output::is_std_stream),
+            period_s,
+        }),
+        (false, None) => None,
+    };
     lab::require_net_admin()?;
     let keys = lab::backend::xfrm::ShowKeys(args.show_keys);
     let report = if plan.peer().is_some() {
         let psk = lab::remote::client::load_psk(args.psk_file.as_deref())?;
         lab::remote::client::check_local(&plan, args.mtu)?;
-        runtime()?.block_on(lab::remote::client::run(&plan, &psk, keys))?
+        let watcher: Box<dyn lab::progress::Progress> = match show {
+            Some(shown) => Box::new(Live { show: shown }),
+            None => Box::new(lab::progress::Quiet),
+        };
+        runtime()?.block_on(lab::remote::client::run(&plan, &psk, keys, watcher.as_ref()))?
     } else if lab::vm::wanted(&plan) {
         let report = lab::vm::run_in_vm(&plan)?;
         // The guest's console is not ours: its intervals are shown once it is back.

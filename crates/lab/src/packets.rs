@@ -189,6 +189,7 @@ pub fn run(
         let mut trials = Vec::new();
         for attempt in 1..=plan.workload().repeat {
             let (t, transfer) = trial(pps, workload.seconds)?;
+            progress.udp_trial("trial", &t);
             progress.note(&format!(
                 "UDP trial {attempt}/{}: {}",
                 plan.workload().repeat,
@@ -218,7 +219,8 @@ pub fn run(
                 let pps = bound.pps * share;
                 p.phase(&format!("at {:.0} % of {}", share * 100.0, bound.name), Some(pps));
                 // The load for the probes; its figures are the search's to give.
-                trial(Some(pps), workload.seconds)?;
+                let (t, _) = trial(Some(pps), workload.seconds)?;
+                progress.udp_trial("load for latency", &t);
             }
         }
     }
@@ -245,9 +247,14 @@ pub fn search_ndr(
 ) -> LabResult<NdrReport> {
     let workload = plan.workload().udp.expect("a UDP plan");
     let label = plan.backend().name();
+    let stage = match plan.backend() {
+        model::Backend::Plain => "bare link NDR search",
+        _ => "NDR search",
+    };
     let mut done = Vec::new();
     let report = traffic::ndr::find(search, workload.packet_size, workload.seconds, |pps, seconds| {
         let (t, transfer) = trial(pps, seconds)?;
+        progress.udp_trial(stage, &t);
         progress.note(&format!("{label} NDR search: {}", trial_line(&t)));
         done.push((t.clone(), transfer));
         Ok::<_, LabError>(t)

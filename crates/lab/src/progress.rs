@@ -30,6 +30,9 @@ pub trait Progress: Send + Sync {
     fn cell_started(&self, _label: &str) {}
     fn cell_finished(&self, _cell: &CellDone) {}
     fn sweep_finished(&self) {}
+    /// A UDP trial ended; `stage` says what it was for ("trial", "NDR search", "bare link
+    /// NDR search", "load for latency").
+    fn udp_trial(&self, _stage: &str, _trial: &model::packets::UdpTrial) {}
     /// A line for the user, printed so it does not tear a progress bar.
     fn note(&self, line: &str) {
         crate::say!("ipsec-lab: {line}");

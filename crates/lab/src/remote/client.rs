@@ -18,6 +18,7 @@ use super::{addressing, link_mtu, peer_request, prefixes_in_use, receiver, STEP_
 use crate::backend::xfrm::ShowKeys;
 use crate::backend::{self, data_addr, End, Hosts, RunSecrets, Side, Site};
 use crate::error::{ExitKind, LabError, LabResult};
+use crate::progress::Progress;
 use crate::session::{self, IDLE_TIMEOUT};
 
 fn unexpected(got: &Message, waiting_for: &str) -> LabError {
@@ -61,13 +62,13 @@ pub fn load_psk(psk_file: Option<&Path>) -> LabResult<Psk> {
 
 /// `ipsec-lab run --peer`, after plan validation and [`check_local`]: SIGINT and SIGTERM
 /// unwind it; the server sees the connection close and removes its end.
-pub async fn run(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunReport> {
+pub async fn run(plan: &RunPlan, psk: &Psk, show: ShowKeys, progress: &dyn Progress) -> LabResult<RunReport> {
     // Refused here, before the server is contacted: nothing exists on either side yet.
     backend::preflight(plan).await?;
     let cancel = CancellationToken::new();
     let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
     let result = tokio::select! {
-        r = execute(plan, psk, show) => r,
+        r = execute(plan, psk, show, progress) => r,
         // Dropping `execute` drops this host's end and the channel: the server sees the
         // connection close and removes its end.
         _ = cancel.cancelled() => Err(LabError::interrupted()),
@@ -118,7 +119,7 @@ async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
     Ok(stream)
 }
 
-async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunReport> {
+async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys, progress: &dyn Progress) -> LabResult<RunReport> {
     let peer = plan.peer().cloned().expect("remote runs have a peer");
     let stream = connect(plan).await?;
     let hosts = Hosts {
@@ -203,7 +204,7 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys) -> LabResult<RunRepo
     let mut transfers = Vec::new();
     let mut udp = None;
     if let Some(max_pps) = server_end.max_pps {
-        let run = trials(plan, hosts, &mut chan, prober, max_pps)?;
+        let run = trials(plan, hosts, &mut chan, prober, progress, max_pps)?;
         transfers = run.transfers;
         udp = Some(run.report);
     } else {
@@ -363,6 +364,7 @@ fn trials(
     hosts: Hosts,
     chan: &mut Channel<TcpStream>,
     prober: Option<&traffic::latency::ProberHandle>,
+    progress: &dyn Progress,
     max_pps: f64,
 ) -> LabResult<crate::packets::UdpRun> {
     let runtime = tokio::runtime::Handle::current();
@@ -377,7 +379,7 @@ fn trials(
         };
         runtime.block_on(udp_trial(plan, hosts, chan, request, max_pps))
     };
-    crate::packets::blocking(|| crate::packets::run(plan, prober, &crate::progress::Quiet, &mut trial))
+    crate::packets::blocking(|| crate::packets::run(plan, prober, progress, &mut trial))
 }
 
 /// One UDP trial between the hosts: this host sends and the server counts, or (`--reverse`)

@@ -103,7 +103,7 @@ impl PacketsRequest {
         }
         if modes.bidir || modes.interval_s.is_some() || modes.omit_s > 0.0 || request.with_iperf3 {
             return refuse(
-                "--udp reports each trial whole: leave out --bidir, --interval, --json-stream, --omit and --with-iperf3",
+                "--udp reports each trial whole (--json-stream streams them): leave out --bidir, --interval, --omit and --with-iperf3",
             );
         }
         // The command line times a run that names neither --bytes nor --time.
@@ -268,12 +268,6 @@ impl RunRequest {
         })?;
         let (udp, ndr) = self.packets.validate(&self, &modes)?;
         let udp_run = udp.is_some();
-        if self.packets.latency && self.port.checked_add(self.parallel).is_none() {
-            return Err(PlanError::Packets(format!(
-                "--latency probes the port after the data ports: --port {} with -P {} leaves none below 65536",
-                self.port, self.parallel
-            )));
-        }
         Ok(RunPlan {
             backend,
             suite,
