@@ -323,14 +323,7 @@ async fn transfer(
         };
         Ok(session::record(plan, received, sent))
     } else {
-        chan.send(&Message::Receive { attempt })
-            .await
-            .map_err(LabError::from)?;
-        match chan.recv(STEP_TIMEOUT, "waiting for the server's receiver").await {
-            Ok(Message::Listening) => {}
-            Ok(other) => return Err(unexpected(&other, "listening")),
-            Err(e) => return Err(LabError::from(e)),
-        }
+        until_listening(chan, Message::Receive { attempt }).await?;
         let target = data_addr(plan, hosts, Side::B);
         let tx_cancel = cancel.clone();
         let local = tokio::task::spawn_blocking(move || traffic::send(target, config, tx_cancel));
@@ -403,19 +396,10 @@ async fn udp_trial(
             Ok(other) => return Err(unexpected(&other, "datagrams_sent")),
             Err(e) => return Err(LabError::from(e)),
         };
-        let counts = tokio::task::spawn_blocking(move || receiving.finish())
-            .await
-            .map_err(|_| LabError::failed(anyhow::anyhow!("UDP receiver panicked")))??;
+        let counts = receiving.finish().await?;
         (sent, counts)
     } else {
-        chan.send(&Message::ReceiveDatagrams { trial })
-            .await
-            .map_err(LabError::from)?;
-        match chan.recv(STEP_TIMEOUT, "waiting for the server's receiver").await {
-            Ok(Message::Listening) => {}
-            Ok(other) => return Err(unexpected(&other, "listening")),
-            Err(e) => return Err(LabError::from(e)),
-        }
+        until_listening(chan, Message::ReceiveDatagrams { trial }).await?;
         let sender = datagrams::sender(plan, hosts, Side::A)?;
         let config = datagrams::send_config(plan, &trial, Some(max_pps));
         let stop = CancellationToken::new();
@@ -457,6 +441,16 @@ async fn udp_trial(
         (sent, counts)
     };
     Ok((counts.trial(&sent, trial.pps, family), counts.transfer(&sent)))
+}
+
+/// Asks the server to receive (`ask`) and waits until its receiver is bound.
+async fn until_listening(chan: &mut Channel<TcpStream>, ask: Message) -> LabResult<()> {
+    chan.send(&ask).await.map_err(LabError::from)?;
+    match chan.recv(STEP_TIMEOUT, "waiting for the server's receiver").await {
+        Ok(Message::Listening) => Ok(()),
+        Ok(other) => Err(unexpected(&other, "listening")),
+        Err(e) => Err(LabError::from(e)),
+    }
 }
 
 /// Waits for this host's half of a transfer and the peer's report on its half. If the peer

@@ -90,14 +90,14 @@ impl Receiving {
         })
     }
 
-    /// The sender has finished: drain what is on its way, then the count.
-    pub fn finish(mut self) -> LabResult<Counts> {
+    /// The sender has finished: drain what is on its way (up to 2 s, off the runtime's
+    /// threads), then the count.
+    pub async fn finish(mut self) -> LabResult<Counts> {
         self.sender_done.cancel();
-        let tally = self
-            .thread
-            .take()
-            .expect("finished once")
-            .join()
+        let thread = self.thread.take().expect("finished once");
+        let tally = tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .map_err(LabError::failed)?
             .map_err(|_| LabError::failed(anyhow::anyhow!("the UDP receiver thread panicked")))?
             .map_err(|e| LabError::transfer("UDP receiver", e))?;
         Ok(tally.counts())

@@ -522,9 +522,7 @@ async fn serve_run(
                         )))
                     }
                 }
-                let counts = tokio::task::spawn_blocking(move || receiving.finish())
-                    .await
-                    .map_err(|_| LabError::failed(anyhow::anyhow!("UDP receiver panicked")))??;
+                let counts = receiving.finish().await?;
                 chan.send(&Message::DatagramsReceived {
                     received: datagrams::counts_to_wire(&counts),
                 })
