@@ -331,17 +331,22 @@ mod tests {
     use crate::fixture;
     use crate::shared::Warnings;
 
-    #[test]
-    fn page_is_well_formed_and_self_contained() {
-        let html = render(&fixture::report()).unwrap();
-        let doc = roxmltree::Document::parse_with_options(
-            &html,
+    /// The page parsed as XHTML (its doctype allowed), or the test fails.
+    fn well_formed(html: &str) -> roxmltree::Document<'_> {
+        roxmltree::Document::parse_with_options(
+            html,
             roxmltree::ParsingOptions {
                 allow_dtd: true,
                 ..Default::default()
             },
         )
-        .expect("well-formed XHTML");
+        .expect("well-formed XHTML")
+    }
+
+    #[test]
+    fn page_is_well_formed_and_self_contained() {
+        let html = render(&fixture::report()).unwrap();
+        let doc = well_formed(&html);
         let root = doc.root_element();
         assert_eq!(root.tag_name().name(), "html");
         assert_eq!(
@@ -510,14 +515,7 @@ mod tests {
     #[test]
     fn udp_rows_and_latency_get_tables_and_the_page_stays_well_formed() {
         let html = render(&fixture::packets()).unwrap();
-        let doc = roxmltree::Document::parse_with_options(
-            &html,
-            roxmltree::ParsingOptions {
-                allow_dtd: true,
-                ..Default::default()
-            },
-        )
-        .expect("well-formed XHTML");
+        let doc = well_formed(&html);
         let table = |class: &str| {
             doc.descendants()
                 .find(|n| n.tag_name().name() == "table" && n.attribute("class") == Some(class))
