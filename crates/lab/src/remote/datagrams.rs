@@ -33,8 +33,8 @@ pub fn sender(plan: &RunPlan, hosts: Hosts, side: Side) -> LabResult<Sender> {
     Sender::bind(local, peer).map_err(|e| LabError::transfer("UDP sender", e))
 }
 
-/// What `side`'s sender sends in `trial`, at most at `max_pps` (the server's `--max-rate`,
-/// for its own sender: an unlimited trial is paced there).
+/// What a sender sends in `trial`, at most at `max_pps` (the server's `--max-rate`: an
+/// unlimited trial is paced there).
 pub fn send_config(plan: &RunPlan, trial: &TrialRequest, max_pps: Option<f64>) -> SendConfig {
     let workload = plan.workload();
     SendConfig {
