@@ -26,9 +26,7 @@ pub mod request;
 pub mod text;
 
 pub use channel::{turned_away_frame, Channel, TURNED_AWAY};
-pub use message::{
-    Envelope, KeyMaterial, Message, ReceivedDatagrams, RefusalKind, RunKeys, SentDatagrams, XfrmKeys, VERSION,
-};
+pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, XfrmKeys, VERSION};
 pub use noise::{Initiator, Responder, Session};
 pub use psk::{Psk, PskError};
 pub use request::{

@@ -23,6 +23,7 @@
 
 use std::fmt;
 
+use model::packets::{ReceivedDatagrams, SentDatagrams};
 use model::{Environment, TransferSide};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use zeroize::Zeroizing;
@@ -109,61 +110,6 @@ impl Message {
             Message::Finish => "finish",
             Message::Finished { .. } => "finished",
         }
-    }
-}
-
-/// A UDP sender's account of one trial (crate `traffic`'s `udp::Sent`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SentDatagrams {
-    pub sent: u64,
-    pub refused: u64,
-    pub seconds: f64,
-    pub calls: u64,
-    pub cpu_user_s: f64,
-    pub cpu_system_s: f64,
-}
-
-/// A UDP receiver's count of one trial (crate `traffic`'s `udp::Counts`), and the bytes its
-/// link received meanwhile where it could read them.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReceivedDatagrams {
-    pub received: u64,
-    pub reordered: u64,
-    pub duplicates: u64,
-    pub corrupted: u64,
-    pub payload_bytes: u64,
-    pub jitter_ms: f64,
-    pub receive_seconds: f64,
-    pub cpu_user_s: f64,
-    pub cpu_system_s: f64,
-    pub wall_s: f64,
-}
-
-/// Whether every figure of a peer's account is a finite, non-negative number: what a
-/// report may show.
-pub fn plausible(figures: &[f64]) -> bool {
-    figures.iter().all(|f| f.is_finite() && *f >= 0.0)
-}
-
-impl SentDatagrams {
-    pub fn plausible(&self) -> bool {
-        plausible(&[self.seconds, self.cpu_user_s, self.cpu_system_s])
-    }
-}
-
-impl ReceivedDatagrams {
-    /// Finite figures, and no more datagrams counted than `sent` sent.
-    pub fn plausible(&self, sent: &SentDatagrams) -> bool {
-        plausible(&[
-            self.jitter_ms,
-            self.receive_seconds,
-            self.cpu_user_s,
-            self.cpu_system_s,
-            self.wall_s,
-        ]) && self.received <= sent.sent
-            && self.reordered <= self.received
     }
 }
 

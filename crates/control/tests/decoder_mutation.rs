@@ -51,7 +51,7 @@ fn seeds() -> Vec<Vec<u8>> {
             },
         },
         Message::DatagramsSent {
-            sent: control::SentDatagrams {
+            sent: model::packets::SentDatagrams {
                 sent: 10,
                 refused: 0,
                 seconds: 0.5,
@@ -61,7 +61,7 @@ fn seeds() -> Vec<Vec<u8>> {
             },
         },
         Message::DatagramsReceived {
-            received: control::ReceivedDatagrams {
+            received: model::packets::ReceivedDatagrams {
                 received: 9,
                 reordered: 1,
                 duplicates: 0,

@@ -8,6 +8,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::family::Family;
+use crate::{CpuUsage, Transfer};
 
 /// Bytes of the lab's datagram header: the sequence number and the send time.
 pub const DATAGRAM_HEADER: u32 = 16;
@@ -242,6 +243,112 @@ pub struct NdrSearch {
     pub trial_seconds: f64,
     /// The search stops once its bounds are this close (fraction of the upper bound).
     pub precision: f64,
+}
+
+/// What a UDP sender did in one trial; between two hosts it crosses the control channel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentDatagrams {
+    /// Datagrams the socket took.
+    pub sent: u64,
+    /// Datagrams the local socket refused (its queue full, an ICMP error queued).
+    pub refused: u64,
+    /// First send to last.
+    pub seconds: f64,
+    /// Send system calls.
+    pub calls: u64,
+    /// The sending thread's CPU time.
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+}
+
+/// What a UDP receiver counted in one trial, apart from its bookkeeping; between two hosts
+/// it crosses the control channel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceivedDatagrams {
+    pub received: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    pub corrupted: u64,
+    pub payload_bytes: u64,
+    pub jitter_ms: f64,
+    /// First arrival to last.
+    pub receive_seconds: f64,
+    /// The receiving thread's CPU time, and the wall time it ran.
+    pub cpu_user_s: f64,
+    pub cpu_system_s: f64,
+    pub wall_s: f64,
+}
+
+/// Whether every figure is a finite, non-negative number: what a report may show.
+fn plausible(figures: &[f64]) -> bool {
+    figures.iter().all(|f| f.is_finite() && *f >= 0.0)
+}
+
+impl SentDatagrams {
+    /// Finite figures (a peer's account is checked before it is used).
+    pub fn plausible(&self) -> bool {
+        plausible(&[self.seconds, self.cpu_user_s, self.cpu_system_s])
+    }
+}
+
+impl ReceivedDatagrams {
+    /// Finite figures, and no more datagrams counted than `sent` sent.
+    pub fn plausible(&self, sent: &SentDatagrams) -> bool {
+        plausible(&[
+            self.jitter_ms,
+            self.receive_seconds,
+            self.cpu_user_s,
+            self.cpu_system_s,
+            self.wall_s,
+        ]) && self.received <= sent.sent
+            && self.reordered <= self.received
+    }
+
+    /// The trial as both ends saw it.
+    pub fn trial(&self, sent: &SentDatagrams, offered_pps: Option<f64>, family: Family) -> UdpTrial {
+        let overhead = u64::from(ip_header(family) + UDP_HEADER);
+        let sent_pps = if sent.seconds > 0.0 {
+            sent.sent as f64 / sent.seconds
+        } else {
+            0.0
+        };
+        UdpTrial {
+            offered_pps,
+            send_seconds: sent.seconds,
+            sent: sent.sent,
+            sent_pps,
+            // Within 1 % of the rate asked for (the sender's own refusals count against it).
+            kept_rate: offered_pps.map(|p| sent_pps >= 0.99 * p),
+            received: self.received,
+            lost: sent.sent.saturating_sub(self.received),
+            reordered: self.reordered,
+            duplicates: self.duplicates,
+            corrupted: self.corrupted,
+            jitter_ms: self.jitter_ms,
+            receive_seconds: self.receive_seconds,
+            payload_bytes: self.payload_bytes,
+            packet_bytes: self.payload_bytes + self.received * overhead,
+            link_bytes: None,
+        }
+    }
+
+    /// The trial as a transfer of its delivered payload, for the report's MB/s: timed by
+    /// the sender's clock (what was offered in that time and came through), verified when
+    /// no datagram failed its check.
+    pub fn transfer(&self, sent: &SentDatagrams) -> Transfer {
+        Transfer {
+            bytes: self.payload_bytes,
+            seconds: sent.seconds,
+            streams: 1,
+            verified: self.corrupted == 0,
+            sender_cpu: CpuUsage::new(sent.cpu_user_s, sent.cpu_system_s, sent.seconds),
+            receiver_cpu: CpuUsage::new(self.cpu_user_s, self.cpu_system_s, self.wall_s),
+            sender_threads: 1,
+            receiver_threads: 1,
+        }
+    }
 }
 
 /// What one UDP trial measured: the sender's side and the receiver's.

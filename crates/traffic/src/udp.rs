@@ -18,8 +18,8 @@ use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use model::packets::{ip_header, PacketSize, UdpTrial, DATAGRAM_HEADER, UDP_HEADER};
-use model::{CpuUsage, Family, Transfer};
+use model::packets::{ip_header, PacketSize, ReceivedDatagrams, SentDatagrams, DATAGRAM_HEADER, UDP_HEADER};
+use model::Family;
 use procstat::CpuTime;
 use udpbatch::{Received, Udp};
 
@@ -82,21 +82,6 @@ pub fn payload_lengths(size: PacketSize, family: Family) -> Vec<usize> {
         .collect()
 }
 
-/// What a sender did.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Sent {
-    /// Datagrams the socket took.
-    pub sent: u64,
-    /// Datagrams the local socket refused (its queue full, an ICMP error queued).
-    pub refused: u64,
-    /// First send to last.
-    pub seconds: f64,
-    /// Send system calls.
-    pub calls: u64,
-    /// The sending thread's CPU time.
-    pub cpu: CpuTime,
-}
-
 /// The sending end, bound (and connected) before the receiver is told where it sends from.
 pub struct Sender {
     udp: Udp,
@@ -115,7 +100,11 @@ impl Sender {
     /// Sends for `config.seconds`, paced evenly when a rate is set (each datagram due at
     /// `start + seq / pps`, sent in batches of those due: the schedule never drifts, and a
     /// late sender catches up in full batches instead of dropping its rate).
-    pub fn run(mut self, config: &SendConfig, stop: &CancellationToken) -> Result<Sent, TrafficError> {
+    pub fn run(
+        mut self,
+        config: &SendConfig,
+        stop: &CancellationToken,
+    ) -> Result<SentDatagrams, TrafficError> {
         let lengths = payload_lengths(config.packet_size, config.family);
         let mut generator = PayloadGenerator::new(config.seed, UDP_STREAM);
         let longest = lengths.iter().copied().max().unwrap_or(0);
@@ -134,7 +123,7 @@ impl Sender {
                 Duration::ZERO
             };
         let mut seq: u64 = 0;
-        let mut out = Sent::default();
+        let mut out = SentDatagrams::default();
         let mut last = start;
         loop {
             let now = Instant::now();
@@ -171,7 +160,8 @@ impl Sender {
         }
         out.sent = seq - out.refused;
         out.seconds = (last - start).as_secs_f64();
-        out.cpu = CpuTime::this_thread().since(cpu);
+        let cpu = CpuTime::this_thread().since(cpu);
+        (out.cpu_user_s, out.cpu_system_s) = (cpu.user_s, cpu.system_s);
         Ok(out)
     }
 }
@@ -296,8 +286,8 @@ impl Tally {
     }
 
     /// What the receiver counted: the figures a report (or a peer) takes.
-    pub fn counts(&self) -> Counts {
-        Counts {
+    pub fn counts(&self) -> ReceivedDatagrams {
+        ReceivedDatagrams {
             received: self.received,
             reordered: self.reordered,
             duplicates: self.duplicates,
@@ -307,71 +297,9 @@ impl Tally {
             receive_seconds: self
                 .first_arrival
                 .map_or(0.0, |first| (self.last_arrival - first) as f64 / 1e9),
-            cpu: self.cpu,
+            cpu_user_s: self.cpu.user_s,
+            cpu_system_s: self.cpu.system_s,
             wall_s: self.wall_s,
-        }
-    }
-}
-
-/// A receiver's figures for one trial, apart from its bookkeeping: what crosses to the
-/// other host in a two-host run.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Counts {
-    pub received: u64,
-    pub reordered: u64,
-    pub duplicates: u64,
-    pub corrupted: u64,
-    pub payload_bytes: u64,
-    pub jitter_ms: f64,
-    /// First arrival to last.
-    pub receive_seconds: f64,
-    /// The receiving thread's CPU time, and the wall time it ran.
-    pub cpu: CpuTime,
-    pub wall_s: f64,
-}
-
-impl Counts {
-    /// The trial as both ends saw it.
-    pub fn trial(&self, sent: &Sent, offered_pps: Option<f64>, family: Family) -> UdpTrial {
-        let overhead = u64::from(ip_header(family) + UDP_HEADER);
-        let sent_pps = if sent.seconds > 0.0 {
-            sent.sent as f64 / sent.seconds
-        } else {
-            0.0
-        };
-        UdpTrial {
-            offered_pps,
-            send_seconds: sent.seconds,
-            sent: sent.sent,
-            sent_pps,
-            // Within 1 % of the rate asked for (the sender's own refusals count against it).
-            kept_rate: offered_pps.map(|p| sent_pps >= 0.99 * p),
-            received: self.received,
-            lost: sent.sent.saturating_sub(self.received),
-            reordered: self.reordered,
-            duplicates: self.duplicates,
-            corrupted: self.corrupted,
-            jitter_ms: self.jitter_ms,
-            receive_seconds: self.receive_seconds,
-            payload_bytes: self.payload_bytes,
-            packet_bytes: self.payload_bytes + self.received * overhead,
-            link_bytes: None,
-        }
-    }
-
-    /// The trial as a transfer of its delivered payload, for the report's MB/s: timed by
-    /// the sender's clock (what was offered in that time and came through), verified when
-    /// no datagram failed its check.
-    pub fn transfer(&self, sent: &Sent) -> Transfer {
-        Transfer {
-            bytes: self.payload_bytes,
-            seconds: sent.seconds,
-            streams: 1,
-            verified: self.corrupted == 0,
-            sender_cpu: CpuUsage::new(sent.cpu.user_s, sent.cpu.system_s, sent.seconds),
-            receiver_cpu: CpuUsage::new(self.cpu.user_s, self.cpu.system_s, self.wall_s),
-            sender_threads: 1,
-            receiver_threads: 1,
         }
     }
 }
@@ -523,10 +451,10 @@ mod tests {
         t.record(&[1, 2, 3], 6);
         assert_eq!((t.received, t.duplicates, t.corrupted), (1, 1, 4));
         let trial = t.counts().trial(
-            &Sent {
+            &SentDatagrams {
                 sent: 10,
                 seconds: 1.0,
-                ..Sent::default()
+                ..SentDatagrams::default()
             },
             Some(10.0),
             Family::Ipv4,
@@ -546,7 +474,7 @@ mod tests {
             let transit = if seq % 2 == 0 { 1_000_000 } else { 3_000_000 };
             t.record(&datagram(seq, sent, size), sent + transit);
         }
-        let trial = t.counts().trial(&Sent::default(), None, Family::Ipv4);
+        let trial = t.counts().trial(&SentDatagrams::default(), None, Family::Ipv4);
         assert!((trial.jitter_ms - 2.0).abs() < 0.01, "{}", trial.jitter_ms);
         // A steady transit has no jitter.
         let mut steady = tally(size);
@@ -556,7 +484,7 @@ mod tests {
         assert_eq!(
             steady
                 .counts()
-                .trial(&Sent::default(), None, Family::Ipv4)
+                .trial(&SentDatagrams::default(), None, Family::Ipv4)
                 .jitter_ms,
             0.0
         );

@@ -392,7 +392,7 @@ async fn udp_trial(
             .await
             .map_err(LabError::from)?;
         let sent = match chan.recv(wait, "waiting for the server's trial").await {
-            Ok(Message::DatagramsSent { sent }) if sent.plausible() => datagrams::sent_from_wire(&sent),
+            Ok(Message::DatagramsSent { sent }) if sent.plausible() => sent,
             Ok(other) => return Err(unexpected(&other, "datagrams_sent")),
             Err(e) => return Err(LabError::from(e)),
         };
@@ -422,14 +422,11 @@ async fn udp_trial(
                 });
             }
         };
-        let wire = datagrams::sent_to_wire(&sent);
-        chan.send(&Message::DatagramsSent { sent: wire })
+        chan.send(&Message::DatagramsSent { sent })
             .await
             .map_err(LabError::from)?;
         let counts = match chan.recv(STEP_TIMEOUT, "waiting for the server's count").await {
-            Ok(Message::DatagramsReceived { received }) if received.plausible(&wire) => {
-                datagrams::counts_from_wire(&received)
-            }
+            Ok(Message::DatagramsReceived { received }) if received.plausible(&sent) => received,
             Ok(Message::DatagramsReceived { .. }) => {
                 return Err(LabError::failed(anyhow::anyhow!(
                     "the peer counted more datagrams than were sent, or figures that are no numbers"

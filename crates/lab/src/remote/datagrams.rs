@@ -3,17 +3,18 @@
 //!
 //! A trial's datagrams flow between the two data addresses on the first data port, as
 //! between namespaces; the receiving host counts them and the client puts the trial
-//! together from both accounts (`control::SentDatagrams`, `control::ReceivedDatagrams`).
+//! together from both accounts (`model::packets::{SentDatagrams, ReceivedDatagrams}`), which
+//! cross the control channel as they are.
 //! The server's responder echoes only the client's probes, at most [`ECHOES_PER_SECOND`].
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 
-use control::{ReceivedDatagrams, SentDatagrams, TrialRequest};
+use control::TrialRequest;
+use model::packets::ReceivedDatagrams;
 use model::RunPlan;
-use procstat::CpuTime;
 use traffic::latency::Responder;
-use traffic::udp::{self, Counts, Receiver, SendConfig, Sender, Sent, Tally};
+use traffic::udp::{self, Receiver, SendConfig, Sender, Tally};
 use traffic::{CancellationToken, TrafficError};
 
 use crate::backend::{data_addr, Hosts, Side};
@@ -92,7 +93,7 @@ impl Receiving {
 
     /// The sender has finished: drain what is on its way (up to 2 s, off the runtime's
     /// threads), then the count.
-    pub async fn finish(mut self) -> LabResult<Counts> {
+    pub async fn finish(mut self) -> LabResult<ReceivedDatagrams> {
         self.sender_done.cancel();
         let thread = self.thread.take().expect("finished once");
         let tally = tokio::task::spawn_blocking(move || thread.join())
@@ -108,62 +109,6 @@ impl Drop for Receiving {
     fn drop(&mut self) {
         // Not finished: the run failed, so the thread stops without draining.
         self.stop.cancel();
-    }
-}
-
-pub fn sent_to_wire(s: &Sent) -> SentDatagrams {
-    SentDatagrams {
-        sent: s.sent,
-        refused: s.refused,
-        seconds: s.seconds,
-        calls: s.calls,
-        cpu_user_s: s.cpu.user_s,
-        cpu_system_s: s.cpu.system_s,
-    }
-}
-
-pub fn sent_from_wire(s: &SentDatagrams) -> Sent {
-    Sent {
-        sent: s.sent,
-        refused: s.refused,
-        seconds: s.seconds,
-        calls: s.calls,
-        cpu: CpuTime {
-            user_s: s.cpu_user_s,
-            system_s: s.cpu_system_s,
-        },
-    }
-}
-
-pub fn counts_to_wire(c: &Counts) -> ReceivedDatagrams {
-    ReceivedDatagrams {
-        received: c.received,
-        reordered: c.reordered,
-        duplicates: c.duplicates,
-        corrupted: c.corrupted,
-        payload_bytes: c.payload_bytes,
-        jitter_ms: c.jitter_ms,
-        receive_seconds: c.receive_seconds,
-        cpu_user_s: c.cpu.user_s,
-        cpu_system_s: c.cpu.system_s,
-        wall_s: c.wall_s,
-    }
-}
-
-pub fn counts_from_wire(r: &ReceivedDatagrams) -> Counts {
-    Counts {
-        received: r.received,
-        reordered: r.reordered,
-        duplicates: r.duplicates,
-        corrupted: r.corrupted,
-        payload_bytes: r.payload_bytes,
-        jitter_ms: r.jitter_ms,
-        receive_seconds: r.receive_seconds,
-        cpu: CpuTime {
-            user_s: r.cpu_user_s,
-            system_s: r.cpu_system_s,
-        },
-        wall_s: r.wall_s,
     }
 }
 

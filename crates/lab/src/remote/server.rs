@@ -523,11 +523,9 @@ async fn serve_run(
                     }
                 }
                 let counts = receiving.finish().await?;
-                chan.send(&Message::DatagramsReceived {
-                    received: datagrams::counts_to_wire(&counts),
-                })
-                .await
-                .map_err(LabError::from)?;
+                chan.send(&Message::DatagramsReceived { received: counts })
+                    .await
+                    .map_err(LabError::from)?;
             }
             Message::SendDatagrams { trial } if plan.workload().reverse => {
                 // Only to the client's data address, at most at this server's --max-rate.
@@ -541,11 +539,9 @@ async fn serve_run(
                 let sent = watch(chan, work, &stop, cancel)
                     .await?
                     .map_err(|e| LabError::transfer("UDP sender", e))?;
-                chan.send(&Message::DatagramsSent {
-                    sent: datagrams::sent_to_wire(&sent),
-                })
-                .await
-                .map_err(LabError::from)?;
+                chan.send(&Message::DatagramsSent { sent })
+                    .await
+                    .map_err(LabError::from)?;
             }
             Message::Finish => {
                 drop(echo);
