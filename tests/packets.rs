@@ -212,21 +212,41 @@ fn in_user_mode_linux_netem_delay_sets_the_round_trip_and_reordering_is_counted(
         return;
     }
     let _lock = lab_lock();
-    let r = report_of(&[
-        "--vm",
-        "uml",
-        "--backend",
-        "plain",
-        "--netem",
-        "delay 10ms",
-        "--latency",
-        "--time",
-        "1",
-    ]);
-    let idle = &r["latency"]["phases"][0];
-    assert_eq!(idle["name"], "idle", "{idle}");
-    let p50 = idle["p50_ms"].as_f64().unwrap();
-    assert!((p50 - 20.0).abs() <= 1.0, "idle p50 {p50} ms: {idle}");
+    // UML's one CPU is a host process: when the host is busy, its timers fire late and
+    // every round trip grows (a CI run saw p50 23.2 ms, p10 20.5). Netem's delay is a floor
+    // no load can lower, so every attempt must stay above it; the median must land within
+    // a millisecond of it in one of three attempts, each printed.
+    let mut medians = Vec::new();
+    for attempt in 1..=3 {
+        let r = report_of(&[
+            "--vm",
+            "uml",
+            "--backend",
+            "plain",
+            "--netem",
+            "delay 10ms",
+            "--latency",
+            "--time",
+            "1",
+        ]);
+        let idle = r["latency"]["phases"][0].clone();
+        assert_eq!(idle["name"], "idle", "{idle}");
+        let ms = |k: &str| idle[k].as_f64().unwrap();
+        assert!(ms("min_ms") >= 20.0, "a round trip under netem's 20 ms: {idle}");
+        eprintln!(
+            "attempt {attempt}: idle min {} p50 {} ms",
+            ms("min_ms"),
+            ms("p50_ms")
+        );
+        medians.push(ms("p50_ms"));
+        if (ms("p50_ms") - 20.0).abs() <= 1.0 {
+            break;
+        }
+    }
+    assert!(
+        medians.iter().any(|p50| (p50 - 20.0).abs() <= 1.0),
+        "idle p50 never within 1 ms of 20 ms: {medians:?}"
+    );
     let r = report_of(&[
         "--vm",
         "uml",
