@@ -44,6 +44,18 @@ impl CpuTime {
     }
 }
 
+/// Seconds the calling thread has so far spent runnable but waiting for a CPU (the second
+/// field of `/proc/thread-self/schedstat`); None where the kernel does not keep it.
+pub fn run_queue_wait_s() -> Option<f64> {
+    let line = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    parse_schedstat_wait(&line)
+}
+
+fn parse_schedstat_wait(line: &str) -> Option<f64> {
+    let ns: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
 /// Clock ticks per second, the unit of /proc's CPU times (`sysconf(_SC_CLK_TCK)`; 100, the
 /// value Linux has everywhere, should the call ever fail).
 pub fn ticks_per_s() -> f64 {
@@ -59,6 +71,15 @@ pub fn ticks_per_s() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_run_queue_wait_is_schedstats_second_field_in_nanoseconds() {
+        assert_eq!(parse_schedstat_wait("1228175 2500000000 17\n"), Some(2.5));
+        assert_eq!(parse_schedstat_wait("1228175\n"), None);
+        assert_eq!(parse_schedstat_wait("1 x 2"), None);
+        // This kernel keeps it (every kernel the lab runs on has CONFIG_SCHED_INFO).
+        assert!(run_queue_wait_s().is_some());
+    }
 
     #[test]
     fn differences_and_sums_go_field_by_field() {
