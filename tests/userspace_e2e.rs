@@ -126,7 +126,21 @@ fn every_suite_verified_through_the_userspace_tunnel_and_nothing_left() {
                 cpu["user_s"].as_f64().unwrap() + cpu["system_s"].as_f64().unwrap() > 0.0,
                 "{cipher}"
             );
+            // Where the thread's time went: phases that add up to its life.
+            let time = d[end]["time"].as_object().unwrap();
+            let phases: f64 = time
+                .iter()
+                .filter(|(k, _)| *k != "run_queue_s")
+                .map(|(_, v)| v.as_f64().unwrap())
+                .sum();
+            let wall = d[end]["wall_s"].as_f64().unwrap();
+            assert!(
+                (phases - wall).abs() <= 0.01 * wall + 0.001,
+                "{cipher} {end}: {time:?} of {wall} s"
+            );
         }
+        assert!(d["a"]["time"]["crypto_s"].as_f64().unwrap() > 0.0, "{cipher}");
+        assert!(d["b"]["recv_buffers"].as_u64().unwrap() > 0, "{cipher}");
         // Every payload byte went through the encrypting end.
         assert!(d["a"]["sent"]["bytes"].as_u64().unwrap() >= 3_000_000, "{cipher}");
         // TUN offload in use: several segments per read at a, per write at b.

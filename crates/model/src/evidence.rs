@@ -270,6 +270,12 @@ pub struct TunnelEnd {
     pub recv_calls: u64,
     pub tun_reads: u64,
     pub tun_writes: u64,
+    /// Receive buffers the socket filled (with UDP GRO, each holds several datagrams).
+    #[serde(default)]
+    pub recv_buffers: u64,
+    /// Where the thread's wall time went.
+    #[serde(default)]
+    pub time: ThreadTime,
     /// A multi-queue end (`--tunnel-threads N`): each thread's own counts; the fields above
     /// are their sums (CPU added, so above 100 % of a core where threads ran in parallel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -279,6 +285,95 @@ pub struct TunnelEnd {
     /// refused the program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steering: Option<String>,
+}
+
+/// Where a tunnel thread's wall time went, in seconds. The thread reads the clock at every
+/// boundary between phases (a batch at a time, never a packet at a time where a batch
+/// exists), so the phases add up to its life. Time runnable but without a CPU falls inside
+/// whatever phase it interrupted; `run_queue_s` says how much that was in all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadTime {
+    /// Reading from the TUN device (a packet, or with offload a super-packet, per call).
+    pub tun_read_s: f64,
+    /// Cutting super-packets into segments (offload), copying and checking inner packets.
+    pub segmenting_s: f64,
+    /// Encrypting and decrypting (with the replay and inner-address checks).
+    pub crypto_s: f64,
+    pub udp_send_s: f64,
+    pub udp_recv_s: f64,
+    /// Joining decrypted segments into super-packets (offload).
+    pub joining_s: f64,
+    pub tun_write_s: f64,
+    /// Asleep in `poll`: nothing to do either way.
+    pub idle_s: f64,
+    /// The loop itself and anything between the phases.
+    pub other_s: f64,
+    /// Runnable but waiting for a CPU (the kernel's `schedstat`); None where not readable.
+    #[serde(default)]
+    pub run_queue_s: Option<f64>,
+}
+
+impl ThreadTime {
+    /// The phases by name, in the order a packet meets them.
+    pub fn phases(&self) -> [(&'static str, f64); 9] {
+        [
+            ("TUN read", self.tun_read_s),
+            ("segmenting", self.segmenting_s),
+            ("crypto", self.crypto_s),
+            ("UDP send", self.udp_send_s),
+            ("UDP receive", self.udp_recv_s),
+            ("joining", self.joining_s),
+            ("TUN write", self.tun_write_s),
+            ("idle", self.idle_s),
+            ("other", self.other_s),
+        ]
+    }
+
+    pub fn total_s(&self) -> f64 {
+        self.phases().iter().map(|(_, s)| s).sum()
+    }
+
+    /// Two threads' times added (a multi-queue end's sum).
+    pub fn plus(&self, other: &ThreadTime) -> ThreadTime {
+        ThreadTime {
+            tun_read_s: self.tun_read_s + other.tun_read_s,
+            segmenting_s: self.segmenting_s + other.segmenting_s,
+            crypto_s: self.crypto_s + other.crypto_s,
+            udp_send_s: self.udp_send_s + other.udp_send_s,
+            udp_recv_s: self.udp_recv_s + other.udp_recv_s,
+            joining_s: self.joining_s + other.joining_s,
+            tun_write_s: self.tun_write_s + other.tun_write_s,
+            idle_s: self.idle_s + other.idle_s,
+            other_s: self.other_s + other.other_s,
+            run_queue_s: self.run_queue_s.zip(other.run_queue_s).map(|(a, b)| a + b),
+        }
+    }
+
+    /// e.g. `crypto 41 %, UDP send 28 %, …, waiting for a CPU 12 %`: the phases above 0.5 %
+    /// of the total, largest first.
+    pub fn line(&self) -> String {
+        let total = self.total_s();
+        if total <= 0.0 {
+            return "not timed".into();
+        }
+        let mut phases: Vec<(&str, f64)> = self
+            .phases()
+            .into_iter()
+            .filter(|(_, s)| s / total >= 0.005)
+            .collect();
+        phases.sort_by(|x, y| y.1.total_cmp(&x.1));
+        let mut parts: Vec<String> = phases
+            .iter()
+            .map(|(name, s)| format!("{name} {:.0} %", s / total * 100.0))
+            .collect();
+        if let Some(q) = self.run_queue_s {
+            parts.push(format!(
+                "of all that, waiting for a CPU {:.0} %",
+                (q / total * 100.0).min(100.0)
+            ));
+        }
+        parts.join(", ")
+    }
 }
 
 /// One end of a userspace tunnel as it reports itself (a two-host report shows each end so):
@@ -579,8 +674,25 @@ impl UserspaceEvidence {
                 s.delivered.packets,
                 if drops.is_empty() { "none".into() } else { drops.join(", ") }
             ));
+            notes.push(format!(
+                "  its time: {}; out {} packets per TUN read and {} per UDP send, in {} datagrams per receive buffer and {} packets per TUN write",
+                s.time.line(),
+                per_call(s.sent.packets, s.tun_reads),
+                per_call(s.sent.packets, s.send_calls),
+                per_call(s.datagrams_in, s.recv_buffers),
+                per_call(s.delivered.packets, s.tun_writes),
+            ));
         }
         notes
+    }
+}
+
+/// `items` per call to one decimal, or `-` where no call was made.
+fn per_call(items: u64, calls: u64) -> String {
+    if calls == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}", items as f64 / calls as f64)
     }
 }
 
@@ -785,6 +897,15 @@ mod tests {
             recv_calls: 3,
             tun_reads: 900,
             tun_writes: 3,
+            recv_buffers: 2,
+            time: ThreadTime {
+                crypto_s: 0.5,
+                udp_send_s: 0.3,
+                tun_read_s: 0.15,
+                other_s: 0.05,
+                run_queue_s: Some(0.1),
+                ..ThreadTime::default()
+            },
             queues: Vec::new(),
             steering: None,
         }
@@ -797,6 +918,58 @@ mod tests {
             hardware_aes: true,
             label: "auto (aws-lc-rs, AES-NI)".into(),
         }
+    }
+
+    #[test]
+    fn a_threads_time_reads_largest_phase_first_with_its_wait_for_a_cpu() {
+        let t = tunnel_end("ipl-tun-a").time;
+        assert_eq!(
+            t.line(),
+            "crypto 50 %, UDP send 30 %, TUN read 15 %, other 5 %, of all that, waiting for a CPU 10 %"
+        );
+        let summed = t.plus(&ThreadTime {
+            idle_s: 1.0,
+            run_queue_s: None,
+            ..ThreadTime::default()
+        });
+        assert_eq!(summed.total_s(), 2.0);
+        // One thread without schedstat: the sum cannot say how long both waited.
+        assert_eq!(
+            summed.line(),
+            "idle 50 %, crypto 25 %, UDP send 15 %, TUN read 8 %, other 2 %"
+        );
+        assert_eq!(ThreadTime::default().line(), "not timed");
+    }
+
+    #[test]
+    fn a_userspace_end_says_where_its_time_went_and_its_batch_sizes() {
+        let e = UserspaceEvidence {
+            suite: CipherSuite::ChaCha20Poly1305,
+            implementation: implementation(),
+            inner_mtu: 1418,
+            batching: Batching::Offload,
+            a: tunnel_end("ipl-tun-a"),
+            b: TunnelEnd {
+                tun_writes: 0,
+                ..tunnel_end("ipl-tun-b")
+            },
+            encrypting: Encrypting::A,
+            efficiency: Efficiency {
+                tunnel_payload_mb_per_cpu_s: 133.3,
+                crypto: None,
+            },
+        };
+        let lines = e.lines();
+        assert_eq!(
+            lines[2],
+            "  its time: crypto 50 %, UDP send 30 %, TUN read 15 %, other 5 %, of all that, waiting for a CPU 10 %; \
+             out 77.8 packets per TUN read and 63.6 per UDP send, in 1.5 datagrams per receive buffer and 1.0 packets per TUN write"
+        );
+        assert!(
+            lines[4].ends_with("in 1.5 datagrams per receive buffer and - packets per TUN write"),
+            "{}",
+            lines[4]
+        );
     }
 
     /// Every backend's evidence comes back from a report's JSON as what was written, under

@@ -20,7 +20,7 @@ use crate::config::{Batching, TunnelConfig, TunnelError};
 use crate::cpu::pin_current_thread;
 use crate::receive::ReceivePath;
 use crate::send::SendPath;
-use crate::stats::TunnelStats;
+use crate::stats::{Phase, TunnelStats};
 use crate::tun::Tun;
 use udpbatch::Udp;
 
@@ -178,7 +178,9 @@ impl Loop {
             source,
         };
         let cpu0 = CpuTime::this_thread();
+        let run_queue0 = procstat::run_queue_wait_s();
         let t0 = Instant::now();
+        stats.start_timing();
         let pollfd = |fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
@@ -198,6 +200,7 @@ impl Loop {
                 .pump(&tun, &udp, &mut endpoint, &inner, &mut stats)
                 .map_err(|e| io_error("receive UDP", e))?;
             if from_tun == 0 && from_net == 0 {
+                stats.lap(Phase::Other);
                 // SAFETY: fds is a valid array of 3 pollfd for the duration of the call.
                 let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
                 if rc < 0 {
@@ -206,8 +209,13 @@ impl Loop {
                         return Err(io_error("poll", e));
                     }
                 }
+                stats.lap(Phase::Idle);
             }
         }
+        stats.lap(Phase::Other);
+        stats.time.run_queue_s = procstat::run_queue_wait_s()
+            .zip(run_queue0)
+            .map(|(end, start)| end - start);
         if !udp.uses_gso() {
             // GSO was refused (or never on). TUN offload, if on, stays: it does not need it.
             stats.batching = Batching::Mmsg;

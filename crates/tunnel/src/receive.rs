@@ -12,7 +12,7 @@ use std::io;
 use tunnel_proto::{Endpoint, InnerAddresses};
 
 use crate::offload::{self, Coalescer, Group, PacketRef};
-use crate::stats::TunnelStats;
+use crate::stats::{Phase, TunnelStats};
 use crate::tun::Tun;
 use udpbatch::{self as udp, Received, Udp};
 
@@ -56,7 +56,9 @@ impl ReceivePath {
         inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
-        let got = match udp.recv_batch(&mut self.bufs, &mut self.received) {
+        let received = udp.recv_batch(&mut self.bufs, &mut self.received);
+        stats.lap(Phase::UdpRecv);
+        let got = match received {
             Ok(got) => got,
             // A queued ICMP error (the peer not yet listening, say) was consumed instead:
             // nothing to decrypt, but not fatal, and the socket may hold more.
@@ -67,6 +69,7 @@ impl ReceivePath {
             return Ok(0);
         }
         stats.recv_calls += 1;
+        stats.recv_buffers += got as u64;
         if let Some((decrypted, _)) = &mut self.join {
             decrypted.clear();
         }
@@ -91,21 +94,28 @@ impl ReceivePath {
                         start: datagram.start + packet.start,
                         end: datagram.start + packet.end,
                     }),
-                    None => match tun.write(&buf[packet.clone()]) {
-                        Ok(_) => {
-                            stats.tun_writes += 1;
-                            stats.delivered.add(1, packet.len());
+                    // A write per packet: timing each costs little beside the system call.
+                    None => {
+                        stats.lap(Phase::Crypto);
+                        match tun.write(&buf[packet.clone()]) {
+                            Ok(_) => {
+                                stats.tun_writes += 1;
+                                stats.delivered.add(1, packet.len());
+                            }
+                            Err(_) => stats.errors.tun_write += 1,
                         }
-                        Err(_) => stats.errors.tun_write += 1,
-                    },
+                        stats.lap(Phase::TunWrite);
+                    }
                 }
             }
         }
+        stats.lap(Phase::Crypto);
         if let Some((decrypted, group)) = &mut self.join {
             let authenticated = endpoint.suite().authenticates();
             offload::coalesce(&mut self.bufs, decrypted, authenticated, group, |group, bufs| {
                 write_joined(tun, group, bufs, stats)
             });
+            stats.lap(Phase::Joining);
         }
         Ok(got)
     }
@@ -120,7 +130,10 @@ fn write_joined(tun: &Tun, group: &Group, bufs: &mut [Vec<u8>], stats: &mut Tunn
     parts.push(&hdr);
     parts.push(&bufs[first.buf][first.start..first.end]);
     parts.extend(group.more.iter().map(|m| &bufs[m.buf][m.start..m.end]));
-    match tun.write_parts(&parts) {
+    stats.lap(Phase::Joining);
+    let written = tun.write_parts(&parts);
+    stats.lap(Phase::TunWrite);
+    match written {
         Ok(_) => {
             stats.tun_writes += 1;
             stats.delivered.add(group.segments(), group.packet_bytes());

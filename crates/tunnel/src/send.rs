@@ -1,6 +1,7 @@
 //! The send path, TUN → encrypt → UDP, and its buffers: packets read from the TUN device
-//! (with offload, super-packets cut into wire-sized segments first), each encrypted in place
-//! into its own slot, the slots handed to the UDP socket as one batch. Only packets from this
+//! (with offload, super-packets cut into wire-sized segments first), each into its own slot,
+//! the batch encrypted in place slot by slot and handed to the UDP socket at once (so the
+//! thread's time splits into reading, segmenting, crypto and sending a batch at a time). Only packets from this
 //! end's inner address to the peer's are sent: the peer would drop anything else.
 //!
 //! Leaves out: when it runs (`event_loop`), how a batch leaves the socket (`udp`), the
@@ -13,7 +14,7 @@ use tunnel_proto::{Endpoint, InnerAddresses, HEADROOM, TAILROOM};
 
 use crate::config::BATCH;
 use crate::offload::{self, Segmenter, VnetHdr, VNET_HDR_LEN};
-use crate::stats::TunnelStats;
+use crate::stats::{Phase, TunnelStats};
 use crate::tun::Tun;
 use udpbatch::{self as udp, Udp};
 
@@ -39,9 +40,11 @@ impl SendPath {
             max_datagram: inner_mtu + Endpoint::max_overhead(endpoint.suite()),
             outbox: Outbox {
                 slots: vec![vec![0u8; HEADROOM + inner_mtu + TAILROOM]; BATCH],
-                sealed: vec![0..0; BATCH],
+                inner_lens: vec![0; BATCH],
+                sealed: vec![None; BATCH],
                 len: 0,
                 bytes: 0,
+                max_overhead: Endpoint::max_overhead(endpoint.suite()),
             },
             tun_read: if tun_offload {
                 vec![0u8; TUN_READ_OFFLOAD]
@@ -61,12 +64,13 @@ impl SendPath {
         inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
+        stats.lap(Phase::Other);
         let reads = if self.tun_read.is_empty() {
-            self.read_packets(tun, endpoint, inner, stats)
+            self.read_packets(tun, inner, stats)
         } else {
             self.read_super_packets(tun, udp, endpoint, inner, stats)
         };
-        self.outbox.flush(udp, stats);
+        self.outbox.flush(endpoint, udp, stats);
         reads
     }
 
@@ -75,7 +79,6 @@ impl SendPath {
     fn read_packets(
         &mut self,
         tun: &Tun,
-        endpoint: &mut Endpoint,
         inner: &InnerAddresses,
         stats: &mut TunnelStats,
     ) -> io::Result<usize> {
@@ -91,13 +94,13 @@ impl SendPath {
                 stats.errors.not_to_peer += 1;
                 continue;
             }
-            self.outbox.seal(len, endpoint, stats);
+            self.outbox.push(len);
         }
         Ok(reads)
     }
 
     /// With offload: a few reads of up to 64 KiB each, cut into segments, each segment
-    /// encrypted on its own (the datagrams are the same as without offload).
+    /// encrypted on its own at the flush (the datagrams are the same as without offload).
     fn read_super_packets(
         &mut self,
         tun: &Tun,
@@ -134,9 +137,10 @@ impl SendPath {
                     stats.errors.offload += 1;
                     continue;
                 }
-                outbox.make_room(max_datagram, udp, stats);
+                outbox.make_room(max_datagram, endpoint, udp, stats);
                 outbox.next_inner(mtu)[..pkt.len()].copy_from_slice(pkt);
-                outbox.seal(pkt.len(), endpoint, stats);
+                outbox.push(pkt.len());
+                stats.lap(Phase::Segmenting);
                 continue;
             }
             let mut segments = match Segmenter::new(pkt, &hdr) {
@@ -147,12 +151,14 @@ impl SendPath {
                 }
             };
             loop {
-                outbox.make_room(max_datagram, udp, stats);
+                outbox.make_room(max_datagram, endpoint, udp, stats);
                 let Some(seg_len) = segments.next_into(outbox.next_inner(mtu)) else {
                     break;
                 };
-                outbox.seal(seg_len, endpoint, stats);
+                outbox.push(seg_len);
             }
+            // Before the next read: its clock starts here.
+            stats.lap(Phase::Segmenting);
         }
         Ok(reads)
     }
@@ -160,7 +166,9 @@ impl SendPath {
 
 /// One read from TUN into `buf`, counted; None when nothing is waiting.
 fn read_tun(tun: &Tun, buf: &mut [u8], stats: &mut TunnelStats) -> io::Result<Option<usize>> {
-    match tun.read(buf) {
+    let read = tun.read(buf);
+    stats.lap(Phase::TunRead);
+    match read {
         Ok(len) => {
             stats.tun_reads += 1;
             Ok(Some(len))
@@ -170,13 +178,18 @@ fn read_tun(tun: &Tun, buf: &mut [u8], stats: &mut TunnelStats) -> io::Result<Op
     }
 }
 
-/// Encrypted datagrams waiting to be sent: slot `i < len` holds one at `sealed[i]`.
+/// Inner packets waiting to be encrypted and sent: slot `i < len` holds one of
+/// `inner_lens[i]` bytes after its headroom.
 struct Outbox {
     slots: Vec<Vec<u8>>,
-    sealed: Vec<Range<usize>>,
+    inner_lens: Vec<usize>,
+    /// Where each slot's datagram lies once sealed (None: encryption failed); kept for its
+    /// allocation.
+    sealed: Vec<Option<Range<usize>>>,
     len: usize,
-    /// Bytes of the sealed datagrams, kept within what one GSO send carries.
+    /// Bytes the batch's datagrams take at most, kept within what one GSO send carries.
     bytes: usize,
+    max_overhead: usize,
 }
 
 impl Outbox {
@@ -186,9 +199,15 @@ impl Outbox {
     }
 
     /// Sends the batch first if the next datagram would not fit it.
-    fn make_room(&mut self, max_datagram: usize, udp: &mut Udp, stats: &mut TunnelStats) {
+    fn make_room(
+        &mut self,
+        max_datagram: usize,
+        endpoint: &mut Endpoint,
+        udp: &mut Udp,
+        stats: &mut TunnelStats,
+    ) {
         if !self.has_room(max_datagram) {
-            self.flush(udp, stats);
+            self.flush(endpoint, udp, stats);
         }
     }
 
@@ -198,32 +217,45 @@ impl Outbox {
         &mut self.slots[self.len][HEADROOM..HEADROOM + inner_mtu]
     }
 
-    /// Encrypts the `len`-byte inner packet just written by [`Outbox::next_inner`]; it
-    /// joins the batch unless encryption fails (counted).
-    fn seal(&mut self, len: usize, endpoint: &mut Endpoint, stats: &mut TunnelStats) {
-        match endpoint.encap(&mut self.slots[self.len], len) {
-            Ok(range) => {
-                self.bytes += range.len();
-                self.sealed[self.len] = range;
-                self.len += 1;
-                stats.sent.add(1, len);
-            }
-            Err(_) => stats.errors.encap += 1,
-        }
+    /// The `len`-byte inner packet just written by [`Outbox::next_inner`] joins the batch.
+    fn push(&mut self, len: usize) {
+        self.inner_lens[self.len] = len;
+        self.bytes += len + self.max_overhead;
+        self.len += 1;
     }
 
-    fn flush(&mut self, udp: &mut Udp, stats: &mut TunnelStats) {
+    /// Encrypts every packet of the batch in its slot, then sends what encrypted (a failure
+    /// is counted and its slot skipped).
+    fn flush(&mut self, endpoint: &mut Endpoint, udp: &mut Udp, stats: &mut TunnelStats) {
         if self.len == 0 {
             return;
         }
-        let datagrams: Vec<&[u8]> = self.slots[..self.len]
+        stats.lap(Phase::Segmenting);
+        for ((slot, &len), sealed) in self
+            .slots
+            .iter_mut()
+            .zip(&self.inner_lens)
+            .zip(&mut self.sealed)
+            .take(self.len)
+        {
+            *sealed = endpoint.encap(slot, len).ok();
+            match sealed {
+                Some(_) => stats.sent.add(1, len),
+                None => stats.errors.encap += 1,
+            }
+        }
+        stats.lap(Phase::Crypto);
+        let datagrams: Vec<&[u8]> = self
+            .slots
             .iter()
-            .zip(&self.sealed[..self.len])
-            .map(|(slot, range)| &slot[range.clone()])
+            .zip(&self.sealed)
+            .take(self.len)
+            .filter_map(|(slot, range)| Some(&slot[range.clone()?]))
             .collect();
         let done = udp.send_batch(&datagrams);
         stats.send_calls += done.calls;
         stats.errors.send += done.refused;
         (self.len, self.bytes) = (0, 0);
+        stats.lap(Phase::UdpSend);
     }
 }

@@ -4,11 +4,13 @@
 //! Leaves out: how the counts are taken (`send`, `receive`) and how they are reported (the
 //! lab's backends).
 
+use std::time::Instant;
+
 use procstat::CpuTime;
 use tunnel_proto::DropCounters;
 
 use crate::config::Batching;
-pub use model::evidence::{Flow, IoErrors};
+pub use model::evidence::{Flow, IoErrors, ThreadTime};
 
 /// What one end did, from its own thread.
 #[derive(Debug, Clone)]
@@ -38,9 +40,29 @@ pub struct TunnelStats {
     /// TUN `read`s and `write`s (with offload, one carries up to 64 KiB of segments).
     pub tun_reads: u64,
     pub tun_writes: u64,
+    /// Receive buffers the socket filled (with GRO, several datagrams each).
+    pub recv_buffers: u64,
+    /// Where the thread's wall time went, phase by phase.
+    pub time: ThreadTime,
+    /// When the phase now running began.
+    phase_start: Instant,
     /// The thread's CPU time from the end of set-up to stop.
     pub cpu: CpuTime,
     pub wall_s: f64,
+}
+
+/// What a tunnel thread is doing, for [`ThreadTime`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Phase {
+    TunRead,
+    Segmenting,
+    Crypto,
+    UdpSend,
+    UdpRecv,
+    Joining,
+    TunWrite,
+    Idle,
+    Other,
 }
 
 impl TunnelStats {
@@ -71,9 +93,38 @@ impl TunnelStats {
             recv_calls: 0,
             tun_reads: 0,
             tun_writes: 0,
+            recv_buffers: 0,
+            time: ThreadTime::default(),
+            phase_start: Instant::now(),
             cpu: CpuTime::default(),
             wall_s: 0.0,
         }
+    }
+
+    /// Starts the clock of the first phase (set-up is not timed).
+    pub(crate) fn start_timing(&mut self) {
+        self.phase_start = Instant::now();
+    }
+
+    /// Ends the phase now running, as `phase`, and starts the next: one clock read (the
+    /// vDSO's, tens of nanoseconds), so it is called per batch or per system call, never per
+    /// packet of a batch.
+    pub(crate) fn lap(&mut self, phase: Phase) {
+        let now = Instant::now();
+        let s = now.duration_since(self.phase_start).as_secs_f64();
+        self.phase_start = now;
+        let t = &mut self.time;
+        *match phase {
+            Phase::TunRead => &mut t.tun_read_s,
+            Phase::Segmenting => &mut t.segmenting_s,
+            Phase::Crypto => &mut t.crypto_s,
+            Phase::UdpSend => &mut t.udp_send_s,
+            Phase::UdpRecv => &mut t.udp_recv_s,
+            Phase::Joining => &mut t.joining_s,
+            Phase::TunWrite => &mut t.tun_write_s,
+            Phase::Idle => &mut t.idle_s,
+            Phase::Other => &mut t.other_s,
+        } += s;
     }
 
     /// Packets through this end, both ways, per second of its life.
@@ -109,6 +160,8 @@ impl TunnelStats {
             total.recv_calls += q.recv_calls;
             total.tun_reads += q.tun_reads;
             total.tun_writes += q.tun_writes;
+            total.recv_buffers += q.recv_buffers;
+            total.time = total.time.plus(&q.time);
             total.cpu.user_s += q.cpu.user_s;
             total.cpu.system_s += q.cpu.system_s;
             total.wall_s = total.wall_s.max(q.wall_s);

@@ -178,6 +178,7 @@ fn verified_tcp_through_every_suite_and_nothing_left() {
                 a.send_calls
             );
             assert_eq!(a.batching, batching, "{suite}: fell back");
+            check_time(suite, batching, &a, &b);
             if batching == Batching::Offload {
                 // Super-packets came out of TUN a and joined packets went into TUN b.
                 assert!(
@@ -197,6 +198,40 @@ fn verified_tcp_through_every_suite_and_nothing_left() {
                 "{suite}: thread left"
             );
         }
+    }
+}
+
+/// Each end's phases add up to its life, and each path's phases were timed where it ran.
+fn check_time(suite: CipherSuite, batching: Batching, a: &TunnelStats, b: &TunnelStats) {
+    for s in [a, b] {
+        let total = s.time.total_s();
+        assert!(
+            (total - s.wall_s).abs() <= 0.01 * s.wall_s + 0.001,
+            "{suite} {batching:?} {}: phases add up to {total} s of a {} s life: {:?}",
+            s.tun_name,
+            s.wall_s,
+            s.time
+        );
+        assert!(s.time.run_queue_s.is_some_and(|q| q >= 0.0), "{:?}", s.time);
+    }
+    let (ta, tb) = (&a.time, &b.time);
+    // a read and sent the payload, b received and wrote it; each encrypted or decrypted it.
+    for (what, t) in [
+        ("a's TUN reads", ta.tun_read_s),
+        ("a's encryption", ta.crypto_s),
+        ("a's UDP sends", ta.udp_send_s),
+        ("b's UDP receives", tb.udp_recv_s),
+        ("b's decryption", tb.crypto_s),
+        ("b's TUN writes", tb.tun_write_s),
+    ] {
+        assert!(
+            t > 0.0,
+            "{suite} {batching:?}: {what} took no time: a {ta:?}, b {tb:?}"
+        );
+    }
+    assert!(b.recv_buffers > 0 && b.recv_buffers <= b.datagrams_in, "{b:?}");
+    if batching == Batching::Offload {
+        assert!(ta.segmenting_s > 0.0 && tb.joining_s > 0.0, "a {ta:?}, b {tb:?}");
     }
 }
 

@@ -14,7 +14,8 @@
 //! `percent_of_core` over the thread's life), `pinned_cpu` (null: not pinned), `wall_s`,
 //! `packets_per_s` (both directions, over the thread's life), `sent`/`delivered` (`packets`,
 //! `bytes` of payload), `datagrams_in`, `drops` by reason, `errors`, `send_calls`,
-//! `recv_calls`, `tun_reads`, `tun_writes` (with N threads: the queues' sums, CPU added, and
+//! `recv_calls`, `recv_buffers`, `tun_reads`, `tun_writes`, `time` (where the thread's wall
+//! time went, phase by phase, and how long it waited for a CPU) (with N threads: the queues' sums, CPU added, and
 //! `queues`, the same per thread with its `queue` number, and `steering`); and `efficiency`: the encrypting thread's payload
 //! MB per CPU-second beside the same implementation's single-core speed on 1400-byte packets,
 //! measured in this process after the transfers, also per CPU-second of the thread that
@@ -214,6 +215,8 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
         recv_calls: s.recv_calls,
         tun_reads: s.tun_reads,
         tun_writes: s.tun_writes,
+        recv_buffers: s.recv_buffers,
+        time: s.time,
         queues: Vec::new(),
         steering: None,
     }
