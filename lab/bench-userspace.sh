@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Benchmark (not a test): the lab's userspace tunnel against real OpenVPN 2.6 and the plain
-# baseline, for AES-256-CBC+HMAC-SHA256 and AES-256-GCM, plus --crypto soft against auto.
-# Every row is `ipsec-lab run` on a fresh, identical namespace pair + veth, back to back in
-# one invocation of this script; the figures that matter are the ratios between rows of the
-# same invocation (the machines are noisy; absolute numbers move between runs).
+# Benchmark (not a test): the lab's userspace tunnel against its peers and its own limits.
+# Rows: the plain line rate (the lab's and iperf3's), the tunnel for AES-256-GCM,
+# ChaCha20-Poly1305 and AES-256-CBC+HMAC-SHA256, the offload-era wireguard-go (ChaCha20),
+# real OpenVPN 2.6 (CBC+HMAC and GCM) and the tunnel with --crypto soft. Every row is
+# `ipsec-lab run` on a fresh, identical namespace pair + veth, back to back in one invocation
+# of this script; the figures that matter are the ratios between rows of the same
+# invocation (the machines are noisy; absolute numbers move between runs). Each tunnel row
+# also shows where its threads' time went (the `time` of each end's evidence).
 #
-#   lab/bench-userspace.sh                 # 200MB x 3 repeats per row
+#   lab/bench-userspace.sh                 # 500MB x 3 repeats per row
 #   BYTES=1GB REPEAT=5 lab/bench-userspace.sh
 #   ROUNDS=3 lab/bench-userspace.sh        # the whole set 3 times, then the median ratios
 #
-# Needs root, /dev/net/tun, openvpn, a release build (make build) and python3.
+# Needs root, /dev/net/tun, openvpn, iperf3, wireguard-go (lab/wireguard-go.sh), a release
+# build (make build) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/ipsec-lab}
-BYTES=${BYTES:-200MB}
+BYTES=${BYTES:-500MB}
 REPEAT=${REPEAT:-3}
 ROUNDS=${ROUNDS:-1}
 [ -x "$BIN" ] || { echo "no $BIN: run 'cargo build --release' first" >&2; exit 3; }
@@ -26,20 +30,24 @@ row() {
     "$BIN" run --no-progress --bytes "$BYTES" --repeat "$REPEAT" --json "$out/r$round/$name.json" "$@" >/dev/null
 }
 
+SUITES="aes-256-gcm chacha20-poly1305 aes-256-cbc-hmac-sha256"
 for round in $(seq 1 "$ROUNDS"); do
     mkdir -p "$out/r$round"
-    row plain --backend plain
-    for suite in aes-256-cbc-hmac-sha256 aes-256-gcm; do
+    row plain --backend plain --with-iperf3
+    for suite in $SUITES; do
         row "userspace-$suite" --backend userspace --cipher "$suite"
+    done
+    row wireguard-go --backend wireguard-go
+    for suite in aes-256-cbc-hmac-sha256 aes-256-gcm; do
         row "openvpn-$suite" --backend openvpn --cipher "$suite"
     done
     row "userspace-soft-aes-256-cbc-hmac-sha256" --backend userspace --cipher aes-256-cbc-hmac-sha256 --crypto soft
 done
 
-python3 - "$out" "$ROUNDS" <<'PY'
+python3 - "$out" "$ROUNDS" "$SUITES" <<'PY'
 import json, os, statistics, sys
 
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, suites = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 ratios = {}  # name -> one value per round
 
 
@@ -47,44 +55,53 @@ def mbs(r):
     return r["mb_per_s"]["median"]
 
 
+def time_line(end):
+    t = end.get("time", {})
+    phases = [("TUN read", "tun_read_s"), ("segmenting", "segmenting_s"), ("crypto", "crypto_s"),
+              ("UDP send", "udp_send_s"), ("UDP receive", "udp_recv_s"), ("joining", "joining_s"),
+              ("TUN write", "tun_write_s"), ("idle", "idle_s"), ("other", "other_s")]
+    total = sum(t.get(k, 0.0) for _, k in phases) or 1e-9
+    parts = sorted(((t.get(k, 0.0) / total * 100, name) for name, k in phases), reverse=True)
+    line = ", ".join(f"{name} {p:.0f} %" for p, name in parts if p >= 0.5)
+    if t.get("run_queue_s") is not None:
+        line += f"; waiting for a CPU {t['run_queue_s'] / total * 100:.0f} %"
+    return line
+
+
+def ratio(name, value, target):
+    ratios.setdefault(f"{name} (target {target})", []).append(value)
+    print(f"  {name} = {value:.2f}  (target {target})")
+
+
 def one_round(d):
     load = lambda name: json.load(open(os.path.join(d, name + ".json")))
     plain = load("plain")
-    print(f"{'row':<42} {'MB/s':>8} {'% plain':>8}")
-    print(f"{'plain':<42} {mbs(plain):8.1f} {100.0:8.1f}")
-    for suite in ["aes-256-cbc-hmac-sha256", "aes-256-gcm"]:
-        us, ov = load(f"userspace-{suite}"), load(f"openvpn-{suite}")
-        for name, r in [(f"userspace {suite}", us), (f"openvpn {suite}", ov)]:
-            print(f"{name:<42} {mbs(r):8.1f} {mbs(r) / mbs(plain) * 100:8.1f}")
-        u = us["backend_details"]["userspace"]
-        e, a, b = u["efficiency"], u["a"], u["b"]
-        ca, cb = a["cpu"], b["cpu"]
-        ratios.setdefault(f"userspace/openvpn {suite} (target >= 3)", []).append(mbs(us) / mbs(ov))
-        ratios.setdefault(f"efficiency {suite} (target >= 0.5)", []).append(e["ratio"])
-        print(f"  userspace/openvpn = {mbs(us) / mbs(ov):.2f}  (target >= 3)")
-        print(f"  encrypting thread: {ca['user_s']:.2f} s user + {ca['system_s']:.2f} s system, "
-              f"{ca['percent_of_core']:.0f} % of a core; {e['tunnel_payload_mb_per_cpu_s']:.0f} MB per CPU-second "
-              f"vs {e['crypto_single_core_mb_per_s']:.0f} MB per CPU-second single-core "
-              f"{u['implementation']['label']} on {e['packet_bytes']}-byte packets = {e['ratio'] * 100:.0f} % "
-              f"(target >= 50 %)")
-        print(f"  decrypting thread: {cb['user_s']:.2f} s user + {cb['system_s']:.2f} s system, "
-              f"{cb['percent_of_core']:.0f} % of a core")
-        if "tun_reads" in a:
-            print(f"  {u['batching']}: a {a['sent']['packets'] / max(a['tun_reads'], 1):.1f} packets per TUN read, "
-                  f"{a['sent']['packets'] / max(a['send_calls'], 1):.1f} per send; "
-                  f"b {b['delivered']['packets'] / max(b['tun_writes'], 1):.1f} packets per TUN write")
-        ovd = ov["backend_details"]["openvpn"]
-        print(f"  openvpn: {ovd['mode']}, {ovd['cipher']}/{ovd['auth']}, sender process "
-              f"{ovd['ends']['a']['cpu']['percent_of_core']:.0f} % of a core")
+    iperf3 = plain["references"]["iperf3"]["median"]
+    print(f"{'row':<44} {'MB/s':>8} {'% iperf3':>9}")
+    show = lambda name, v: print(f"{name:<44} {v:8.1f} {v / iperf3 * 100:9.1f}")
+    show("iperf3 (plain TCP)", iperf3)
+    show("plain (ipsec-lab's own sender/receiver)", mbs(plain))
+    ratio("ipsec-lab plain / iperf3", mbs(plain) / iperf3, ">= 1")
+    tunnel = {s: load(f"userspace-{s}") for s in suites}
+    for s, r in tunnel.items():
+        show(f"userspace {s}", mbs(r))
+        u = r["backend_details"]["userspace"]
+        for side, role in [("a", "encrypting"), ("b", "decrypting")]:
+            e = u[side]
+            print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
+    wg = load("wireguard-go")
+    program = next(iter(wg["backend_details"].values())).get("program", {})
+    show(f"wireguard-go {program.get('version', '(version unknown)')}", mbs(wg))
+    ov = {s: load(f"openvpn-{s}") for s in ["aes-256-cbc-hmac-sha256", "aes-256-gcm"]}
+    for s, r in ov.items():
+        show(f"openvpn {s}", mbs(r))
     soft = load("userspace-soft-aes-256-cbc-hmac-sha256")
-    auto = load("userspace-aes-256-cbc-hmac-sha256")
-    s = soft["backend_details"]["userspace"]
-    ratios.setdefault("auto/soft aes-256-cbc-hmac-sha256", []).append(mbs(auto) / mbs(soft))
-    print(f"{'userspace aes-256-cbc-hmac-sha256 --crypto soft':<42} {mbs(soft):8.1f} "
-          f"{mbs(soft) / mbs(plain) * 100:8.1f}")
-    print(f"  auto/soft = {mbs(auto) / mbs(soft):.2f}  ({s['implementation']['label']}; single-core crypto "
-          f"{auto['backend_details']['userspace']['efficiency']['crypto_single_core_mb_per_s']:.0f} "
-          f"vs {s['efficiency']['crypto_single_core_mb_per_s']:.0f} MB per CPU-second)")
+    show("userspace aes-256-cbc-hmac-sha256 --crypto soft", mbs(soft))
+    ratio("userspace aes-256-gcm / iperf3", mbs(tunnel["aes-256-gcm"]) / iperf3, ">= 0.60")
+    ratio("userspace chacha20-poly1305 / wireguard-go", mbs(tunnel["chacha20-poly1305"]) / mbs(wg), ">= 2")
+    ratio("userspace aes-256-cbc-hmac-sha256 / openvpn", mbs(tunnel["aes-256-cbc-hmac-sha256"]) / mbs(ov["aes-256-cbc-hmac-sha256"]), ">= 6")
+    ratio("userspace aes-256-gcm / openvpn", mbs(tunnel["aes-256-gcm"]) / mbs(ov["aes-256-gcm"]), ">= 3")
+    ratio("userspace auto / soft, aes-256-cbc-hmac-sha256", mbs(tunnel["aes-256-cbc-hmac-sha256"]) / mbs(soft), "> 1")
 
 
 for rnd in range(1, rounds + 1):
