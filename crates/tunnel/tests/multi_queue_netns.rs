@@ -5,14 +5,18 @@
 //! tampered, carried over from another queue) dropped and counted by that queue, and nothing
 //! left behind.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use model::{Addressing, CipherSuite, CryptoChoice, KeyBits};
-use netns::{Namespace, Topology, TopologySpec};
+use model::{CipherSuite, CryptoChoice, KeyBits};
+use netns::Topology;
 use tunnel::{inner_mtu, Batching, MultiQueue, TunnelConfig, TunnelStats};
-use tunnel_proto::{Endpoint, Implementation, KeyDirection, StaticKey, HEADROOM, TAILROOM};
+use tunnel_proto::{Endpoint, Implementation, KeyDirection, StaticKey};
+
+use common::*;
 
 const PORT: u16 = 41_294;
 /// Flows in the transfer, to ports 5001.. (as the lab's streams): 3 per queue of 2, 2 per
@@ -20,31 +24,6 @@ const PORT: u16 = 41_294;
 const STREAMS: usize = 6;
 const DATA_PORT: u16 = 5001;
 const STREAM_BYTES: usize = 400_000;
-
-fn capable(test: &str) -> bool {
-    testcap::root(test) && testcap::tun(test)
-}
-
-fn topology() -> Topology {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(Topology::create(&TopologySpec {
-        run_id: netns::new_run_id(),
-        mtu: 1500,
-        addressing: Addressing::default(),
-    }))
-    .unwrap()
-}
-
-fn all_suites() -> Vec<CipherSuite> {
-    let mut v = vec![CipherSuite::None];
-    v.extend(CipherSuite::classic_six());
-    v.push(CipherSuite::AesGcm { key: KeyBits::Aes128 });
-    v.push(CipherSuite::AesGcm { key: KeyBits::Aes256 });
-    v
-}
 
 /// Both ends with `n` queues each; the device is `{prefix}-a`/`-b`, queue i's thread
 /// `{prefix}-a/i`.
@@ -159,22 +138,6 @@ fn tcp_transfer(topo: &Topology) -> bool {
     receiver.join().unwrap()
 }
 
-fn link_exists(ns: &Namespace, name: &str) -> bool {
-    let c = std::ffi::CString::new(name).unwrap();
-    // SAFETY: c is a valid NUL-terminated string.
-    ns.run(move || unsafe { libc::if_nametoindex(c.as_ptr()) } != 0)
-        .unwrap()
-}
-
-fn threads_named_like(prefix: &str) -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
-        .map(|c| c.trim().to_string())
-        .filter(|c| c.starts_with(prefix))
-        .collect()
-}
-
 fn check_clean(suite: CipherSuite, s: &TunnelStats) {
     assert_eq!(s.drops.total(), 0, "{suite} queue {:?}: {:?}", s.queue, s.drops);
     assert_eq!(
@@ -233,41 +196,13 @@ fn every_suite_over_two_and_three_queues_verified_spread_and_nothing_left() {
             }
             assert!(!link_exists(&topo.a, "ipl-mq-a"), "{suite}: TUN left in a");
             assert!(!link_exists(&topo.b, "ipl-mq-b"), "{suite}: TUN left in b");
-            assert_eq!(threads_named_like("ipl-mq-"), Vec::<String>::new(), "{suite}");
+            assert_eq!(
+                threads_left_after_join("ipl-mq-"),
+                Vec::<String>::new(),
+                "{suite}"
+            );
         }
     }
-}
-
-/// A minimal IPv4/UDP packet from a's inner address to b's inner address, port 9999.
-fn ip_udp(topo: &Topology, payload: &[u8]) -> Vec<u8> {
-    let total = 20 + 8 + payload.len();
-    let mut p = vec![0u8; total];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&v4(topo.addressing.inner_a).octets());
-    p[16..20].copy_from_slice(&v4(topo.addressing.inner_b).octets());
-    let mut sum = 0u32;
-    for w in p[..20].chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
-    p[22..24].copy_from_slice(&9999u16.to_be_bytes());
-    p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    p[28..].copy_from_slice(payload);
-    p
-}
-
-fn seal(ep: &mut Endpoint, payload: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; HEADROOM + payload.len() + TAILROOM];
-    buf[HEADROOM..HEADROOM + payload.len()].copy_from_slice(payload);
-    let r = ep.encap(&mut buf, payload.len()).unwrap();
-    buf[r].to_vec()
 }
 
 /// Into each queue q of b, from a's port for q: a genuine datagram of queue q's id space
@@ -295,16 +230,19 @@ fn injected_datagrams_are_dropped_and_counted_by_the_queue_they_reach() {
                 .collect();
             let mut per_queue: Vec<Vec<Vec<u8>>> = Vec::new();
             for q in 0..usize::from(n) {
-                let genuine = seal(&mut forgers[q], &ip_udp(&topo, format!("genuine {q}").as_bytes()));
+                let genuine = seal(
+                    &mut forgers[q],
+                    &ip_udp(&topo, 9999, format!("genuine {q}").as_bytes()),
+                );
                 let mut datagrams = vec![genuine.clone(), genuine];
                 if suite.authenticates() {
-                    let mut tampered = seal(&mut forgers[q], &ip_udp(&topo, b"tampered"));
+                    let mut tampered = seal(&mut forgers[q], &ip_udp(&topo, 9999, b"tampered"));
                     let at = tampered.len() - 20;
                     tampered[at] ^= 0x01;
                     datagrams.push(tampered);
                 }
                 let other = (q + 1) % usize::from(n);
-                datagrams.push(seal(&mut forgers[other], &ip_udp(&topo, b"other queue")));
+                datagrams.push(seal(&mut forgers[other], &ip_udp(&topo, 9999, b"other queue")));
                 per_queue.push(datagrams);
             }
             let inner_b = topo.addressing.inner_b;
@@ -362,7 +300,11 @@ fn injected_datagrams_are_dropped_and_counted_by_the_queue_they_reach() {
                 assert!(s.delivered.packets >= 1, "{suite} n={n} queue {q}");
             }
             assert!(!link_exists(&topo.b, "ipl-mqi-b"), "{suite}: TUN left in b");
-            assert_eq!(threads_named_like("ipl-mqi-"), Vec::<String>::new(), "{suite}");
+            assert_eq!(
+                threads_left_after_join("ipl-mqi-"),
+                Vec::<String>::new(),
+                "{suite}"
+            );
         }
     }
 }
@@ -408,12 +350,4 @@ fn zero_or_too_many_queues_and_ports_past_65535_are_refused_before_any_device() 
     assert!(MultiQueue::start(&topo.a, cfg(PORT), too_many).is_err());
     assert!(MultiQueue::start(&topo.a, cfg(65_535), queues(2)).is_err());
     assert!(!link_exists(&topo.a, "ipl-mqbad"));
-}
-
-/// The IPv4 plan's address (these tests build IPv4 packets by hand).
-fn v4(ip: IpAddr) -> std::net::Ipv4Addr {
-    match ip {
-        IpAddr::V4(v) => v,
-        IpAddr::V6(v) => panic!("{v} is not IPv4"),
-    }
 }

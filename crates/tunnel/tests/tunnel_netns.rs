@@ -2,38 +2,20 @@
 //! reason otherwise): verified TCP through every suite, crafted datagrams injected on the
 //! veth, a key holder reaching for other addresses of b's host, and nothing left behind.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use model::{Addressing, CipherSuite, CryptoChoice, Hmac, KeyBits};
-use netns::{Namespace, Topology, TopologySpec};
+use model::{CipherSuite, CryptoChoice, Hmac, KeyBits};
+use netns::Topology;
 use tunnel::{inner_mtu, Batching, Tunnel, TunnelConfig, TunnelStats};
-use tunnel_proto::{Endpoint, Implementation, KeyDirection, StaticKey, HEADROOM, TAILROOM};
+use tunnel_proto::{Endpoint, Implementation, KeyDirection, StaticKey};
+
+use common::*;
 
 const PORT: u16 = 41_194;
-
-/// Root and a TUN device, or the test skips (fails under CI) saying which is missing.
-fn capable(test: &str) -> bool {
-    testcap::root(test) && testcap::tun(test)
-}
-
-fn topology() -> Topology {
-    topology_of(Addressing::default())
-}
-
-fn topology_of(addressing: Addressing) -> Topology {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(Topology::create(&TopologySpec {
-        run_id: netns::new_run_id(),
-        mtu: 1500,
-        addressing,
-    }))
-    .unwrap()
-}
 
 struct Pair {
     a: Tunnel,
@@ -121,22 +103,6 @@ fn tcp_transfer(topo: &Topology, len: usize) -> bool {
     receiver.join().unwrap()
 }
 
-/// True when `name` exists in `ns` (if_nametoindex from a thread inside it).
-fn link_exists(ns: &Namespace, name: &str) -> bool {
-    let c = std::ffi::CString::new(name).unwrap();
-    // SAFETY: c is a valid NUL-terminated string.
-    ns.run(move || unsafe { libc::if_nametoindex(c.as_ptr()) } != 0)
-        .unwrap()
-}
-
-fn all_suites() -> Vec<CipherSuite> {
-    let mut v = vec![CipherSuite::None];
-    v.extend(CipherSuite::classic_six());
-    v.push(CipherSuite::AesGcm { key: KeyBits::Aes128 });
-    v.push(CipherSuite::AesGcm { key: KeyBits::Aes256 });
-    v
-}
-
 fn check_clean_stats(suite: CipherSuite, s: &TunnelStats) {
     assert_eq!(s.drops.total(), 0, "{suite} {}: {:?}", s.tun_name, s.drops);
     assert_eq!(
@@ -159,7 +125,7 @@ fn verified_tcp_through_every_suite_and_nothing_left() {
         for batching in [Batching::Offload, Batching::Gso, Batching::Mmsg] {
             let key = StaticKey::generate().unwrap();
             let pair = start_pair(&topo, "ipl-tun", suite, &key, batching);
-            assert!(link_exists(&topo.a, "ipl-tun-a") && thread_named("ipl-tun-a"));
+            assert!(link_exists(&topo.a, "ipl-tun-a") && threads_named_like("ipl-tun-a") == ["ipl-tun-a"]);
             assert!(
                 tcp_transfer(&topo, 2_000_000),
                 "{suite} {batching:?}: payload corrupted or short"
@@ -193,9 +159,10 @@ fn verified_tcp_through_every_suite_and_nothing_left() {
             // The TUN devices went with their threads.
             assert!(!link_exists(&topo.a, "ipl-tun-a"), "{suite}: TUN left in a");
             assert!(!link_exists(&topo.b, "ipl-tun-b"), "{suite}: TUN left in b");
-            assert!(
-                !thread_named("ipl-tun-a") && !thread_named("ipl-tun-b"),
-                "{suite}: thread left"
+            assert_eq!(
+                threads_left_after_join("ipl-tun-"),
+                Vec::<String>::new(),
+                "{suite}"
             );
         }
     }
@@ -233,46 +200,6 @@ fn check_time(suite: CipherSuite, batching: Batching, a: &TunnelStats, b: &Tunne
     if batching == Batching::Offload {
         assert!(ta.segmenting_s > 0.0 && tb.joining_s > 0.0, "a {ta:?}, b {tb:?}");
     }
-}
-
-/// Whether a thread of this process carries `name` (the tunnel threads are named after their
-/// TUN device).
-fn thread_named(name: &str) -> bool {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .any(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).is_ok_and(|c| c.trim() == name))
-}
-
-/// A minimal IPv4/UDP packet from a's inner address to b's inner address, port `port`.
-fn ip_udp(topo: &Topology, port: u16, payload: &[u8]) -> Vec<u8> {
-    let total = 20 + 8 + payload.len();
-    let mut p = vec![0u8; total];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&v4(topo.addressing.inner_a).octets());
-    p[16..20].copy_from_slice(&v4(topo.addressing.inner_b).octets());
-    let mut sum = 0u32;
-    for w in p[..20].chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
-    p[22..24].copy_from_slice(&port.to_be_bytes());
-    p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    p[28..].copy_from_slice(payload); // UDP checksum 0: none
-    p
-}
-
-fn seal(ep: &mut Endpoint, payload: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; HEADROOM + payload.len() + TAILROOM];
-    buf[HEADROOM..HEADROOM + payload.len()].copy_from_slice(payload);
-    let r = ep.encap(&mut buf, payload.len()).unwrap();
-    buf[r].to_vec()
 }
 
 /// Datagrams crafted with the run's key and injected into b's tunnel socket from inside
@@ -346,14 +273,6 @@ fn injected_replayed_and_tampered_datagrams_are_counted_not_delivered() {
         // One replay: the stranger's copy never reached the decryption.
         assert_eq!(b.drops.replay, 1, "{suite}: {:?}", b.drops);
         assert_eq!(b.drops.bad_mac, 1, "{suite}: {:?}", b.drops);
-    }
-}
-
-/// The IPv4 plan's address (these tests build IPv4 packets by hand).
-fn v4(ip: IpAddr) -> std::net::Ipv4Addr {
-    match ip {
-        IpAddr::V4(v) => v,
-        IpAddr::V6(v) => panic!("{v} is not IPv4"),
     }
 }
 
