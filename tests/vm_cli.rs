@@ -321,12 +321,13 @@ fn a_stopped_vm_sweep_takes_its_whole_process_tree_with_it() {
 
 /// Issue 25: a VM sweep that gave nothing back printed every kernel cell as "not run" and
 /// exited 0, its error said twice ("No such file or directory (os error 2): No such file
-/// or directory (os error 2)"), and what vng left running stayed.
+/// or directory (os error 2)"), what vng left running stayed, and nothing said what the
+/// guest had printed.
 #[test]
 fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
     let Some(vm) = FakeVm::new(
         "a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing",
-        "exit 1",
+        "echo 'Kernel panic - not syncing: a fake guest'\nexit 1",
     ) else {
         return;
     };
@@ -339,6 +340,15 @@ fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
         assert!(line.matches(&cause).count() <= 1, "said twice: {line}");
     }
     assert!(!alive(grandchild(&vm.pidfile)), "vng's helper outlived the sweep");
+    // What the guest printed last (its console is not shown during a sweep) is said once,
+    // in the notes, and each kernel cell points there.
+    let panic = "Kernel panic - not syncing: a fake guest";
+    assert_eq!(shown.matches(panic).count(), 1, "{shown}");
+    assert!(
+        shown.contains("1. the VM sweep failed: the VM wrote no report"),
+        "{shown}"
+    );
+    assert!(shown.contains("(its last lines are in the notes)"), "{shown}");
 }
 
 /// Issue 25: after a VM sweep was killed outright, `clean` found nothing to stop although

@@ -48,18 +48,66 @@ const GROUP_GRACE: Duration = Duration::from_secs(5);
 pub enum Output<'a> {
     /// Each line of stdout to the callback; stderr is this process's.
     Lines(&'a (dyn Fn(&str) + Sync)),
-    /// Nothing shown: stdout and stderr go to /dev/null.
-    Discard,
+    /// Not shown while it runs (a guest's console in a sweep that has its own progress);
+    /// its last lines are kept and given with the error if it gives no report.
+    Hidden,
     /// A VM's console: stdout and stderr copied to this process's stderr line by line, so
     /// the user sees it and qemu never holds a file of the user's (it would truncate a
     /// redirected log).
     ToStderr,
 }
 
-impl Output<'_> {
-    /// Whether the child's own messages reach the user (an error then points to them).
-    fn shown(&self) -> bool {
-        !matches!(self, Output::Discard)
+/// How many of a hidden child's last lines an error quotes, and how long each may be: a
+/// guest's console, enough to show a hung task or a kernel's stall report.
+const KEPT_LINES: usize = 20;
+const KEPT_LINE_CHARS: usize = 200;
+
+/// What a hidden child's error says before the lines it quotes, one per line after it.
+pub const LAST_LINES_FOLLOW: &str = " (the last lines it printed follow)";
+
+/// Where the user reads a child's own messages, said after its error.
+#[derive(Debug, Clone)]
+pub enum Messages {
+    /// They were shown as they came.
+    Above,
+    /// Hidden while it ran: its last lines (control characters replaced).
+    Last(Vec<String>),
+}
+
+impl std::fmt::Display for Messages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Messages::Above => f.write_str(" (its messages are above)"),
+            Messages::Last(lines) if lines.is_empty() => f.write_str(" (it printed nothing)"),
+            // The first line reads whole without the rest (a sweep's cells quote it alone).
+            Messages::Last(lines) => {
+                f.write_str(LAST_LINES_FOLLOW)?;
+                lines.iter().try_for_each(|l| write!(f, "\n  | {l}"))
+            }
+        }
+    }
+}
+
+/// The last [`KEPT_LINES`] lines of a hidden child's output, each cut to
+/// [`KEPT_LINE_CHARS`], with control characters (a console's escapes) replaced.
+#[derive(Default)]
+struct LastLines(std::collections::VecDeque<String>);
+
+impl LastLines {
+    fn push(&mut self, line: &[u8]) {
+        let line: String = String::from_utf8_lossy(line)
+            .chars()
+            .filter(|&c| c != '\r')
+            .map(|c| if c.is_control() { '?' } else { c })
+            .take(KEPT_LINE_CHARS)
+            .collect();
+        if line.trim().is_empty() {
+            return;
+        }
+        if self.0.len() == KEPT_LINES {
+            self.0.pop_front();
+        }
+        self.0.push_back(line);
     }
 }
 
@@ -122,17 +170,26 @@ impl std::fmt::Display for Exit {
 pub enum ChildError {
     #[error("{name} did not start: {source}")]
     NotStarted { name: String, source: io::Error },
-    #[error("{name} failed with exit code {code}{}", if *.shown { " (its messages are above)" } else { "" })]
-    ExitCode { name: String, code: u8, shown: bool },
-    #[error("{name} did not finish ({why}){}", if *.shown { ": see its output above" } else { "" })]
-    Unfinished { name: String, why: String, shown: bool },
+    #[error("{name} failed with exit code {code}{messages}")]
+    ExitCode {
+        name: String,
+        code: u8,
+        messages: Messages,
+    },
+    #[error("{name} did not finish ({why}){messages}")]
+    Unfinished {
+        name: String,
+        why: String,
+        messages: Messages,
+    },
     // `cause`, not `source`: the message says it already, and a source would say it again
     // in every `{:#}` chain ("No such file or directory (os error 2): No such file ...").
-    #[error("{name} wrote no report ({exit}): {cause}")]
+    #[error("{name} wrote no report ({exit}): {cause}{messages}")]
     NoReport {
         name: String,
         exit: Exit,
         cause: io::Error,
+        messages: Messages,
     },
     #[error("{name} wrote a report that does not parse ({exit}): {cause}")]
     BadReport {
@@ -172,7 +229,7 @@ pub struct Finished<T> {
     name: String,
     exit: Result<Exit, io::Error>,
     report: Result<T, ReportError>,
-    shown: bool,
+    messages: Messages,
     cancelled: bool,
     pub elapsed: Duration,
 }
@@ -193,13 +250,13 @@ impl<T> Finished<T> {
             Ok(Exit::Code(code)) => Err(ChildError::ExitCode {
                 name: self.name,
                 code: *code,
-                shown: self.shown,
+                messages: self.messages,
             }
             .into()),
             Ok(Exit::Unknown(why)) => Err(ChildError::Unfinished {
                 name: self.name,
                 why: why.clone(),
-                shown: self.shown,
+                messages: self.messages,
             }
             .into()),
         }
@@ -221,7 +278,12 @@ impl<T> Finished<T> {
         self.report.map_err(|e| {
             let name = self.name;
             match e {
-                ReportError::Missing(cause) => ChildError::NoReport { name, exit, cause },
+                ReportError::Missing(cause) => ChildError::NoReport {
+                    name,
+                    exit,
+                    cause,
+                    messages: self.messages,
+                },
                 ReportError::Unparsable(cause) => ChildError::BadReport { name, exit, cause },
             }
             .into()
@@ -265,8 +327,7 @@ impl Child<'_> {
         } = self;
         let (stdout, stderr) = match output {
             Output::Lines(_) => (Stdio::piped(), Stdio::inherit()),
-            Output::Discard => (Stdio::null(), Stdio::null()),
-            Output::ToStderr => (Stdio::piped(), Stdio::piped()),
+            Output::Hidden | Output::ToStderr => (Stdio::piped(), Stdio::piped()),
         };
         command
             .stdin(Stdio::null())
@@ -275,9 +336,10 @@ impl Child<'_> {
             .process_group(0);
         let program = record_name(&command, name);
         let started = Instant::now();
+        let last_lines = std::cell::RefCell::new(LastLines::default());
         let exit = match command.spawn() {
             Ok(child) => {
-                let status = wait_recorded(child, &program, &output, cancel, timeout).await;
+                let status = wait_recorded(child, &program, &output, &last_lines, cancel, timeout).await;
                 let exit = match exit_code {
                     ExitCodeFrom::Status => exit_of_status(status),
                     ExitCodeFrom::File(file) => {
@@ -300,7 +362,10 @@ impl Child<'_> {
             name: name.to_string(),
             exit,
             report: read_report(&dir.join(report)),
-            shown: output.shown(),
+            messages: match output {
+                Output::Hidden => Messages::Last(last_lines.into_inner().0.into()),
+                Output::Lines(_) | Output::ToStderr => Messages::Above,
+            },
             cancelled: cancel.is_cancelled(),
             elapsed: started.elapsed(),
         }
@@ -392,6 +457,7 @@ async fn wait_recorded(
     mut child: std::process::Child,
     program: &str,
     output: &Output<'_>,
+    last_lines: &std::cell::RefCell<LastLines>,
     cancel: &CancellationToken,
     timeout: Option<Duration>,
 ) -> io::Result<ExitStatus> {
@@ -404,7 +470,7 @@ async fn wait_recorded(
         Err(e) if e.is_permission() => tracing::debug!("{program} not recorded: {e}"),
         Err(e) => tracing::warn!("{program} not recorded: {e}"),
     }
-    let reading = read_output(child.stdout.take(), child.stderr.take(), output);
+    let reading = read_output(child.stdout.take(), child.stderr.take(), output, last_lines);
     let waiting = wait(child, cancel, timeout);
     tokio::pin!(reading, waiting);
     let mut read_all = false;
@@ -534,6 +600,7 @@ async fn read_output(
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
     output: &Output<'_>,
+    last_lines: &std::cell::RefCell<LastLines>,
 ) {
     fn to_stderr(line: &[u8]) {
         use std::io::Write;
@@ -551,7 +618,13 @@ async fn read_output(
                 each_line(stderr.map(OwnedFd::from), to_stderr)
             );
         }
-        Output::Discard => {}
+        Output::Hidden => {
+            let keep = |l: &[u8]| last_lines.borrow_mut().push(l);
+            tokio::join!(
+                each_line(stdout.map(OwnedFd::from), keep),
+                each_line(stderr.map(OwnedFd::from), keep)
+            );
+        }
     }
 }
 
@@ -629,7 +702,7 @@ mod tests {
             name: "the run inside the VM".into(),
             exit: Ok(exit),
             report,
-            shown: true,
+            messages: Messages::Above,
             cancelled,
             elapsed: Duration::ZERO,
         }
@@ -708,7 +781,7 @@ mod tests {
         assert_eq!(e.kind, ExitKind::Failed);
         assert_eq!(
             e.to_string(),
-            "the run inside the VM did not finish (vng ended with exit status: 1): see its output above"
+            "the run inside the VM did not finish (vng ended with exit status: 1) (its messages are above)"
         );
     }
 
@@ -718,7 +791,7 @@ mod tests {
             name: "the soft-AES child sweep".into(),
             exit: Err(io::Error::from(io::ErrorKind::NotFound)),
             report: Err(missing()),
-            shown: true,
+            messages: Messages::Above,
             cancelled: false,
             elapsed: Duration::ZERO,
         };
@@ -762,7 +835,7 @@ mod tests {
             command,
             exit_code: ExitCodeFrom::Status,
             report: "out.json",
-            output: Output::Discard,
+            output: Output::Hidden,
             timeout,
         }
         .run(&dir, &CancellationToken::new())
@@ -782,6 +855,56 @@ mod tests {
         assert!(started.elapsed() < GRACE, "{:?}", started.elapsed());
         let e = finished.succeeded().unwrap_err();
         assert!(e.to_string().contains("timeout of 1 s"), "{e}");
+    }
+
+    /// A hidden child that hangs (issue 25's guest, whose console nobody saw) says with its
+    /// error what it printed last, on stdout and stderr, a console's escapes made readable.
+    #[tokio::test]
+    async fn a_hidden_child_that_hangs_quotes_its_last_lines() {
+        let mut hung = Command::new("sh");
+        hung.arg("-c").arg(
+            r#"printf 'rcu: INFO: rcu_sched self-detected stall\033[0m\r\n' >&2
+               for i in 1 2 3 4 5; do echo "boot line $i"; done
+               exec sleep 1000"#,
+        );
+        let e = run_child(hung, Some(Duration::from_secs(1)))
+            .await
+            .succeeded()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("timeout of 1 s) (the last lines it printed follow)\n  | "),
+            "{e}"
+        );
+        assert!(
+            e.contains("\n  | rcu: INFO: rcu_sched self-detected stall?[0m"),
+            "{e}"
+        );
+        assert!(
+            e.contains("\n  | boot line 1\n") && e.ends_with("\n  | boot line 5"),
+            "{e}"
+        );
+        assert_eq!(e.matches("\n  | ").count(), 6, "{e}");
+        let quiet = run_child(Command::new("true"), None).await;
+        assert!(matches!(&quiet.messages, Messages::Last(l) if l.is_empty()));
+    }
+
+    #[test]
+    fn kept_lines_are_the_last_ones_cut_and_blank_ones_dropped() {
+        let mut kept = LastLines::default();
+        kept.push(&[b'x'; 500]);
+        kept.push(b"   ");
+        kept.push(b"\xff ok");
+        let lines: Vec<_> = kept.0.iter().cloned().collect();
+        assert_eq!(lines, ["x".repeat(KEPT_LINE_CHARS), "\u{fffd} ok".to_string()]);
+        for i in 0..30 {
+            kept.push(format!("line {i}").as_bytes());
+        }
+        assert_eq!(kept.0.len(), KEPT_LINES);
+        assert_eq!(
+            (kept.0.front().unwrap().as_str(), kept.0.back().unwrap().as_str()),
+            ("line 10", "line 29")
+        );
     }
 
     /// What a child leaves running when it exits (vng's virtiofsd) is stopped too.
@@ -840,7 +963,7 @@ mod tests {
             command,
             exit_code: ExitCodeFrom::File("rc"),
             report: "out.json",
-            output: Output::Discard,
+            output: Output::Hidden,
             timeout: Some(Duration::from_millis(100)),
         }
         .run(&dir, &CancellationToken::new())
@@ -853,6 +976,9 @@ mod tests {
             e.starts_with("a sleeping child did not finish (sleep ended with signal: 2"),
             "{e}"
         );
-        assert!(e.ends_with("; stopped after its timeout of 0 s)"), "{e}");
+        assert!(
+            e.ends_with("; stopped after its timeout of 0 s) (it printed nothing)"),
+            "{e}"
+        );
     }
 }

@@ -405,7 +405,7 @@ impl Guest {
             command: self.command()?,
             exit_code: ExitCodeFrom::File(RC_FILE),
             report: REPORT_FILE,
-            output: Output::Discard,
+            output: Output::Hidden,
             timeout: None,
         })
     }

@@ -20,7 +20,7 @@ use traffic::CancellationToken;
 
 use super::plan::SweepPlan;
 use super::rows::{refused_row, PlannedRow};
-use crate::child::{Child, ExitCodeFrom, Output};
+use crate::child::{Child, ExitCodeFrom, Output, LAST_LINES_FOLLOW};
 use crate::error::LabResult;
 use crate::progress::{Marker, Progress};
 use crate::vm;
@@ -243,9 +243,17 @@ pub(super) async fn vm_rows(
             }
             Err(e) => {
                 failed += 1;
-                report
-                    .rows
-                    .extend(refused(&format!("the VM sweep failed: {e:#}")));
+                let said = format!("the VM sweep failed: {e:#}");
+                match said.split_once('\n') {
+                    // The guest's last lines (all a hung guest leaves) are said once, in the
+                    // notes; each cell says the first line.
+                    Some((first, _)) => {
+                        let first = first.replace(LAST_LINES_FOLLOW, " (its last lines are in the notes)");
+                        report.rows.extend(refused(&first));
+                        report.notes.push(said);
+                    }
+                    None => report.rows.extend(refused(&said)),
+                }
             }
         }
     }
@@ -371,7 +379,7 @@ async fn vm_sweep(
         }
     };
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
-    child.output = Output::Discard;
+    child.output = Output::Hidden;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
     let rows_per_suite = guest_plan.backends.len() as u64
         + u64::from(guest_plan.encap.is_some())
