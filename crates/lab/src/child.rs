@@ -334,6 +334,20 @@ impl Child<'_> {
             .stdout(stdout)
             .stderr(stderr)
             .process_group(0);
+        // SIGINT is how the child is told to stop (Ctrl-C, its timeout). An ignored signal
+        // stays ignored through exec, so a caller started as a background job (which
+        // ignores SIGINT) and without a handler of its own, as this module's tests run in
+        // a backgrounded `make test`, gave a child that ran on for the whole grace.
+        // SAFETY: between fork and exec this only calls sigaction, which is
+        // async-signal-safe, and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                use nix::sys::signal::{signal, SigHandler, Signal};
+                signal(Signal::SIGINT, SigHandler::SigDfl)
+                    .map(drop)
+                    .map_err(io::Error::from)
+            });
+        }
         let program = record_name(&command, name);
         let started = Instant::now();
         let last_lines = std::cell::RefCell::new(LastLines::default());
