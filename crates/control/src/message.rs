@@ -37,8 +37,9 @@ use crate::ControlError;
 /// client's whole plan. Version 3: the data streams carry payload format 2 (stream header
 /// version 2, see crate `traffic`), so a client and a server of different payloads refuse
 /// each other at the hello, not at the first stream. Version 4: UDP trials and latency
-/// probes (the request's `udp` and `latency`, the datagram messages).
-pub const VERSION: u16 = 4;
+/// probes (the request's `udp` and `latency`, the datagram messages). Version 5: payload
+/// format 3 (stream header version 3).
+pub const VERSION: u16 = 5;
 /// Largest encoded message: what fits one Noise message with its tag.
 pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
@@ -382,22 +383,22 @@ mod tests {
         );
     }
 
-    /// A peer of the release before payload format 2 speaks version 2: refused at its hello
+    /// A peer of the release before payload format 3 speaks version 4: refused at its hello
     /// with both versions named, before any stream of the other payload is sent.
     #[test]
-    fn a_peer_of_the_payload_format_1_release_is_refused() {
+    fn a_peer_of_the_payload_format_2_release_is_refused() {
         let mut old = serde_json::to_value(Envelope {
             v: VERSION,
             msg: hello(),
         })
         .unwrap();
-        old["v"] = 2.into();
+        old["v"] = 4.into();
         let e = decode(&serde_json::to_vec(&old).unwrap()).unwrap_err();
         assert!(
             matches!(
                 e,
                 ControlError::Version {
-                    got: 2,
+                    got: 4,
                     supported: VERSION
                 }
             ),
@@ -405,7 +406,7 @@ mod tests {
         );
         let message = e.to_string();
         assert!(
-            message.contains("version 2") && message.contains("speaks version 4"),
+            message.contains("version 4") && message.contains("speaks version 5"),
             "{message}"
         );
         assert!(message.contains("same release on both hosts"), "{message}");
@@ -417,11 +418,11 @@ mod tests {
             &b""[..],
             b"null",
             b"{}",
-            br#"{"v":4}"#,
-            br#"{"v":4,"msg":{"type":"launch_missiles"}}"#,
-            br#"{"v":4,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
-            br#"{"v":4,"msg":{"type":"receive","attempt":-1}}"#,
-            br#"{"v":4,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
+            br#"{"v":5}"#,
+            br#"{"v":5,"msg":{"type":"launch_missiles"}}"#,
+            br#"{"v":5,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
+            br#"{"v":5,"msg":{"type":"receive","attempt":-1}}"#,
+            br#"{"v":5,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
             b"\xff\xfe",
         ] {
             assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
@@ -438,7 +439,7 @@ mod tests {
     fn odd_or_non_hex_key_material_is_refused() {
         for bad in ["abc", "zz", &"00".repeat(513)] {
             let text = format!(
-                r#"{{"v":4,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
+                r#"{{"v":5,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
                 serde_json::to_string(&request()).unwrap()
             );
             assert!(decode(text.as_bytes()).is_err(), "{bad}");

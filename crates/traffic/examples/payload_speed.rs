@@ -1,6 +1,8 @@
 //! How fast the payload is made and checked, format 1 (xoshiro256++) against the current
-//! one, in the 256 KiB chunks the sender and the receiver use. Prints GB/s; asserts nothing
-//! about time (a shared machine's figures are noisy: run it twice, on a quiet machine).
+//! one, in the 256 KiB chunks the sender and the receiver use: the current generator both
+//! ways, copied out (`fill`, as for datagrams) and handed out in place (`next_chunk`, as the
+//! TCP sender writes it). Prints GB/s; asserts nothing about time (a shared machine's
+//! figures are noisy: run it twice, on a quiet machine).
 //!
 //! ```sh
 //! cargo run --release -p traffic --example payload_speed [GiB per figure, default 4]
@@ -87,6 +89,10 @@ fn main() {
     let old_gen = rate(total, || old.fill(&mut buf));
     let mut new = PayloadGenerator::new(seed, stream);
     let new_gen = rate(total, || new.fill(&mut buf));
+    let mut new = PayloadGenerator::new(seed, stream);
+    let mut sum = 0u64;
+    let in_place = rate(total, || sum += u64::from(new.next_chunk(CHUNK)[CHUNK / 2]));
+    std::hint::black_box(sum);
 
     // The verifiers check the stream the matching generator made; the chunks are made
     // beforehand (a run's receiver finds them in its read buffer), a few MiB cycled.
@@ -136,6 +142,7 @@ fn main() {
         "  generate  format 1 (xoshiro256++) {old_gen:7.2} GB/s   current {new_gen:7.2} GB/s   {:5.1}x",
         new_gen / old_gen
     );
+    println!("  in place  current (the TCP sender's path) {in_place:7.2} GB/s");
     println!(
         "  verify    format 1 (xoshiro256++) {old_verify:7.2} GB/s   current {new_verify:7.2} GB/s   {:5.1}x",
         new_verify / old_verify

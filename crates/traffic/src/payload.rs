@@ -1,37 +1,43 @@
 //! The payload: a pseudo-random byte stream that both ends derive from a seed, so the
 //! receiver checks every byte without anyone holding the whole payload in memory.
 //!
-//! Format 2 (the stream header's version 2; see [`crate::transfer`]). Per stream, a key
+//! Format 3 (the stream header's version 3; see [`crate::transfer`]). Per stream, a key
 //! `k = splitmix(seed ^ PAYLOAD_DOMAIN, stream)`, where `splitmix(s, i)` is output `i` of
-//! SplitMix64 started at state `s`. Byte `p` of the stream is
+//! SplitMix64 started at state `s`. The stream is made of 512-byte blocks; byte `p` is
 //!
 //! ```text
-//! table[p mod 64 KiB] ^ mask(p / 4 KiB)[p mod 64]
-//! table: 8192 little-endian words, word i = splitmix(k, i)
-//! mask(page): 8 little-endian words, word j = splitmix(mix(k ^ MASK_DOMAIN), page * 8 + j)
+//! mark(p / 512)[p mod 8]   where p mod 512 < 8
+//! ring[p mod 256 KiB]      elsewhere
+//! ring: 32768 little-endian words, word i = splitmix(k, i)
+//! mark(block): the little-endian word splitmix(mix(k ^ MARK_DOMAIN), block)
 //! ```
 //!
-//! Why not a plain generator (xoshiro256++ in format 1, or an AES-CTR keystream): at 6 to
-//! 10 GB/s a core either one cost each end a quarter to a third of a core at 2 GB/s (user
-//! time 0.13 to 0.3 s per GB), so the plain baseline measured the generator as much as the
-//! link: 0.78 to 0.85 of iperf3's, about 1.0 with this format (issue 26). AES-CTR is no
-//! faster on these machines and falls to 0.3 GB/s under `--crypto soft`, whose process runs
-//! with AES-NI masked. The table and a mask are XORed at memory speed (tens of GB/s, see
-//! `examples/payload_speed.rs`) on any x86-64, and the stream keeps what verification needs:
-//! it depends on the seed, the stream and every byte's position (a page moved by any
-//! distance, the table's period included, differs in nearly every byte), and no 8 bytes
-//! repeat by more than chance, so a compressing tunnel finds nothing to compress.
+//! Why this shape: the sender writes from a buffer that holds one lap of the ring (256 KiB)
+//! with that lap's marks, rewriting only the 512 marks (4 KiB) per lap, and the receiver
+//! compares what it reads against the same buffer with one `memcmp`. So neither end
+//! touches a payload byte beyond what the kernel copies: the plain baseline measures the
+//! link, not the generator. Formats 1 (xoshiro256++) and 2 (a table XORed with a mask per
+//! page) made or checked every byte, and the plain row stopped at 0.80 to 0.87 of iperf3's
+//! (issue 26); an AES-CTR keystream is no faster here and falls to 0.3 GB/s under
+//! `--crypto soft`, which masks AES-NI.
+//!
+//! What verification relies on: the stream depends on the seed and the stream, and every
+//! block's mark on its position (marks never repeat: `mix` is a bijection), so a stretch of
+//! 520 bytes or more (any TCP segment of a 1500-byte path holds two marks) delivered at any
+//! other place fails; a shorter one fails unless moved by a whole number of laps. No 8 bytes
+//! repeat within a lap but by chance, so per-packet compressors (IPComp, OpenVPN's LZ4 and
+//! LZO) and stream compressors with windows up to 256 KiB find nothing to compress.
 
-/// Bytes of the stream's table, the period of the stream before masking.
-const TABLE_LEN: usize = 64 * 1024;
-/// Bytes one mask covers; a divisor of [`TABLE_LEN`], so a page lies in one period.
-const PAGE_LEN: usize = 4096;
-/// Bytes of a mask, repeated over its page.
-const MASK_LEN: usize = 64;
+/// Bytes of the ring, the period of the stream's body.
+const RING_LEN: usize = 256 * 1024;
+/// Bytes of a block, each opening with its mark.
+const BLOCK_LEN: usize = 512;
+/// Bytes of a mark.
+const MARK_LEN: usize = 8;
 /// Sets this payload's keys apart from any other use of the seed.
-const PAYLOAD_DOMAIN: u64 = 0x1AB5_EC00_0000_0002;
-/// Sets the masks' sequence apart from the table's.
-const MASK_DOMAIN: u64 = 0x6D61_736B_5F5F_7632;
+const PAYLOAD_DOMAIN: u64 = 0x1AB5_EC00_0000_0003;
+/// Sets the marks' sequence apart from the ring's.
+const MARK_DOMAIN: u64 = 0x6D61_726B_5F5F_7633;
 /// SplitMix64's increment (2^64 / golden ratio).
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -47,11 +53,18 @@ fn splitmix(state: u64, i: u64) -> u64 {
     mix(state.wrapping_add(i.wrapping_add(1).wrapping_mul(GAMMA)))
 }
 
-/// Produces the stream for one (seed, stream index) pair. Any split of `fill` calls yields
+/// Produces the stream for one (seed, stream index) pair. Any split of the calls yields
 /// the same bytes, so sender and receiver need not agree on chunk sizes.
+///
+/// Two ways through it: a whole lap at a time ([`PayloadGenerator::next_chunk`], the TCP
+/// sender and the stream verifier), where the lap's marks are written once into `lap`; and
+/// block by block at any place ([`PayloadGenerator::seek`] and `fill`, UDP datagrams), where
+/// only the marks a datagram covers are made, so hopping between laps costs nothing.
 pub struct PayloadGenerator {
-    table: Box<[u8; TABLE_LEN]>,
-    mask_key: u64,
+    /// The ring, with the marks of lap `lap_index` in place.
+    lap: Box<[u8]>,
+    lap_index: u64,
+    mark_key: u64,
     /// Bytes of the stream handed out so far.
     pos: u64,
 }
@@ -59,46 +72,56 @@ pub struct PayloadGenerator {
 impl PayloadGenerator {
     pub fn new(seed: u64, stream: u16) -> PayloadGenerator {
         let key = splitmix(seed ^ PAYLOAD_DOMAIN, u64::from(stream));
-        let mut table = Box::new([0u8; TABLE_LEN]);
-        for (i, word) in table.chunks_exact_mut(8).enumerate() {
+        let mut lap = vec![0u8; RING_LEN].into_boxed_slice();
+        for (i, word) in lap.chunks_exact_mut(8).enumerate() {
             word.copy_from_slice(&splitmix(key, i as u64).to_le_bytes());
         }
-        PayloadGenerator {
-            table,
-            mask_key: mix(key ^ MASK_DOMAIN),
+        let mut generator = PayloadGenerator {
+            lap,
+            lap_index: u64::MAX,
+            mark_key: mix(key ^ MARK_DOMAIN),
             pos: 0,
-        }
-    }
-
-    /// The next `len` bytes as stretches of one page each, and moves past them.
-    fn advance(&mut self, len: usize) -> Stretches {
-        let stretches = Stretches {
-            start: self.pos,
-            pos: self.pos,
-            end: self.pos + len as u64,
-            mask_key: self.mask_key,
         };
-        self.pos += len as u64;
-        stretches
+        generator.hold_lap(0);
+        generator
     }
 
+    fn mark(&self, block: u64) -> [u8; MARK_LEN] {
+        splitmix(self.mark_key, block).to_le_bytes()
+    }
+
+    /// Puts lap `index`'s marks in place (512 words, a couple of microseconds).
+    fn hold_lap(&mut self, index: u64) {
+        if self.lap_index == index {
+            return;
+        }
+        let first = index * (RING_LEN / BLOCK_LEN) as u64;
+        for (b, block) in self.lap.chunks_exact_mut(BLOCK_LEN).enumerate() {
+            let mark = splitmix(self.mark_key, first + b as u64).to_le_bytes();
+            block[..MARK_LEN].copy_from_slice(&mark);
+        }
+        self.lap_index = index;
+    }
+
+    /// The next bytes of the stream, at most `max` and never past the end of a lap, straight
+    /// from the lap buffer: a sender writes them as they are, with no copy.
+    pub fn next_chunk(&mut self, max: usize) -> &[u8] {
+        let at = (self.pos % RING_LEN as u64) as usize;
+        let len = max.min(RING_LEN - at);
+        self.hold_lap(self.pos / RING_LEN as u64);
+        self.pos += len as u64;
+        &self.lap[at..at + len]
+    }
+
+    /// Writes the next `buf.len()` bytes of the stream into `buf`.
     pub fn fill(&mut self, buf: &mut [u8]) {
-        for s in self.advance(buf.len()) {
-            let out = &mut buf[s.at..s.at + s.len];
-            let table = &self.table[s.from..s.from + s.len];
-            // Whole masks' worth in fixed-size blocks, which the compiler vectorises.
-            let mut outs = out.chunks_exact_mut(MASK_LEN);
-            let mut ins = table.chunks_exact(MASK_LEN);
-            for (o, t) in (&mut outs).zip(&mut ins) {
-                let o: &mut [u8; MASK_LEN] = o.try_into().expect("a whole block");
-                let t: &[u8; MASK_LEN] = t.try_into().expect("a whole block");
-                for k in 0..MASK_LEN {
-                    o[k] = t[k] ^ s.mask[k];
-                }
-            }
-            let rest = outs.into_remainder().iter_mut().zip(ins.remainder());
-            for ((o, t), m) in rest.zip(s.mask) {
-                *o = t ^ m;
+        for piece in self.advance(buf.len()) {
+            let out = &mut buf[piece.at..piece.at + piece.len];
+            let ring = piece.ring_offset();
+            out.copy_from_slice(&self.lap[ring..ring + piece.len]);
+            let mark = self.mark(piece.block);
+            for (k, o) in piece.mark_bytes().zip(out.iter_mut()) {
+                *o = mark[k];
             }
         }
     }
@@ -109,91 +132,95 @@ impl PayloadGenerator {
         self.pos = pos;
     }
 
-    /// Whether `chunk` is the next bytes of the stream (and moves past them).
+    /// Whether `chunk` is the next bytes of the stream (and moves past them), block by block.
     pub fn matches(&mut self, chunk: &[u8]) -> bool {
-        self.first_difference(chunk).is_none()
+        self.advance(chunk.len()).all(|piece| {
+            let got = &chunk[piece.at..piece.at + piece.len];
+            let ring = piece.ring_offset();
+            let mark = self.mark(piece.block);
+            let marked = piece.mark_bytes().count();
+            piece.mark_bytes().zip(got).all(|(k, g)| *g == mark[k])
+                && got[marked..] == self.lap[ring + marked..ring + piece.len]
+        })
     }
 
-    /// Compares `chunk` with the next bytes of the stream without writing them out: the
-    /// first byte that differs (its index in `chunk`, and what it should be), if any.
+    /// Compares `chunk` with the next bytes of the stream a lap at a time: the first byte
+    /// that differs (its index in `chunk`, and what it should be), if any.
     fn first_difference(&mut self, chunk: &[u8]) -> Option<(usize, u8)> {
-        for s in self.advance(chunk.len()) {
-            let got = &chunk[s.at..s.at + s.len];
-            let table = &self.table[s.from..s.from + s.len];
-            let expected = |k: usize| table[k] ^ s.mask[k % MASK_LEN];
-            let mut gots = got.chunks_exact(MASK_LEN);
-            let mut ins = table.chunks_exact(MASK_LEN);
-            for (b, (g, t)) in (&mut gots).zip(&mut ins).enumerate() {
-                let g: &[u8; MASK_LEN] = g.try_into().expect("a whole block");
-                let t: &[u8; MASK_LEN] = t.try_into().expect("a whole block");
-                let mut differ = 0;
-                for k in 0..MASK_LEN {
-                    differ |= g[k] ^ t[k] ^ s.mask[k];
-                }
-                if differ != 0 {
-                    let k = (b * MASK_LEN..(b + 1) * MASK_LEN)
-                        .find(|&k| got[k] != expected(k))
-                        .expect("a byte of the block differs");
-                    return Some((s.at + k, expected(k)));
-                }
+        let mut done = 0;
+        while done < chunk.len() {
+            let expected = self.next_chunk(chunk.len() - done);
+            let got = &chunk[done..done + expected.len()];
+            // One memcmp for the whole piece; the byte itself is looked for only on failure.
+            if got != expected {
+                let k = (0..got.len())
+                    .find(|&k| got[k] != expected[k])
+                    .expect("a byte differs");
+                return Some((done + k, expected[k]));
             }
-            let done = s.len - gots.remainder().len();
-            if let Some(k) = (done..s.len).find(|&k| got[k] != expected(k)) {
-                return Some((s.at + k, expected(k)));
-            }
+            done += got.len();
         }
         None
     }
-}
 
-/// A stretch of the stream inside one page: where it is in the caller's buffer, where in
-/// the table, how long, and its page's mask turned so that byte 0 is the stretch's first.
-struct Stretch {
-    at: usize,
-    from: usize,
-    len: usize,
-    mask: [u8; MASK_LEN],
-}
-
-/// The stretches of the stream from byte `start` to `end`; `pos`: where the next begins.
-struct Stretches {
-    start: u64,
-    pos: u64,
-    end: u64,
-    mask_key: u64,
-}
-
-impl Stretches {
-    /// Byte `start`'s page's mask, turned so that its byte 0 is the one for `start`.
-    fn mask(&self, start: u64) -> [u8; MASK_LEN] {
-        let page = start / PAGE_LEN as u64;
-        let mut mask = [0u8; MASK_LEN];
-        for (j, word) in mask.chunks_exact_mut(8).enumerate() {
-            let n = page.wrapping_mul((MASK_LEN / 8) as u64).wrapping_add(j as u64);
-            word.copy_from_slice(&splitmix(self.mask_key, n).to_le_bytes());
-        }
-        mask.rotate_left((start % MASK_LEN as u64) as usize);
-        mask
+    /// The next `len` bytes as pieces of one block each, and moves past them.
+    fn advance(&mut self, len: usize) -> Pieces {
+        let pieces = Pieces {
+            start: self.pos,
+            pos: self.pos,
+            end: self.pos + len as u64,
+        };
+        self.pos += len as u64;
+        pieces
     }
 }
 
-impl Iterator for Stretches {
-    type Item = Stretch;
+/// A piece of the stream inside one block: where it is in the caller's buffer, its place
+/// in the stream, and how long it is.
+struct Piece {
+    at: usize,
+    pos: u64,
+    len: usize,
+    block: u64,
+}
 
-    fn next(&mut self) -> Option<Stretch> {
+impl Piece {
+    fn ring_offset(&self) -> usize {
+        (self.pos % RING_LEN as u64) as usize
+    }
+
+    /// The indices into the block's mark of the piece's first bytes, if it starts in the mark.
+    fn mark_bytes(&self) -> std::ops::Range<usize> {
+        let in_block = (self.pos % BLOCK_LEN as u64) as usize;
+        let start = in_block.min(MARK_LEN);
+        start..MARK_LEN.min(in_block + self.len)
+    }
+}
+
+/// The pieces of the stream from byte `start` to `end`; `pos`: where the next begins.
+struct Pieces {
+    start: u64,
+    pos: u64,
+    end: u64,
+}
+
+impl Iterator for Pieces {
+    type Item = Piece;
+
+    fn next(&mut self) -> Option<Piece> {
         if self.pos >= self.end {
             return None;
         }
-        let in_page = self.pos % PAGE_LEN as u64;
-        let len = (PAGE_LEN as u64 - in_page).min(self.end - self.pos) as usize;
-        let stretch = Stretch {
+        let in_block = self.pos % BLOCK_LEN as u64;
+        let len = (BLOCK_LEN as u64 - in_block).min(self.end - self.pos) as usize;
+        let piece = Piece {
             at: (self.pos - self.start) as usize,
-            from: (self.pos % TABLE_LEN as u64) as usize,
+            pos: self.pos,
             len,
-            mask: self.mask(self.pos),
+            block: self.pos / BLOCK_LEN as u64,
         };
         self.pos += len as u64;
-        Some(stretch)
+        Some(piece)
     }
 }
 
@@ -386,55 +413,69 @@ mod tests {
         assert!(counts.iter().all(|&c| (150..400).contains(&c)), "{counts:?}");
     }
 
-    /// Chunks that start anywhere in a page, cross pages and cross the table's period give
-    /// what one whole fill gives.
+    /// Chunks that start anywhere in a block or a mark, cross blocks and cross laps give
+    /// what one whole fill gives, and so does the lap-at-a-time path a sender writes from.
     #[test]
-    fn chunks_across_pages_and_periods_give_the_same_stream() {
-        let len = 2 * TABLE_LEN + 3 * PAGE_LEN + 5;
+    fn chunks_across_marks_blocks_and_laps_give_the_same_stream() {
+        let len = 2 * RING_LEN + 3 * BLOCK_LEN + 5;
         let whole = generate(11, 3, &[len]);
         let odd = [
             1,
-            63,
-            64,
-            65,
-            PAGE_LEN - 1,
-            PAGE_LEN + 1,
-            TABLE_LEN - 7,
-            TABLE_LEN + 9,
+            3,
+            MARK_LEN,
+            BLOCK_LEN - 1,
+            BLOCK_LEN + 1,
+            RING_LEN - 7,
+            RING_LEN + 9,
         ];
         let mut chunks = odd.to_vec();
         chunks.push(len - odd.iter().sum::<usize>());
         assert_eq!(generate(11, 3, &chunks), whole);
+        let mut g = PayloadGenerator::new(11, 3);
+        let mut laps = Vec::new();
+        for max in [5, 300_000, 100, 1 << 20, usize::MAX].into_iter().cycle() {
+            if laps.len() >= len {
+                break;
+            }
+            laps.extend_from_slice(g.next_chunk(max.min(len - laps.len())));
+        }
+        assert_eq!(laps, whole);
     }
 
-    /// The first bytes of format 2 for seed 1, stream 0, and the first bytes of its second
-    /// page, as the formula in the module's docs gives them (worked out apart from this code):
-    /// a change to the format shows up here, and then needs a new header version.
+    /// The first bytes of format 3 for seed 1, stream 0 (a mark, then ring word 1), and the
+    /// bytes around the second mark of lap 1, as the formula in the module's docs gives them
+    /// (worked out apart from this code): a change to the format shows up here, and then
+    /// needs a new header version.
     #[test]
-    fn format_2_is_pinned() {
-        let data = generate(1, 0, &[PAGE_LEN + 8]);
+    fn format_3_is_pinned() {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        assert_eq!(hex(&data[..8]), "82cb3e017968de90");
-        assert_eq!(hex(&data[PAGE_LEN..]), "59aa839f046e5ef7");
+        let data = generate(1, 0, &[RING_LEN + BLOCK_LEN + 12]);
+        assert_eq!(hex(&data[..16]), "724370ea1699398dd3687ad7b4e52b49");
+        assert_eq!(
+            hex(&data[RING_LEN + BLOCK_LEN - 4..]),
+            "479db57773e9e6f04c391eabf6effd89"
+        );
     }
 
     /// What verification and an honest throughput figure rely on: no 8 bytes repeat within
-    /// the first MiB (a compressor finds nothing; a chunk delivered at another offset never
-    /// matches), and the stream one table period on is unrelated byte by byte, not a copy.
+    /// a lap (a compressor finds nothing), and a lap on, every mark differs: a stretch moved
+    /// by a lap fails at its first mark.
     #[test]
-    fn no_repeats_and_the_table_period_does_not_show() {
-        let data = generate(42, 0, &[1 << 20]);
-        let mut seen = std::collections::HashSet::with_capacity(data.len());
-        for w in data.windows(8) {
+    fn no_repeats_in_a_lap_and_every_mark_tells_its_place() {
+        let data = generate(42, 0, &[2 * RING_LEN]);
+        let mut seen = std::collections::HashSet::with_capacity(RING_LEN);
+        for w in data[..RING_LEN].windows(8) {
             assert!(seen.insert(u64::from_le_bytes(w.try_into().unwrap())));
         }
-        let (a, b) = data.split_at(TABLE_LEN);
-        let equal = a.iter().zip(b).filter(|(x, y)| x == y).count();
-        // By chance 1 in 256, i.e. ~4000 of 1 MiB - 64 KiB; a bare repeated table: all.
-        assert!(
-            equal < (b.len() / 128),
-            "{equal} equal bytes at a distance of {TABLE_LEN}"
-        );
+        let (a, b) = data.split_at(RING_LEN);
+        for (block, (x, y)) in a.chunks(BLOCK_LEN).zip(b.chunks(BLOCK_LEN)).enumerate() {
+            assert_ne!(
+                x[..MARK_LEN],
+                y[..MARK_LEN],
+                "block {block}'s mark repeats a lap on"
+            );
+            assert_eq!(x[MARK_LEN..], y[MARK_LEN..], "the body is the ring's");
+        }
     }
 
     #[test]
@@ -451,19 +492,22 @@ mod tests {
     /// tail) and however the stream is cut, it is found, with the byte it should have been.
     #[test]
     fn a_corrupted_byte_anywhere_is_found_with_what_it_should_be() {
-        let data = generate(9, 1, &[3 * PAGE_LEN]);
+        let len = RING_LEN + 3 * BLOCK_LEN;
+        let data = generate(9, 1, &[len]);
         for offset in [
             0,
             1,
-            63,
-            64,
+            MARK_LEN - 1,
+            MARK_LEN,
             100,
-            PAGE_LEN - 1,
-            PAGE_LEN,
-            PAGE_LEN + 65,
-            3 * PAGE_LEN - 1,
+            BLOCK_LEN - 1,
+            BLOCK_LEN,
+            BLOCK_LEN + 65,
+            RING_LEN - 1,
+            RING_LEN + 3,
+            len - 1,
         ] {
-            for chunk in [1, 7, 64, 333, 3 * PAGE_LEN] {
+            for chunk in [1, 7, 64, 333, len] {
                 let mut bad = data.clone();
                 bad[offset] ^= 0x81;
                 let mut v = Verifier::new(9, 1, bad.len() as u64);
@@ -493,26 +537,34 @@ mod tests {
         assert!(matches!(err, VerifyError::Mismatch { offset: 4321, .. }), "{err}");
     }
 
-    /// Pages swapped, or a period repeated (the bytes one table length back), fail where
-    /// the first moved byte should be.
+    /// Blocks swapped, or a lap repeated (the bytes one ring length back), fail where the
+    /// first moved byte should be; so do datagrams checked at a place not their own.
     #[test]
     fn reordered_or_repeated_stretches_fail() {
-        let data = generate(3, 0, &[3 * TABLE_LEN]);
+        let data = generate(3, 0, &[3 * RING_LEN]);
         let check = |received: &[u8]| {
             let mut v = Verifier::new(3, 0, received.len() as u64);
             received.chunks(1000).try_for_each(|c| v.check(c)).unwrap_err()
         };
         let mut swapped = data.clone();
-        let (first, rest) = swapped.split_at_mut(PAGE_LEN);
-        first.swap_with_slice(&mut rest[..PAGE_LEN]);
+        let (first, rest) = swapped.split_at_mut(BLOCK_LEN);
+        first.swap_with_slice(&mut rest[..BLOCK_LEN]);
         assert!(matches!(check(&swapped), VerifyError::Mismatch { offset: 0, .. }));
         let mut repeated = data.clone();
-        repeated.copy_within(..TABLE_LEN, TABLE_LEN);
+        repeated.copy_within(..RING_LEN, RING_LEN);
         let err = check(&repeated);
         assert!(
-            matches!(err, VerifyError::Mismatch { offset, .. } if offset < TABLE_LEN as u64 + 8),
+            matches!(err, VerifyError::Mismatch { offset, .. } if offset == RING_LEN as u64),
             "{err}"
         );
+        let mut g = PayloadGenerator::new(3, 0);
+        let datagram = &data[RING_LEN + 20..RING_LEN + 1420];
+        g.seek(RING_LEN as u64 + 20);
+        assert!(g.matches(datagram));
+        for elsewhere in [20, 2 * RING_LEN as u64 + 20, RING_LEN as u64 + 21] {
+            g.seek(elsewhere);
+            assert!(!g.matches(datagram), "matched at {elsewhere}");
+        }
     }
 
     #[test]

@@ -24,8 +24,9 @@ const CHUNK: usize = 256 * 1024;
 const MAGIC: [u8; 4] = *b"IPLB";
 /// Version of the stream header and of the payload after it: bumped when either changes,
 /// so that ends of different releases refuse each other at the header instead of failing
-/// verification at the first byte. Version 2: payload format 2 (see [`crate::payload`]).
-const VERSION: u16 = 2;
+/// verification at the first byte. Version 2: payload format 2; version 3: format 3 (see
+/// [`crate::payload`]).
+const VERSION: u16 = 3;
 const HEADER_LEN: usize = 24;
 /// The length a timed stream announces in its header: "until my trailer".
 const TIMED_LEN: u64 = u64::MAX;
@@ -486,11 +487,10 @@ async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Re
     header[16..24].copy_from_slice(&len.to_be_bytes());
     stream.write_all(&header).await.map_err(io("send header to"))?;
     let mut generator = PayloadGenerator::new(config.seed, index);
-    let mut buf = vec![0u8; CHUNK];
     // A timed stream's clock starts once it is connected, as iperf3's: a slow connect (a
     // SYN retransmitted after a second) does not eat into the time asked for.
     if let Some(deadline) = config.duration.map(|d| Instant::now() + d) {
-        let sent = send_until(&mut stream, peer, config, &mut generator, &mut buf, deadline).await?;
+        let sent = send_until(&mut stream, peer, config, &mut generator, deadline).await?;
         let end = trailer(sent);
         with_timeout(config.idle_timeout, "send to", peer, stream.write_all(&end)).await?;
         stream.shutdown().await.map_err(io("close"))?;
@@ -498,11 +498,11 @@ async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Re
     }
     let mut left = len;
     while left > 0 {
-        let n = CHUNK.min(left as usize);
-        generator.fill(&mut buf[..n]);
+        // Written from the generator's own buffer: the payload is never copied in user space.
+        let chunk = generator.next_chunk(CHUNK.min(left as usize));
         // A write that makes no progress for idle_timeout means the path is gone.
-        with_timeout(config.idle_timeout, "send to", peer, stream.write_all(&buf[..n])).await?;
-        left -= n as u64;
+        with_timeout(config.idle_timeout, "send to", peer, stream.write_all(chunk)).await?;
+        left -= chunk.len() as u64;
     }
     stream.shutdown().await.map_err(io("close"))?;
     Ok(len)
@@ -516,13 +516,12 @@ async fn send_until(
     peer: SocketAddr,
     config: TransferConfig,
     generator: &mut PayloadGenerator,
-    buf: &mut [u8],
     deadline: Instant,
 ) -> Result<u64, TrafficError> {
     let deadline = tokio::time::Instant::from_std(deadline);
     let mut sent = 0u64;
     loop {
-        generator.fill(buf);
+        let buf = generator.next_chunk(CHUNK);
         let mut at = 0;
         while at < buf.len() {
             tokio::select! {
@@ -899,8 +898,8 @@ mod tests {
         assert!(matches!(rx.join().unwrap(), Err(TrafficError::Header { .. })));
     }
 
-    /// A sender of the release before payload format 2 (header version 1) is refused at its
-    /// header, with an error that names both versions, not a corrupted payload.
+    /// A sender of an older payload format (header version 2) is refused at its header, with
+    /// an error that names both versions, not a corrupted payload.
     #[test]
     fn a_sender_of_an_older_version_is_refused_at_its_header() {
         let cfg = config(100_000, 1);
@@ -908,14 +907,14 @@ mod tests {
         let addr = receiver.local_addr();
         let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
         let s = std::net::TcpStream::connect(addr).unwrap();
-        send_by_hand_as(1, s, 100_000, 100_000);
+        send_by_hand_as(2, s, 100_000, 100_000);
         let err = rx.join().unwrap().unwrap_err();
         assert!(
             matches!(
                 err,
                 TrafficError::Version {
-                    got: 1,
-                    supported: 2,
+                    got: 2,
+                    supported: 3,
                     ..
                 }
             ),
@@ -923,7 +922,7 @@ mod tests {
         );
         let message = err.to_string();
         assert!(
-            message.contains("version 1") && message.contains("speaks version 2"),
+            message.contains("version 2") && message.contains("speaks version 3"),
             "{message}"
         );
         assert!(message.contains("same release on both ends"), "{message}");
