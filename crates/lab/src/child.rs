@@ -89,9 +89,27 @@ impl std::fmt::Display for Messages {
 }
 
 /// The last [`KEPT_LINES`] lines of a hidden child's output, each cut to
-/// [`KEPT_LINE_CHARS`], with control characters (a console's escapes) replaced.
+/// [`KEPT_LINE_CHARS`], with control characters (a console's escapes) replaced; and the
+/// first line that reads as a kernel's failure report, which a panic's register dump (some
+/// 40 lines) would push out of the last ones.
 #[derive(Default)]
-struct LastLines(std::collections::VecDeque<String>);
+struct LastLines {
+    lines: std::collections::VecDeque<String>,
+    alarm: Option<String>,
+}
+
+/// What a kernel's console says first when it fails.
+const KERNEL_ALARMS: &[&str] = &[
+    "Kernel panic",
+    "BUG:",
+    "Oops",
+    "general protection fault",
+    "soft lockup",
+    "hard LOCKUP",
+    "blocked for more than",
+    "self-detected stall",
+    "Out of memory",
+];
 
 impl LastLines {
     fn push(&mut self, line: &[u8]) {
@@ -104,10 +122,24 @@ impl LastLines {
         if line.trim().is_empty() {
             return;
         }
-        if self.0.len() == KEPT_LINES {
-            self.0.pop_front();
+        if self.alarm.is_none() && KERNEL_ALARMS.iter().any(|a| line.contains(a)) {
+            self.alarm = Some(line.clone());
         }
-        self.0.push_back(line);
+        if self.lines.len() == KEPT_LINES {
+            self.lines.pop_front();
+        }
+        self.lines.push_back(line);
+    }
+
+    /// The lines to quote: the alarm first, where the last lines no longer hold it.
+    fn into_quoted(self) -> Vec<String> {
+        let LastLines { lines, alarm } = self;
+        match alarm {
+            Some(alarm) if !lines.contains(&alarm) => {
+                [alarm, "...".to_string()].into_iter().chain(lines).collect()
+            }
+            _ => lines.into(),
+        }
     }
 }
 
@@ -377,7 +409,7 @@ impl Child<'_> {
             exit,
             report: read_report(&dir.join(report)),
             messages: match output {
-                Output::Hidden => Messages::Last(last_lines.into_inner().0.into()),
+                Output::Hidden => Messages::Last(last_lines.into_inner().into_quoted()),
                 Output::Lines(_) | Output::ToStderr => Messages::Above,
             },
             cancelled: cancel.is_cancelled(),
@@ -909,16 +941,43 @@ mod tests {
         kept.push(&[b'x'; 500]);
         kept.push(b"   ");
         kept.push(b"\xff ok");
-        let lines: Vec<_> = kept.0.iter().cloned().collect();
+        let lines: Vec<_> = kept.lines.iter().cloned().collect();
         assert_eq!(lines, ["x".repeat(KEPT_LINE_CHARS), "\u{fffd} ok".to_string()]);
         for i in 0..30 {
             kept.push(format!("line {i}").as_bytes());
         }
-        assert_eq!(kept.0.len(), KEPT_LINES);
+        let quoted = kept.into_quoted();
+        assert_eq!(quoted.len(), KEPT_LINES);
         assert_eq!(
-            (kept.0.front().unwrap().as_str(), kept.0.back().unwrap().as_str()),
+            (quoted[0].as_str(), quoted[KEPT_LINES - 1].as_str()),
             ("line 10", "line 29")
         );
+    }
+
+    /// A guest that panics (vng's exit 255, as a CI sweep's second kernel did once) says why:
+    /// the panic's first line comes first, though its register dump filled the last lines.
+    #[test]
+    fn a_kernel_panic_is_quoted_though_its_dump_follows() {
+        let mut kept = LastLines::default();
+        kept.push(b"[    1.0] Run /init as init process");
+        kept.push(b"[   32.0] Kernel panic - not syncing: sysrq triggered crash");
+        kept.push(b"[   32.1] BUG: a later one, not the first");
+        for i in 0..40 {
+            kept.push(format!("[   32.2] R{i:02}: 0000000000000000").as_bytes());
+        }
+        let quoted = kept.into_quoted();
+        assert_eq!(
+            quoted[0],
+            "[   32.0] Kernel panic - not syncing: sysrq triggered crash"
+        );
+        assert_eq!(quoted[1], "...");
+        assert_eq!(quoted.len(), KEPT_LINES + 2);
+        assert_eq!(quoted.last().unwrap(), "[   32.2] R39: 0000000000000000");
+        // Where the last lines still hold it, it is not said twice.
+        let mut short = LastLines::default();
+        short.push(b"Kernel panic - not syncing: x");
+        short.push(b"end");
+        assert_eq!(short.into_quoted(), ["Kernel panic - not syncing: x", "end"]);
     }
 
     /// What a child leaves running when it exits (vng's virtiofsd) is stopped too.

@@ -356,7 +356,10 @@ async fn vm_sweep(
             let image = vm::resolve_kernel(kernel_arg.as_deref())?;
             let accel = vm::detect_accel(&image);
             let modules = format!("{} crypto_user", vm::GUEST_MODULES);
-            let child = vm::guest_child("the VM", &image, accel, &outdir, &modules, &guest_args)?;
+            let mut child = vm::guest_child("the VM", &image, accel, &outdir, &modules, &guest_args)?;
+            // The kernel's console joins the hidden output, so a guest that dies before its
+            // report (vng's 255 with nothing printed, once in a CI sweep) says why.
+            child.command.arg("--verbose");
             let booted = format!("{} ({})", image.display(), accel.label());
             progress.note(&format!(
                 "kernel rows ({}) in a VM booting {booted}; TCG boots take about half a minute",
