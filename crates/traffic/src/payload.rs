@@ -119,7 +119,7 @@ impl PayloadGenerator {
             let out = &mut buf[piece.at..piece.at + piece.len];
             let ring = piece.ring_offset();
             out.copy_from_slice(&self.lap[ring..ring + piece.len]);
-            let mark = self.mark(piece.block);
+            let mark = self.mark(piece.block());
             for (k, o) in piece.mark_bytes().zip(out.iter_mut()) {
                 *o = mark[k];
             }
@@ -137,9 +137,10 @@ impl PayloadGenerator {
         self.advance(chunk.len()).all(|piece| {
             let got = &chunk[piece.at..piece.at + piece.len];
             let ring = piece.ring_offset();
-            let mark = self.mark(piece.block);
-            let marked = piece.mark_bytes().count();
-            piece.mark_bytes().zip(got).all(|(k, g)| *g == mark[k])
+            let mark = self.mark(piece.block());
+            let mark_bytes = piece.mark_bytes();
+            let marked = mark_bytes.len();
+            mark_bytes.zip(got).all(|(k, g)| *g == mark[k])
                 && got[marked..] == self.lap[ring + marked..ring + piece.len]
         })
     }
@@ -181,10 +182,13 @@ struct Piece {
     at: usize,
     pos: u64,
     len: usize,
-    block: u64,
 }
 
 impl Piece {
+    fn block(&self) -> u64 {
+        self.pos / BLOCK_LEN as u64
+    }
+
     fn ring_offset(&self) -> usize {
         (self.pos % RING_LEN as u64) as usize
     }
@@ -217,7 +221,6 @@ impl Iterator for Pieces {
             at: (self.pos - self.start) as usize,
             pos: self.pos,
             len,
-            block: self.pos / BLOCK_LEN as u64,
         };
         self.pos += len as u64;
         Some(piece)
