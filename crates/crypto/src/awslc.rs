@@ -1,6 +1,11 @@
 //! aws-lc-rs backend. AWS-LC chooses AES-NI/VAES/SHA-NI code at initialisation from CPUID,
 //! masked by `OPENSSL_ia32cap` (see [`crate::soft`]). aws-lc-rs zeroises its key schedules on
-//! drop (`SymmetricCipherKey`, `LcHmacCtx`, and AWS-LC's `EVP_AEAD_CTX_cleanup`).
+//! drop (`SymmetricCipherKey`, `LcHmacCtx`, and AWS-LC's `EVP_AEAD_CTX_cleanup`); the ECB
+//! context CBC batches use goes through `EVP_CIPHER_CTX_free`, which cleanses it too.
+
+use std::ffi::c_int;
+use std::ptr::{null, null_mut, NonNull};
+use std::sync::Mutex;
 
 use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use aws_lc_rs::cipher::{
@@ -11,8 +16,9 @@ use aws_lc_rs::iv::FixedLength;
 
 use model::KeyBits;
 
+use crate::interleave;
 use crate::primitives::{
-    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library, AES_BLOCK_LEN,
+    check_blocks, Aead, AeadAlgorithm, AesCbc, CbcMessage, CryptoError, HmacSha256, Library, AES_BLOCK_LEN,
     HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
 };
 
@@ -36,6 +42,72 @@ struct Cbc {
     bits: KeyBits,
     enc: EncryptingKey,
     dec: DecryptingKey,
+    /// For batches; locked once per batch (one tunnel thread owns each key, so never waited on).
+    ecb: Mutex<EcbEncryptor>,
+}
+
+/// AWS-LC's raw ECB context for the key: one call encrypts many independent blocks with its
+/// AES-NI/VAES code, several in flight. aws-lc-rs's own ECB mode goes a block per call,
+/// which is no faster than a CBC chain, hence the EVP interface.
+struct EcbEncryptor(NonNull<aws_lc_sys::EVP_CIPHER_CTX>);
+
+// SAFETY: the context is owned by this value alone and used only through `&mut self`;
+// AWS-LC contexts are not tied to the thread that made them.
+unsafe impl Send for EcbEncryptor {}
+
+impl EcbEncryptor {
+    fn new(bits: KeyBits, key: &[u8]) -> Result<EcbEncryptor, CryptoError> {
+        if key.len() != bits.bytes() {
+            return Err(library_error("AES-ECB key setup"));
+        }
+        aws_lc_rs::init();
+        // SAFETY: accessors of static cipher tables; no arguments.
+        let cipher = unsafe {
+            match bits {
+                KeyBits::Aes128 => aws_lc_sys::EVP_aes_128_ecb(),
+                KeyBits::Aes192 => aws_lc_sys::EVP_aes_192_ecb(),
+                KeyBits::Aes256 => aws_lc_sys::EVP_aes_256_ecb(),
+            }
+        };
+        // SAFETY: allocates a fresh context, or returns null.
+        let ctx = NonNull::new(unsafe { aws_lc_sys::EVP_CIPHER_CTX_new() })
+            .ok_or_else(|| library_error("AES-ECB context"))?;
+        // Owned from here, so an error below frees it.
+        let ecb = EcbEncryptor(ctx);
+        // SAFETY: a valid context; `key` holds the cipher's key length (checked above); ECB
+        // takes no IV; padding off, so updates of whole blocks write exactly their length.
+        let ready = unsafe {
+            aws_lc_sys::EVP_EncryptInit_ex(ctx.as_ptr(), cipher, null_mut(), key.as_ptr(), null()) == 1
+                && aws_lc_sys::EVP_CIPHER_CTX_set_padding(ctx.as_ptr(), 0) == 1
+        };
+        if ready {
+            Ok(ecb)
+        } else {
+            Err(library_error("AES-ECB key setup"))
+        }
+    }
+
+    fn encrypt_blocks(&mut self, blocks: &mut [[u8; AES_BLOCK_LEN]]) -> Result<(), CryptoError> {
+        let len =
+            c_int::try_from(blocks.len() * AES_BLOCK_LEN).map_err(|_| library_error("AES-ECB encrypt"))?;
+        let data = blocks.as_mut_ptr().cast::<u8>();
+        let mut written: c_int = 0;
+        // SAFETY: in and out are the same `len` bytes, which AWS-LC allows; with padding off
+        // and whole blocks it writes `len` bytes and buffers nothing.
+        let ok = unsafe { aws_lc_sys::EVP_EncryptUpdate(self.0.as_ptr(), data, &mut written, data, len) };
+        if ok == 1 && written == len {
+            Ok(())
+        } else {
+            Err(library_error("AES-ECB encrypt"))
+        }
+    }
+}
+
+impl Drop for EcbEncryptor {
+    fn drop(&mut self) {
+        // SAFETY: owned and freed once; AWS-LC cleanses the key schedule as it frees it.
+        unsafe { aws_lc_sys::EVP_CIPHER_CTX_free(self.0.as_ptr()) };
+    }
 }
 
 pub(crate) fn aes_cbc(bits: KeyBits, key: &[u8]) -> Result<Box<dyn AesCbc>, CryptoError> {
@@ -47,7 +119,8 @@ pub(crate) fn aes_cbc(bits: KeyBits, key: &[u8]) -> Result<Box<dyn AesCbc>, Cryp
     let unbound = || UnboundCipherKey::new(alg, key).map_err(|_| library_error("AES key setup"));
     let enc = EncryptingKey::cbc(unbound()?).map_err(|_| library_error("AES-CBC key setup"))?;
     let dec = DecryptingKey::cbc(unbound()?).map_err(|_| library_error("AES-CBC key setup"))?;
-    Ok(Box::new(Cbc { bits, enc, dec }))
+    let ecb = Mutex::new(EcbEncryptor::new(bits, key)?);
+    Ok(Box::new(Cbc { bits, enc, dec, ecb }))
 }
 
 impl AesCbc for Cbc {
@@ -61,6 +134,11 @@ impl AesCbc for Cbc {
             .less_safe_encrypt(buf, EncryptionContext::Iv128(FixedLength::from(iv)))
             .map_err(|_| library_error("AES-CBC encrypt"))?;
         Ok(())
+    }
+
+    fn encrypt_batch(&self, messages: &mut [CbcMessage<'_>]) -> Result<(), CryptoError> {
+        let mut ecb = self.ecb.lock().map_err(|_| library_error("AES-ECB lock"))?;
+        interleave::cbc_encrypt_batch(messages, |blocks| ecb.encrypt_blocks(blocks))
     }
 
     fn decrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError> {

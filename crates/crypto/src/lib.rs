@@ -4,7 +4,8 @@
 //! build their ciphers here, so the two always measure the same code.
 //!
 //! The API is per operation on caller-owned buffers: CBC encrypt/decrypt in place with a
-//! given IV (no padding: the caller pads), HMAC-SHA256 over several slices (the caller
+//! given IV (no padding: the caller pads; a batch of independent messages encrypted side by
+//! side, see `interleave`), HMAC-SHA256 over several slices (the caller
 //! truncates), AEAD seal/open in place with a detached 16-byte tag. Every cipher is checked
 //! against published vectors by [`self_test`] before anyone should trust it.
 //!
@@ -23,7 +24,8 @@
 //!   RustCrypto's `aes` can only switch to software AES at compile time, which is why soft
 //!   AES is aws-lc-rs.
 //!
-//! Layout, bottom up: `primitives` (sizes, names, errors, the traits), the backends
+//! Layout, bottom up: `primitives` (sizes, names, errors, the traits), `interleave` (CBC
+//! batches), the backends
 //! `rustcrypto` and `awslc`, [`soft`] (the mask), `implementation` (a `--crypto` choice
 //! resolved to a backend), [`kat`] (the known-answer tests run on an implementation).
 
@@ -31,6 +33,7 @@ pub use model::{CryptoChoice, KeyBits};
 
 mod awslc;
 mod implementation;
+mod interleave;
 pub mod kat;
 mod primitives;
 mod rustcrypto;
@@ -38,7 +41,7 @@ pub mod soft;
 
 pub use implementation::{Implementation, ImplementationInfo};
 pub use primitives::{
-    Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library, SelfTestError, AES_BLOCK_LEN,
+    Aead, AeadAlgorithm, AesCbc, CbcMessage, CryptoError, HmacSha256, Library, SelfTestError, AES_BLOCK_LEN,
     HMAC_SHA256_LEN, MIN_HMAC_TAG_LEN, NONCE_LEN, TAG_LEN,
 };
 

@@ -98,11 +98,31 @@ pub enum CryptoError {
     SoftNotActive,
 }
 
+/// One message of a CBC batch ([`AesCbc::encrypt_batch`]): encrypted in place under its IV.
+pub struct CbcMessage<'a> {
+    pub iv: [u8; AES_BLOCK_LEN],
+    pub buf: &'a mut [u8],
+}
+
 /// AES-CBC with a fixed key (128, 192 or 256 bits, from the key length).
 pub trait AesCbc: Send + Sync {
     fn key_bits(&self) -> KeyBits;
     /// Encrypts `buf` in place; `buf.len()` must be a multiple of 16.
     fn encrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError>;
+    /// Encrypts each message in place under its own IV: the same bytes as
+    /// [`encrypt`](Self::encrypt) on each. One message's blocks form a chain, so alone it runs
+    /// at the AES instructions' latency; different messages' blocks do not depend on each
+    /// other, so a backend that can give its AES code several at once overrides this. Every
+    /// length is checked before any message is touched.
+    fn encrypt_batch(&self, messages: &mut [CbcMessage<'_>]) -> Result<(), CryptoError> {
+        for m in messages.iter() {
+            check_blocks(m.buf)?;
+        }
+        for m in messages {
+            self.encrypt(&m.iv, m.buf)?;
+        }
+        Ok(())
+    }
     /// Decrypts `buf` in place; `buf.len()` must be a multiple of 16.
     fn decrypt(&self, iv: &[u8; AES_BLOCK_LEN], buf: &mut [u8]) -> Result<(), CryptoError>;
 }

@@ -44,7 +44,10 @@ fn library_error(operation: &'static str) -> CryptoError {
 }
 
 /// The expanded encryption and decryption key schedules; cloned into a CBC mode object per
-/// call (a copy of a few hundred bytes, no key expansion).
+/// call (a copy of a few hundred bytes, no key expansion). Batches go message by message
+/// (the trait's default): `aes` takes its parallel path only for as many blocks as its
+/// widest backend holds (64 with VAES-512) and does fewer one at a time, so interleaving a
+/// batch's lanes through it was slower here than the plain chains.
 struct Cbc<E, D> {
     bits: KeyBits,
     enc: E,
