@@ -3,7 +3,8 @@
 //! packet size, encrypt and decrypt, with what the tunnel itself used:
 //!
 //! * `userspace`: the `--crypto` implementation the tunnel ran (crate `crypto` through
-//!   crate `speed`), one thread per tunnel thread;
+//!   crate `speed`), one thread per tunnel thread, CBC encryption in the largest batch the
+//!   tunnel's send path makes;
 //! * `xfrm`, `strongswan` in user-mode Linux (`--vm uml`): the kernel's own speed test,
 //!   tcrypt (`speed::tcrypt`), which pays no system call per packet, as ESP does not; AF_ALG
 //!   there (a system call through UML per packet) reads below the tunnel itself. About a
@@ -26,7 +27,7 @@
 use crypto::{AeadAlgorithm, CryptoError, Implementation};
 use model::backend::CeilingSource;
 use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
-use model::{Backend, RunPlan};
+use model::{Backend, CipherSuite, RunPlan};
 use speed::measure::{measure_cell, measure_cell_with, Method};
 use speed::openssl::Clock;
 use speed::ops::{Op, OpError};
@@ -215,11 +216,20 @@ fn userspace(plan: &RunPlan, suite: SpeedSuite, size: usize) -> Result<CryptoSpe
     crypto::self_test(&imp).map_err(|e| e.to_string())?;
     let threads = plan.tunnel_threads().max(1);
     let m = method(threads);
-    both_ways(imp.info().label, suite, threads, SECONDS_PER_DIRECTION, &|dir| {
-        measure_cell(&imp, suite, dir, size, &m)
+    // As many packets per call as the send path encrypts together at most (what matters
+    // for CBC, whose batches run side by side), so the ceiling stays above the tunnel.
+    let batch = tunnel::largest_batch(plan.suite(), size);
+    let mut speed = both_ways(imp.info().label, suite, threads, SECONDS_PER_DIRECTION, &|dir| {
+        measure_cell(&imp, suite, dir, size, batch, &m)
             .map(median)
             .map_err(|e| e.to_string())
-    })
+    })?;
+    if matches!(plan.suite(), CipherSuite::AesCbc { .. }) {
+        speed.notes.push(format!(
+            "encrypt timed {batch} packets at a time, side by side, as the tunnel's send path encrypts a batch"
+        ));
+    }
+    Ok(speed)
 }
 
 /// How a kernel row's crypto is timed where the run is.

@@ -100,15 +100,17 @@ fn pin_current_thread(cpu: usize) {
     }
 }
 
-/// One repeat per element: MB/s summed over the threads.
+/// One repeat per element: MB/s summed over the threads. `batch`: packets per call, as
+/// [`ops::build_batch`] takes them (1: one at a time, as `openssl speed` does).
 pub fn measure_cell(
     imp: &Implementation,
     suite: SpeedSuite,
     direction: CryptoOp,
     block_bytes: usize,
+    batch: usize,
     method: &Method,
 ) -> Result<Vec<f64>, SpeedError> {
-    let build = || ops::build(imp, suite, direction, block_bytes).map_err(OpError::from);
+    let build = || ops::build_batch(imp, suite, direction, block_bytes, batch).map_err(OpError::from);
     measure_cell_with(&build, method).map_err(|source| SpeedError::Crypto {
         implementation: imp.to_string(),
         suite: suite.name(),
@@ -161,13 +163,14 @@ pub fn measure_cell_with(
     Ok(repeats)
 }
 
-/// Single-core MB/s of `imp` on `packet_bytes`-byte packets of `suite`, on the calling
-/// thread, after a self-test and a short warm-up. The userspace tunnel compares its tunnel
-/// thread's payload MB per CPU-second with this.
+/// Single-core MB/s of `imp` on `packet_bytes`-byte packets of `suite`, `batch` at a time
+/// ([`ops::build_batch`]), on the calling thread, after a self-test and a short warm-up. The
+/// userspace tunnel compares its tunnel thread's payload MB per CPU-second with this.
 pub fn single_core_mb_per_s(
     imp: &Implementation,
     suite: SpeedSuite,
     packet_bytes: usize,
+    batch: usize,
     duration: Duration,
 ) -> Result<f64, SpeedError> {
     crypto::self_test(imp)?;
@@ -177,7 +180,8 @@ pub fn single_core_mb_per_s(
         suite: suite.name(),
         source,
     };
-    let mut op = ops::build(imp, suite, direction, packet_bytes).map_err(|e| crypto_err(e.into()))?;
+    let mut op =
+        ops::build_batch(imp, suite, direction, packet_bytes, batch).map_err(|e| crypto_err(e.into()))?;
     timed_loop(&mut op, (duration / 10).min(Duration::from_millis(100))).map_err(crypto_err)?;
     Ok(timed_loop(&mut op, duration).map_err(crypto_err)?.mb_per_s())
 }
@@ -205,6 +209,7 @@ mod tests {
             SpeedSuite::AesCbc(model::KeyBits::Aes128),
             CryptoOp::Encrypt,
             256,
+            1,
             &m,
         )
         .unwrap();
@@ -217,7 +222,7 @@ mod tests {
         let imp = Implementation::new(CryptoChoice::Auto).unwrap();
         for suite in ["aes-256-cbc-hmac-sha256", "aes-256-gcm"] {
             let s: SpeedSuite = suite.parse().unwrap();
-            let mb = single_core_mb_per_s(&imp, s, 1400, Duration::from_millis(20)).unwrap();
+            let mb = single_core_mb_per_s(&imp, s, 1400, 1, Duration::from_millis(20)).unwrap();
             assert!(mb > 0.0, "{suite}: {mb}");
         }
     }

@@ -69,7 +69,7 @@ fn measure_here(
         for &direction in suite.crypto_ops() {
             progress.timing(&format!("{} {suite} {direction}", info.label));
             for &size in &plan.sizes {
-                let repeats = measure_cell(&imp, suite, direction, size, method)?;
+                let repeats = measure_cell(&imp, suite, direction, size, 1, method)?;
                 progress.advance(1);
                 let head = RecordHead {
                     implementation: choice.to_string(),

@@ -1,7 +1,7 @@
 //! The ciphers one direction of a tunnel uses, built from the `crypto` crate (the one place
 //! cipher implementations live) with key bytes from a [`SlotKeys`].
 
-use crypto::{Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, NONCE_LEN, TAG_LEN};
+use crypto::{Aead, AeadAlgorithm, AesCbc, CbcMessage, CryptoError, HmacSha256, NONCE_LEN, TAG_LEN};
 use model::{CipherSuite, Hmac};
 use zeroize::Zeroizing;
 
@@ -89,6 +89,13 @@ impl Engine {
     pub(crate) fn cbc_encrypt(&self, iv: &[u8; 16], buf: &mut [u8]) -> Result<(), CryptoError> {
         match self {
             Engine::Cbc { cipher, .. } => cipher.encrypt(iv, buf),
+            _ => unreachable!("CBC framing with a non-CBC engine"),
+        }
+    }
+
+    pub(crate) fn cbc_encrypt_batch(&self, messages: &mut [CbcMessage<'_>]) -> Result<(), CryptoError> {
+        match self {
+            Engine::Cbc { cipher, .. } => cipher.encrypt_batch(messages),
             _ => unreachable!("CBC framing with a non-CBC engine"),
         }
     }

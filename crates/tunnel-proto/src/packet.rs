@@ -25,6 +25,7 @@
 
 use std::ops::Range;
 
+use crypto::CbcMessage;
 use model::CipherSuite;
 
 use crate::engine::{Engine, EngineError};
@@ -210,7 +211,7 @@ impl IdSpace {
 }
 
 /// Why a payload could not be sent.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, Copy, thiserror::Error)]
 pub enum EncapError {
     #[error("buffer of {have} bytes cannot hold a {payload}-byte payload with headroom {HEADROOM} and tailroom {TAILROOM}")]
     BufferTooSmall { have: usize, payload: usize },
@@ -349,17 +350,7 @@ impl Endpoint {
         payload_len: usize,
         iv: &[u8; IV_LEN],
     ) -> Result<Range<usize>, EncapError> {
-        if buf.len() < HEADROOM + payload_len + TAILROOM {
-            return Err(EncapError::BufferTooSmall {
-                have: buf.len(),
-                payload: payload_len,
-            });
-        }
-        if self.next_id >= self.ids.end {
-            return Err(EncapError::PacketIdExhausted);
-        }
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.take_id(buf, payload_len)?;
         let payload_end = HEADROOM + payload_len;
         match self.suite {
             CipherSuite::None => {
@@ -367,22 +358,12 @@ impl Endpoint {
                 buf[start..HEADROOM].copy_from_slice(&id.to_be_bytes());
                 Ok(start..payload_end)
             }
-            CipherSuite::AesCbc { hmac, .. } => {
-                buf[..ID_LEN].copy_from_slice(&id.to_be_bytes());
-                buf[ID_LEN..HEADROOM].copy_from_slice(iv);
-                let pad = BLOCK - payload_len % BLOCK;
-                buf[payload_end..payload_end + pad].fill(pad as u8);
-                let ct_end = payload_end + pad;
+            CipherSuite::AesCbc { .. } => {
+                let ct_end = cbc_frame(buf, id, iv, payload_len);
                 self.tx
                     .cbc_encrypt(iv, &mut buf[HEADROOM..ct_end])
                     .map_err(EncapError::Crypto)?;
-                if hmac == model::Hmac::Sha256 {
-                    let tag = self.tx.mac(&buf[..ct_end]);
-                    buf[ct_end..ct_end + MAC_LEN].copy_from_slice(&tag);
-                    Ok(0..ct_end + MAC_LEN)
-                } else {
-                    Ok(0..ct_end)
-                }
+                Ok(self.cbc_tag(buf, ct_end))
             }
             CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305 => {
                 let start = HEADROOM - ID_LEN;
@@ -395,6 +376,115 @@ impl Endpoint {
                 buf[payload_end..payload_end + TAG_LEN].copy_from_slice(&tag);
                 Ok(start..payload_end + TAG_LEN)
             }
+        }
+    }
+
+    /// [`encap`](Self::encap) for a batch: packet `i` is `bufs[i]` holding a payload of
+    /// `payload_lens[i]` bytes, and `sealed[i]` gets what `encap` would return for it. The
+    /// datagrams are those `encap` makes one at a time; a CBC suite's packets are encrypted
+    /// side by side ([`crypto::AesCbc::encrypt_batch`]), as one CBC chain alone leaves the
+    /// AES units mostly idle.
+    pub fn encap_batch<B: AsMut<[u8]>>(
+        &mut self,
+        bufs: &mut [B],
+        payload_lens: &[usize],
+        sealed: &mut [Result<Range<usize>, EncapError>],
+    ) {
+        self.seal_batch(bufs, payload_lens, sealed, |pool| {
+            pool.next().map_err(EncapError::Random)
+        });
+    }
+
+    /// [`encap_batch`](Self::encap_batch) with given IVs, `ivs[i]` for packet `i` (CBC
+    /// suites; others ignore them). For known-answer tests, as [`encap_with_iv`](Self::encap_with_iv).
+    pub fn encap_batch_with_ivs<B: AsMut<[u8]>>(
+        &mut self,
+        bufs: &mut [B],
+        payload_lens: &[usize],
+        ivs: &[[u8; IV_LEN]],
+        sealed: &mut [Result<Range<usize>, EncapError>],
+    ) {
+        let mut ivs = ivs.iter();
+        self.seal_batch(bufs, payload_lens, sealed, |_| {
+            Ok(*ivs.next().expect("an IV per packet"))
+        });
+    }
+
+    fn seal_batch<B: AsMut<[u8]>>(
+        &mut self,
+        bufs: &mut [B],
+        payload_lens: &[usize],
+        sealed: &mut [Result<Range<usize>, EncapError>],
+        mut next_iv: impl FnMut(&mut IvPool) -> Result<[u8; IV_LEN], EncapError>,
+    ) {
+        assert!(
+            bufs.len() == payload_lens.len() && bufs.len() == sealed.len(),
+            "a length and a result per packet"
+        );
+        let packets = bufs.iter_mut().zip(payload_lens).zip(sealed.iter_mut());
+        if !matches!(self.suite, CipherSuite::AesCbc { .. }) {
+            for ((buf, &len), out) in packets {
+                *out = self.encap_with_iv(buf.as_mut(), len, &[0; IV_LEN]);
+            }
+            return;
+        }
+        // Frame every packet, encrypt them all at once, then MAC each.
+        let mut messages = Vec::with_capacity(payload_lens.len());
+        for ((buf, &len), out) in packets {
+            let buf = buf.as_mut();
+            *out = match next_iv(&mut self.ivs).and_then(|iv| Ok((iv, self.take_id(buf, len)?))) {
+                Ok((iv, id)) => {
+                    let ct_end = cbc_frame(buf, id, &iv, len);
+                    messages.push(CbcMessage {
+                        iv,
+                        buf: &mut buf[HEADROOM..ct_end],
+                    });
+                    Ok(0..ct_end)
+                }
+                Err(e) => Err(e),
+            };
+        }
+        let encrypted = self.tx.cbc_encrypt_batch(&mut messages);
+        drop(messages);
+        for (buf, out) in bufs.iter_mut().zip(sealed.iter_mut()) {
+            if let Ok(framed) = out {
+                *out = match encrypted {
+                    Ok(()) => Ok(self.cbc_tag(buf.as_mut(), framed.end)),
+                    Err(e) => Err(EncapError::Crypto(e)),
+                };
+            }
+        }
+    }
+
+    /// Checks that `buf` holds a `payload_len`-byte payload with its headroom and tailroom,
+    /// and takes the next packet id.
+    fn take_id(&mut self, buf: &[u8], payload_len: usize) -> Result<u64, EncapError> {
+        if buf.len() < HEADROOM + payload_len + TAILROOM {
+            return Err(EncapError::BufferTooSmall {
+                have: buf.len(),
+                payload: payload_len,
+            });
+        }
+        if self.next_id >= self.ids.end {
+            return Err(EncapError::PacketIdExhausted);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        Ok(id)
+    }
+
+    /// A CBC datagram's MAC after its ciphertext (HMAC suites); returns the datagram's range.
+    fn cbc_tag(&self, buf: &mut [u8], ct_end: usize) -> Range<usize> {
+        match self.suite {
+            CipherSuite::AesCbc {
+                hmac: model::Hmac::Sha256,
+                ..
+            } => {
+                let tag = self.tx.mac(&buf[..ct_end]);
+                buf[ct_end..ct_end + MAC_LEN].copy_from_slice(&tag);
+                0..ct_end + MAC_LEN
+            }
+            _ => 0..ct_end,
         }
     }
 
@@ -456,4 +546,15 @@ impl Endpoint {
         self.window.record(id);
         Ok(payload)
     }
+}
+
+/// Writes a CBC datagram's id and IV before the payload at `buf[HEADROOM..]` and its PKCS#7
+/// padding after; returns where the ciphertext will end.
+fn cbc_frame(buf: &mut [u8], id: u64, iv: &[u8; IV_LEN], payload_len: usize) -> usize {
+    buf[..ID_LEN].copy_from_slice(&id.to_be_bytes());
+    buf[ID_LEN..HEADROOM].copy_from_slice(iv);
+    let payload_end = HEADROOM + payload_len;
+    let pad = BLOCK - payload_len % BLOCK;
+    buf[payload_end..payload_end + pad].fill(pad as u8);
+    payload_end + pad
 }

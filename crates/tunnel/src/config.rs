@@ -12,6 +12,14 @@ pub use model::evidence::Batching;
 /// Datagrams the send path gathers into one batch, at most.
 pub const BATCH: usize = 64;
 
+/// Packets of `payload` bytes the send path encrypts together at most: a batch ends when
+/// its slots are full or the next datagram would not fit one GSO send. What a crypto
+/// ceiling times CBC encryption in, so that it bounds the tunnel.
+pub fn largest_batch(suite: CipherSuite, payload: usize) -> usize {
+    let datagram = payload + Endpoint::max_overhead(suite);
+    (udpbatch::GSO_MAX_BYTES / datagram.max(1)).clamp(1, BATCH)
+}
+
 /// Largest inner (TUN) MTU whose datagrams fit a link of `link_mtu` without fragmenting:
 /// link MTU less IPv4 (20) and UDP (8) headers less the suite's overhead. CBC rounds up to
 /// whole blocks with at least one byte of padding, so its room is counted in blocks.

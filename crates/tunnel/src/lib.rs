@@ -7,7 +7,7 @@
 //! created there. I/O is batched so that crypto, not system calls, is the limit. With
 //! [`Batching::Offload`] (the default of the lab) the TUN device speaks virtio-net headers:
 //! the kernel hands over TCP super-packets of up to 64 KiB, which the thread cuts into
-//! wire-sized segments and encrypts one by one (`offload`), then sends with one `sendmsg`
+//! wire-sized segments (`offload`) and encrypts as a batch, then sends with one `sendmsg`
 //! using UDP GSO; on the way in `recvmmsg` with UDP GRO, per-datagram decryption, and
 //! consecutive segments of a flow joined again so one TUN write delivers up to 64 KiB. The
 //! datagrams on the wire are the same as without offload: one encrypted inner packet each.
@@ -50,7 +50,7 @@ use event_loop::{Loop, Stop};
 use netns::Namespace;
 use tunnel_proto::Endpoint;
 
-pub use config::{inner_mtu, inner_mtu_over, Batching, TunnelConfig, TunnelError, BATCH};
+pub use config::{inner_mtu, inner_mtu_over, largest_batch, Batching, TunnelConfig, TunnelError, BATCH};
 pub use cpu::pin_current_thread;
 pub use multi::MultiQueue;
 pub use stats::{Flow, IoErrors, TunnelStats};

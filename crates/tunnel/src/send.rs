@@ -1,6 +1,6 @@
 //! The send path, TUN → encrypt → UDP, and its buffers: packets read from the TUN device
 //! (with offload, super-packets cut into wire-sized segments first), each into its own slot,
-//! the batch encrypted in place slot by slot and handed to the UDP socket at once (so the
+//! the batch encrypted in place and handed to the UDP socket at once (so the
 //! thread's time splits into reading, segmenting, crypto and sending a batch at a time). Only packets from this
 //! end's inner address to the peer's are sent: the peer would drop anything else.
 //!
@@ -10,7 +10,7 @@
 use std::io;
 use std::ops::Range;
 
-use tunnel_proto::{Endpoint, InnerAddresses, HEADROOM, TAILROOM};
+use tunnel_proto::{EncapError, Endpoint, InnerAddresses, HEADROOM, TAILROOM};
 
 use crate::config::BATCH;
 use crate::offload::{self, Segmenter, VnetHdr, VNET_HDR_LEN};
@@ -41,7 +41,7 @@ impl SendPath {
             outbox: Outbox {
                 slots: vec![vec![0u8; HEADROOM + inner_mtu + TAILROOM]; BATCH],
                 inner_lens: vec![0; BATCH],
-                sealed: vec![None; BATCH],
+                sealed: (0..BATCH).map(|_| Ok(0..0)).collect(),
                 len: 0,
                 bytes: 0,
                 max_overhead: Endpoint::max_overhead(endpoint.suite()),
@@ -183,9 +183,9 @@ fn read_tun(tun: &Tun, buf: &mut [u8], stats: &mut TunnelStats) -> io::Result<Op
 struct Outbox {
     slots: Vec<Vec<u8>>,
     inner_lens: Vec<usize>,
-    /// Where each slot's datagram lies once sealed (None: encryption failed); kept for its
+    /// Where each slot's datagram lies once sealed, or why it could not be; kept for its
     /// allocation.
-    sealed: Vec<Option<Range<usize>>>,
+    sealed: Vec<Result<Range<usize>, EncapError>>,
     len: usize,
     /// Bytes the batch's datagrams take at most, kept within what one GSO send carries.
     bytes: usize,
@@ -224,38 +224,61 @@ impl Outbox {
         self.len += 1;
     }
 
-    /// Encrypts every packet of the batch in its slot, then sends what encrypted (a failure
-    /// is counted and its slot skipped).
+    /// Encrypts every packet of the batch in its slot (CBC suites side by side), then sends
+    /// what encrypted (a failure is counted and its slot skipped).
     fn flush(&mut self, endpoint: &mut Endpoint, udp: &mut Udp, stats: &mut TunnelStats) {
         if self.len == 0 {
             return;
         }
         stats.lap(Phase::Segmenting);
-        for ((slot, &len), sealed) in self
-            .slots
-            .iter_mut()
-            .zip(&self.inner_lens)
-            .zip(&mut self.sealed)
-            .take(self.len)
-        {
-            *sealed = endpoint.encap(slot, len).ok();
+        let n = self.len;
+        endpoint.encap_batch(&mut self.slots[..n], &self.inner_lens[..n], &mut self.sealed[..n]);
+        for (sealed, &len) in self.sealed[..n].iter().zip(&self.inner_lens) {
             match sealed {
-                Some(_) => stats.sent.add(1, len),
-                None => stats.errors.encap += 1,
+                Ok(_) => stats.sent.add(1, len),
+                Err(_) => stats.errors.encap += 1,
             }
         }
         stats.lap(Phase::Crypto);
-        let datagrams: Vec<&[u8]> = self
-            .slots
+        let datagrams: Vec<&[u8]> = self.slots[..n]
             .iter()
             .zip(&self.sealed)
-            .take(self.len)
-            .filter_map(|(slot, range)| Some(&slot[range.clone()?]))
+            .filter_map(|(slot, range)| Some(&slot[range.as_ref().ok()?.clone()]))
             .collect();
         let done = udp.send_batch(&datagrams);
         stats.send_calls += done.calls;
         stats.errors.send += done.refused;
         (self.len, self.bytes) = (0, 0);
         stats.lap(Phase::UdpSend);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::largest_batch;
+    use model::{CipherSuite, CryptoChoice, Hmac, KeyBits};
+    use tunnel_proto::{Implementation, KeyDirection, StaticKey};
+
+    /// What a ceiling times CBC encryption in is what the outbox really gathers.
+    #[test]
+    fn the_largest_batch_is_what_the_outbox_holds() {
+        let imp = Implementation::new(CryptoChoice::Auto).unwrap();
+        let key = StaticKey::generate().unwrap();
+        for suite in [
+            CipherSuite::cbc(KeyBits::Aes256, Hmac::Sha256),
+            CipherSuite::AesGcm { key: KeyBits::Aes256 },
+        ] {
+            for mtu in [1407u32, 576, 68] {
+                let endpoint = Endpoint::new(suite, imp, &key, KeyDirection::Normal).unwrap();
+                let mut path = SendPath::new(mtu, &endpoint, true);
+                let mut held = 0;
+                while path.outbox.has_room(path.max_datagram) {
+                    path.outbox.push(mtu as usize);
+                    held += 1;
+                }
+                assert_eq!(held, largest_batch(suite, mtu as usize), "{suite} at {mtu}");
+            }
+        }
     }
 }

@@ -240,13 +240,15 @@ pub async fn local_evidence(
     };
     let enc_cpu_s = (enc.cpu.user_s + enc.cpu.system_s).max(1e-9);
     let tunnel_payload_mb_per_cpu_s = enc.sent.bytes as f64 / 1e6 / enc_cpu_s;
-    let crypto = match speed_suite(plan.suite()) {
+    let suite = plan.suite();
+    let crypto = match speed_suite(suite) {
         Some(s) => {
             // Per CPU-second like the tunnel's figure: on a shared machine the benchmark
             // thread gets only a share of a core, which wall time hides.
             let (wall_mb_per_s, cpu_share) = tokio::task::spawn_blocking(move || {
                 let (cpu0, t0) = (CpuTime::this_thread(), Instant::now());
-                let mb = speed::single_core_mb_per_s(&implementation, s, PACKET_BYTES, SPEED_SAMPLE)?;
+                let batch = tunnel::largest_batch(suite, PACKET_BYTES);
+                let mb = speed::single_core_mb_per_s(&implementation, s, PACKET_BYTES, batch, SPEED_SAMPLE)?;
                 let share = CpuTime::this_thread().since(cpu0).total_s() / t0.elapsed().as_secs_f64();
                 Ok::<_, speed::SpeedError>((mb, share.clamp(1e-3, 1.0)))
             })
