@@ -178,13 +178,10 @@ pub fn build_batch(
     batch: usize,
 ) -> Result<Op, CryptoError> {
     let (bits, hmac) = match (suite, direction) {
-        (SpeedSuite::AesCbc(bits), CryptoOp::Encrypt) => (bits, false),
-        (SpeedSuite::AesCbcHmacSha256(bits), CryptoOp::Encrypt) => (bits, true),
+        (SpeedSuite::AesCbc(bits), CryptoOp::Encrypt) if batch > 1 => (bits, false),
+        (SpeedSuite::AesCbcHmacSha256(bits), CryptoOp::Encrypt) if batch > 1 => (bits, true),
         _ => return build(imp, suite, direction, block_bytes),
     };
-    if batch <= 1 {
-        return build(imp, suite, direction, block_bytes);
-    }
     let cbc = imp.aes_cbc(&bench_key(bits.bytes()))?;
     let mac = if hmac {
         Some(imp.hmac_sha256(&bench_key(32))?)
