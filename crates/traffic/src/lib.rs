@@ -10,6 +10,7 @@
 //! out topology, tunnels and printing. Memory stays flat: nothing holds the whole payload.
 //! Round trips (`--latency`) are measured by a UDP prober and echo responder ([`latency`]).
 
+mod bulk;
 pub mod interval;
 pub mod latency;
 pub mod ndr;

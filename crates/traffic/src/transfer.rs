@@ -1,5 +1,7 @@
-//! Sender and receiver. Each stream has a thread of its own with its own single-threaded
-//! tokio runtime, so a multi-stream run is not capped by one core of application work. The
+//! Sender and receiver. Each stream has a thread of its own, so a multi-stream run is not
+//! capped by one core of application work: a single-threaded tokio runtime there connects
+//! or accepts and reads the header (waits with timeouts that Ctrl-C must cut short), and the
+//! payload then moves with blocking calls ([`crate::bulk`] says why). The
 //! stream threads are started by the calling thread, which may sit in a network namespace
 //! (setns is per thread): a new thread starts in its creator's namespaces, so every socket
 //! lands where the caller is. A side's CPU is its threads' CPU added up (the caller's
@@ -14,6 +16,8 @@ use model::{CpuUsage, TransferSide};
 use procstat::CpuTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::bulk::BulkStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::interval::{Tally, Timeline};
@@ -332,9 +336,9 @@ impl Receiver {
                 let thread = std::thread::Builder::new()
                     .name(format!("ipl-recv-{}", header.index))
                     .spawn(move || {
-                        stream_thread(&stop, async move {
-                            let stream = TcpStream::from_std(stream).map_err(io)?;
-                            receive_stream(stream, peer, config, header, progress).await
+                        stream_thread(&stop, || {
+                            let stream = BulkStream::new(stream, peer, config.idle_timeout, stop.clone())?;
+                            receive_stream(stream, config, header, progress)
                         })
                     })
                     .map_err(io)?;
@@ -384,10 +388,10 @@ struct StreamOutcome<T = StreamResult> {
 /// Runs one stream's `work` on the calling (fresh) thread; a failure stops the other streams.
 fn stream_thread<T>(
     stop: &CancellationToken,
-    work: impl std::future::Future<Output = Result<T, TrafficError>>,
+    work: impl FnOnce() -> Result<T, TrafficError>,
 ) -> StreamOutcome<T> {
     let cpu0 = CpuTime::this_thread();
-    let result = block_on(stop.clone(), work);
+    let result = work();
     if result.is_err() {
         stop.cancel();
     }
@@ -439,7 +443,7 @@ pub fn send(
         let own = stop.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("ipl-send-{i}"))
-            .spawn(move || stream_thread(&own, send_stream(peer, config, i)));
+            .spawn(move || stream_thread(&own, || send_stream(peer, config, i, &own)));
         match spawned {
             Ok(t) => threads.push(t),
             Err(source) => {
@@ -474,73 +478,75 @@ pub fn send(
     })
 }
 
-async fn send_stream(base: SocketAddr, config: TransferConfig, index: u16) -> Result<u64, TrafficError> {
+fn send_stream(
+    base: SocketAddr,
+    config: TransferConfig,
+    index: u16,
+    stop: &CancellationToken,
+) -> Result<u64, TrafficError> {
     let peer = SocketAddr::new(base.ip(), base.port().wrapping_add(index));
-    let io = |action| move |source| TrafficError::Io { action, peer, source };
-    let mut stream = with_timeout(config.idle_timeout, "connect to", peer, TcpStream::connect(peer)).await?;
     let len = config.stream_len(index);
-    let mut header = [0u8; HEADER_LEN];
-    header[..4].copy_from_slice(&MAGIC);
-    header[4..6].copy_from_slice(&VERSION.to_be_bytes());
-    header[6..8].copy_from_slice(&index.to_be_bytes());
-    header[8..16].copy_from_slice(&config.seed.to_be_bytes());
-    header[16..24].copy_from_slice(&len.to_be_bytes());
-    stream.write_all(&header).await.map_err(io("send header to"))?;
+    let stream = block_on(stop.clone(), connect_and_greet(peer, config, index, len))?;
+    let mut stream = BulkStream::new(stream, peer, config.idle_timeout, stop.clone())?;
     let mut generator = PayloadGenerator::new(config.seed, index);
     // A timed stream's clock starts once it is connected, as iperf3's: a slow connect (a
     // SYN retransmitted after a second) does not eat into the time asked for.
     if let Some(deadline) = config.duration.map(|d| Instant::now() + d) {
-        let sent = send_until(&mut stream, peer, config, &mut generator, deadline).await?;
-        let end = trailer(sent);
-        with_timeout(config.idle_timeout, "send to", peer, stream.write_all(&end)).await?;
-        stream.shutdown().await.map_err(io("close"))?;
+        let sent = send_until(&mut stream, &mut generator, deadline)?;
+        stream.write(&trailer(sent), None)?;
+        stream.close()?;
         return Ok(sent);
     }
     let mut left = len;
     while left > 0 {
         // Written from the generator's own buffer: the payload is never copied in user space.
         let chunk = generator.next_chunk(CHUNK.min(left as usize));
-        // A write that makes no progress for idle_timeout means the path is gone.
-        with_timeout(config.idle_timeout, "send to", peer, stream.write_all(chunk)).await?;
+        stream.write(chunk, None)?;
         left -= chunk.len() as u64;
     }
-    stream.shutdown().await.map_err(io("close"))?;
+    stream.close()?;
     Ok(len)
 }
 
-/// Sends the payload until `deadline`; returns how many bytes went. Writes are partial and
-/// the one under way when the deadline comes is dropped (tokio's `write` is cancel-safe: a
-/// write that has not completed wrote nothing), so the count is exact.
-async fn send_until(
-    stream: &mut TcpStream,
+/// Connects stream `index` to `peer` and sends its header, announcing `len` bytes.
+async fn connect_and_greet(
     peer: SocketAddr,
     config: TransferConfig,
+    index: u16,
+    len: u64,
+) -> Result<std::net::TcpStream, TrafficError> {
+    let io = |action| move |source| TrafficError::Io { action, peer, source };
+    let mut stream = with_timeout(config.idle_timeout, "connect to", peer, TcpStream::connect(peer)).await?;
+    let mut header = [0u8; HEADER_LEN];
+    header[..4].copy_from_slice(&MAGIC);
+    header[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    header[6..8].copy_from_slice(&index.to_be_bytes());
+    header[8..16].copy_from_slice(&config.seed.to_be_bytes());
+    header[16..24].copy_from_slice(&len.to_be_bytes());
+    with_timeout(
+        config.idle_timeout,
+        "send header to",
+        peer,
+        stream.write_all(&header),
+    )
+    .await?;
+    stream.into_std().map_err(io("hand over the stream to"))
+}
+
+/// Sends the payload until `deadline`; returns how many bytes went. The write under way at
+/// the deadline gives up then and reports what it wrote, so the count is exact.
+fn send_until(
+    stream: &mut BulkStream,
     generator: &mut PayloadGenerator,
     deadline: Instant,
 ) -> Result<u64, TrafficError> {
-    let deadline = tokio::time::Instant::from_std(deadline);
     let mut sent = 0u64;
     loop {
         let buf = generator.next_chunk(CHUNK);
-        let mut at = 0;
-        while at < buf.len() {
-            tokio::select! {
-                // The deadline first: a sender that can always write still stops on time.
-                biased;
-                _ = tokio::time::sleep_until(deadline) => return Ok(sent),
-                n = with_timeout(config.idle_timeout, "send to", peer, stream.write(&buf[at..])) => {
-                    let n = n?;
-                    if n == 0 {
-                        return Err(TrafficError::Io {
-                            action: "send to",
-                            peer,
-                            source: std::io::ErrorKind::WriteZero.into(),
-                        });
-                    }
-                    at += n;
-                    sent += n as u64;
-                }
-            }
+        let n = stream.write(buf, Some(deadline))?;
+        sent += n as u64;
+        if n < buf.len() {
+            return Ok(sent);
         }
     }
 }
@@ -598,9 +604,8 @@ struct StreamResult {
     last_byte: Instant,
 }
 
-async fn receive_stream(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+fn receive_stream(
+    mut stream: BulkStream,
     config: TransferConfig,
     header: StreamHeader,
     progress: Progress,
@@ -619,7 +624,7 @@ async fn receive_stream(
     let mut unfiled: std::collections::VecDeque<(Instant, u64)> = Default::default();
     let (mut read, mut filed) = (0u64, 0u64);
     loop {
-        let n = with_timeout(config.idle_timeout, "receive from", peer, stream.read(&mut buf)).await?;
+        let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
         }
@@ -647,12 +652,8 @@ async fn receive_stream(
     // Our FIN must reach the sender while the tunnel still stands: a run tears its tunnel down
     // as soon as both ends report, and a FIN caught in a torn-down TUN queue leaves the
     // socket in LAST-ACK on the receiving host for minutes.
-    stream.shutdown().await.map_err(|source| TrafficError::Io {
-        action: "close",
-        peer,
-        source,
-    })?;
-    wait_until_closed(&stream, FIN_ACK_WAIT).await;
+    stream.close()?;
+    stream.wait_until_closed(FIN_ACK_WAIT);
     Ok(StreamResult {
         bytes,
         first_byte: first_byte.unwrap_or(last_byte),
@@ -691,41 +692,6 @@ impl StreamVerifier {
 
 /// How long a receiver waits for its FIN to be acknowledged before it reports anyway.
 const FIN_ACK_WAIT: Duration = Duration::from_secs(2);
-
-/// Waits until the kernel has the connection in CLOSED, i.e. the peer acknowledged our FIN
-/// after its own; gives up quietly after `limit` (a lost ACK costs only a lingering socket).
-async fn wait_until_closed(stream: &TcpStream, limit: Duration) {
-    const TCP_CLOSE: u8 = 7; // include/net/tcp_states.h
-    let deadline = Instant::now() + limit;
-    loop {
-        match tcp_state(stream) {
-            Some(TCP_CLOSE) | None => return,
-            Some(state) if Instant::now() >= deadline => {
-                tracing::debug!("receiver: FIN not acknowledged after {limit:?} (TCP state {state})");
-                return;
-            }
-            Some(_) => tokio::time::sleep(Duration::from_millis(1)).await,
-        }
-    }
-}
-
-/// The connection's TCP state as the kernel's tcp_info reports it; None if it cannot be read.
-fn tcp_state(stream: &TcpStream) -> Option<u8> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: tcp_info is plain data; the kernel writes at most `len` bytes into it.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(info.tcpi_state)
-}
 
 async fn with_timeout<T>(
     limit: Duration,
@@ -1065,6 +1031,80 @@ mod tests {
             let per_stream: u64 = tally.streams.iter().map(|s| s.get(k).copied().unwrap_or(0)).sum();
             assert_eq!(per_stream, bytes, "slice {k}");
         }
+    }
+
+    /// A receiver waiting in a blocking read for a sender that went quiet mid-stream stops
+    /// within a slice of Ctrl-C, not at the idle timeout.
+    #[test]
+    fn a_cancelled_receiver_stops_in_the_middle_of_a_stream() {
+        let cfg = config(1_000_000, 1);
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), token));
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s.try_clone().unwrap(), 1_000_000, 1000);
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        cancel.cancel();
+        let err = rx.join().unwrap().unwrap_err();
+        assert!(matches!(err, TrafficError::Cancelled), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        drop(s);
+    }
+
+    /// A stream that stops mid-way is given up after the idle timeout, with an error that
+    /// says so, while its socket is still open.
+    #[test]
+    fn a_stream_that_goes_quiet_times_out() {
+        let cfg = TransferConfig {
+            idle_timeout: Duration::from_secs(1),
+            ..config(1_000_000, 1)
+        };
+        let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+        let addr = receiver.local_addr();
+        let rx = std::thread::spawn(move || receiver.run(cfg, Progress::default(), CancellationToken::new()));
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        send_by_hand(s.try_clone().unwrap(), 1_000_000, 1000);
+        let t0 = Instant::now();
+        let err = rx.join().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TrafficError::Timeout {
+                    action: "receive from",
+                    seconds: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            (0.9..3.0).contains(&t0.elapsed().as_secs_f64()),
+            "{:?}",
+            t0.elapsed()
+        );
+        drop(s);
+    }
+
+    /// A sender blocked on a peer that reads nothing (its socket buffers full) stops
+    /// within a slice of Ctrl-C.
+    #[test]
+    fn a_cancelled_sender_stops_while_its_writes_are_blocked() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let tx = std::thread::spawn(move || send(addr, config(1_000_000_000, 1), token));
+        let (_unread, _) = listener.accept().unwrap();
+        // Long enough for the sender to fill both socket buffers and block.
+        std::thread::sleep(Duration::from_millis(500));
+        let t0 = Instant::now();
+        cancel.cancel();
+        let err = tx.join().unwrap().unwrap_err();
+        assert!(matches!(err, TrafficError::Cancelled), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     }
 
     /// A timed stream whose sender stops without its trailer is not verified.

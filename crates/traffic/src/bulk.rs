@@ -1,0 +1,180 @@
+//! The bulk of a TCP stream, moved with blocking calls on the stream's own thread.
+//!
+//! Why not the event loop: a non-blocking read that comes back short makes tokio wait in
+//! `epoll_wait` before the next one, so every read costs two system calls and a wake-up.
+//! On two cores shared by sender, receiver and the kernel's TCP work, that was the gap
+//! between the lab's plain row and iperf3's (issue 26: 0.83–0.94 of iperf3 with the event
+//! loop, 1.01–1.06 blocking, alternating in one session). A blocking call sleeps in the
+//! socket itself, as iperf3's do.
+//!
+//! What the event loop gave for free is kept with a socket timeout of [`SLICE`]: every
+//! call returns at least that often, to notice a cancelled run (Ctrl-C, or another stream
+//! that failed) and to count silence against the run's idle timeout.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::transfer::TrafficError;
+
+/// The longest one blocking call waits before looking at the cancel token and the clock:
+/// how late a cancelled stream stops, at most.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// A connected stream in blocking mode, with its peer (for errors), the silence it
+/// tolerates and the token that ends it.
+pub(crate) struct BulkStream {
+    socket: TcpStream,
+    peer: SocketAddr,
+    idle_timeout: Duration,
+    stop: CancellationToken,
+}
+
+impl BulkStream {
+    pub(crate) fn new(
+        socket: TcpStream,
+        peer: SocketAddr,
+        idle_timeout: Duration,
+        stop: CancellationToken,
+    ) -> Result<BulkStream, TrafficError> {
+        let io = |source| TrafficError::Io {
+            action: "set up the stream to",
+            peer,
+            source,
+        };
+        socket.set_nonblocking(false).map_err(io)?;
+        socket.set_read_timeout(Some(SLICE)).map_err(io)?;
+        socket.set_write_timeout(Some(SLICE)).map_err(io)?;
+        Ok(BulkStream {
+            socket,
+            peer,
+            idle_timeout,
+            stop,
+        })
+    }
+
+    /// Reads what has arrived, waiting for at least a byte; 0 means the peer closed.
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> Result<usize, TrafficError> {
+        let called = Instant::now();
+        loop {
+            match self.socket.read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) => self.keep_waiting(e, called, "receive from")?,
+            }
+        }
+    }
+
+    /// Writes all of `buf`, or what the socket takes before `deadline`; returns the count
+    /// written, which is exact: a call cut short by its timeout reports what it sent.
+    pub(crate) fn write(&mut self, buf: &[u8], deadline: Option<Instant>) -> Result<usize, TrafficError> {
+        let mut at = 0;
+        let mut progress = Instant::now();
+        while at < buf.len() {
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                // Near the deadline the call must give up on it, not a slice later.
+                if left < SLICE {
+                    self.socket
+                        .set_write_timeout(Some(left))
+                        .map_err(|source| self.error("send to", source))?;
+                }
+            }
+            match self.socket.write(&buf[at..]) {
+                Ok(0) => return Err(self.error("send to", ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    at += n;
+                    progress = Instant::now();
+                }
+                Err(e) => self.keep_waiting(e, progress, "send to")?,
+            }
+        }
+        Ok(at)
+    }
+
+    /// Whether a call that failed with `error` may be made again: after a timeout (a
+    /// slice without progress) or a signal, unless the run was cancelled or has been
+    /// silent since `quiet_since` for longer than it tolerates.
+    fn keep_waiting(
+        &self,
+        error: std::io::Error,
+        quiet_since: Instant,
+        action: &'static str,
+    ) -> Result<(), TrafficError> {
+        match error.kind() {
+            ErrorKind::Interrupted => Ok(()),
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                if self.stop.is_cancelled() {
+                    Err(TrafficError::Cancelled)
+                } else if quiet_since.elapsed() >= self.idle_timeout {
+                    Err(TrafficError::Timeout {
+                        action,
+                        peer: self.peer,
+                        seconds: self.idle_timeout.as_secs(),
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(self.error(action, error)),
+        }
+    }
+
+    fn error(&self, action: &'static str, source: std::io::Error) -> TrafficError {
+        TrafficError::Io {
+            action,
+            peer: self.peer,
+            source,
+        }
+    }
+
+    /// Sends our FIN: the peer reads the end of the stream.
+    pub(crate) fn close(&self) -> Result<(), TrafficError> {
+        self.socket
+            .shutdown(Shutdown::Write)
+            .map_err(|source| self.error("close", source))
+    }
+
+    /// Waits until the kernel has the connection in CLOSED, i.e. the peer acknowledged our
+    /// FIN after its own; gives up quietly after `limit` or when the run is cancelled (a
+    /// lost ACK costs only a lingering socket).
+    pub(crate) fn wait_until_closed(&self, limit: Duration) {
+        const TCP_CLOSE: u8 = 7; // include/net/tcp_states.h
+        let deadline = Instant::now() + limit;
+        loop {
+            match tcp_state(&self.socket) {
+                Some(TCP_CLOSE) | None => return,
+                Some(state) if Instant::now() >= deadline || self.stop.is_cancelled() => {
+                    tracing::debug!(
+                        "FIN to {} not acknowledged after {limit:?} (TCP state {state})",
+                        self.peer
+                    );
+                    return;
+                }
+                Some(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+}
+
+/// The connection's TCP state as the kernel's tcp_info reports it; None if it cannot be read.
+fn tcp_state(socket: &TcpStream) -> Option<u8> {
+    // SAFETY: tcp_info is plain data; the kernel writes at most `len` bytes into it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(info.tcpi_state)
+}
