@@ -16,10 +16,9 @@ use model::{CpuUsage, TransferSide};
 use procstat::CpuTime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-use crate::bulk::BulkStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::bulk::BulkStream;
 use crate::interval::{Tally, Timeline};
 use crate::payload::{trailer, PayloadGenerator, TimedVerifier, Verifier, VerifyError};
 
