@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::transfer::TrafficError;
+use crate::error::TrafficError;
 
 /// The longest one blocking call waits before looking at the cancel token and the clock:
 /// how late a cancelled stream stops, at most.

@@ -11,6 +11,7 @@
 //! Round trips (`--latency`) are measured by a UDP prober and echo responder ([`latency`]).
 
 mod bulk;
+mod error;
 pub mod interval;
 pub mod latency;
 pub mod ndr;

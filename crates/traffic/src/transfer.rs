@@ -19,6 +19,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::bulk::BulkStream;
+pub use crate::error::TrafficError;
+use crate::error::MAX_FOREIGN_CONNECTIONS;
 use crate::interval::{Tally, Timeline};
 use crate::payload::{trailer, PayloadGenerator, TimedVerifier, Verifier, VerifyError};
 
@@ -166,41 +168,6 @@ impl Progress {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum TrafficError {
-    #[error("{action} {peer}: {source}")]
-    Io {
-        action: &'static str,
-        peer: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{action} {peer}: nothing happened for {seconds} s (is the path between the ends up?)")]
-    Timeout {
-        action: &'static str,
-        peer: SocketAddr,
-        seconds: u64,
-    },
-    #[error("verification failed: {0}")]
-    Verify(#[from] VerifyError),
-    #[error("bad stream header from {peer}: {reason}")]
-    Header { peer: SocketAddr, reason: String },
-    #[error("stream from {peer} is of version {got}; this ipsec-lab speaks version {supported} (the payload's format differs): use the same release on both ends")]
-    Version {
-        peer: SocketAddr,
-        got: u16,
-        supported: u16,
-    },
-    #[error("receiver {local}: more than {MAX_FOREIGN_CONNECTIONS} connections from addresses other than the run's peer (the last from {peer})")]
-    Foreign { local: SocketAddr, peer: SocketAddr },
-    #[error("interrupted")]
-    Cancelled,
-    /// The runtime that drives the streams could not be made (out of descriptors: EMFILE).
-    /// Not a `#[source]`: the message says it, and a source would say it again in `{:#}`.
-    #[error("starting the transfer's event loop: {0}")]
-    Runtime(std::io::Error),
-}
-
 /// The receiving end, bound before the sender starts so that the sender never races it.
 /// Stream i goes to port `base + i` (one listener each): flows that differ by their data
 /// port are what policies (xfrm transport mode) and queue steering (a multi-queue tunnel)
@@ -210,9 +177,6 @@ pub struct Receiver {
     /// Accept streams only from this address (a server takes data only from its client).
     only_from: Option<IpAddr>,
 }
-
-/// Connections from other addresses a receiver closes before giving up on the transfer.
-const MAX_FOREIGN_CONNECTIONS: u32 = 64;
 
 /// The address without IPv4-mapped IPv6 disguise, for comparing peers.
 fn canonical(ip: IpAddr) -> IpAddr {
