@@ -72,6 +72,7 @@ impl BulkStream {
     pub(crate) fn write(&mut self, buf: &[u8], deadline: Option<Instant>) -> Result<usize, TrafficError> {
         let mut at = 0;
         let mut progress = Instant::now();
+        let mut shortened = false;
         while at < buf.len() {
             if let Some(deadline) = deadline {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -80,9 +81,8 @@ impl BulkStream {
                 }
                 // Near the deadline the call must give up on it, not a slice later.
                 if left < SLICE {
-                    self.socket
-                        .set_write_timeout(Some(left))
-                        .map_err(|source| self.error("send to", source))?;
+                    self.set_write_timeout(left)?;
+                    shortened = true;
                 }
             }
             match self.socket.write(&buf[at..]) {
@@ -94,7 +94,17 @@ impl BulkStream {
                 Err(e) => self.keep_waiting(e, progress, "send to")?,
             }
         }
+        // What follows the deadline (a timed stream's trailer) waits in slices again.
+        if shortened {
+            self.set_write_timeout(SLICE)?;
+        }
         Ok(at)
+    }
+
+    fn set_write_timeout(&self, timeout: Duration) -> Result<(), TrafficError> {
+        self.socket
+            .set_write_timeout(Some(timeout))
+            .map_err(|source| self.error("send to", source))
     }
 
     /// Whether a call that failed with `error` may be made again: after a timeout (a
