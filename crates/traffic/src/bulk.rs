@@ -2,10 +2,10 @@
 //!
 //! Why not the event loop: a non-blocking read that comes back short makes tokio wait in
 //! `epoll_wait` before the next one, so every read costs two system calls and a wake-up.
-//! On two cores shared by sender, receiver and the kernel's TCP work, that was the gap
-//! between the lab's plain row and iperf3's (issue 26: 0.83–0.94 of iperf3 with the event
-//! loop, 1.01–1.06 blocking, alternating in one session). A blocking call sleeps in the
-//! socket itself, as iperf3's do.
+//! On two cores shared by sender, receiver and the kernel's TCP work, that was most of the
+//! gap between the lab's plain row and iperf3's (issue 26; the two builds in turn, six runs
+//! each: median 0.89 of iperf3 with the event loop, 0.97 blocking, see docs/guide.md). A
+//! blocking call sleeps in the socket itself, as iperf3's do.
 //!
 //! What the event loop gave for free is kept with a socket timeout of [`SLICE`]: every
 //! call returns at least that often, to notice a cancelled run (Ctrl-C, or another stream
