@@ -38,10 +38,15 @@ fn check_ceiling(report: &serde_json::Value, cipher: &str) {
     assert_eq!(c["line_rate"]["status"], "measured", "{cipher}: {c}");
     let line = f(&c["line_rate"]["mb_per_s"]);
     assert!(line > 0.0, "{c}");
-    assert!(
-        (f(&c["percent_of_line_rate"]) - median / line * 100.0).abs() < 1e-6,
-        "{c}"
-    );
+    let share = median / line * 100.0;
+    if share <= 100.0 {
+        assert!((f(&c["percent_of_line_rate"]) - share).abs() < 1e-6, "{c}");
+    } else {
+        // A 3 MB line-rate transfer on a busy machine can come out below the tunnel (CI saw
+        // 113 MB/s under a 217 MB/s run): then it is no bound, and no share above 100 % is
+        // shown.
+        assert!(c["percent_of_line_rate"].is_null(), "{cipher}: {c}");
+    }
     let crypto = &c["crypto"];
     let packet = crypto["packet_bytes"].as_u64().unwrap();
     assert!((1300..=1500).contains(&packet), "{cipher}: {crypto}");
