@@ -50,5 +50,5 @@ fn peer_without_esp_points_at_what_works_between_hosts() {
     assert_eq!(out.status.code(), Some(3), "{said}");
     assert!(said.contains("no ESP support"), "{said}");
     assert!(said.contains("use --backend userspace"), "{said}");
-    assert!(!said.contains("use --vm"), "{said}");
+    assert!(!said.contains("add --vm"), "{said}");
 }

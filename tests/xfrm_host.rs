@@ -98,8 +98,8 @@ fn refuses_with_exit_3_before_creating_anything(test: &str) {
     assert_eq!(run.out.status.code(), Some(3), "stderr: {stderr}");
     assert!(
         stderr.contains(
-            "this kernel has no ESP support (CONFIG_INET_ESP); use --vm to run the kernel backend in a VM \
-             with a stock kernel, or --backend userspace"
+            "this kernel has no ESP support (CONFIG_INET_ESP); add --vm auto to run the kernel backend \
+             where one has it"
         ),
         "{stderr}"
     );

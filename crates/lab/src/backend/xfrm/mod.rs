@@ -46,14 +46,15 @@ use crate::error::{LabError, LabResult};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShowKeys(pub bool);
 
-const NO_ESP: &str =
-    "this kernel has no ESP support (CONFIG_INET_ESP); use --vm to run the kernel backend in a VM \
-                      with a stock kernel, or --backend userspace";
+const NO_ESP: &str = "this kernel has no ESP support (CONFIG_INET_ESP); add --vm auto to run the kernel backend \
+                      where one has it (user-mode Linux at native speed, or a stock kernel in a VM; --vm uml asks for \
+                      user-mode Linux alone), or use --backend userspace on this kernel";
 
 /// Between two hosts there is no VM to fall back to (`--peer` refuses `--vm`).
 const NO_ESP_WITH_PEER: &str = "this kernel has no ESP support (CONFIG_INET_ESP), and with --peer the kernel backend \
-     runs on this host's own kernel (--vm does not go with --peer): between these hosts use --backend userspace, \
-     or boot this host into a kernel with ESP (Debian's linux-image-amd64 has it)";
+     runs on each host's own kernel (--peer does not go with --vm): between these hosts use --backend userspace; \
+     for kernel ESP on this host alone, run without --peer and with --vm auto (both ends in user-mode Linux \
+     or a VM); or boot this host into a kernel with ESP (Debian's linux-image-amd64 has it)";
 
 /// What to do on a kernel without ESP, for a local run or one with a peer.
 fn no_esp_hint(plan: &RunPlan) -> &'static str {
@@ -75,7 +76,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     if !caps.supports(plan.suite()) {
         return Err(LabError::capability(anyhow::anyhow!(
             "this kernel cannot run {} in ESP: {:?}; load the crypto modules (e.g. `modprobe aesni_intel`) or \
-             use --vm",
+             use --vm auto",
             plan.suite(),
             caps.algorithms
         )));
@@ -365,7 +366,8 @@ mod tests {
     use super::*;
 
     /// Regression: `run --peer` on a client without ESP was told to use --vm, which --peer
-    /// refuses.
+    /// refuses; a local run is pointed at --vm auto (native speed where it can be), not at
+    /// --vm alone (an emulated stock kernel on a machine without KVM).
     #[test]
     fn without_esp_a_peer_run_is_pointed_at_what_works_between_hosts() {
         let request = |peer: Option<&str>| model::RunRequest {
@@ -374,10 +376,11 @@ mod tests {
             ..Default::default()
         };
         let local = request(None).validate().unwrap();
-        assert!(no_esp_hint(&local).contains("use --vm"));
+        assert!(no_esp_hint(&local).contains("add --vm auto"));
         let remote = request(Some("192.0.2.1")).validate().unwrap();
         let hint = no_esp_hint(&remote);
-        assert!(!hint.contains("use --vm"), "{hint}");
+        assert!(!hint.contains("add --vm"), "{hint}");
+        assert!(hint.contains("without --peer and with --vm auto"), "{hint}");
         assert!(hint.contains("--backend userspace"), "{hint}");
         // The alternative it names is one --peer accepts.
         let userspace = model::RunRequest {
