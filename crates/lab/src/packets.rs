@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use model::packets::{LatencyReport, NdrReport, UdpReport, UdpTrial};
+use model::packets::{LatencyReport, NdrReport, OutsideDrops, UdpReport, UdpTrial};
 use model::{RunPlan, Transfer};
 use netns::{Namespace, Topology};
 use traffic::latency::{Prober, ProberHandle, Responder};
@@ -52,19 +52,67 @@ fn sides(plan: &RunPlan) -> (Side, Side) {
     flow::ends_of(flow::directions(plan)[0])
 }
 
-/// Bytes `device` has received in `ns`, from the namespace's own /proc/net/dev (the
-/// thread's namespace: /proc/thread-self, not /proc/self, which is the process's).
-fn received_bytes(ns: &Namespace, device: &str) -> Option<u64> {
-    let device = format!("{device}:");
+/// `device`'s counters in `ns`, from the namespace's own /proc/net/dev (the thread's
+/// namespace: /proc/thread-self, not /proc/self, which is the process's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LinkCounters {
+    rx_bytes: u64,
+    rx_dropped: u64,
+    tx_dropped: u64,
+}
+
+fn link_counters(ns: &Namespace, device: &str) -> Option<LinkCounters> {
+    let device = device.to_string();
     ns.run(move || {
-        let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
-        text.lines().find_map(|line| {
-            let rest = line.trim_start().strip_prefix(&device)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
+        parse_net_dev(
+            &std::fs::read_to_string("/proc/thread-self/net/dev").ok()?,
+            &device,
+        )
     })
     .ok()
     .flatten()
+}
+
+/// `device`'s line of a /proc/net/dev: receive bytes, packets, errs, drop, … then transmit
+/// bytes, packets, errs, drop, ….
+fn parse_net_dev(text: &str, device: &str) -> Option<LinkCounters> {
+    let device = format!("{device}:");
+    text.lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix(&device)?;
+        let fields: Vec<u64> = rest
+            .split_whitespace()
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(LinkCounters {
+            rx_bytes: *fields.first()?,
+            rx_dropped: *fields.get(3)?,
+            tx_dropped: *fields.get(11)?,
+        })
+    })
+}
+
+/// What the socket bound to port `local` and connected to port `remote` in `ns` has dropped
+/// (its receive buffer full), from the namespace's /proc/net/udp and udp6.
+fn socket_drops(ns: &Namespace, local: u16, remote: u16) -> Option<u64> {
+    ns.run(move || {
+        ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"]
+            .iter()
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .find_map(|text| parse_udp_drops(&text, local, remote))
+    })
+    .ok()
+    .flatten()
+}
+
+/// The `drops` (last) field of the line of /proc/net/udp{,6} whose local and remote ports
+/// (hex, after the address's colon) are `local` and `remote`.
+fn parse_udp_drops(text: &str, local: u16, remote: u16) -> Option<u64> {
+    let port = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let matches = port(fields.get(1)?) == Some(local) && port(fields.get(2)?) == Some(remote);
+        matches.then(|| fields.last()?.parse().ok()).flatten()
+    })
 }
 
 /// One UDP trial of `plan`'s datagrams at `pps` (None: unlimited) for `seconds`, and the
@@ -89,7 +137,8 @@ pub fn trial(
     let sender = namespace(topology, from)
         .run(move || Sender::bind(src, dst))?
         .map_err(|e| LabError::transfer("UDP sender", e))?;
-    let link_before = received_bytes(namespace(topology, to), veth(topology, to));
+    let link_before = link_counters(namespace(topology, to), veth(topology, to));
+    let sent_link_before = link_counters(namespace(topology, from), veth(topology, from));
     let stop = bench.cancel.child_token();
     let _stop_on_return = stop.clone().drop_guard();
     let sender_done = CancellationToken::new();
@@ -118,6 +167,9 @@ pub fn trial(
         Ok(thread) => joined(thread, "UDP sender"),
         Err(e) => Err(e.into()),
     };
+    // Read while the receiving socket is open (it closes with its thread); once nothing
+    // is sent any more it drops nothing more.
+    let socket_dropped = socket_drops(namespace(topology, to), dst.port(), src.port());
     // The receiver drains what is still on its way, then stops; after a failed send it
     // stops at once.
     if sent.is_err() {
@@ -130,11 +182,18 @@ pub fn trial(
     }
     let (sent, counts) = (sent?, received?.counts());
     let mut trial = counts.trial(&sent, pps, family);
-    trial.link_bytes = match (
-        link_before,
-        received_bytes(namespace(topology, to), veth(topology, to)),
-    ) {
-        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+    let link_after = link_counters(namespace(topology, to), veth(topology, to));
+    let sent_link_after = link_counters(namespace(topology, from), veth(topology, from));
+    trial.link_bytes = link_before
+        .zip(link_after)
+        .map(|(before, after)| after.rx_bytes.saturating_sub(before.rx_bytes));
+    // Each trial binds a new socket: its drops are this trial's.
+    trial.outside_drops = match (link_before.zip(link_after), sent_link_before.zip(sent_link_after)) {
+        (Some((rx0, rx1)), Some((tx0, tx1))) => socket_dropped.map(|receiver_socket| OutsideDrops {
+            receiver_socket,
+            link: rx1.rx_dropped.saturating_sub(rx0.rx_dropped)
+                + tx1.tx_dropped.saturating_sub(tx0.tx_dropped),
+        }),
         _ => None,
     };
     Ok((trial, counts.transfer(&sent)))
@@ -278,8 +337,13 @@ pub fn trial_line(t: &UdpTrial) -> String {
     let offered = t.offered_pps.map_or("unlimited".to_string(), |p| {
         format!("{} pps", model::packets::si(p))
     });
+    // Loss the tunnel's own counters cannot show: where the kernel dropped it outside.
+    let outside = match t.outside_drops {
+        Some(d) if t.lost > 0 => format!(" (outside the tunnel: {})", d.line()),
+        _ => String::new(),
+    };
     format!(
-        "offered {offered}, sent {} pps, received {} pps, {} of {} lost ({:.3} %), {:.1} s",
+        "offered {offered}, sent {} pps, received {} pps, {} of {} lost ({:.3} %){outside}, {:.1} s",
         model::packets::si(t.sent_pps),
         model::packets::si(t.received_pps()),
         t.lost,
@@ -352,5 +416,62 @@ impl Latency {
 impl Drop for Latency {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_counters_are_read_from_a_net_dev_line() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+                    face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+                    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n\
+                    ipl-va: 123456  1000    0   17    0     0          0         0   654321    2000    0    5    0     0       0          0\n";
+        assert_eq!(
+            parse_net_dev(text, "ipl-va"),
+            Some(LinkCounters {
+                rx_bytes: 123456,
+                rx_dropped: 17,
+                tx_dropped: 5
+            })
+        );
+        assert_eq!(parse_net_dev(text, "ipl-v"), None);
+    }
+
+    #[test]
+    fn a_sockets_drops_are_found_by_its_ports() {
+        // Local 10.0.0.2:5201 (0x1451) connected to 10.0.0.1:40000 (0x9C40), 812 dropped.
+        let text = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                    \x20 12: 0200000A:1451 0100000A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 812\n\
+                    \x20 13: 0200000A:1452 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 3\n";
+        assert_eq!(parse_udp_drops(text, 5201, 40000), Some(812));
+        assert_eq!(parse_udp_drops(text, 5202, 0), Some(3));
+        assert_eq!(parse_udp_drops(text, 5201, 1), None);
+    }
+
+    #[test]
+    fn a_trial_line_says_where_loss_outside_the_tunnel_went() {
+        let sent = model::packets::SentDatagrams {
+            sent: 100_000,
+            seconds: 1.0,
+            ..Default::default()
+        };
+        let mut t = model::packets::ReceivedDatagrams {
+            received: 90_000,
+            ..Default::default()
+        }
+        .trial(&sent, Some(100_000.0), model::Family::Ipv4);
+        t.lost = 10_000;
+        t.outside_drops = Some(OutsideDrops {
+            receiver_socket: 9_800,
+            link: 0,
+        });
+        let line = trial_line(&t);
+        assert!(
+            line.contains("lost (10.000 %) (outside the tunnel: 9800 at the receiving socket (its buffer full), 0 on the link)"),
+            "{line}"
+        );
     }
 }
