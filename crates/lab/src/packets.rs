@@ -7,6 +7,7 @@
 //! names the latency phases. Trials run on blocking threads: a caller on the async runtime
 //! goes through [`blocking`].
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -52,43 +53,76 @@ fn sides(plan: &RunPlan) -> (Side, Side) {
     flow::ends_of(flow::directions(plan)[0])
 }
 
-/// `device`'s counters in `ns`, from the namespace's own /proc/net/dev (the thread's
-/// namespace: /proc/thread-self, not /proc/self, which is the process's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A device's counters, from /proc/net/dev.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct LinkCounters {
     rx_bytes: u64,
     rx_dropped: u64,
     tx_dropped: u64,
 }
 
-fn link_counters(ns: &Namespace, device: &str) -> Option<LinkCounters> {
-    let device = device.to_string();
-    ns.run(move || {
-        parse_net_dev(
+/// Every device's counters in `ns` but the loopback's, from the namespace's own
+/// /proc/net/dev (the thread's namespace: /proc/thread-self, not /proc/self, which is the
+/// process's).
+fn devices(ns: &Namespace) -> Option<BTreeMap<String, LinkCounters>> {
+    ns.run(|| {
+        Some(parse_net_dev(
             &std::fs::read_to_string("/proc/thread-self/net/dev").ok()?,
-            &device,
-        )
+        ))
     })
     .ok()
     .flatten()
 }
 
-/// `device`'s line of a /proc/net/dev: receive bytes, packets, errs, drop, … then transmit
+/// A /proc/net/dev's devices but `lo`: receive bytes, packets, errs, drop, … then transmit
 /// bytes, packets, errs, drop, ….
-fn parse_net_dev(text: &str, device: &str) -> Option<LinkCounters> {
-    let device = format!("{device}:");
-    text.lines().find_map(|line| {
-        let rest = line.trim_start().strip_prefix(&device)?;
-        let fields: Vec<u64> = rest
-            .split_whitespace()
-            .map(|f| f.parse().ok())
-            .collect::<Option<_>>()?;
-        Some(LinkCounters {
-            rx_bytes: *fields.first()?,
-            rx_dropped: *fields.get(3)?,
-            tx_dropped: *fields.get(11)?,
+fn parse_net_dev(text: &str) -> BTreeMap<String, LinkCounters> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim_start().split_once(':')?;
+            let fields: Vec<u64> = rest
+                .split_whitespace()
+                .map(|f| f.parse().ok())
+                .collect::<Option<_>>()?;
+            let counters = LinkCounters {
+                rx_bytes: *fields.first()?,
+                rx_dropped: *fields.get(3)?,
+                tx_dropped: *fields.get(11)?,
+            };
+            (name != "lo").then(|| (name.to_string(), counters))
         })
-    })
+        .collect()
+}
+
+/// What the trial's datagrams lost outside the tunnel, from the sending and receiving
+/// namespaces' devices before and after (`veth_from`, `veth_to`: the link's ends) and the
+/// receiving socket's own count.
+fn outside_drops(
+    before: [&BTreeMap<String, LinkCounters>; 2],
+    after: [&BTreeMap<String, LinkCounters>; 2],
+    veths: [&str; 2],
+    receiver_socket: u64,
+) -> OutsideDrops {
+    let mut drops = OutsideDrops {
+        receiver_socket,
+        ..OutsideDrops::default()
+    };
+    for (i, veth) in veths.iter().enumerate() {
+        for (name, now) in after[i] {
+            let was = before[i].get(name).copied().unwrap_or_default();
+            let (rx, tx) = (
+                now.rx_dropped.saturating_sub(was.rx_dropped),
+                now.tx_dropped.saturating_sub(was.tx_dropped),
+            );
+            match (name == veth, i) {
+                // The link: what the sending end did not send, the receiving end dropped.
+                (true, 0) => drops.link += tx,
+                (true, _) => drops.link += rx,
+                (false, _) => drops.tunnel_devices += rx + tx,
+            }
+        }
+    }
+    drops
 }
 
 /// What the socket bound to port `local` and connected to port `remote` in `ns` has dropped
@@ -137,8 +171,10 @@ pub fn trial(
     let sender = namespace(topology, from)
         .run(move || Sender::bind(src, dst))?
         .map_err(|e| LabError::transfer("UDP sender", e))?;
-    let link_before = link_counters(namespace(topology, to), veth(topology, to));
-    let sent_link_before = link_counters(namespace(topology, from), veth(topology, from));
+    let before = (
+        devices(namespace(topology, from)),
+        devices(namespace(topology, to)),
+    );
     let stop = bench.cancel.child_token();
     let _stop_on_return = stop.clone().drop_guard();
     let sender_done = CancellationToken::new();
@@ -182,20 +218,19 @@ pub fn trial(
     }
     let (sent, counts) = (sent?, received?.counts());
     let mut trial = counts.trial(&sent, pps, family);
-    let link_after = link_counters(namespace(topology, to), veth(topology, to));
-    let sent_link_after = link_counters(namespace(topology, from), veth(topology, from));
-    trial.link_bytes = link_before
-        .zip(link_after)
-        .map(|(before, after)| after.rx_bytes.saturating_sub(before.rx_bytes));
-    // Each trial binds a new socket: its drops are this trial's.
-    trial.outside_drops = match (link_before.zip(link_after), sent_link_before.zip(sent_link_after)) {
-        (Some((rx0, rx1)), Some((tx0, tx1))) => socket_dropped.map(|receiver_socket| OutsideDrops {
-            receiver_socket,
-            link: rx1.rx_dropped.saturating_sub(rx0.rx_dropped)
-                + tx1.tx_dropped.saturating_sub(tx0.tx_dropped),
-        }),
-        _ => None,
-    };
+    let after = (
+        devices(namespace(topology, from)),
+        devices(namespace(topology, to)),
+    );
+    let veths = [veth(topology, from), veth(topology, to)];
+    if let ((Some(from0), Some(to0)), (Some(from1), Some(to1))) = (&before, &after) {
+        trial.link_bytes = to0
+            .get(veths[1])
+            .zip(to1.get(veths[1]))
+            .map(|(was, now)| now.rx_bytes.saturating_sub(was.rx_bytes));
+        // Each trial binds a new socket: its drops are this trial's.
+        trial.outside_drops = socket_dropped.map(|s| outside_drops([from0, to0], [from1, to1], veths, s));
+    }
     Ok((trial, counts.transfer(&sent)))
 }
 
@@ -423,21 +458,54 @@ impl Drop for Latency {
 mod tests {
     use super::*;
 
+    fn counters(rx_dropped: u64, tx_dropped: u64) -> LinkCounters {
+        LinkCounters {
+            rx_bytes: 0,
+            rx_dropped,
+            tx_dropped,
+        }
+    }
+
     #[test]
-    fn link_counters_are_read_from_a_net_dev_line() {
+    fn devices_are_read_from_net_dev_but_the_loopback() {
         let text = "Inter-|   Receive                                                |  Transmit\n \
                     face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
                     lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n\
                     ipl-va: 123456  1000    0   17    0     0          0         0   654321    2000    0    5    0     0       0          0\n";
+        let devices = parse_net_dev(text);
+        assert_eq!(devices.len(), 1, "{devices:?}");
         assert_eq!(
-            parse_net_dev(text, "ipl-va"),
-            Some(LinkCounters {
+            devices["ipl-va"],
+            LinkCounters {
                 rx_bytes: 123456,
                 rx_dropped: 17,
                 tx_dropped: 5
-            })
+            }
         );
-        assert_eq!(parse_net_dev(text, "ipl-v"), None);
+    }
+
+    /// The link's drops are the sending veth's transmit and the receiving veth's receive
+    /// drops; every other device's (a TUN queue full before the tunnel read it) apart.
+    #[test]
+    fn drops_are_told_apart_by_device() {
+        let from0 = BTreeMap::from([
+            ("va".to_string(), counters(0, 0)),
+            ("tun-a".to_string(), counters(0, 0)),
+        ]);
+        let to0 = BTreeMap::from([("vb".to_string(), counters(3, 0))]);
+        let from1 = BTreeMap::from([
+            ("va".to_string(), counters(100, 2)),
+            ("tun-a".to_string(), counters(0, 1191)),
+        ]);
+        let to1 = BTreeMap::from([("vb".to_string(), counters(10, 50))]);
+        assert_eq!(
+            outside_drops([&from0, &to0], [&from1, &to1], ["va", "vb"], 4),
+            OutsideDrops {
+                receiver_socket: 4,
+                link: 2 + 7,
+                tunnel_devices: 1191,
+            }
+        );
     }
 
     #[test]
@@ -467,10 +535,14 @@ mod tests {
         t.outside_drops = Some(OutsideDrops {
             receiver_socket: 9_800,
             link: 0,
+            tunnel_devices: 200,
         });
         let line = trial_line(&t);
         assert!(
-            line.contains("lost (10.000 %) (outside the tunnel: 9800 at the receiving socket (its buffer full), 0 on the link)"),
+            line.contains(
+                "lost (10.000 %) (outside the tunnel: 9800 at the receiving socket (its buffer full), 0 on the link, \
+                 200 in the tunnel devices' queues (before the tunnel read them))"
+            ),
             "{line}"
         );
     }

@@ -401,14 +401,20 @@ pub struct OutsideDrops {
     /// Dropped by the lab's link: the sending veth's transmit drops and the receiving
     /// veth's receive drops (/proc/net/dev).
     pub link: u64,
+    /// Dropped by the namespaces' other devices (a TUN device's queue full before the
+    /// tunnel read it, the kernel's tunnel devices).
+    #[serde(default)]
+    pub tunnel_devices: u64,
 }
 
 impl OutsideDrops {
-    /// `9,812 at the receiving socket (its buffer full), 0 on the link`.
+    /// `9812 at the receiving socket (its buffer full), 0 on the link, 0 in the tunnel
+    /// devices' queues (before the tunnel read them)`.
     pub fn line(&self) -> String {
         format!(
-            "{} at the receiving socket (its buffer full), {} on the link",
-            self.receiver_socket, self.link
+            "{} at the receiving socket (its buffer full), {} on the link, {} in the tunnel devices' queues \
+             (before the tunnel read them)",
+            self.receiver_socket, self.link, self.tunnel_devices
         )
     }
 }
