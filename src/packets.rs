@@ -97,8 +97,8 @@ fn bound_line(prefix: &str, b: &NdrBound) -> String {
 fn search_lines(prefix: &str, ndr: &NdrReport) -> Vec<String> {
     let mut out: Vec<String> = ndr.bounds.iter().map(|b| bound_line(prefix, b)).collect();
     out.push(format!(
-        "{prefix}search: {} trials; the sender's highest rate {} pps, of which {} pps came through",
-        ndr.trials.len(),
+        "{prefix}search: {}; the sender's highest rate {} pps, of which {} pps came through",
+        model::plural(ndr.trials.len(), "trial"),
         si(ndr.max_rate.sent_pps),
         si(ndr.max_rate.received_pps()),
     ));
@@ -166,6 +166,7 @@ mod tests {
             payload_bytes: (sent - lost) * 36,
             packet_bytes: (sent - lost) * 64,
             link_bytes: None,
+            outside_drops: None,
         }
     }
 

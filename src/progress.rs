@@ -8,18 +8,22 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use indicatif::{HumanDuration, ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use lab::error::{LabError, LabResult};
-use lab::progress::{CellDone, Eta, Marker, Progress, Quiet, SweepCells};
+use lab::progress::{eta_text, CellDone, Eta, Marker, Progress, Quiet, SweepCells};
 
 /// Decimal units (MB = 10^6 bytes), as the tables count them: never indicatif's binary MiB.
+/// Every template ends in `{wide_msg}` (the label), cut to what the terminal has left, so a
+/// line never wraps: a wrapped line is redrawn as copies.
 const TRANSFER_TEMPLATE: &str =
-    "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}";
+    "[{bar:12}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {left} {wide_msg}";
 /// A timed transfer (`--time`) has no total: bytes and rate beside a spinner.
-const TIMED_TEMPLATE: &str = "{prefix} {spinner} {decimal_bytes} {decimal_bytes_per_sec} (elapsed {elapsed})";
-/// `{sweep_eta}` is the sweep's own estimate ([`Eta`]: VM boots and cells included), not
-/// indicatif's, which would take a VM's cells for as quick as this machine's.
-const SWEEP_TEMPLATE: &str = "cell {pos}/{len} [{bar:30}] {msg} (elapsed {elapsed}, ETA {sweep_eta})";
+const TIMED_TEMPLATE: &str =
+    "{spinner} {decimal_bytes} {decimal_bytes_per_sec} (elapsed {elapsed}) {wide_msg}";
+/// A sweep's (and `speed`'s) cells: `{left}` is the sweep's own estimate ([`Eta`]: VM boots
+/// and cells included), not indicatif's, which would take a VM's cells for as quick as this
+/// machine's. The count is of cells done: the one under way is not among them.
+const CELLS_TEMPLATE: &str = "{pos}/{len} cells done [{bar:12}] ETA {left}: {wide_msg}";
 
 fn on_terminal(no_progress: bool) -> bool {
     !no_progress && std::io::stderr().is_terminal()
@@ -61,17 +65,52 @@ pub fn for_sweep(
     })
 }
 
-/// The sweep's estimate as the bar shows it.
-fn eta_text(eta: &Mutex<Option<Eta>>) -> String {
-    match eta
-        .lock()
-        .expect("eta lock")
-        .as_ref()
-        .and_then(|e| e.remaining(Instant::now()))
-    {
-        Some(left) => HumanDuration(left).to_string(),
-        None => "?".into(),
-    }
+/// A bar of `template`, whose `{left}` is what `left` says, in [`eta_text`]'s one format
+/// (`?` where it cannot tell yet).
+fn bar_with_eta(
+    bar: ProgressBar,
+    template: &str,
+    left: impl Fn(&ProgressState) -> Option<Duration> + Clone + Send + Sync + 'static,
+) -> ProgressBar {
+    bar.with_style(
+        ProgressStyle::with_template(template)
+            .expect("valid template")
+            .with_key(
+                "left",
+                move |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = w.write_str(&left(state).map_or_else(|| "?".into(), eta_text));
+                },
+            )
+            .progress_chars("=> "),
+    )
+}
+
+/// The bar of a sweep of `cells` (or of `speed`'s cells): its estimate from `eta`, else
+/// `guess` before the first cell is done.
+pub fn cells_bar(cells: u64, eta: Arc<Mutex<Option<Eta>>>, guess: Option<Duration>) -> ProgressBar {
+    bar_with_eta(ProgressBar::new(cells), CELLS_TEMPLATE, move |_| {
+        eta.lock()
+            .expect("eta lock")
+            .as_ref()
+            .and_then(|e| e.remaining(Instant::now()))
+            .or(guess)
+    })
+}
+
+/// The bar of a transfer of `total` bytes (0: a timed one, a spinner).
+fn transfer_bar(label: &str, total: u64) -> ProgressBar {
+    let bar = if total == 0 {
+        let spinner = ProgressBar::new_spinner()
+            .with_style(ProgressStyle::with_template(TIMED_TEMPLATE).expect("valid template"));
+        spinner.enable_steady_tick(Duration::from_millis(120));
+        spinner
+    } else {
+        bar_with_eta(ProgressBar::new(total), TRANSFER_TEMPLATE, |state| {
+            (state.pos() > 0).then(|| state.eta())
+        })
+    };
+    bar.set_message(label.to_string());
+    bar
 }
 
 /// One bar (or spinner) at a time, replaced as the run moves on.
@@ -106,15 +145,6 @@ impl Bars {
     }
 }
 
-fn styled(bar: ProgressBar, template: &str) -> ProgressBar {
-    bar.set_style(
-        ProgressStyle::with_template(template)
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
-}
-
 impl Progress for Bars {
     fn backend_starting(&self, what: &str) {
         // OpenVPN takes seconds to come up: say what the wait is.
@@ -128,15 +158,7 @@ impl Progress for Bars {
     }
 
     fn transfer_started(&self, label: &str, total: u64) {
-        let bar = if total == 0 {
-            let spinner = styled(ProgressBar::new_spinner(), TIMED_TEMPLATE);
-            spinner.enable_steady_tick(Duration::from_millis(120));
-            spinner
-        } else {
-            styled(ProgressBar::new(total), TRANSFER_TEMPLATE)
-        };
-        bar.set_prefix(label.to_string());
-        self.show(bar);
+        self.show(transfer_bar(label, total));
     }
 
     fn transfer_bytes(&self, bytes: u64) {
@@ -151,18 +173,7 @@ impl Progress for Bars {
 
     fn sweep_started(&self, cells: &SweepCells) {
         *self.eta.lock().expect("eta lock") = Some(Eta::new(cells, Instant::now()));
-        let eta = Arc::clone(&self.eta);
-        let bar = ProgressBar::new(cells.total()).with_style(
-            ProgressStyle::with_template(SWEEP_TEMPLATE)
-                .expect("valid template")
-                .with_key(
-                    "sweep_eta",
-                    move |_: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                        let _ = w.write_str(&eta_text(&eta));
-                    },
-                )
-                .progress_chars("=> "),
-        );
+        let bar = cells_bar(cells.total(), Arc::clone(&self.eta), None);
         *self.sweep.lock().expect("bar lock") = Some(bar);
     }
 
@@ -189,7 +200,7 @@ impl Progress for Bars {
 
     fn cell_started(&self, label: &str) {
         if let Some(bar) = &*self.sweep.lock().expect("bar lock") {
-            bar.set_message(label.to_string());
+            bar.set_message(format!("running {label}"));
         }
     }
 
@@ -200,7 +211,7 @@ impl Progress for Bars {
         if let Some(bar) = &*self.sweep.lock().expect("bar lock") {
             self.resize(bar);
             bar.inc(1);
-            bar.set_message(cell.label.clone());
+            bar.set_message(format!("done {}", cell.line()));
         }
     }
 
@@ -233,7 +244,7 @@ impl CellLines {
         };
         eta.cell_finished(Duration::from_secs_f64(cell.elapsed_s), now);
         let left = match eta.remaining(now) {
-            Some(left) if eta.done() < eta.total() => format!(", ETA {}", HumanDuration(left)),
+            Some(left) if eta.done() < eta.total() => format!(", ETA {}", eta_text(left)),
             _ => String::new(),
         };
         format!(
@@ -307,11 +318,118 @@ impl Progress for CellMarkers {
 mod tests {
     use super::*;
 
-    /// Issue 25: the sweep bar's ETA was indicatif's, over this process's cells alone.
+    /// A terminal `width` columns wide that keeps what is drawn on it.
+    #[derive(Clone, Debug)]
+    struct Screen {
+        width: u16,
+        lines: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Screen {
+        fn new(width: u16) -> Screen {
+            Screen {
+                width,
+                lines: Arc::default(),
+            }
+        }
+
+        /// Draws `bar` on this screen now and returns its line.
+        fn draw(&self, bar: &ProgressBar) -> String {
+            self.lines.lock().unwrap().clear();
+            bar.set_draw_target(indicatif::ProgressDrawTarget::term_like(Box::new(self.clone())));
+            bar.tick();
+            let lines = self.lines.lock().unwrap();
+            let line = lines
+                .iter()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .cloned()
+                .unwrap_or_default();
+            let width = line.chars().count();
+            assert!(
+                width <= self.width as usize,
+                "{width} columns on {}: {line:?}",
+                self.width
+            );
+            line
+        }
+    }
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            self.width
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.lines.lock().unwrap().push(s.to_string());
+            Ok(())
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            self.write_line(s)
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 43: `run`'s bar was 81 columns (it wrapped at 80 and left copies), and `matrix`'s
+    /// with a long label more. Every bar fits the terminal, 80 columns or fewer, the label cut.
     #[test]
-    fn the_sweep_bar_shows_the_sweeps_own_eta() {
-        assert!(SWEEP_TEMPLATE.contains("ETA {sweep_eta}"), "{SWEEP_TEMPLATE}");
-        assert!(!SWEEP_TEMPLATE.contains("{eta}"), "{SWEEP_TEMPLATE}");
+    fn every_bar_fits_the_terminal() {
+        let label = "userspace [auto] 4 streams, 2 tunnel threads AES-256-CBC-HMAC-SHA256";
+        for width in [80, 60] {
+            let screen = Screen::new(width);
+            let bar = transfer_bar(label, 100_000_000_000);
+            bar.set_position(99_999_999_999);
+            let line = screen.draw(&bar);
+            assert!(line.contains("ETA ") && line.contains("users"), "{line}");
+            let spinner = transfer_bar(label, 0);
+            // A bar that ticks by itself ignores tick(): draw it by hand here.
+            spinner.disable_steady_tick();
+            let line = screen.draw(&spinner);
+            assert!(line.contains("users"), "{line}");
+            let bar = cells_bar(13, Arc::default(), Some(Duration::from_secs(185)));
+            bar.set_message(format!("running {label}"));
+            let line = screen.draw(&bar);
+            assert!(line.starts_with("0/13 cells done ["), "{line}");
+            assert!(line.contains("ETA 3 min 5 s: running users"), "{line}");
+        }
+    }
+
+    /// Issue 43: the matrix bar said 13/13 while the last cell ran; it counts cells done and
+    /// says which one runs.
+    #[test]
+    fn the_sweep_bar_counts_cells_done_and_names_the_one_running() {
+        let bars = Bars::default();
+        let screen = Screen::new(100);
+        bars.sweep_started(&SweepCells { host: 2, vms: vec![] });
+        let bar = || bars.sweep.lock().unwrap().clone().unwrap();
+        bars.cell_started("plain (line rate)");
+        bars.cell_finished(&CellDone {
+            label: "plain (line rate)".into(),
+            mb_per_s: Some(900.0),
+            elapsed_s: 2.0,
+        });
+        bars.cell_started("userspace [auto] AES-128-GCM");
+        let line = screen.draw(&bar());
+        assert!(
+            line.starts_with("1/2 cells done [") && line.ends_with("running userspace [auto] AES-128-GCM"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -332,7 +450,7 @@ mod tests {
                 &cell("plain (line rate)", Some(900.0)),
                 t0 + Duration::from_secs(2)
             ),
-            "ipsec-lab: cell 1/3 plain (line rate): 900.0 MB/s (2.0 s), ETA 34 seconds"
+            "ipsec-lab: cell 1/3 plain (line rate): 900.0 MB/s (2.0 s), ETA 34 s"
         );
         lines.vm_started();
         lines.phase_cells(1);

@@ -73,3 +73,35 @@ fn openvpn_aes_256_cbc_sha256_verified_and_nothing_left() {
         "openvpn {pid} still running"
     );
 }
+
+/// Issue 43: the OpenVPN row's summary showed the transfer's ends' CPU and nothing of the
+/// openvpn processes (45–50 % of a core each), where the userspace and WireGuard rows
+/// print their tunnel's. Its summary now says the openvpn processes' share at both ends.
+#[test]
+fn openvpn_summary_prints_the_tunnels_cpu() {
+    let test = "openvpn_summary_prints_the_tunnels_cpu";
+    if !root_or_skip(test) || !openvpn_available(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let out =
+        own::run_lab_leaving_nothing(&["run", "--backend", "openvpn", "--bytes", "30MB", "--no-progress"]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let line = t
+        .lines()
+        .find(|l| l.contains("tunnel CPU: end a "))
+        .unwrap_or_else(|| panic!("no tunnel CPU line:\n{t}"));
+    assert!(line.contains("the openvpn processes"), "{line}");
+    let percent = |end: &str| -> f64 {
+        line.split(&format!("end {end} "))
+            .nth(1)
+            .and_then(|rest| rest.split(" %").next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no figure for end {end}: {line}"))
+    };
+    eprintln!("{line}");
+    assert!(percent("a") > 0.0 && percent("b") > 0.0, "{line}");
+    // And each process's own line, user and system time apart.
+    assert!(t.contains("openvpn end a (pid "), "{t}");
+}

@@ -142,3 +142,134 @@ fn bad_input_exits_2_with_a_clear_message() {
         assert!(!t.contains("encrypt  auto"), "{args:?} measured something: {t}");
     }
 }
+
+/// The `mb_per_s` of the only record of a one-cell `speed --json -` run with `--multi N`.
+fn one_cell_mb_per_s(threads: usize) -> f64 {
+    let threads = threads.to_string();
+    let out = speed(&[
+        "aes-128-cbc",
+        "--crypto",
+        "rustcrypto",
+        "--sizes",
+        "1024",
+        "--seconds",
+        "0.6",
+        "--multi",
+        &threads,
+        "--json",
+        "-",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is only JSON");
+    let encrypt = v["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["direction"] == "encrypt")
+        .cloned()
+        .unwrap();
+    assert_eq!(encrypt["threads"].as_u64(), threads.parse().ok());
+    encrypt["mb_per_s"].as_f64().unwrap()
+}
+
+/// Issue 43: `--multi 64` on 2 CPUs reported 4× one thread's figure (each thread's own
+/// window summed as if it had a core). Eight threads on this machine's CPUs add up to no
+/// more than the CPUs' worth: a ratio to one thread measured beside it, not a speed.
+#[test]
+fn multi_beyond_the_cpus_reports_the_machines_total() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus >= 8 {
+        eprintln!("skipped: {cpus} CPUs, so 8 threads do not oversubscribe them");
+        return;
+    }
+    // Two pairs, the lower ratio: a busy machine gives one thread less than a core while
+    // eight take more of it, which is no fault of the sum.
+    let ratio = (0..2)
+        .map(|_| {
+            let one = one_cell_mb_per_s(1);
+            let eight = one_cell_mb_per_s(8);
+            eprintln!("--multi 8 on {cpus} CPUs: {eight:.0} MB/s, --multi 1: {one:.0} MB/s");
+            eight / one
+        })
+        .fold(f64::INFINITY, f64::min);
+    assert!(ratio < (cpus + 1) as f64, "ratio {ratio:.2} on {cpus} CPUs");
+}
+
+/// Starts `speed ARGS`, sends `signal` after `after`, and returns the output and how long
+/// the process took to end after the signal.
+fn interrupted(args: &[&str], signal: nix::sys::signal::Signal, after: std::time::Duration) -> (Output, f64) {
+    use std::process::Stdio;
+    let child = Command::new(env!("CARGO_BIN_EXE_ipsec-lab"))
+        .arg("speed")
+        .args(args)
+        .env_remove("OPENSSL_ia32cap")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ipsec-lab runs");
+    std::thread::sleep(after);
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out, sent.elapsed().as_secs_f64())
+}
+
+/// Issue 43: Ctrl-C printed nothing, not even the rows done. A signal stops the run within
+/// a second, prints the cells done as a table marked partial, and exits 128 + the signal.
+#[test]
+fn a_signal_stops_speed_with_a_partial_table_and_its_exit_code() {
+    use nix::sys::signal::Signal;
+    let sizes = "16,64,256,1024,1400";
+    // SIGINT while this process times its own rows (20 cells of 0.3 s).
+    let (out, stop_s) = interrupted(
+        &[
+            "aes-128-cbc",
+            "--crypto",
+            "auto,rustcrypto",
+            "--seconds",
+            "0.3",
+            "--sizes",
+            sizes,
+        ],
+        Signal::SIGINT,
+        std::time::Duration::from_millis(2000),
+    );
+    let t = text(&out);
+    eprintln!("SIGINT: stopped {stop_s:.2} s after the signal");
+    assert_eq!(out.status.code(), Some(130), "{t}");
+    assert!(stop_s < 3.0, "took {stop_s:.2} s to stop:\n{t}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(first.starts_with("PARTIAL: interrupted by SIGINT after "), "{t}");
+    assert!(first.contains(" of 20 cells"), "{t}");
+    assert!(stdout.contains("encrypt  auto"), "no row done:\n{t}");
+    // SIGTERM while the soft child times its rows: the child stops too, the rows done here
+    // are printed, and the JSON says the run was cut short.
+    let (out, stop_s) = interrupted(
+        &[
+            "aes-128-cbc",
+            "--crypto",
+            "auto,soft",
+            "--seconds",
+            "0.3",
+            "--sizes",
+            sizes,
+            "--json",
+            "-",
+        ],
+        Signal::SIGTERM,
+        std::time::Duration::from_millis(4500),
+    );
+    let t = text(&out);
+    eprintln!("SIGTERM: stopped {stop_s:.2} s after the signal");
+    assert_eq!(out.status.code(), Some(143), "{t}");
+    assert!(stop_s < 3.0, "took {stop_s:.2} s to stop:\n{t}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is only JSON");
+    assert_eq!(v["interrupted"]["signal"], "SIGTERM", "{v:#}");
+    assert!(v["records"].as_array().is_some_and(|r| !r.is_empty()), "{v:#}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("PARTIAL: interrupted by SIGTERM"),
+        "{t}"
+    );
+}

@@ -18,20 +18,26 @@ pub fn completions(args: CompletionsArgs) -> LabResult<()> {
         .map_err(|e| LabError::failed(anyhow::anyhow!("writing the completion script: {e}")))
 }
 
-/// The command line as completion sees it: without the hidden subcommands (clap_complete
-/// offers them otherwise), and with every free-form value (a size, a port, a host) marked
-/// as such, so the shell offers no file names where no file is meant.
+/// The command line as completion sees it: without the hidden subcommands and options
+/// (clap_complete offers them otherwise, e.g. `speed --child`), and with every free-form
+/// value (a size, a port, a host) marked as such, so the shell offers no file names where
+/// no file is meant.
 fn for_completion(command: Command) -> Command {
-    let any_hidden = command.get_subcommands().any(Command::is_hide_set);
+    let any_hidden = command.get_subcommands().any(Command::is_hide_set)
+        || command.get_arguments().any(|a| a.is_hide_set());
     let mut visible = match any_hidden {
         false => command,
-        // clap cannot remove a subcommand: rebuild the top level without the hidden ones.
+        // clap cannot remove a subcommand or an option: rebuild the command without them.
         true => {
-            let mut top = Command::new(env!("CARGO_BIN_NAME")).version(env!("CARGO_PKG_VERSION"));
-            if let Some(about) = command.get_about() {
-                top = top.about(about.clone());
+            let mut rebuilt = Command::new(command.get_name().to_string());
+            if let Some(version) = command.get_version() {
+                rebuilt = rebuilt.version(version.to_string());
             }
-            top.args(command.get_arguments().cloned())
+            if let Some(about) = command.get_about() {
+                rebuilt = rebuilt.about(about.clone());
+            }
+            rebuilt
+                .args(command.get_arguments().filter(|a| !a.is_hide_set()).cloned())
                 .subcommands(command.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
         }
     };
@@ -323,6 +329,21 @@ mod tests {
                 !script.contains(" man ") && !script.contains("\"man\"") && !script.contains("'man:"),
                 "{shell} offers man:\n{script}"
             );
+        }
+    }
+
+    /// Issue 43: bash offered `speed --child`, an internal option; no shell offers a hidden
+    /// option, and the visible ones around it stay.
+    #[test]
+    fn hidden_options_are_not_offered() {
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            let script = String::from_utf8(script(shell)).unwrap();
+            for visible in ["against-openssl", "openssl-units", "no-ceiling"] {
+                assert!(script.contains(visible), "{shell} lost --{visible}");
+            }
+            for hidden in ["--child", "-l child", "report-cells", "plan-file", "no-baseline"] {
+                assert!(!script.contains(hidden), "{shell} offers {hidden}");
+            }
         }
     }
 

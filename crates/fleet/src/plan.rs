@@ -164,10 +164,10 @@ impl FleetPlan {
     /// The rounds as lines for a person: `round 1: h1 → h4, h2 → h3 (h5 idle)`.
     pub fn describe(&self) -> String {
         let mut out = format!(
-            "{} hosts, {} rounds, {} pairs ({}), each measuring {} with {} × {} transfers\n",
-            self.hosts.len(),
-            self.rounds.len(),
-            self.rounds.iter().map(|r| r.pairs.len()).sum::<usize>(),
+            "{}, {}, {} ({}), each measuring {} with {} × {} transfers\n",
+            model::plural(self.hosts.len(), "host"),
+            model::plural(self.rounds.len(), "round"),
+            model::plural(self.rounds.iter().map(|r| r.pairs.len()).sum::<usize>(), "pair"),
             match self.directions {
                 Directions::One => "one direction",
                 Directions::Both => "both directions",

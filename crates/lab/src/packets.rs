@@ -7,10 +7,11 @@
 //! names the latency phases. Trials run on blocking threads: a caller on the async runtime
 //! goes through [`blocking`].
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use model::packets::{LatencyReport, NdrReport, UdpReport, UdpTrial};
+use model::packets::{LatencyReport, NdrReport, OutsideDrops, UdpReport, UdpTrial};
 use model::{RunPlan, Transfer};
 use netns::{Namespace, Topology};
 use traffic::latency::{Prober, ProberHandle, Responder};
@@ -52,19 +53,100 @@ fn sides(plan: &RunPlan) -> (Side, Side) {
     flow::ends_of(flow::directions(plan)[0])
 }
 
-/// Bytes `device` has received in `ns`, from the namespace's own /proc/net/dev (the
-/// thread's namespace: /proc/thread-self, not /proc/self, which is the process's).
-fn received_bytes(ns: &Namespace, device: &str) -> Option<u64> {
-    let device = format!("{device}:");
-    ns.run(move || {
-        let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
-        text.lines().find_map(|line| {
-            let rest = line.trim_start().strip_prefix(&device)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
+/// A device's counters, from /proc/net/dev.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct LinkCounters {
+    rx_bytes: u64,
+    rx_dropped: u64,
+    tx_dropped: u64,
+}
+
+/// Every device's counters in `ns` but the loopback's, from the namespace's own
+/// /proc/net/dev (the thread's namespace: /proc/thread-self, not /proc/self, which is the
+/// process's).
+fn devices(ns: &Namespace) -> Option<BTreeMap<String, LinkCounters>> {
+    ns.run(|| {
+        Some(parse_net_dev(
+            &std::fs::read_to_string("/proc/thread-self/net/dev").ok()?,
+        ))
     })
     .ok()
     .flatten()
+}
+
+/// A /proc/net/dev's devices but `lo`: receive bytes, packets, errs, drop, … then transmit
+/// bytes, packets, errs, drop, ….
+fn parse_net_dev(text: &str) -> BTreeMap<String, LinkCounters> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim_start().split_once(':')?;
+            let fields: Vec<u64> = rest
+                .split_whitespace()
+                .map(|f| f.parse().ok())
+                .collect::<Option<_>>()?;
+            let counters = LinkCounters {
+                rx_bytes: *fields.first()?,
+                rx_dropped: *fields.get(3)?,
+                tx_dropped: *fields.get(11)?,
+            };
+            (name != "lo").then(|| (name.to_string(), counters))
+        })
+        .collect()
+}
+
+/// What the trial's datagrams lost outside the tunnel, from the sending and receiving
+/// namespaces' devices before and after (`veth_from`, `veth_to`: the link's ends) and the
+/// receiving socket's own count.
+fn outside_drops(
+    before: [&BTreeMap<String, LinkCounters>; 2],
+    after: [&BTreeMap<String, LinkCounters>; 2],
+    veths: [&str; 2],
+    receiver_socket: u64,
+) -> OutsideDrops {
+    let mut drops = OutsideDrops {
+        receiver_socket,
+        ..OutsideDrops::default()
+    };
+    for (i, veth) in veths.iter().enumerate() {
+        for (name, now) in after[i] {
+            let was = before[i].get(name).copied().unwrap_or_default();
+            let (rx, tx) = (
+                now.rx_dropped.saturating_sub(was.rx_dropped),
+                now.tx_dropped.saturating_sub(was.tx_dropped),
+            );
+            match (name == veth, i) {
+                // The link: what the sending end did not send, the receiving end dropped.
+                (true, 0) => drops.link += tx,
+                (true, _) => drops.link += rx,
+                (false, _) => drops.tunnel_devices += rx + tx,
+            }
+        }
+    }
+    drops
+}
+
+/// What the socket bound to port `local` and connected to port `remote` in `ns` has dropped
+/// (its receive buffer full), from the namespace's /proc/net/udp and udp6.
+fn socket_drops(ns: &Namespace, local: u16, remote: u16) -> Option<u64> {
+    ns.run(move || {
+        ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"]
+            .iter()
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .find_map(|text| parse_udp_drops(&text, local, remote))
+    })
+    .ok()
+    .flatten()
+}
+
+/// The `drops` (last) field of the line of /proc/net/udp{,6} whose local and remote ports
+/// (hex, after the address's colon) are `local` and `remote`.
+fn parse_udp_drops(text: &str, local: u16, remote: u16) -> Option<u64> {
+    let port = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+    text.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let matches = port(fields.get(1)?) == Some(local) && port(fields.get(2)?) == Some(remote);
+        matches.then(|| fields.last()?.parse().ok()).flatten()
+    })
 }
 
 /// One UDP trial of `plan`'s datagrams at `pps` (None: unlimited) for `seconds`, and the
@@ -89,7 +171,10 @@ pub fn trial(
     let sender = namespace(topology, from)
         .run(move || Sender::bind(src, dst))?
         .map_err(|e| LabError::transfer("UDP sender", e))?;
-    let link_before = received_bytes(namespace(topology, to), veth(topology, to));
+    let before = (
+        devices(namespace(topology, from)),
+        devices(namespace(topology, to)),
+    );
     let stop = bench.cancel.child_token();
     let _stop_on_return = stop.clone().drop_guard();
     let sender_done = CancellationToken::new();
@@ -118,6 +203,9 @@ pub fn trial(
         Ok(thread) => joined(thread, "UDP sender"),
         Err(e) => Err(e.into()),
     };
+    // Read while the receiving socket is open (it closes with its thread); once nothing
+    // is sent any more it drops nothing more.
+    let socket_dropped = socket_drops(namespace(topology, to), dst.port(), src.port());
     // The receiver drains what is still on its way, then stops; after a failed send it
     // stops at once.
     if sent.is_err() {
@@ -130,13 +218,19 @@ pub fn trial(
     }
     let (sent, counts) = (sent?, received?.counts());
     let mut trial = counts.trial(&sent, pps, family);
-    trial.link_bytes = match (
-        link_before,
-        received_bytes(namespace(topology, to), veth(topology, to)),
-    ) {
-        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
-        _ => None,
-    };
+    let after = (
+        devices(namespace(topology, from)),
+        devices(namespace(topology, to)),
+    );
+    let veths = [veth(topology, from), veth(topology, to)];
+    if let ((Some(from0), Some(to0)), (Some(from1), Some(to1))) = (&before, &after) {
+        trial.link_bytes = to0
+            .get(veths[1])
+            .zip(to1.get(veths[1]))
+            .map(|(was, now)| now.rx_bytes.saturating_sub(was.rx_bytes));
+        // Each trial binds a new socket: its drops are this trial's.
+        trial.outside_drops = socket_dropped.map(|s| outside_drops([from0, to0], [from1, to1], veths, s));
+    }
     Ok((trial, counts.transfer(&sent)))
 }
 
@@ -278,8 +372,13 @@ pub fn trial_line(t: &UdpTrial) -> String {
     let offered = t.offered_pps.map_or("unlimited".to_string(), |p| {
         format!("{} pps", model::packets::si(p))
     });
+    // Loss the tunnel's own counters cannot show: where the kernel dropped it outside.
+    let outside = match t.outside_drops {
+        Some(d) if t.lost > 0 => format!(" (outside the tunnel: {})", d.line()),
+        _ => String::new(),
+    };
     format!(
-        "offered {offered}, sent {} pps, received {} pps, {} of {} lost ({:.3} %), {:.1} s",
+        "offered {offered}, sent {} pps, received {} pps, {} of {} lost ({:.3} %){outside}, {:.1} s",
         model::packets::si(t.sent_pps),
         model::packets::si(t.received_pps()),
         t.lost,
@@ -352,5 +451,99 @@ impl Latency {
 impl Drop for Latency {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(rx_dropped: u64, tx_dropped: u64) -> LinkCounters {
+        LinkCounters {
+            rx_bytes: 0,
+            rx_dropped,
+            tx_dropped,
+        }
+    }
+
+    #[test]
+    fn devices_are_read_from_net_dev_but_the_loopback() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+                    face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+                    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n\
+                    ipl-va: 123456  1000    0   17    0     0          0         0   654321    2000    0    5    0     0       0          0\n";
+        let devices = parse_net_dev(text);
+        assert_eq!(devices.len(), 1, "{devices:?}");
+        assert_eq!(
+            devices["ipl-va"],
+            LinkCounters {
+                rx_bytes: 123456,
+                rx_dropped: 17,
+                tx_dropped: 5
+            }
+        );
+    }
+
+    /// The link's drops are the sending veth's transmit and the receiving veth's receive
+    /// drops; every other device's (a TUN queue full before the tunnel read it) apart.
+    #[test]
+    fn drops_are_told_apart_by_device() {
+        let from0 = BTreeMap::from([
+            ("va".to_string(), counters(0, 0)),
+            ("tun-a".to_string(), counters(0, 0)),
+        ]);
+        let to0 = BTreeMap::from([("vb".to_string(), counters(3, 0))]);
+        let from1 = BTreeMap::from([
+            ("va".to_string(), counters(100, 2)),
+            ("tun-a".to_string(), counters(0, 1191)),
+        ]);
+        let to1 = BTreeMap::from([("vb".to_string(), counters(10, 50))]);
+        assert_eq!(
+            outside_drops([&from0, &to0], [&from1, &to1], ["va", "vb"], 4),
+            OutsideDrops {
+                receiver_socket: 4,
+                link: 2 + 7,
+                tunnel_devices: 1191,
+            }
+        );
+    }
+
+    #[test]
+    fn a_sockets_drops_are_found_by_its_ports() {
+        // Local 10.0.0.2:5201 (0x1451) connected to 10.0.0.1:40000 (0x9C40), 812 dropped.
+        let text = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                    \x20 12: 0200000A:1451 0100000A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 812\n\
+                    \x20 13: 0200000A:1452 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 3\n";
+        assert_eq!(parse_udp_drops(text, 5201, 40000), Some(812));
+        assert_eq!(parse_udp_drops(text, 5202, 0), Some(3));
+        assert_eq!(parse_udp_drops(text, 5201, 1), None);
+    }
+
+    #[test]
+    fn a_trial_line_says_where_loss_outside_the_tunnel_went() {
+        let sent = model::packets::SentDatagrams {
+            sent: 100_000,
+            seconds: 1.0,
+            ..Default::default()
+        };
+        let mut t = model::packets::ReceivedDatagrams {
+            received: 90_000,
+            ..Default::default()
+        }
+        .trial(&sent, Some(100_000.0), model::Family::Ipv4);
+        t.lost = 10_000;
+        t.outside_drops = Some(OutsideDrops {
+            receiver_socket: 9_800,
+            link: 0,
+            tunnel_devices: 200,
+        });
+        let line = trial_line(&t);
+        assert!(
+            line.contains(
+                "lost (10.000 %) (outside the tunnel: 9800 at the receiving socket (its buffer full), 0 on the link, \
+                 200 in the tunnel devices' queues (before the tunnel read them))"
+            ),
+            "{line}"
+        );
     }
 }

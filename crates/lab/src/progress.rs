@@ -114,6 +114,17 @@ impl Marker {
     }
 }
 
+/// A time left as every progress display writes it (`run`'s bar, `matrix`'s bar and cell
+/// lines, `speed`'s line): `45 s`, `3 min 5 s`, `1 h 12 min`.
+pub fn eta_text(left: Duration) -> String {
+    let s = left.as_secs_f64().round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
 /// Until a sweep has timed a VM boot: TCG boots take about half a minute here.
 pub const BOOT_GUESS: Duration = Duration::from_secs(30);
 
@@ -270,6 +281,14 @@ mod tests {
 
     fn s(secs: u64) -> Duration {
         Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn eta_text_is_short_and_one_format() {
+        assert_eq!(eta_text(Duration::from_millis(400)), "0 s");
+        assert_eq!(eta_text(s(45)), "45 s");
+        assert_eq!(eta_text(s(185)), "3 min 5 s");
+        assert_eq!(eta_text(s(2 * 3600 + 12 * 60 + 9)), "2 h 12 min");
     }
 
     #[test]

@@ -71,9 +71,9 @@ impl Environment {
             },
         };
         format!(
-            "{place}, kernel {}, {} CPUs, {} [{}]",
+            "{place}, kernel {}, {}, {} [{}]",
             self.kernel_release,
-            self.cpus,
+            crate::plural(self.cpus, "CPU"),
             self.cpu_model,
             self.crypto_flags_text()
         )

@@ -503,6 +503,33 @@ impl std::fmt::Display for Algorithm {
     }
 }
 
+/// Where a kernel tunnel's CPU goes: no process of its own to read it from.
+const KERNEL_TUNNEL_CPU: &str =
+    "tunnel CPU: ESP runs in the kernel (softirq, charged to no process; part of it \
+     shows in the sender's and receiver's system time), so no figure of its own";
+
+impl OpenvpnEvidence {
+    /// The configuration, then each end's process and its CPU.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{}: {} mode, {} with {}, tun MTU {}, data channel offload {}",
+            self.version,
+            self.mode,
+            self.cipher,
+            self.auth,
+            self.tun_mtu,
+            if self.dco { "on" } else { "off" }
+        )];
+        for (side, p) in &self.ends {
+            lines.push(format!(
+                "openvpn end {side} (pid {}): {:.2} s user + {:.2} s system ({:.0} % of a core)",
+                p.pid, p.cpu.user_s, p.cpu.system_s, p.cpu.percent_of_core
+            ));
+        }
+        lines
+    }
+}
+
 impl StrongswanEvidence {
     /// Each SA's algorithms and counters, then whether they match the lab's own.
     pub fn lines(&self) -> Vec<String> {
@@ -573,15 +600,46 @@ impl Evidence {
         }
     }
 
-    /// The evidence in sentences, for the report's notes.
+    /// The tunnel's own CPU, one line in the same words for every backend: the share of a
+    /// core at each end where the tunnel is a thread or process of its own, else where its
+    /// work is done and why no figure is given. None where there is no tunnel (plain, or a
+    /// two-host run's summary, whose ends speak for themselves).
+    pub fn tunnel_cpu_line(&self) -> Option<String> {
+        let whose = match self {
+            Evidence::Userspace(_) => "the lab's tunnel threads".to_string(),
+            Evidence::Openvpn(_) => "the openvpn processes".to_string(),
+            Evidence::Wireguard(w) => match w.tunnel_cpu() {
+                Some(_) => format!("{}'s tunnel", w.implementation),
+                None if w.implementation.starts_with("kernel ") => {
+                    return Some(KERNEL_TUNNEL_CPU.replace("ESP", "WireGuard"))
+                }
+                None => return Some(format!("tunnel CPU: not read for {}", w.implementation)),
+            },
+            Evidence::Xfrm(_) => return Some(KERNEL_TUNNEL_CPU.into()),
+            Evidence::Strongswan(_) => {
+                return Some(format!(
+                    "{KERNEL_TUNNEL_CPU}; charon only negotiated the SAs (IKE), before the transfer"
+                ))
+            }
+            Evidence::None | Evidence::TwoHosts { .. } => return None,
+        };
+        let (a, b) = self.tunnel_cpu()?;
+        Some(format!(
+            "tunnel CPU: end a {a:.0} % of a core, end b {b:.0} % ({whose}, over their lifetime)"
+        ))
+    }
+
+    /// The evidence in sentences, for the report's notes: the tunnel's CPU first.
     pub fn lines(&self) -> Vec<String> {
-        match self {
+        let details = match self {
             Evidence::Xfrm(x) => x.lines(),
             Evidence::Userspace(u) => u.lines(),
+            Evidence::Openvpn(o) => o.lines(),
             Evidence::Strongswan(s) => s.lines(),
             Evidence::Wireguard(w) => w.lines(),
             _ => Vec::new(),
-        }
+        };
+        self.tunnel_cpu_line().into_iter().chain(details).collect()
     }
 }
 
@@ -1100,6 +1158,21 @@ mod tests {
             (Backend::Plain, two_hosts),
         ];
         for (backend, evidence) in cases {
+            // Issue 43: every backend's summary says its tunnel's CPU, in the same words.
+            let lines = evidence.lines();
+            match backend {
+                Backend::Plain => assert!(evidence.tunnel_cpu_line().is_none()),
+                _ => assert!(lines[0].starts_with("tunnel CPU: "), "{backend}: {lines:?}"),
+            }
+            if backend == Backend::Openvpn {
+                assert_eq!(
+                    lines[0],
+                    "tunnel CPU: end a 75 % of a core, end b 75 % (the openvpn processes, over their lifetime)"
+                );
+                assert!(lines.contains(
+                    &"openvpn end a (pid 42): 1.00 s user + 0.50 s system (75 % of a core)".to_string()
+                ));
+            }
             let details = BackendDetails {
                 evidence: BTreeMap::from([(backend, evidence)]),
                 remote: Some(TwoHostsPath {

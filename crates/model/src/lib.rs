@@ -22,6 +22,16 @@ pub mod stats;
 pub mod suite;
 pub mod transfer;
 
+/// `1 CPU`, `2 CPUs`: a count and its noun, plural unless the count is one. Every count the
+/// lab prints with a noun goes through here ("1 CPUs", "1 rounds" were printed).
+pub fn plural<N: Copy + std::fmt::Display + PartialEq + From<u8>>(count: N, noun: &str) -> String {
+    if count == N::from(1) {
+        format!("{count} {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
 pub use backend::{Backend, Description};
 pub use encap::{Encap, EncapError, EncapKind, NATT_PORT};
 pub use env::Environment;
@@ -38,3 +48,13 @@ pub use size::ByteSize;
 pub use stats::Summary;
 pub use suite::{CipherSuite, Hmac, KeyBits, SuiteError};
 pub use transfer::{CpuUsage, Transfer, TransferSide, MIN_STABLE_SECONDS};
+
+#[cfg(test)]
+mod plural_tests {
+    #[test]
+    fn one_is_singular_the_rest_plural() {
+        assert_eq!(super::plural(1usize, "CPU"), "1 CPU");
+        assert_eq!(super::plural(0u64, "round"), "0 rounds");
+        assert_eq!(super::plural(2u32, "CPU"), "2 CPUs");
+    }
+}

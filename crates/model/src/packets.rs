@@ -331,6 +331,7 @@ impl ReceivedDatagrams {
             payload_bytes: self.payload_bytes,
             packet_bytes: self.payload_bytes + self.received * overhead,
             link_bytes: None,
+            outside_drops: None,
         }
     }
 
@@ -384,6 +385,38 @@ pub struct UdpTrial {
     /// interface counts them (outer packets, after the tunnel); None where not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_bytes: Option<u64>,
+    /// Datagrams the kernel dropped outside the tunnel during the trial; None where not
+    /// counted (between two hosts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_drops: Option<OutsideDrops>,
+}
+
+/// Where a trial's datagrams were dropped outside the tunnel, by the kernel's own counters:
+/// loss the tunnel's own drop counters cannot show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutsideDrops {
+    /// Dropped at the receiving socket, its receive buffer full: the receiver fell behind
+    /// (the socket's `drops` in /proc/net/udp).
+    pub receiver_socket: u64,
+    /// Dropped by the lab's link: the sending veth's transmit drops and the receiving
+    /// veth's receive drops (/proc/net/dev).
+    pub link: u64,
+    /// Dropped by the namespaces' other devices (a TUN device's queue full before the
+    /// tunnel read it, the kernel's tunnel devices).
+    #[serde(default)]
+    pub tunnel_devices: u64,
+}
+
+impl OutsideDrops {
+    /// `9812 at the receiving socket (its buffer full), 0 on the link, 0 in the tunnel
+    /// devices' queues (before the tunnel read them)`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} at the receiving socket (its buffer full), {} on the link, {} in the tunnel devices' queues \
+             (before the tunnel read them)",
+            self.receiver_socket, self.link, self.tunnel_devices
+        )
+    }
 }
 
 impl UdpTrial {

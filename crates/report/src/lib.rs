@@ -253,6 +253,7 @@ pub(crate) mod fixture {
             payload_bytes: received * u64::from(size - 28),
             packet_bytes: received * u64::from(size),
             link_bytes: None,
+            outside_drops: None,
         }
     }
 

@@ -158,10 +158,10 @@ pub fn environment_summary(env: &Environment) -> String {
         .map(|(alg, d)| format!("{alg}={d}"))
         .collect();
     format!(
-        "kernel {}, {} ({} CPUs), crypto flags [{}], kernel drivers [{}], ipsec-lab {}",
+        "kernel {}, {} ({}), crypto flags [{}], kernel drivers [{}], ipsec-lab {}",
         env.kernel_release,
         env.cpu_model,
-        env.cpus,
+        model::plural(env.cpus, "CPU"),
         env.crypto_flags_text(),
         if drivers.is_empty() {
             "none instantiated".to_string()

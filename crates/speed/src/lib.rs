@@ -17,12 +17,13 @@ pub mod ops;
 pub mod plan;
 pub mod report;
 pub mod run;
+pub mod stop;
 pub mod suite;
 pub mod tcrypt;
 
 pub use measure::single_core_mb_per_s;
 pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError, BLOCK_SIZES, SUBCOMMAND};
-pub use report::{Record, SpeedReport, Units};
+pub use report::{Interruption, Record, SpeedReport, Units};
 pub use run::{measure, measure_with, no_soft_rows, NoProgress, SpeedProgress};
 pub use suite::{CryptoOp, SpeedSuite};
 
@@ -45,6 +46,8 @@ pub enum SpeedError {
         #[source]
         source: ops::OpError,
     },
+    #[error("interrupted")]
+    Interrupted,
     #[error(
         "the soft rows run in a child of the ipsec-lab binary started with hardware AES masked; \
          this caller cannot start one"

@@ -1,7 +1,9 @@
-//! The timing method: warm-up, then a fixed-duration loop per thread, threads pinned one per
-//! core and started together, repeated; the caller takes the median.
+//! The timing method: warm-up, then a fixed-duration window shared by all threads, threads
+//! pinned one per core (in turn when there are more threads than cores) and started and
+//! stopped together, repeated; the caller takes the median.
 
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use crypto::Implementation;
@@ -18,7 +20,7 @@ pub struct Method {
     /// Untimed run before each repeat (caches, key schedules, CPU frequency).
     pub warmup: Duration,
     pub repeats: usize,
-    /// Threads run at once, one per core, results summed.
+    /// Threads run at once, one per core, their bytes summed over one common window.
     pub threads: usize,
 }
 
@@ -100,7 +102,7 @@ fn pin_current_thread(cpu: usize) {
     }
 }
 
-/// One repeat per element: MB/s summed over the threads. `batch`: packets per call, as
+/// One repeat per element: the MB/s of all threads together. `batch`: packets per call, as
 /// [`ops::build_batch`] takes them (1: one at a time, as `openssl speed` does).
 pub fn measure_cell(
     imp: &Implementation,
@@ -111,15 +113,46 @@ pub fn measure_cell(
     method: &Method,
 ) -> Result<Vec<f64>, SpeedError> {
     let build = || ops::build_batch(imp, suite, direction, block_bytes, batch).map_err(OpError::from);
-    measure_cell_with(&build, method).map_err(|source| SpeedError::Crypto {
-        implementation: imp.to_string(),
-        suite: suite.name(),
-        source,
+    measure_cell_with(&build, method).map_err(|source| match source {
+        OpError::Interrupted => SpeedError::Interrupted,
+        source => SpeedError::Crypto {
+            implementation: imp.to_string(),
+            suite: suite.name(),
+            source,
+        },
     })
 }
 
+/// Runs `op` until `stop` is set, checking it once per batch (batches sized as in
+/// [`timed_loop`], about 50 µs); returns the payload bytes and when it noticed the stop.
+fn loop_until(op: &mut Op, stop: &AtomicBool) -> Result<(u64, Instant), OpError> {
+    let mut calls = 0u64;
+    let mut batch = 1u64;
+    loop {
+        let batch_start = Instant::now();
+        for _ in 0..batch {
+            op.run()?;
+        }
+        calls += batch;
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) {
+            return Ok((calls * op.payload_bytes as u64, now));
+        }
+        if now.duration_since(batch_start) < Duration::from_micros(50) && batch < 1 << 20 {
+            batch *= 2;
+        }
+    }
+}
+
 /// [`measure_cell`] for any operation: `build` makes each thread's own operation (its own
-/// cipher state, buffers and, for the kernel, sockets).
+/// cipher state, buffers and, for the kernel, sockets). A stop request ([`crate::stop`])
+/// ends the cell within [`STOP_CHECK`] with [`OpError::Interrupted`].
+///
+/// The threads share one wall-clock window: they are released together, stopped together
+/// after `repeat_duration`, and the figure is all their bytes over that window, from the
+/// release to the last thread's stop. More threads than CPUs share the CPUs, so the figure
+/// stays the machine's, as openssl's `-multi` is (each thread timing its own window would
+/// count a thread's bytes again while the others waited their turn).
 pub fn measure_cell_with(
     build: &(dyn Fn() -> Result<Op, OpError> + Sync),
     method: &Method,
@@ -127,11 +160,21 @@ pub fn measure_cell_with(
     let cpus = allowed_cpus();
     let mut repeats = Vec::with_capacity(method.repeats);
     for _ in 0..method.repeats {
-        let barrier = Barrier::new(method.threads);
-        let results: Vec<Result<Sample, OpError>> = std::thread::scope(|scope| {
+        // The threads and this one, which keeps the window.
+        let barrier = Barrier::new(method.threads + 1);
+        let stop = AtomicBool::new(false);
+        // The barrier's release, read by the last to arrive (running, where the others may
+        // wait for a CPU a while: the window is not started late).
+        let released = OnceLock::new();
+        let open = || {
+            if barrier.wait().is_leader() {
+                let _ = released.set(Instant::now());
+            }
+        };
+        let (interrupted, results) = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..method.threads)
                 .map(|i| {
-                    let barrier = &barrier;
+                    let (open, stop) = (&open, &stop);
                     let cpu = cpus.get(i % cpus.len().max(1)).copied();
                     scope.spawn(move || {
                         if let Some(cpu) = cpu {
@@ -142,25 +185,58 @@ pub fn measure_cell_with(
                             Ok(op) => timed_loop(op, method.warmup).map(|_| ()),
                             Err(e) => Err(e.clone()),
                         };
-                        // Timed windows start together; every thread gets here, even on error.
-                        barrier.wait();
+                        // The window opens for all at once; every thread gets here, even on error.
+                        open();
                         warm?;
-                        timed_loop(&mut built?, method.repeat_duration)
+                        loop_until(&mut built?, stop)
                     })
                 })
                 .collect();
-            handles
+            open();
+            let interrupted = sleep_unless_stopped(method.repeat_duration);
+            stop.store(true, Ordering::Relaxed);
+            let results: Vec<Result<(u64, Instant), OpError>> = handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
+                .collect();
+            (interrupted, results)
         });
-        let mut total = 0.0;
-        for r in results {
-            total += r?.mb_per_s();
+        if interrupted {
+            return Err(OpError::Interrupted);
         }
-        repeats.push(total);
+        let mut bytes = 0;
+        let start = *released.get().expect("the barrier has a leader");
+        let mut end = start;
+        for r in results {
+            let (b, stopped) = r?;
+            bytes += b;
+            end = end.max(stopped);
+        }
+        let sample = Sample {
+            bytes,
+            seconds: end.duration_since(start).as_secs_f64(),
+        };
+        repeats.push(sample.mb_per_s());
     }
     Ok(repeats)
+}
+
+/// How often a timed window looks for a stop request.
+pub const STOP_CHECK: Duration = Duration::from_millis(20);
+
+/// Sleeps for `duration`, or less if a stop is requested (then true).
+fn sleep_unless_stopped(duration: Duration) -> bool {
+    let end = Instant::now() + duration;
+    loop {
+        if crate::stop::requested().is_some() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= end {
+            return false;
+        }
+        std::thread::sleep((end - now).min(STOP_CHECK));
+    }
 }
 
 /// Single-core MB/s of `imp` on `packet_bytes`-byte packets of `suite`, `batch` at a time
@@ -215,6 +291,51 @@ mod tests {
         .unwrap();
         assert_eq!(v.len(), 3);
         assert!(v.iter().all(|&x| x > 0.0), "{v:?}");
+    }
+
+    /// CPU seconds the calling thread has used.
+    fn thread_cpu_s() -> f64 {
+        use nix::sys::resource::{getrusage, UsageWho};
+        let u = getrusage(UsageWho::RUSAGE_THREAD).unwrap();
+        let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        s(u.user_time()) + s(u.system_time())
+    }
+
+    /// Issue 43: `--multi 64` on 2 CPUs summed each thread's own window as if it had a core
+    /// (4× one thread's figure). Threads beyond the CPUs now add up to no more than the CPUs'
+    /// worth: below (CPUs + 1) × what one thread does per CPU-second of its own (measured
+    /// here, per CPU-second so that other work on a shared machine does not move the bound).
+    #[test]
+    fn threads_beyond_the_cpus_add_up_to_the_machine_not_more() {
+        let imp = Implementation::new(CryptoChoice::Rustcrypto).unwrap();
+        let cpus = allowed_cpus().len().max(1);
+        let suite = SpeedSuite::AesCbc(model::KeyBits::Aes128);
+        let mut op = ops::build(&imp, suite, CryptoOp::Encrypt, 1024).unwrap();
+        timed_loop(&mut op, Duration::from_millis(50)).unwrap();
+        let cpu_before = thread_cpu_s();
+        let one = timed_loop(&mut op, Duration::from_millis(400)).unwrap();
+        let per_cpu_s = one.bytes as f64 / (thread_cpu_s() - cpu_before) / 1e6;
+        for threads in [8, 32 * cpus] {
+            let mut v = measure_cell(
+                &imp,
+                suite,
+                CryptoOp::Encrypt,
+                1024,
+                1,
+                &Method::new(0.6, 3, threads),
+            )
+            .unwrap();
+            v.sort_by(f64::total_cmp);
+            let ratio = v[1] / per_cpu_s;
+            eprintln!(
+                "{threads} threads on {cpus} CPUs: {:.0} MB/s; one thread {per_cpu_s:.0} MB per CPU-second; ratio {ratio:.2}",
+                v[1]
+            );
+            assert!(
+                ratio < (cpus + 1) as f64,
+                "{threads} threads: {ratio:.2} × one thread on {cpus} CPUs"
+            );
+        }
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum OpError {
     Crypto(#[from] CryptoError),
     #[error(transparent)]
     Kernel(#[from] AfAlgError),
+    /// SIGINT or SIGTERM came while the cell was timed ([`crate::stop`]).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// A prepared operation on one packet-sized buffer, owned by one thread.

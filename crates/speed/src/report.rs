@@ -122,6 +122,30 @@ pub struct SpeedReport {
     /// virtualization); absent when everything ran here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_environment: Option<Environment>,
+    /// Present when a signal stopped the run: the records are the cells done before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<Interruption>,
+}
+
+/// A run stopped by a signal before its last cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interruption {
+    /// `SIGINT` or `SIGTERM`.
+    pub signal: String,
+    /// The signal's number: the exit code is 128 plus it.
+    pub signal_number: i32,
+    pub cells_done: usize,
+    pub cells: usize,
+}
+
+impl Interruption {
+    /// The table's first line.
+    pub fn line(&self) -> String {
+        format!(
+            "PARTIAL: interrupted by {} after {} of {} cells; the rows below hold only the cells done",
+            self.signal, self.cells_done, self.cells
+        )
+    }
 }
 
 /// How table cells are written.
@@ -195,14 +219,17 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     let env = &report.environment;
     let threads = report.records.first().map_or(1, |r| r.threads);
     let mut out = String::new();
+    if let Some(interrupted) = &report.interrupted {
+        let _ = writeln!(out, "{}", interrupted.line());
+    }
     let _ = writeln!(
         out,
-        "{} ({} CPUs; {}), {} thread{}, {}",
+        "{} ({}; {}), {}{}, {}",
         env.cpu_model,
-        env.cpus,
+        model::plural(env.cpus, "CPU"),
         env.crypto_flags.join(" "),
-        threads,
-        if threads == 1 { "" } else { "s summed" },
+        model::plural(threads, "thread"),
+        if threads == 1 { "" } else { " together" },
         units.caption()
     );
     let mut libs: Vec<String> = Vec::new();
@@ -236,10 +263,10 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     }
     if let Some(g) = &report.guest_environment {
         libs.push(format!(
-            "  [{}] rows: {} ({} CPUs; {}), kernel {}",
+            "  [{}] rows: {} ({}; {}), kernel {}",
             if g.is_uml() { "uml" } else { "vm" },
             g.cpu_model,
-            g.cpus,
+            model::plural(g.cpus, "CPU"),
             g.crypto_flags_text(),
             g.kernel_release
         ));
@@ -427,7 +454,27 @@ mod tests {
                 reason: "no AF_ALG".into(),
             }],
             guest_environment: None,
+            interrupted: None,
         }
+    }
+
+    /// Issue 43: Ctrl-C printed nothing; the rows done are printed, marked partial first.
+    #[test]
+    fn an_interrupted_report_says_so_above_its_rows() {
+        let mut report = sample();
+        report.interrupted = Some(Interruption {
+            signal: "SIGINT".into(),
+            signal_number: 2,
+            cells_done: 4,
+            cells: 12,
+        });
+        let t = render(&report, Units::MegabytesPerSecond);
+        assert!(
+            t.starts_with("PARTIAL: interrupted by SIGINT after 4 of 12 cells"),
+            "{t}"
+        );
+        assert!(t.contains("auto/soft"), "{t}");
+        assert!(!render(&sample(), Units::MegabytesPerSecond).contains("PARTIAL"));
     }
 
     /// A kernel row measured in a TCG guest, as `--vm` merges it.

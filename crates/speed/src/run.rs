@@ -8,17 +8,18 @@ use crypto::{CryptoChoice, Implementation};
 use model::Environment;
 
 use crate::measure::{measure_cell, measure_cell_with, Method};
+use crate::ops::OpError;
 use crate::plan::{SpeedImpl, SpeedPlan};
-use crate::report::{Record, RecordHead, Skipped, SpeedReport, SPEED_SCHEMA_VERSION};
+use crate::report::{Interruption, Record, RecordHead, Skipped, SpeedReport, SPEED_SCHEMA_VERSION};
 use crate::suite::CryptoOp;
-use crate::{kernel, openssl, tcrypt, SpeedError};
+use crate::{kernel, openssl, stop, tcrypt, SpeedError};
 
 /// What a run tells its watcher while it works. Every method defaults to nothing.
 pub trait SpeedProgress {
     /// The run will time `cells` cells (see [`SpeedPlan::cells`]).
     fn started(&mut self, _cells: usize) {}
-    /// Timing `what` begins, e.g. `aws-lc-rs aes-128-cbc encrypt`: one suite and direction
-    /// of a row, whose cells follow.
+    /// Timing `what` begins, e.g. `aws-lc-rs aes-128-cbc encrypt 1400 B`: one cell, or for
+    /// what is timed in one piece (openssl's row, the soft child's rows) all its cells.
     fn timing(&mut self, _what: &str) {}
     /// `cells` more cells are done: timed, skipped, or timed in a child process.
     fn cells_done(&mut self, _cells: usize) {}
@@ -51,24 +52,32 @@ impl Tally<'_> {
     }
 }
 
+/// Err once a stop was requested ([`stop`]): the run then ends with the cells done.
+fn go_on() -> Result<(), SpeedError> {
+    match stop::requested() {
+        Some(_) => Err(SpeedError::Interrupted),
+        None => Ok(()),
+    }
+}
+
 /// Times one crypto implementation in this process: self-test first, then every cell.
 fn measure_here(
     choice: CryptoChoice,
     plan: &SpeedPlan,
     method: &Method,
+    records: &mut Vec<Record>,
     progress: &mut Tally,
-) -> Result<Vec<Record>, SpeedError> {
+) -> Result<(), SpeedError> {
     let imp = Implementation::new(choice).map_err(|source| SpeedError::Implementation {
         implementation: choice.to_string(),
         source,
     })?;
     crypto::self_test(&imp)?;
     let info = imp.info();
-    let mut records = Vec::new();
     for &suite in &plan.suites {
         for &direction in suite.crypto_ops() {
-            progress.timing(&format!("{} {suite} {direction}", info.label));
             for &size in &plan.sizes {
+                progress.timing(&format!("{choice} {suite} {direction} {size} B"));
                 let repeats = measure_cell(&imp, suite, direction, size, 1, method)?;
                 progress.advance(1);
                 let head = RecordHead {
@@ -91,22 +100,32 @@ fn measure_here(
             }
         }
     }
-    Ok(records)
+    Ok(())
 }
 
-fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Tally) {
+/// `openssl speed`, a row (every size) per run of it.
+fn openssl_records(
+    plan: &SpeedPlan,
+    report: &mut SpeedReport,
+    progress: &mut Tally,
+) -> Result<(), SpeedError> {
     let Some(version) = openssl::version() else {
         report.skipped.push(Skipped {
             implementation: "openssl".into(),
             suite: None,
             reason: openssl::OpensslError::NotInstalled.to_string(),
         });
-        return;
+        return Ok(());
     };
     for &suite in &plan.suites {
         for &direction in suite.crypto_ops() {
-            progress.timing(&format!("openssl {suite} {direction}"));
+            progress.timing(&format!(
+                "openssl {suite} {direction}, {} sizes at once",
+                plan.sizes.len()
+            ));
             let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
+            // Ctrl-C reaches openssl too: what it left is no row.
+            go_on()?;
             progress.advance(plan.sizes.len());
             match result {
                 Ok(cells) => {
@@ -139,11 +158,17 @@ fn openssl_records(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Ta
             }
         }
     }
+    Ok(())
 }
 
 /// Times the kernel rows through AF_ALG in this process: each suite passes its
 /// known-answer tests first; a suite the kernel lacks or fails is skipped with its reason.
-fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, progress: &mut Tally) {
+fn measure_kernel(
+    plan: &SpeedPlan,
+    method: &Method,
+    report: &mut SpeedReport,
+    progress: &mut Tally,
+) -> Result<(), SpeedError> {
     let skip = |suite: Option<String>, reason: String| Skipped {
         implementation: "kernel".into(),
         suite,
@@ -155,7 +180,7 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
     let probe = kernel::probe();
     if probe.af_alg.is_err() {
         report.skipped.push(skip(None, probe.skip_reason()));
-        return;
+        return Ok(());
     }
     let env = &report.environment;
     let virtualization = Some(env.virtualization.clone()).filter(|v| v != "host");
@@ -170,13 +195,17 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
             }
         };
         for &direction in suite.crypto_ops() {
-            progress.timing(&format!("kernel {suite} {direction} ({})", verified.driver));
             for &size in &plan.sizes {
+                progress.timing(&format!(
+                    "kernel {suite} {direction} {size} B ({})",
+                    verified.driver
+                ));
                 let build = || kernel::build(suite, direction, size);
                 let measured = measure_cell_with(&build, method);
                 progress.advance(1);
                 let repeats = match measured {
                     Ok(r) => r,
+                    Err(OpError::Interrupted) => return Err(SpeedError::Interrupted),
                     Err(e) => {
                         report.skipped.push(skip(
                             Some(format!("{suite} {direction} {size} B")),
@@ -205,6 +234,7 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
             }
         }
     }
+    Ok(())
 }
 
 /// The kernel rows in user-mode Linux, from tcrypt, the kernel's own speed test: AF_ALG's
@@ -213,16 +243,21 @@ fn measure_kernel(plan: &SpeedPlan, method: &Method, report: &mut SpeedReport, p
 /// a second ([`tcrypt::measure`], shared by the sizes and suites that need the same load);
 /// a size between them is read off the line through its neighbours. `--seconds` and
 /// `--repeats` do not apply: one figure per cell.
-fn measure_kernel_by_tcrypt(plan: &SpeedPlan, report: &mut SpeedReport, progress: &mut Tally) {
+fn measure_kernel_by_tcrypt(
+    plan: &SpeedPlan,
+    report: &mut SpeedReport,
+    progress: &mut Tally,
+) -> Result<(), SpeedError> {
     let release = report.environment.kernel_release.clone();
     let virtualization = Some(report.environment.virtualization.clone());
     for &suite in &plan.suites {
-        progress.timing(&format!(
-            "kernel {suite} via tcrypt (about {} s)",
-            tcrypt::expected_duration(suite).as_secs()
-        ));
         for &size in &plan.sizes {
+            progress.timing(&format!(
+                "kernel {suite} {size} B via tcrypt (about {} s a suite)",
+                tcrypt::expected_duration(suite).as_secs()
+            ));
             let timed = tcrypt::measure(suite, size);
+            go_on()?;
             progress.advance(suite.crypto_ops().len());
             let timed = match timed {
                 Ok(t) => t,
@@ -261,6 +296,7 @@ fn measure_kernel_by_tcrypt(plan: &SpeedPlan, report: &mut SpeedReport, progress
             }
         }
     }
+    Ok(())
 }
 
 /// Measures what `plan` asks for, showing no progress.
@@ -277,6 +313,9 @@ pub fn no_soft_rows(_: &SpeedPlan) -> Result<SpeedReport, SpeedError> {
 /// kernel rows are that report's (a run of [`SpeedPlan::child_args`] elsewhere, e.g. the
 /// VM) instead of this kernel's. `soft_rows` times the soft rows where this process has
 /// hardware AES (they need a process started with it masked: a child of the binary).
+///
+/// A stop request ([`stop`]) ends the run within a fraction of a second with the cells
+/// done so far, in a report marked [`SpeedReport::interrupted`].
 pub fn measure_with<E: From<SpeedError>>(
     plan: &SpeedPlan,
     guest: Option<SpeedReport>,
@@ -291,6 +330,7 @@ pub fn measure_with<E: From<SpeedError>>(
         records: Vec::new(),
         skipped: Vec::new(),
         guest_environment: None,
+        interrupted: None,
     };
     let total = plan.cells(guest.is_some());
     progress.started(total);
@@ -299,8 +339,34 @@ pub fn measure_with<E: From<SpeedError>>(
         done: 0,
         total,
     };
+    let outcome = measure_rows(plan, guest, soft_rows, &method, &mut report, &mut progress);
+    // Whatever failed after a stop request (a child or openssl stopped by the same Ctrl-C)
+    // is the stop, not a failure.
+    match (stop::requested(), outcome) {
+        (Some(signal), _) => {
+            report.interrupted = Some(Interruption {
+                signal: stop::signal_name(signal),
+                signal_number: signal,
+                cells_done: progress.done,
+                cells: total,
+            })
+        }
+        (None, Err(e)) => return Err(e),
+        (None, Ok(())) => {}
+    }
+    Ok(report)
+}
+
+/// Every row of [`measure_with`] into `report`.
+fn measure_rows<E: From<SpeedError>>(
+    plan: &SpeedPlan,
+    mut guest: Option<SpeedReport>,
+    soft_rows: &mut dyn FnMut(&SpeedPlan) -> Result<SpeedReport, E>,
+    method: &Method,
+    report: &mut SpeedReport,
+    progress: &mut Tally,
+) -> Result<(), E> {
     let cells_per_row = plan.cells_per_row();
-    let mut guest = guest;
     for &imp in &plan.implementations {
         let row_start = progress.done;
         let from_guest = imp == SpeedImpl::Kernel && guest.is_some();
@@ -311,30 +377,31 @@ pub fn measure_with<E: From<SpeedError>>(
                     report.skipped.extend(g.skipped);
                     report.guest_environment = Some(g.environment);
                 }
-                None => measure_kernel(plan, &method, &mut report, &mut progress),
+                None => measure_kernel(plan, method, report, progress)?,
             },
             // Masked already (this is the child, or the user set the variable): time here.
             SpeedImpl::Crypto(CryptoChoice::Soft) if !crypto::soft::active() => {
-                progress.timing("soft in a child process with hardware AES masked");
+                progress.timing(&format!(
+                    "soft in a child process with hardware AES masked, {cells_per_row} cells"
+                ));
                 let child = soft_rows(plan)?;
                 report.records.extend(child.records);
                 report.skipped.extend(child.skipped);
             }
             SpeedImpl::Crypto(choice) => {
-                report
-                    .records
-                    .extend(measure_here(choice, plan, &method, &mut progress)?);
+                measure_here(choice, plan, method, &mut report.records, progress)?;
             }
         }
         // Cells skipped (a kernel without a suite) or timed in the soft child count as done.
         if !from_guest {
             progress.advance((row_start + cells_per_row).saturating_sub(progress.done));
         }
+        go_on()?;
     }
     if plan.against_openssl && !plan.child {
-        openssl_records(plan, &mut report, &mut progress);
+        openssl_records(plan, report, progress)?;
     }
-    Ok(report)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -415,10 +482,9 @@ mod tests {
             recorder.done, 8,
             "kernel rows count as done whether timed or skipped"
         );
+        // Issue 43: progress moved per row; now a line per cell.
+        assert!(recorder.timing.len() >= 4, "{:?}", recorder.timing);
         let first = &recorder.timing[0];
-        assert!(
-            first.starts_with("rustcrypto (") && first.ends_with(" aes-128-cbc encrypt"),
-            "{first}"
-        );
+        assert!(first == "rustcrypto aes-128-cbc encrypt 64 B", "{first}");
     }
 }

@@ -416,6 +416,7 @@ mod tests {
                 payload_bytes: 0,
                 packet_bytes: 0,
                 link_bytes: None,
+                outside_drops: None,
             })
         }
     }

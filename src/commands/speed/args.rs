@@ -17,10 +17,11 @@ pub struct SpeedArgs {
     /// Default: auto,rustcrypto,soft,kernel (aws-lc is what auto uses).
     #[arg(long, value_delimiter = ',')]
     pub crypto: Vec<String>,
-    /// Seconds per cell, split over the repeats (default 1 for several suites, 3 for one).
+    /// Seconds per cell, split over the repeats (default 0.5 for several suites, 1 for one).
     #[arg(long, allow_negative_numbers = true)]
     pub seconds: Option<f64>,
-    /// Threads, one pinned per core, results summed.
+    /// Threads at once, pinned to the CPUs in turn; the figure is all their bytes over one
+    /// common window: the machine's, as openssl's -multi (more threads than CPUs share them).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true,
           value_parser = crate::values::in_range::<usize>(1, 1024))]
     pub multi: usize,

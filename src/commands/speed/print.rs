@@ -3,8 +3,11 @@
 
 use std::io::IsTerminal;
 use std::path::Path;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use indicatif::ProgressBar;
+use lab::progress::{Eta, SweepCells};
 use lab::{LabError, LabResult};
 use speed::{SpeedPlan, SpeedProgress, SpeedReport, Units};
 
@@ -22,87 +25,79 @@ pub fn emit(report: &SpeedReport, units: Units, json: Option<&Path>, child: bool
     Ok(())
 }
 
-/// The progress of a run on a terminal (else nothing): a "timing …" line per suite and
-/// direction of a row, with the cells done out of all and an estimate of the time left (from
-/// the pace so far, or from --seconds per cell before the first cell is done). A child run
-/// has no overall view: its lines carry none.
+/// The progress of a run on a terminal (else nothing): one line, redrawn per cell and each
+/// second, with the cells done out of all, the time left (from the pace so far, or from
+/// --seconds per cell before the first cell is done) and the cell being timed, cut to the
+/// terminal's width. A child run shows nothing: its parent's line stands for it.
 pub fn progress(plan: &SpeedPlan) -> Box<dyn SpeedProgress> {
-    if std::io::stderr().is_terminal() {
-        Box::new(Lines::new(plan.seconds, !plan.child))
+    if std::io::stderr().is_terminal() && !plan.child {
+        Box::new(Line::new(plan.seconds))
     } else {
         Box::new(speed::NoProgress)
     }
 }
 
-struct Lines {
-    total: usize,
-    done: usize,
+struct Line {
+    bar: Option<ProgressBar>,
+    eta: Arc<Mutex<Option<Eta>>>,
     seconds_per_cell: f64,
-    started: Instant,
-    overall: bool,
+    /// When the last cells were done (or the run started).
+    last: Instant,
 }
 
-impl Lines {
-    fn new(seconds_per_cell: f64, overall: bool) -> Lines {
-        Lines {
-            total: 0,
-            done: 0,
+impl Line {
+    fn new(seconds_per_cell: f64) -> Line {
+        Line {
+            bar: None,
+            eta: Arc::default(),
             seconds_per_cell,
-            started: Instant::now(),
-            overall,
+            last: Instant::now(),
         }
     }
-
-    fn status(&self) -> String {
-        let left = self.total.saturating_sub(self.done) as f64;
-        let per_cell = if self.done > 0 {
-            self.started.elapsed().as_secs_f64() / self.done as f64
-        } else {
-            self.seconds_per_cell
-        };
-        let seconds = (left * per_cell).round() as u64;
-        let eta = if seconds >= 90 {
-            format!("about {} min left", (seconds + 30) / 60)
-        } else {
-            format!("about {seconds} s left")
-        };
-        format!("[cell {}/{}, {eta}]", (self.done + 1).min(self.total), self.total)
-    }
 }
 
-impl SpeedProgress for Lines {
+impl SpeedProgress for Line {
     fn started(&mut self, cells: usize) {
-        self.total = cells;
-        self.started = Instant::now();
+        let now = Instant::now();
+        let whole = SweepCells {
+            host: cells as u64,
+            vms: Vec::new(),
+        };
+        *self.eta.lock().expect("eta lock") = Some(Eta::new(&whole, now));
+        let guess = Duration::from_secs_f64(self.seconds_per_cell * cells as f64);
+        let bar = crate::progress::cells_bar(cells as u64, Arc::clone(&self.eta), Some(guess));
+        bar.enable_steady_tick(Duration::from_secs(1));
+        self.bar = Some(bar);
+        self.last = now;
     }
 
     fn timing(&mut self, what: &str) {
-        if self.overall && self.total > 0 {
-            eprintln!("timing {what} {}", self.status());
-        } else {
-            eprintln!("timing {what}");
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("timing {what}"));
         }
     }
 
     fn cells_done(&mut self, cells: usize) {
-        self.done += cells;
+        let now = Instant::now();
+        // Cells done at once (openssl's row, the soft child's) share the time since the last.
+        let each = now.duration_since(self.last) / cells.max(1) as u32;
+        if let Some(eta) = &mut *self.eta.lock().expect("eta lock") {
+            for _ in 0..cells {
+                eta.cell_finished(each, now);
+            }
+        }
+        self.last = now;
+        if let Some(bar) = &self.bar {
+            bar.inc(cells as u64);
+        }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_speed_shows_an_overall_eta() {
-        // 8 cells, half a second each.
-        let mut lines = Lines::new(0.5, true);
-        lines.started(8);
-        assert_eq!(lines.status(), "[cell 1/8, about 4 s left]");
-        lines.cells_done(8);
-        assert_eq!(lines.status(), "[cell 8/8, about 0 s left]");
-        let mut lines = Lines::new(1.0, true);
-        lines.started(560);
-        assert!(lines.status().ends_with("min left]"), "{}", lines.status());
+impl Drop for Line {
+    fn drop(&mut self) {
+        // The table (or the partial table after Ctrl-C) takes the line's place.
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
     }
 }

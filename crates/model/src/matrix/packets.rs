@@ -114,6 +114,7 @@ pub(crate) mod tests {
             payload_bytes: (sent - lost) * 36,
             packet_bytes: (sent - lost) * 64,
             link_bytes: None,
+            outside_drops: None,
         }
     }
 
