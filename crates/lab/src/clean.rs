@@ -800,13 +800,34 @@ mod tests {
     }
 
     /// A process of the test's own, reaped at once when it ends, so "still running" means
-    /// running; its exit status comes on the receiver.
-    fn spawn_own(exe: &Path) -> (u32, std::sync::mpsc::Receiver<std::process::ExitStatus>) {
-        let mut child = Command::new(exe).arg("30").spawn().unwrap();
-        let pid = child.id();
-        let (tx, ended) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(child.wait().unwrap()));
-        (pid, ended)
+    /// running; its exit status comes on `ended`. Killed on drop if it still runs.
+    struct OwnProcess {
+        pid: u32,
+        ended: std::sync::mpsc::Receiver<std::process::ExitStatus>,
+    }
+
+    impl OwnProcess {
+        fn spawn(exe: &Path) -> OwnProcess {
+            let mut child = Command::new(exe).arg("30").spawn().unwrap();
+            let pid = child.id();
+            let (tx, ended) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(child.wait().unwrap()));
+            OwnProcess { pid, ended }
+        }
+
+        fn running(&self) -> bool {
+            matches!(self.ended.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty))
+        }
+    }
+
+    impl Drop for OwnProcess {
+        fn drop(&mut self) {
+            if self.running() {
+                let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = self.ended.recv_timeout(Duration::from_secs(10));
+            }
+        }
     }
 
     /// Regression (issues 22, 42): a process record naming a real pid with its real start
@@ -816,8 +837,9 @@ mod tests {
     #[test]
     fn a_process_record_stops_only_a_program_the_lab_starts() {
         let (_dir, exes) = sleepers("process", &["sleep", "charon-systemd"]);
-        let (other, other_ended) = spawn_own(&exes[0]);
-        let (daemon, daemon_ended) = spawn_own(&exes[1]);
+        let other_process = OwnProcess::spawn(&exes[0]);
+        let daemon_process = OwnProcess::spawn(&exes[1]);
+        let (other, daemon) = (other_process.pid, daemon_process.pid);
         let start = |pid| owner::process_start_time(pid).unwrap();
         let record = |pid, program: &str| Record::Process {
             pid,
@@ -850,11 +872,8 @@ mod tests {
             ],
         );
         let summary = forged.clean();
-        assert!(other_ended.try_recv().is_err(), "the other program was stopped");
-        assert!(
-            daemon_ended.try_recv().is_err(),
-            "a stale record stopped a process"
-        );
+        assert!(other_process.running(), "the other program was stopped");
+        assert!(daemon_process.running(), "a stale record stopped a process");
         assert_eq!(ignored_lines(&summary), 3, "{:?}", summary.lines);
         let text = summary.lines.join("\n");
         assert!(
@@ -874,7 +893,8 @@ mod tests {
         // not refuse everything.
         let genuine = Forged::new("process-genuine", &[Record::process(daemon, "charon-systemd")]);
         let summary = genuine.clean();
-        let status = daemon_ended
+        let status = daemon_process
+            .ended
             .recv_timeout(Duration::from_secs(10))
             .expect("stopped");
         assert_eq!(
@@ -887,11 +907,6 @@ mod tests {
                 "stopped process {daemon} (charon-systemd) (left by killed run pid 999999)"
             )]
         );
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(other as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        other_ended.recv_timeout(Duration::from_secs(10)).unwrap();
     }
 
     #[test]
@@ -1134,6 +1149,15 @@ mod tests {
         );
         assert!(summary.failures.is_empty(), "{:?}", summary.failures);
     }
+    /// A namespace of the test's own, deleted on drop.
+    struct OwnNamespace(String);
+
+    impl Drop for OwnNamespace {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+
     /// Regression (issue 42): a record naming a policy the lab never made (no reqid,
     /// priority 0) made `clean` delete it, and a namespace named by its inode alone was
     /// taken as the recorded one. Every policy here is made by the test, in a namespace it
@@ -1145,6 +1169,7 @@ mod tests {
         }
         let name = format!("ipl-cleanpol-{}", std::process::id());
         sh(&format!("ip netns add {name}"));
+        let own = OwnNamespace(name.clone());
         let path = Path::new("/run/netns").join(&name);
         let namespace = owner::namespace_id(&path).unwrap();
         let inode_only = namespace.split(' ').next().unwrap().to_string();
@@ -1210,7 +1235,7 @@ mod tests {
         );
         let summary = forged.clean();
         let left = listed();
-        sh(&format!("ip netns del {name}"));
+        drop(own);
         for host in 1..=3 {
             assert!(
                 left.contains(&format!("198.18.0.{host}/32")),
