@@ -60,7 +60,7 @@ async fn clean_dead_owners_in(state_dir: &Path) -> LabResult<CleanSummary> {
                     ));
                 }
                 for r in &records {
-                    if let Record::Namespace { name } = r {
+                    if let Record::Namespace { name, .. } = r {
                         summary.live_namespaces.push(name.clone());
                     }
                 }
@@ -151,7 +151,7 @@ fn split_live(scanned: Vec<ScannedOwner>) -> (Vec<Record>, Vec<DeadOwner>) {
 fn held_by_live(r: &Record, live: &[Record]) -> bool {
     live.iter().any(|l| match (r, l) {
         (Record::DriverPriority { driver: a, .. }, Record::DriverPriority { driver: b, .. }) => a == b,
-        _ => l == r,
+        _ => l.same_object(r),
     })
 }
 
@@ -209,7 +209,7 @@ fn ignored(r: &Record, pid: u32, why: &str) -> String {
 
 fn describe(r: &Record) -> String {
     match r {
-        Record::Namespace { name } => format!("namespace {name:?}"),
+        Record::Namespace { name, .. } => format!("namespace {name:?}"),
         Record::Process { pid, program, .. } => format!("process {pid} ({program})"),
         Record::XfrmSa { src, dst, spi, .. } => format!("SA spi={spi:#x} {src}->{dst}"),
         Record::XfrmPolicy(p) => format!(
@@ -229,7 +229,7 @@ fn describe(r: &Record) -> String {
 /// then checks the object itself.
 fn lab_owns(r: &Record) -> Result<(), String> {
     match r {
-        Record::Namespace { name } => lab_namespace(name),
+        Record::Namespace { name, .. } => lab_namespace(name),
         Record::XfrmSa { namespace, spi, .. } => {
             if !Spi(*spi).is_lab() {
                 return Err(format!(
@@ -448,9 +448,20 @@ async fn remove(r: &Record) -> anyhow::Result<Removed> {
             }
         }),
         Record::Process { exe: None, .. } => Ok(Removed::NotTheRecorded("no executable recorded".into())),
-        Record::Namespace { name } => {
-            if std::fs::symlink_metadata(Path::new("/run/netns").join(name)).is_err() {
+        Record::Namespace { name, id } => {
+            let path = Path::new("/run/netns").join(name);
+            if std::fs::symlink_metadata(&path).is_err() {
                 return Ok(Removed::Gone);
+            }
+            // Recorded with its identity (netns cookie): another namespace given the same
+            // name since is not the recorded one. (Records of older versions have the lab's
+            // name and the nsfs mount under it to go by.)
+            if let (Some(id), Some(now)) = (id, owner::namespace_id(&path)) {
+                if *id != now {
+                    return Ok(Removed::NotTheRecorded(format!(
+                        "/run/netns/{name} is another namespace now ({now}, not the recorded {id})"
+                    )));
+                }
             }
             match netns::delete_by_name(name) {
                 Ok(()) => Ok(Removed::Done(format!("removed namespace {name}"))),
@@ -1029,7 +1040,10 @@ mod tests {
             spi,
         };
         let sa = |namespace: &str| sa_spi(namespace, SPI_FIRST | 0x101);
-        let ns = |name: &str| Record::Namespace { name: name.into() };
+        let ns = |name: &str| Record::Namespace {
+            name: name.into(),
+            id: None,
+        };
         let forged = Forged::new(
             "names",
             &[
@@ -1111,8 +1125,16 @@ mod tests {
         ));
         let genuine = format!("ipl-cleantest-{id}");
         sh(&format!("ip netns add {genuine}"));
+        // Stale (issue 42): the recorded namespace is gone and another has its name now.
+        let reused = format!("ipl-cleantest-re-{id}");
+        sh(&format!("ip netns add {reused}"));
+        let reused_record = Record::namespace(&reused);
+        sh(&format!("ip netns del {reused}; ip netns add {reused}"));
 
-        let ns = |name: &str| Record::Namespace { name: name.into() };
+        let ns = |name: &str| Record::Namespace {
+            name: name.into(),
+            id: None,
+        };
         let forged = Forged::new(
             "namespaces",
             &[
@@ -1120,7 +1142,8 @@ mod tests {
                 ns(&format!("../../tmp/ipl-clean-mnt-{id}")),
                 ns(&foreign),
                 ns(&lab_named_mount),
-                ns(&genuine),
+                reused_record,
+                Record::namespace(&genuine),
             ],
         );
         let summary = forged.clean();
@@ -1129,17 +1152,26 @@ mod tests {
             mounted(&mnt),
             Path::new("/run/netns").join(&foreign).exists(),
             mounted(&lab_named_path),
+            Path::new("/run/netns").join(&reused).exists(),
             Path::new("/run/netns").join(&genuine).exists(),
         );
         sh(&format!(
             "umount {mnt}; rmdir {mnt}; rm -f {file}; ip netns del {foreign}; umount {lab}; rmdir {lab}; \
-             ip netns del {genuine} 2>/dev/null || true",
+             ip netns del {reused}; ip netns del {genuine} 2>/dev/null || true",
             mnt = mnt.display(),
             file = file.display(),
             lab = lab_named_path.display(),
         ));
-        assert_eq!(survived, (true, true, true, true, false), "{summary:?}");
-        assert_eq!(ignored_lines(&summary), 4, "{:?}", summary.lines);
+        assert_eq!(survived, (true, true, true, true, true, false), "{summary:?}");
+        assert_eq!(ignored_lines(&summary), 5, "{:?}", summary.lines);
+        assert!(
+            summary
+                .lines
+                .iter()
+                .any(|l| l.contains("is another namespace now")),
+            "{:?}",
+            summary.lines
+        );
         assert!(
             summary.lines.contains(&format!(
                 "removed namespace {genuine} (left by killed run pid 999999)"

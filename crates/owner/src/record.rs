@@ -116,9 +116,14 @@ fn socket_netns_cookie() -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Record {
-    /// A named network namespace under /run/netns.
+    /// A named network namespace under /run/netns, with its [`namespace_id`] when it was
+    /// made: `clean` removes only the namespace with that identity, not another one given
+    /// the same name since.
     Namespace {
         name: String,
+        /// None in records of versions before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
     },
     /// A process it started, with its identity: its start time (clock ticks since boot,
     /// /proc/PID/stat field 22) and its executable (/proc/PID/exe). `clean` stops only a
@@ -178,6 +183,24 @@ pub struct PolicyRecord {
 }
 
 impl Record {
+    /// A record of the namespace mounted at /run/netns/`name`, with its identity read now
+    /// (none once it is gone: [`Record::same_object`] still finds the record by name).
+    pub fn namespace(name: &str) -> Record {
+        Record::Namespace {
+            name: name.to_string(),
+            id: namespace_id(&std::path::Path::new("/run/netns").join(name)),
+        }
+    }
+
+    /// Whether both records are of the same object: equal, or namespaces of the same name
+    /// (a namespace is forgotten by name once its identity can no longer be read).
+    pub fn same_object(&self, other: &Record) -> bool {
+        match (self, other) {
+            (Record::Namespace { name: a, .. }, Record::Namespace { name: b, .. }) => a == b,
+            _ => self == other,
+        }
+    }
+
     /// A process record for `pid`, with its start time and executable read now (after its
     /// exec: `Command::spawn` returns once the exec succeeded).
     pub fn process(pid: u32, program: &str) -> Record {
@@ -272,6 +295,7 @@ mod tests {
     fn records_are_tagged_json() {
         let r = Record::Namespace {
             name: "ipl-1-a".into(),
+            id: None,
         };
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
