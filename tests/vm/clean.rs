@@ -2,7 +2,9 @@
 //! acted on only where the SA itself carries the lab's marks (issue 42). In a namespace of
 //! its own the test makes, by `ip xfrm`, an SA with the lab's SPI but another's reqid and
 //! one with the lab's SPI and reqid, writes a dead run's state file naming both and one it
-//! never made (stale), and runs `clean`: only the lab's goes.
+//! never made (stale), and runs `clean`: only the lab's goes. Likewise a stale record of a
+//! driver priority (the driver no longer at the lab's pin priority) in the guest's own
+//! kernel: its priority is left as it is.
 
 use crate::common;
 
@@ -85,6 +87,19 @@ fn guest_clean_checks() {
         "records": [record(0x1a5f_ff11), record(0x1a5f_ff12), record(0x1a5f_ff13)],
     });
     std::fs::write(dir.join("999999-1.json"), doc.to_string()).unwrap();
+    // Stale: a cbc(aes) driver of this (the guest's) kernel recorded as pinned by the lab,
+    // though it holds its own priority now; put back "to 0" it would lose to any other.
+    let drivers = xfrm::driver::cbc_aes_priorities(&xfrm::driver::read_proc_crypto());
+    let driver = drivers.first().expect("a cbc(aes) driver in the guest").clone();
+    let stale = serde_json::json!({
+        "version": 1,
+        "owner": { "pid": 999_998, "start_time": 1, "command": "guest_clean_checks" },
+        "records": [{
+            "kind": "driver_priority", "driver": driver.driver, "original": 0,
+            "set": xfrm::range::LAB_DRIVER_PRIORITY,
+        }],
+    });
+    std::fs::write(dir.join("999998-1.json"), stale.to_string()).unwrap();
 
     let out = common::lab().arg("clean").output().unwrap();
     let text = format!(
