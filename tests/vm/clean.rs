@@ -120,9 +120,14 @@ fn guest_clean_checks() {
     assert!(text.contains("has reqid 0x1, not one of the lab's"), "{text}");
     assert!(text.contains("removed SA"), "{text}");
     assert!(!text.contains("0x1a5fff13"), "a stale record is no news: {text}");
+    for file in ["999999-1.json", "999998-1.json"] {
+        assert!(!dir.join(file).exists(), "{file} stayed: {text}");
+    }
+    let now = xfrm::driver::cbc_aes_priorities(&xfrm::driver::read_proc_crypto());
+    assert!(now.contains(&driver), "{driver} changed: {now:?}\n{text}");
     assert!(
-        !dir.join("999999-1.json").exists(),
-        "the state file stayed: {text}"
+        text.contains(&format!("holds priority {} now", driver.priority)),
+        "{text}"
     );
     eprintln!("guest: clean checks passed\n{text}");
 }
