@@ -209,7 +209,12 @@ fn lab_vm_script_refuses_an_outdir_vng_would_split() {
 /// script ignores SIGINT, as qemu outlived vng's), writes its pid to `pidfile`, then runs
 /// `rest`: `sleep 1000` for a guest that hangs, `exit 1` for one that gives nothing back.
 fn fake_vng_with_qemu(dir: &Path, pidfile: &Path, rest: &str) -> String {
-    let qemu = format!("sleep 1000 &\necho $! > '{}'", pidfile.display());
+    // A copy of sleep under qemu's name: `clean` stops only executables the lab starts.
+    let qemu = format!(
+        "cp \"$(command -v sleep)\" '{d}/qemu-system-x86_64'\n'{d}/qemu-system-x86_64' 1000 &\necho $! > '{}'",
+        pidfile.display(),
+        d = dir.display()
+    );
     fake_vng(dir, &format!("{VNG_VERSION}\n{qemu}\n{rest}"))
 }
 
@@ -358,7 +363,8 @@ fn a_vm_sweep_that_gives_nothing_back_fails_and_leaves_nothing() {
 fn a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop() {
     let Some(vm) = FakeVm::new(
         "a_killed_vm_sweep_leaves_nothing_that_clean_does_not_stop",
-        "sleep 1000",
+        // Hangs on its "qemu", and ends with it.
+        "wait",
     ) else {
         return;
     };

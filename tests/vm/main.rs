@@ -16,6 +16,7 @@ mod common;
 #[path = "../remote_common/mod.rs"]
 mod remote_common;
 
+mod clean;
 mod encap;
 mod ipv6;
 mod matrix;
@@ -78,6 +79,7 @@ macro_rules! guest_groups {
 // The groups leave nothing of theirs behind, and xfrm, whose foreign SAs must survive
 // `ipsec-lab clean`, runs last in its boot.
 guest_groups! {
+    in_vm_clean => "clean::guest_clean_checks" in Uml,
     in_vm_encap => "encap::guest_encap_checks" in Uml,
     in_vm_ipv6 => "ipv6::guest_ipv6_checks" in Uml,
     in_vm_matrix_killed_priorities => "matrix::killed_matrix_priorities_restored_in_guest" in TwoDrivers,

@@ -7,16 +7,22 @@
 //! back to their recorded originals. A locked one belongs to a live run and is left alone.
 //! A namespace nobody recorded is never removed, whatever its name.
 //!
-//! A state file is not trusted to name what it likes (issue 22): a record is acted on only
-//! where it is the lab's ([`lab_owns`]): namespaces by a lab name, paths inside the lab's
-//! own directories under its own names, processes whose start time and executable are the
-//! recorded ones. Any other record is left alone, said so, and no longer kept.
+//! A state file is not trusted to name what it likes (issues 22, 42): a record is acted on
+//! only where the object itself shows it is the lab's ([`lab_owns`], then [`remove`]):
+//! namespaces by a lab name; SAs and policies in a namespace named by its netns cookie (an
+//! inode alone is reused), carrying the lab's SPI and reqid, or priority and template reqids;
+//! processes running one of the lab's programs with the recorded start time and executable;
+//! driver priorities only of `cbc(aes)` drivers still holding the lab's pin priority;
+//! crypto instances only of the lab's `pcrypt(...)` kind; paths inside the lab's own
+//! directories under its own names. Any other record is left alone, said so, and no
+//! longer kept; so is one whose object is gone or is another's now (a stale record).
 
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use owner::{DeadOwner, Record, ScannedOwner, CURRENT_NAMESPACE};
-use xfrm::{SaId, Spi, XfrmError, XfrmHandle};
+use owner::{DeadOwner, NamespaceId, Record, ScannedOwner, CURRENT_NAMESPACE};
+use xfrm::range::{is_lab_policy_priority, LAB_DRIVER_PRIORITY, SPI_FIRST, SPI_LAST};
+use xfrm::{PolicyId, SaId, Spi, XfrmError, XfrmHandle};
 
 use crate::error::{LabError, LabResult};
 
@@ -54,7 +60,7 @@ async fn clean_dead_owners_in(state_dir: &Path) -> LabResult<CleanSummary> {
                     ));
                 }
                 for r in &records {
-                    if let Record::Namespace { name } = r {
+                    if let Record::Namespace { name, .. } = r {
                         summary.live_namespaces.push(name.clone());
                     }
                 }
@@ -69,16 +75,17 @@ async fn clean_dead_owners_in(state_dir: &Path) -> LabResult<CleanSummary> {
     Ok(summary)
 }
 
-/// Puts back every crypto driver priority a dead owner recorded, leaving its other records
-/// for `clean`. For the matrix, before it reads any priority: a raised one left by a killed
-/// sweep must not be taken for the original. Returns notes for the report.
+/// Puts back every crypto driver priority a dead owner recorded (where [`clean`](self) would),
+/// leaving its other records for `clean`. For the matrix, before it reads any priority: a
+/// raised one left by a killed sweep must not be taken for the original. Returns notes for
+/// the report.
 pub fn restore_dead_priorities() -> Vec<String> {
     let Ok(scanned) = owner::scan(Path::new(owner::STATE_DIR)) else {
         return Vec::new();
     };
+    let (live, dead) = split_live(scanned);
     let mut notes = Vec::new();
-    for s in scanned {
-        let ScannedOwner::Dead(d) = s else { continue };
+    for d in dead {
         if !d
             .records()
             .iter()
@@ -89,17 +96,34 @@ pub fn restore_dead_priorities() -> Vec<String> {
         let pid = d.owner().pid;
         let mut left = Vec::new();
         for r in d.records().to_vec() {
-            match &r {
-                Record::DriverPriority { driver, original } => match restore_priority(driver, *original) {
-                    Ok(()) => notes.push(format!(
-                        "restored {driver} to priority {original}, left raised by a killed run (pid {pid})"
-                    )),
-                    Err(e) => {
-                        notes.push(format!("could not restore {driver} to {original}: {e}"));
-                        left.push(r);
-                    }
-                },
-                _ => left.push(r),
+            let Record::DriverPriority {
+                driver,
+                original,
+                set,
+            } = &r
+            else {
+                left.push(r);
+                continue;
+            };
+            if held_by_live(&r, &live) {
+                notes.push(format!("left {driver} alone: a live run changed it too"));
+                left.push(r);
+                continue;
+            }
+            let outcome = match lab_owns(&r) {
+                Err(why) => Ok(Removed::NotTheRecorded(why)),
+                Ok(()) => restore_priority(driver, *original, set.unwrap_or(*original)),
+            };
+            match outcome {
+                Ok(Removed::Done(_)) => notes.push(format!(
+                    "restored {driver} to priority {original}, left raised by a killed run (pid {pid})"
+                )),
+                Ok(Removed::NotTheRecorded(why)) => notes.push(ignored(&r, pid, &why)),
+                Ok(Removed::Gone) => {}
+                Err(e) => {
+                    notes.push(format!("could not restore {driver} to {original}: {e}"));
+                    left.push(r);
+                }
             }
         }
         if let Err(e) = d.settle(left) {
@@ -107,6 +131,28 @@ pub fn restore_dead_priorities() -> Vec<String> {
         }
     }
     notes
+}
+
+/// The records of live owners, and the dead owners.
+fn split_live(scanned: Vec<ScannedOwner>) -> (Vec<Record>, Vec<DeadOwner>) {
+    let mut live = Vec::new();
+    let mut dead = Vec::new();
+    for s in scanned {
+        match s {
+            ScannedOwner::Live { records, .. } => live.extend(records),
+            ScannedOwner::Dead(d) => dead.push(d),
+        }
+    }
+    (live, dead)
+}
+
+/// Whether a live run recorded the same object: the same record, or a priority of the
+/// same driver (whatever it recorded as the original, the driver is that run's now).
+fn held_by_live(r: &Record, live: &[Record]) -> bool {
+    live.iter().any(|l| match (r, l) {
+        (Record::DriverPriority { driver: a, .. }, Record::DriverPriority { driver: b, .. }) => a == b,
+        _ => l.same_object(r),
+    })
 }
 
 /// Removes what one dead owner recorded, processes first (they may hold the rest).
@@ -125,7 +171,7 @@ async fn clean_one(dead: DeadOwner, live: &[Record], summary: &mut CleanSummary)
     });
     let mut left = Vec::new();
     for r in records {
-        if live.contains(&r) {
+        if held_by_live(&r, live) {
             summary.lines.push(format!(
                 "left alone: {} (a live run recorded it too)",
                 describe(&r)
@@ -163,14 +209,14 @@ fn ignored(r: &Record, pid: u32, why: &str) -> String {
 
 fn describe(r: &Record) -> String {
     match r {
-        Record::Namespace { name } => format!("namespace {name:?}"),
+        Record::Namespace { name, .. } => format!("namespace {name:?}"),
         Record::Process { pid, program, .. } => format!("process {pid} ({program})"),
         Record::XfrmSa { src, dst, spi, .. } => format!("SA spi={spi:#x} {src}->{dst}"),
         Record::XfrmPolicy(p) => format!(
             "policy {}/{} -> {}/{} dir {}",
             p.src, p.src_len, p.dst, p.dst_len, p.direction
         ),
-        Record::DriverPriority { driver, original } => {
+        Record::DriverPriority { driver, original, .. } => {
             format!("priority of {driver} (originally {original})")
         }
         Record::CryptoInstance { driver } => format!("crypto instance {driver}"),
@@ -179,20 +225,33 @@ fn describe(r: &Record) -> String {
 }
 
 /// Why a record is not the lab's to act on, if it is not: whatever a state file says, only
-/// objects the lab could have made are touched.
+/// objects the lab could have made are touched. What the record alone can show; [`remove`]
+/// then checks the object itself.
 fn lab_owns(r: &Record) -> Result<(), String> {
     match r {
-        Record::Namespace { name } => lab_namespace(name),
-        Record::XfrmSa { namespace, .. } => recorded_namespace(namespace),
+        Record::Namespace { name, .. } => lab_namespace(name),
+        Record::XfrmSa { namespace, spi, .. } => {
+            if !Spi(*spi).is_lab() {
+                return Err(format!(
+                    "SPI {spi:#x} is outside the lab's range ({SPI_FIRST:#x}..={SPI_LAST:#x})"
+                ));
+            }
+            recorded_namespace(namespace)
+        }
         Record::XfrmPolicy(p) => recorded_namespace(&p.namespace),
-        Record::Process { start_time, exe, .. } => match exe {
+        Record::Process {
+            start_time,
+            exe,
+            program,
+            ..
+        } => match exe {
             _ if *start_time == 0 => Err("its record has no start time".into()),
             None => Err(
                 "its record has no executable (written by an older ipsec-lab), so nothing shows it \
                  is the lab's process: stop it by hand if it is"
                     .into(),
             ),
-            Some(_) => Ok(()),
+            Some(exe) => lab_executable(program, exe),
         },
         Record::CryptoInstance { driver } => {
             if driver.starts_with("pcrypt(") && driver.ends_with(')') {
@@ -201,8 +260,69 @@ fn lab_owns(r: &Record) -> Result<(), String> {
                 Err("the lab builds only pcrypt(...) instances".into())
             }
         }
-        Record::DriverPriority { .. } => Ok(()),
+        Record::DriverPriority { original, set, .. } => match set {
+            None => Err(
+                "its record has no priority the lab set (written by an older ipsec-lab), so nothing \
+                 shows the driver still holds the lab's: put it back by hand if it does"
+                    .into(),
+            ),
+            Some(set) if set == original => Ok(()),
+            Some(set) if *set != LAB_DRIVER_PRIORITY => Err(format!(
+                "{set} is not the priority the lab pins drivers at ({LAB_DRIVER_PRIORITY})"
+            )),
+            Some(_) if *original >= LAB_DRIVER_PRIORITY => {
+                Err(format!("its original {original} is no priority the kernel gives"))
+            }
+            Some(_) => Ok(()),
+        },
         Record::Path { path } => lab_path(path),
+    }
+}
+
+/// The programs the lab starts and records, by file name: its own children (another
+/// ipsec-lab, the UML kernel) and the daemons of its backends.
+const LAB_PROGRAMS: [&str; 5] = [
+    "ipsec-lab",
+    "linux.uml",
+    "charon-systemd",
+    "openvpn",
+    "wireguard-go",
+];
+/// The program `--vm` starts (a script: its own process runs an interpreter, not the lab's
+/// program, and is not stopped by `clean`), and the programs it starts in turn.
+const VM_PROGRAM: &str = "vng";
+const VM_HELPERS: [&str; 2] = ["qemu-system-", "virtiofsd"];
+
+/// Whether a process record's executable is one the lab starts for the program recorded:
+/// the program's own (`charon-systemd` runs a file named charon-systemd), or for the
+/// members of a child's group ("started by ..."), another of the lab's programs or a helper
+/// of `--vm`. The executable is checked again against the process in [`identity`].
+fn lab_executable(program: &str, exe: &Path) -> Result<(), String> {
+    let (member, program) = match program.strip_prefix("started by ") {
+        Some(parent) => (true, parent),
+        None => (false, program),
+    };
+    let name = program.split(" (").next().unwrap_or(program);
+    let file = exe
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let file = file.strip_suffix(" (deleted)").unwrap_or(&file);
+    if !(LAB_PROGRAMS.contains(&name) || name == VM_PROGRAM) {
+        return Err(format!("{name:?} is no program the lab starts"));
+    }
+    let ok = if member {
+        LAB_PROGRAMS.contains(&file) || VM_HELPERS.iter().any(|h| file.starts_with(h))
+    } else {
+        file == name
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{exe:?} is not an executable the lab starts as {}{name}",
+            if member { "part of " } else { "" }
+        ))
     }
 }
 
@@ -217,16 +337,21 @@ fn lab_namespace(name: &str) -> Result<(), String> {
     }
 }
 
-/// The namespace of an SA or policy: this process's own, one by inode, or a lab name.
+/// The namespace of an SA or policy: one named for good (its netns cookie, or the fixed
+/// inode of the initial namespace), or a lab name. An inode alone is refused: the kernel
+/// gives a dead namespace's inode to the next one made, which may be anyone's.
 fn recorded_namespace(namespace: &str) -> Result<(), String> {
-    let by_inode = namespace
-        .strip_prefix("net:[")
-        .and_then(|n| n.strip_suffix(']'))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-    if namespace == CURRENT_NAMESPACE || by_inode {
-        Ok(())
-    } else {
-        lab_namespace(namespace)
+    if namespace == CURRENT_NAMESPACE {
+        return Err("its record does not say which namespace it is in".into());
+    }
+    match NamespaceId::parse(namespace) {
+        Some(id) if id.is_lasting() => Ok(()),
+        Some(_) => Err(
+            "its namespace is named by an inode alone (an older ipsec-lab), which the kernel reuses: \
+             nothing shows a namespace with it now is the recorded one"
+                .into(),
+        ),
+        None => lab_namespace(namespace),
     }
 }
 
@@ -323,9 +448,20 @@ async fn remove(r: &Record) -> anyhow::Result<Removed> {
             }
         }),
         Record::Process { exe: None, .. } => Ok(Removed::NotTheRecorded("no executable recorded".into())),
-        Record::Namespace { name } => {
-            if std::fs::symlink_metadata(Path::new("/run/netns").join(name)).is_err() {
+        Record::Namespace { name, id } => {
+            let path = Path::new("/run/netns").join(name);
+            if std::fs::symlink_metadata(&path).is_err() {
                 return Ok(Removed::Gone);
+            }
+            // Recorded with its identity (netns cookie): another namespace given the same
+            // name since is not the recorded one. (Records of older versions have the lab's
+            // name and the nsfs mount under it to go by.)
+            if let (Some(id), Some(now)) = (id, owner::namespace_id(&path)) {
+                if *id != now {
+                    return Ok(Removed::NotTheRecorded(format!(
+                        "/run/netns/{name} is another namespace now ({now}, not the recorded {id})"
+                    )));
+                }
             }
             match netns::delete_by_name(name) {
                 Ok(()) => Ok(Removed::Done(format!("removed namespace {name}"))),
@@ -349,6 +485,17 @@ async fn remove(r: &Record) -> anyhow::Result<Removed> {
                 dst: *dst,
                 spi: Spi(*spi),
             };
+            match handle.get_sa(&id).await {
+                Ok(sa) if !sa.is_lab() => {
+                    return Ok(Removed::NotTheRecorded(format!(
+                        "SA {id} has reqid {}, not one of the lab's",
+                        sa.reqid
+                    )))
+                }
+                Ok(_) => {}
+                Err(XfrmError::NotFound { .. }) => return Ok(Removed::Gone),
+                Err(e) => return Err(e.into()),
+            }
             match handle.delete_sa(&id).await {
                 Ok(()) => Ok(Removed::Done(format!("removed SA {id}"))),
                 Err(XfrmError::NotFound { .. }) => Ok(Removed::Gone),
@@ -359,21 +506,51 @@ async fn remove(r: &Record) -> anyhow::Result<Removed> {
             let Some(handle) = xfrm_handle(&p.namespace)? else {
                 return Ok(Removed::Gone);
             };
-            let id = crate::backend::xfrm::policy_id(p)
-                .ok_or_else(|| anyhow::anyhow!("a policy record this version cannot read"))?;
+            let Some(PolicyId::Selector { selector, direction }) = crate::backend::xfrm::policy_id(p) else {
+                return Ok(Removed::NotTheRecorded(
+                    "a policy record this version cannot read".into(),
+                ));
+            };
+            let found = handle
+                .list_policies()
+                .await?
+                .into_iter()
+                .find(|f| f.direction == Some(direction) && f.selector == Some(selector));
+            let Some(found) = found else {
+                return Ok(Removed::Gone);
+            };
+            let what = format!("policy {selector} dir {}", direction.name());
+            if !(found.is_lab() && is_lab_policy_priority(found.priority)) {
+                let reqids: Vec<String> = found.template_reqids.iter().map(|r| r.to_string()).collect();
+                return Ok(Removed::NotTheRecorded(format!(
+                    "{what} has priority {} and template reqids [{}], not the lab's",
+                    found.priority,
+                    reqids.join(", ")
+                )));
+            }
+            // By the index of the one checked, not by selector: another with the same
+            // selector (another mark) is never the one removed.
+            let id = PolicyId::Index {
+                index: found.index,
+                direction,
+            };
             match handle.delete_policy(&id).await {
-                Ok(()) => Ok(Removed::Done(format!("removed policy {id}"))),
+                Ok(()) => Ok(Removed::Done(format!("removed {what}"))),
                 Err(XfrmError::NotFound { .. }) => Ok(Removed::Gone),
                 Err(e) => Err(e.into()),
             }
         }
-        Record::DriverPriority { driver, original } => {
-            restore_priority(driver, *original)?;
-            Ok(Removed::Done(format!("restored {driver} to priority {original}")))
-        }
+        Record::DriverPriority {
+            driver,
+            original,
+            set,
+        } => restore_priority(driver, *original, set.unwrap_or(*original)),
         Record::CryptoInstance { driver } => {
-            if !driver_present(driver) {
-                return Ok(Removed::Gone);
+            let text = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
+            match xfrm::pcrypt::is_lab_instance(&text, driver) {
+                Ok(false) => return Ok(Removed::Gone),
+                Err(why) => return Ok(Removed::NotTheRecorded(why)),
+                Ok(true) => {}
             }
             let mut cu = xfrm::crypto_user::CryptoUser::open()?;
             // Namespaces removed just before free their SAs in a work queue: wait for it.
@@ -398,37 +575,85 @@ async fn remove(r: &Record) -> anyhow::Result<Removed> {
     }
 }
 
-/// An XFRM handle in the recorded namespace (`net:[INODE]`: this clean's own, or one named
-/// under /run/netns; a plain name: /run/netns/NAME); None when that namespace is gone, and
+/// An XFRM handle in the recorded namespace (one [`recorded_namespace`] accepted: named by
+/// [`owner::namespace_id`], this clean's own or one mounted under /run/netns, matched by
+/// inode and cookie; or a lab name, /run/netns/NAME); None when that namespace is gone, and
 /// its SAs with it.
 fn xfrm_handle(namespace: &str) -> anyhow::Result<Option<XfrmHandle>> {
-    if namespace == CURRENT_NAMESPACE || namespace == owner::current_network_namespace() {
+    let Some(recorded) = NamespaceId::parse(namespace) else {
+        let path = Path::new("/run/netns").join(namespace);
+        return Ok(match path.exists() {
+            true => Some(XfrmHandle::open_in(&path)?),
+            false => None,
+        });
+    };
+    let is_recorded = |path: &Path| {
+        owner::namespace_id(path)
+            .and_then(|n| NamespaceId::parse(&n))
+            .is_some_and(|n| {
+                n.inode == recorded.inode && (recorded.cookie.is_none() || n.cookie == recorded.cookie)
+            })
+    };
+    if is_recorded(Path::new("/proc/self/ns/net")) {
         return Ok(Some(XfrmHandle::open()?));
     }
-    let named = if namespace.starts_with("net:[") {
-        std::fs::read_dir("/run/netns")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| owner::namespace_id(p).as_deref() == Some(namespace))
-    } else {
-        Some(Path::new("/run/netns").join(namespace)).filter(|p| p.exists())
-    };
+    let named = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| is_recorded(p));
     match named {
         Some(path) => Ok(Some(XfrmHandle::open_in(&path)?)),
         None => Ok(None),
     }
 }
 
-fn restore_priority(driver: &str, original: u32) -> anyhow::Result<()> {
+/// Puts `driver` back to `original` where it still holds `set`, the priority the lab gave
+/// it ([`lab_owns`] checked that is the lab's pin priority), and is a driver the lab
+/// changes (`cbc(aes)`).
+fn restore_priority(driver: &str, original: u32, set: u32) -> anyhow::Result<Removed> {
+    match priority_action(&xfrm::driver::read_proc_crypto(), driver, original, set) {
+        Ok(true) => {}
+        Ok(false) => return Ok(Removed::Gone),
+        Err(why) => return Ok(Removed::NotTheRecorded(why)),
+    }
     let mut cu = xfrm::crypto_user::CryptoUser::open()?;
     match cu.update(driver, Some(original)) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(Removed::Done(format!("restored {driver} to priority {original}"))),
         // The driver's module is gone, and with it the raised priority.
-        Err(_) if !driver_present(driver) => Ok(()),
+        Err(_) if !driver_present(driver) => Ok(Removed::Gone),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether a recorded priority is to be put back, by /proc/crypto (`entries`): false when
+/// there is nothing to do (the driver is gone, or was rewritten unchanged), an error
+/// saying why where the driver is no longer as the lab left it.
+fn priority_action(
+    entries: &[model::env::CryptoEntry],
+    driver: &str,
+    original: u32,
+    set: u32,
+) -> Result<bool, String> {
+    let Some(now) = xfrm::driver::priority_of(entries, driver) else {
+        return Ok(false);
+    };
+    if set == original {
+        return Ok(false);
+    }
+    if !xfrm::driver::is_pinnable(entries, driver) {
+        return Err(format!(
+            "{driver} is no {} driver; the lab changes only those",
+            xfrm::driver::CBC_AES
+        ));
+    }
+    if i64::from(now) != i64::from(set) {
+        return Err(format!(
+            "{driver} holds priority {now} now, not the {set} the lab set"
+        ));
+    }
+    Ok(true)
 }
 
 fn driver_present(driver: &str) -> bool {
@@ -501,6 +726,7 @@ fn stop_process(pid: u32, start_time: u64) {
 mod tests {
     use super::*;
     use std::process::Command;
+    use xfrm::LAB_POLICY_PRIORITY;
 
     /// A state directory of its own holding one dead owner's state file with `records`,
     /// written by hand as a forger would; removed on drop.
@@ -554,58 +780,204 @@ mod tests {
             .count()
     }
 
-    /// Regression (issue 22): a forged process record (a real pid with its real start time)
-    /// made `clean` kill an unrelated process.
+    /// A directory of the test's own, removed on drop.
+    struct TestDir(PathBuf);
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A directory of the test's own with copies of `sleep` under the names given, so the
+    /// processes a test records run executables the test made.
+    fn sleepers(test: &str, names: &[&str]) -> (TestDir, Vec<PathBuf>) {
+        let dir = TestDir(std::env::temp_dir().join(format!("ipl-clean-{test}-{}", std::process::id())));
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir(&dir.0).unwrap();
+        let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("sleep");
+        let copies = names
+            .iter()
+            .map(|n| {
+                let copy = dir.0.join(n);
+                std::fs::copy(sleep, &copy).unwrap();
+                copy
+            })
+            .collect();
+        (dir, copies)
+    }
+
+    /// A process of the test's own, reaped at once when it ends, so "still running" means
+    /// running; its exit status comes on `ended`. Killed on drop if it still runs.
+    struct OwnProcess {
+        pid: u32,
+        ended: std::sync::mpsc::Receiver<std::process::ExitStatus>,
+    }
+
+    impl OwnProcess {
+        fn spawn(exe: &Path) -> OwnProcess {
+            let mut child = Command::new(exe).arg("30").spawn().unwrap();
+            let pid = child.id();
+            let (tx, ended) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(child.wait().unwrap()));
+            OwnProcess { pid, ended }
+        }
+
+        fn running(&self) -> bool {
+            matches!(self.ended.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty))
+        }
+    }
+
+    impl Drop for OwnProcess {
+        fn drop(&mut self) {
+            if self.running() {
+                let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = self.ended.recv_timeout(Duration::from_secs(10));
+            }
+        }
+    }
+
+    /// Regression (issues 22, 42): a process record naming a real pid with its real start
+    /// time and executable made `clean` stop a process the lab never starts (`sleep`
+    /// recorded as `charon-systemd`); one without an executable was trusted as well. A
+    /// stale record (the pid taken by a process started later) is the common case.
     #[test]
-    fn a_forged_process_record_does_not_stop_an_unrelated_process() {
-        let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = victim.id();
-        let start_time = owner::process_start_time(pid).unwrap();
-        // Reaped at once when it ends, so "still running" below means running.
-        let (ended_tx, ended) = std::sync::mpsc::channel();
-        std::thread::spawn(move || ended_tx.send(victim.wait().unwrap()));
+    fn a_process_record_stops_only_a_program_the_lab_starts() {
+        let (_dir, exes) = sleepers("process", &["sleep", "charon-systemd"]);
+        let other_process = OwnProcess::spawn(&exes[0]);
+        let daemon_process = OwnProcess::spawn(&exes[1]);
+        let (other, daemon) = (other_process.pid, daemon_process.pid);
+        let start = |pid| owner::process_start_time(pid).unwrap();
+        let record = |pid, program: &str| Record::Process {
+            pid,
+            start_time: start(pid),
+            program: program.into(),
+            exe: owner::process_exe(pid).ok(),
+        };
         let forged = Forged::new(
             "process",
             &[
-                Record::Process {
-                    pid,
-                    start_time,
-                    program: "openvpn".into(),
-                    exe: Some("/usr/sbin/openvpn".into()),
-                },
+                // The issue's record: another program's process named as the lab's daemon.
+                record(other, "charon-systemd"),
+                // Its own name, but not a program the lab starts.
+                record(other, "sleep"),
                 // As older versions wrote them: no executable to check.
                 Record::Process {
-                    pid,
-                    start_time,
-                    program: "sleep".into(),
+                    pid: other,
+                    start_time: start(other),
+                    program: "charon-systemd".into(),
                     exe: None,
+                },
+                // Stale: the lab's program, but its pid now another process's (started
+                // at another time).
+                Record::Process {
+                    pid: daemon,
+                    start_time: start(daemon) - 1,
+                    program: "charon-systemd".into(),
+                    exe: owner::process_exe(daemon).ok(),
                 },
             ],
         );
         let summary = forged.clean();
-        assert!(ended.try_recv().is_err(), "the unrelated process was stopped");
-        assert_eq!(owner::process_start_time(pid), Some(start_time));
-        assert_eq!(ignored_lines(&summary), 2, "{:?}", summary.lines);
+        assert!(other_process.running(), "the other program was stopped");
+        assert!(daemon_process.running(), "a stale record stopped a process");
+        assert_eq!(ignored_lines(&summary), 3, "{:?}", summary.lines);
         let text = summary.lines.join("\n");
-        assert!(text.contains("not the recorded \"/usr/sbin/openvpn\""), "{text}");
+        assert!(
+            text.contains("is not an executable the lab starts as charon-systemd"),
+            "{text}"
+        );
+        assert!(text.contains("\"sleep\" is no program the lab starts"), "{text}");
         assert!(text.contains("no executable"), "{text}");
         assert!(summary.failures.is_empty(), "{:?}", summary.failures);
-        assert_eq!(forged.left(), Vec::new(), "ignored records are not kept");
+        assert_eq!(
+            forged.left(),
+            Vec::new(),
+            "ignored and stale records are not kept"
+        );
 
-        // The same process recorded as the lab records its own (start time and executable)
-        // is stopped: the check does not refuse everything.
-        let genuine = Forged::new("process-genuine", &[Record::process(pid, "sleep")]);
+        // The lab's program, recorded as the lab records it: stopped, so the check does
+        // not refuse everything.
+        let genuine = Forged::new("process-genuine", &[Record::process(daemon, "charon-systemd")]);
         let summary = genuine.clean();
-        let status = ended.recv_timeout(Duration::from_secs(10)).expect("stopped");
+        let status = daemon_process
+            .ended
+            .recv_timeout(Duration::from_secs(10))
+            .expect("stopped");
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(libc::SIGTERM)
         );
-        assert!(
-            summary.lines[0].starts_with(&format!("stopped process {pid} (sleep)")),
-            "{:?}",
-            summary.lines
+        assert_eq!(
+            summary.lines,
+            [format!(
+                "stopped process {daemon} (charon-systemd) (left by killed run pid 999999)"
+            )]
         );
+    }
+
+    #[test]
+    fn the_labs_executables_are_known_by_name() {
+        let ok = |program: &str, exe: &str| lab_executable(program, Path::new(exe));
+        assert_eq!(ok("charon-systemd", "/usr/sbin/charon-systemd"), Ok(()));
+        assert_eq!(ok("linux.uml (end a)", "/opt/k/linux.uml (deleted)"), Ok(()));
+        assert_eq!(ok("started by linux.uml (end a)", "/usr/bin/linux.uml"), Ok(()));
+        assert_eq!(
+            ok("started by vng (guest)", "/usr/bin/qemu-system-x86_64"),
+            Ok(())
+        );
+        assert_eq!(ok("started by ipsec-lab (child)", "/usr/sbin/openvpn"), Ok(()));
+        assert!(ok("charon-systemd", "/usr/bin/sleep").is_err());
+        assert!(ok("openvpn", "/usr/sbin/charon-systemd").is_err());
+        assert!(ok("vng (guest)", "/usr/bin/bash").is_err());
+        assert!(ok("started by vng (guest)", "/usr/bin/bash").is_err());
+        assert!(ok("started by sleep", "/usr/sbin/openvpn").is_err());
+        assert!(ok("sh (x)", "/usr/bin/sh").is_err());
+    }
+
+    /// Regression (issue 42): a driver priority was put back for any driver to any value,
+    /// so a stale record could make a table-based AES the default.
+    #[test]
+    fn a_driver_priority_is_put_back_only_where_the_lab_pinned_it() {
+        let prio = |driver: &str, original, set| Record::DriverPriority {
+            driver: driver.into(),
+            original,
+            set,
+        };
+        // The record alone: the lab's pin priority, set by a version that recorded it.
+        assert_eq!(lab_owns(&prio("d", 400, Some(LAB_DRIVER_PRIORITY))), Ok(()));
+        assert_eq!(lab_owns(&prio("d", 400, Some(400))), Ok(()));
+        assert!(lab_owns(&prio("d", 400, None)).is_err());
+        assert!(lab_owns(&prio("d", 0, Some(500))).is_err());
+        assert!(lab_owns(&prio("d", LAB_DRIVER_PRIORITY, Some(LAB_DRIVER_PRIORITY))).is_ok());
+        assert!(lab_owns(&prio("d", LAB_DRIVER_PRIORITY + 1, Some(LAB_DRIVER_PRIORITY))).is_err());
+
+        // The driver itself, by /proc/crypto (text, no kernel touched).
+        let entry = |name: &str, driver: &str, priority: u32| {
+            format!("name         : {name}\ndriver       : {driver}\npriority     : {priority}\nselftest     : passed\ntype         : skcipher\n")
+        };
+        let text = [
+            entry("cbc(aes)", "cbc-aes-aesni", LAB_DRIVER_PRIORITY),
+            entry("cbc(aes)", "cbc(aes-generic)", 100),
+            entry("ctr(aes)", "ctr-aes-aesni", LAB_DRIVER_PRIORITY),
+        ]
+        .join("\n");
+        let entries = model::env::parse_proc_crypto(&text);
+        let act = |driver, original| priority_action(&entries, driver, original, LAB_DRIVER_PRIORITY);
+        assert_eq!(act("cbc-aes-aesni", 400), Ok(true));
+        // Stale: the driver went back (or was set again by someone else) since.
+        let e = act("cbc(aes-generic)", 100).unwrap_err();
+        assert!(e.contains("holds priority 100 now"), "{e}");
+        // Not a driver the lab changes, though at the lab's value.
+        let e = act("ctr-aes-aesni", 300).unwrap_err();
+        assert!(e.contains("no cbc(aes) driver"), "{e}");
+        // Gone with its module, or rewritten unchanged: nothing to do.
+        assert_eq!(act("cbc-aes-gone", 400), Ok(false));
+        assert_eq!(priority_action(&entries, "cbc(aes-generic)", 100, 100), Ok(false));
     }
 
     /// Regression (issue 22): a forged path record made `clean` remove any directory.
@@ -657,16 +1029,21 @@ mod tests {
     }
 
     /// Records naming a namespace (or an SA's namespace, or a crypto instance) outside the
-    /// lab's pattern are refused before anything is looked up: no root needed to show it.
+    /// lab's pattern, an SA outside the lab's SPIs, or a driver priority the lab does not
+    /// set, are refused before anything is looked up: no root needed to show it.
     #[test]
     fn forged_namespace_names_are_refused_before_anything_is_touched() {
-        let sa = |namespace: &str| Record::XfrmSa {
+        let sa_spi = |namespace: &str, spi| Record::XfrmSa {
             namespace: namespace.into(),
             src: "198.18.0.1".parse().unwrap(),
             dst: "198.18.0.2".parse().unwrap(),
-            spi: 0x101,
+            spi,
         };
-        let ns = |name: &str| Record::Namespace { name: name.into() };
+        let sa = |namespace: &str| sa_spi(namespace, SPI_FIRST | 0x101);
+        let ns = |name: &str| Record::Namespace {
+            name: name.into(),
+            id: None,
+        };
         let forged = Forged::new(
             "names",
             &[
@@ -677,13 +1054,31 @@ mod tests {
                 ns("ipl-x\nremoved namespace y"),
                 sa("../../proc/1/ns/net"),
                 sa("net:[1x]"),
+                // An inode of a namespace made at run time, without its cookie: reused.
+                sa("net:[4026532999]"),
+                sa(CURRENT_NAMESPACE),
+                // Not the lab's SPI, in the namespace this test runs in.
+                sa_spi(&owner::current_network_namespace(), 0x101),
                 Record::CryptoInstance {
                     driver: "aes-generic".into(),
+                },
+                Record::DriverPriority {
+                    driver: "cbc-aes-ipl-test-none".into(),
+                    original: 0,
+                    set: None,
+                },
+                Record::DriverPriority {
+                    driver: "cbc-aes-ipl-test-none".into(),
+                    original: 0,
+                    set: Some(500),
                 },
             ],
         );
         let summary = forged.clean();
-        assert_eq!(ignored_lines(&summary), 8, "{:?}", summary.lines);
+        assert_eq!(ignored_lines(&summary), 13, "{:?}", summary.lines);
+        let text = summary.lines.join("\n");
+        assert!(text.contains("inode alone"), "{text}");
+        assert!(text.contains("SPI 0x101 is outside the lab's range"), "{text}");
         assert!(
             summary.lines.iter().all(|l| !l.contains('\n')),
             "{:?}",
@@ -730,8 +1125,16 @@ mod tests {
         ));
         let genuine = format!("ipl-cleantest-{id}");
         sh(&format!("ip netns add {genuine}"));
+        // Stale (issue 42): the recorded namespace is gone and another has its name now.
+        let reused = format!("ipl-cleantest-re-{id}");
+        sh(&format!("ip netns add {reused}"));
+        let reused_record = Record::namespace(&reused);
+        sh(&format!("ip netns del {reused}; ip netns add {reused}"));
 
-        let ns = |name: &str| Record::Namespace { name: name.into() };
+        let ns = |name: &str| Record::Namespace {
+            name: name.into(),
+            id: None,
+        };
         let forged = Forged::new(
             "namespaces",
             &[
@@ -739,7 +1142,8 @@ mod tests {
                 ns(&format!("../../tmp/ipl-clean-mnt-{id}")),
                 ns(&foreign),
                 ns(&lab_named_mount),
-                ns(&genuine),
+                reused_record,
+                Record::namespace(&genuine),
             ],
         );
         let summary = forged.clean();
@@ -748,17 +1152,26 @@ mod tests {
             mounted(&mnt),
             Path::new("/run/netns").join(&foreign).exists(),
             mounted(&lab_named_path),
+            Path::new("/run/netns").join(&reused).exists(),
             Path::new("/run/netns").join(&genuine).exists(),
         );
         sh(&format!(
             "umount {mnt}; rmdir {mnt}; rm -f {file}; ip netns del {foreign}; umount {lab}; rmdir {lab}; \
-             ip netns del {genuine} 2>/dev/null || true",
+             ip netns del {reused}; ip netns del {genuine} 2>/dev/null || true",
             mnt = mnt.display(),
             file = file.display(),
             lab = lab_named_path.display(),
         ));
-        assert_eq!(survived, (true, true, true, true, false), "{summary:?}");
-        assert_eq!(ignored_lines(&summary), 4, "{:?}", summary.lines);
+        assert_eq!(survived, (true, true, true, true, true, false), "{summary:?}");
+        assert_eq!(ignored_lines(&summary), 5, "{:?}", summary.lines);
+        assert!(
+            summary
+                .lines
+                .iter()
+                .any(|l| l.contains("is another namespace now")),
+            "{:?}",
+            summary.lines
+        );
         assert!(
             summary.lines.contains(&format!(
                 "removed namespace {genuine} (left by killed run pid 999999)"
@@ -767,5 +1180,119 @@ mod tests {
             summary.lines
         );
         assert!(summary.failures.is_empty(), "{:?}", summary.failures);
+    }
+    /// A namespace of the test's own, deleted on drop.
+    struct OwnNamespace(String);
+
+    impl Drop for OwnNamespace {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+
+    /// Regression (issue 42): a record naming a policy the lab never made (no reqid,
+    /// priority 0) made `clean` delete it, and a namespace named by its inode alone was
+    /// taken as the recorded one. Every policy here is made by the test, in a namespace it
+    /// made; only the one with the lab's marks, in the namespace named by its cookie, goes.
+    #[test]
+    fn a_policy_record_removes_only_a_policy_with_the_labs_marks() {
+        if !testcap::root("a_policy_record_removes_only_a_policy_with_the_labs_marks") {
+            return;
+        }
+        let name = format!("ipl-cleanpol-{}", std::process::id());
+        sh(&format!("ip netns add {name}"));
+        let own = OwnNamespace(name.clone());
+        let path = Path::new("/run/netns").join(&name);
+        let namespace = owner::namespace_id(&path).unwrap();
+        let inode_only = namespace.split(' ').next().unwrap().to_string();
+        let parsed = NamespaceId::parse(&namespace).unwrap();
+        let other_cookie = format!("{inode_only} cookie {}", parsed.cookie.unwrap() + 1_000_000);
+        let lab_reqid = xfrm::range::REQID_FIRST | 0x7;
+        // (last octet of the selector's source, priority, template reqid)
+        let policies = [
+            (1, 0, None),                              // the issue's: no template, priority 0
+            (2, LAB_POLICY_PRIORITY, Some(5)),         // the lab's priority, another's reqid
+            (3, 0, Some(lab_reqid)),                   // the lab's reqid, another's priority
+            (4, LAB_POLICY_PRIORITY, Some(lab_reqid)), // the lab's
+        ];
+        for (host, priority, reqid) in policies {
+            let tmpl = reqid.map_or(String::new(), |r| {
+                format!(" tmpl src 198.18.0.{host} dst 198.18.1.1 proto esp reqid {r} mode tunnel")
+            });
+            sh(&format!(
+                "ip -n {name} xfrm policy add src 198.18.0.{host}/32 dst 198.18.1.1/32 dir out priority {priority}{tmpl}"
+            ));
+        }
+        let record = |namespace: &str, host: u8| {
+            Record::XfrmPolicy(owner::PolicyRecord {
+                namespace: namespace.into(),
+                src: format!("198.18.0.{host}").parse().unwrap(),
+                src_len: 32,
+                dst: "198.18.1.1".parse().unwrap(),
+                dst_len: 32,
+                proto: None,
+                src_port: None,
+                dst_port: None,
+                direction: "out".into(),
+            })
+        };
+        let listed = || {
+            let out = Command::new("ip")
+                .args(["-n", &name, "xfrm", "policy", "list"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        // Names that do not prove the namespace: by inode alone (reused once it dies), and
+        // by its inode with another namespace's cookie (the inode reused by another).
+        let unproven = Forged::new(
+            "policy-namespace",
+            &[record(&inode_only, 4), record(&other_cookie, 4)],
+        );
+        let summary = unproven.clean();
+        assert!(listed().contains("198.18.0.4/32"), "{summary:?}");
+        assert_eq!(ignored_lines(&summary), 1, "{:?}", summary.lines);
+        assert!(summary.failures.is_empty(), "{:?}", summary.failures);
+
+        let forged = Forged::new(
+            "policy",
+            &[
+                record(&namespace, 1),
+                record(&namespace, 2),
+                record(&namespace, 3),
+                record(&namespace, 4),
+                // Stale: a policy already gone.
+                record(&namespace, 9),
+            ],
+        );
+        let summary = forged.clean();
+        let left = listed();
+        drop(own);
+        for host in 1..=3 {
+            assert!(
+                left.contains(&format!("198.18.0.{host}/32")),
+                "{host} removed: {left}\n{summary:?}"
+            );
+        }
+        assert!(!left.contains("198.18.0.4/32"), "the lab's policy stayed: {left}");
+        assert_eq!(ignored_lines(&summary), 3, "{:?}", summary.lines);
+        assert!(
+            summary
+                .lines
+                .iter()
+                .any(|l| l.starts_with("removed policy 198.18.0.4/32")),
+            "{:?}",
+            summary.lines
+        );
+        assert!(summary.failures.is_empty(), "{:?}", summary.failures);
+        assert_eq!(forged.left(), Vec::new());
+
+        // Stale: the namespace itself is gone, the record names it by its cookie.
+        let gone = Forged::new("policy-gone", &[record(&namespace, 4)]);
+        let summary = gone.clean();
+        assert!(
+            summary.lines.is_empty() && summary.failures.is_empty(),
+            "{summary:?}"
+        );
     }
 }

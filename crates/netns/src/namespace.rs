@@ -76,9 +76,7 @@ impl Namespace {
             });
         }
         // Recorded before anything else can fail, so `clean` finds it after a SIGKILL.
-        let recorded = owner::record(owner::Record::Namespace {
-            name: name.to_string(),
-        });
+        let recorded = owner::record(owner::Record::namespace(name));
         if let Err(e) = recorded {
             let _ = delete_by_name(name);
             return Err(NetnsError::Record(e));
@@ -357,9 +355,7 @@ pub fn delete_by_name(name: &str) -> Result<(), NetnsError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(sys("remove", e)),
     }
-    owner::forget(&owner::Record::Namespace {
-        name: name.to_string(),
-    });
+    owner::forget(&owner::Record::namespace(name));
     Ok(())
 }
 

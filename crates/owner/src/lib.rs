@@ -22,8 +22,8 @@ mod state;
 
 pub use dir::PrivateDir;
 pub use record::{
-    current_network_namespace, namespace_id, process_exe, process_start_time, PolicyRecord, Record,
-    CURRENT_NAMESPACE,
+    current_network_namespace, namespace_id, process_exe, process_start_time, NamespaceId, PolicyRecord,
+    Record, CURRENT_NAMESPACE,
 };
 pub use state::{forget, record, scan, DeadOwner, OwnerInfo, ScannedOwner, StateFile, STATE_DIR};
 

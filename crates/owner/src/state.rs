@@ -84,9 +84,9 @@ impl StateFile {
         write_atomically(&self.state_path, &self.doc)
     }
 
-    /// Removes the first record equal to `record`; true when none is left.
+    /// Removes the first record of the same object as `record`; true when none is left.
     pub fn remove(&mut self, record: &Record) -> Result<bool, OwnerError> {
-        if let Some(i) = self.doc.records.iter().position(|r| r == record) {
+        if let Some(i) = self.doc.records.iter().position(|r| r.same_object(record)) {
             self.doc.records.remove(i);
         }
         if self.doc.records.is_empty() {
@@ -410,7 +410,10 @@ mod tests {
     use super::*;
 
     fn ns(name: &str) -> Record {
-        Record::Namespace { name: name.into() }
+        Record::Namespace {
+            name: name.into(),
+            id: None,
+        }
     }
 
     #[test]
@@ -482,6 +485,21 @@ mod tests {
         assert!(mine.remove(&Record::process(pid, "self")).unwrap());
         mine.delete();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A namespace is recorded with its identity and forgotten by name: once deleted, its
+    /// identity can no longer be read.
+    #[test]
+    fn a_namespace_is_forgotten_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mine = StateFile::create_in(dir.path()).unwrap();
+        mine.add(Record::Namespace {
+            name: "ipl-1-a".into(),
+            id: Some("net:[4026532290] cookie 17".into()),
+        })
+        .unwrap();
+        assert!(mine.remove(&ns("ipl-1-a")).unwrap(), "{:?}", mine.records());
+        mine.delete();
     }
 
     #[test]

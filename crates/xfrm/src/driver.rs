@@ -22,8 +22,7 @@ use crate::crypto_user::{CryptoUser, CryptoUserError, PriorityGuard};
 
 /// The algorithm whose drivers a sweep chooses between.
 pub const CBC_AES: &str = "cbc(aes)";
-/// How far a pinned driver is raised above the highest priority of the others.
-const PIN_MARGIN: u32 = 100;
+use crate::range::LAB_DRIVER_PRIORITY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -33,6 +32,11 @@ pub enum DriverError {
     OnlyDriver(String),
     #[error("{0} is no longer in /proc/crypto")]
     Vanished(String),
+    #[error(
+        "{0} holds the priority the lab pins drivers at already (left by a killed run? \
+         `ipsec-lab clean` puts it back)"
+    )]
+    AlreadyPinned(String),
     #[error(transparent)]
     CryptoUser(#[from] CryptoUserError),
     #[error(transparent)]
@@ -104,9 +108,11 @@ pub fn choosable_cbc_aes_drivers(entries: &[CryptoEntry]) -> Result<Vec<String>,
     }
 }
 
-/// The priorities that make `driver` serve the next SA: it goes 100 above the
-/// highest `cbc(aes)` priority, the others keep theirs; each driver once, though
-/// /proc/crypto may list one twice. Negative priorities count as 0.
+/// The priorities that make `driver` serve the next SA: it goes to
+/// [`LAB_DRIVER_PRIORITY`], far above any other `cbc(aes)` priority, the others keep
+/// theirs; each driver once, though /proc/crypto may list one twice. Negative priorities
+/// count as 0. A driver at the lab's priority already is an error: two drivers there would
+/// tie.
 pub fn pin_plan(entries: &[CryptoEntry], driver: &str) -> Result<Vec<PriorityChange>, DriverError> {
     let mut cbc: Vec<&CryptoEntry> = entries.iter().filter(|e| is_cbc_aes(e)).collect();
     cbc.sort_by(|a, b| a.driver.cmp(&b.driver));
@@ -114,7 +120,12 @@ pub fn pin_plan(entries: &[CryptoEntry], driver: &str) -> Result<Vec<PriorityCha
     if !cbc.iter().any(|e| e.driver == driver) {
         return Err(DriverError::Vanished(driver.to_string()));
     }
-    let top = cbc.iter().map(|e| e.priority.max(0) as u32).max().unwrap_or(0) + PIN_MARGIN;
+    if let Some(e) = cbc
+        .iter()
+        .find(|e| e.priority.max(0) as u32 >= LAB_DRIVER_PRIORITY)
+    {
+        return Err(DriverError::AlreadyPinned(e.driver.clone()));
+    }
     Ok(cbc
         .into_iter()
         .map(|e| {
@@ -122,10 +133,24 @@ pub fn pin_plan(entries: &[CryptoEntry], driver: &str) -> Result<Vec<PriorityCha
             PriorityChange {
                 driver: e.driver.clone(),
                 original,
-                new: if e.driver == driver { top } else { original },
+                new: if e.driver == driver {
+                    LAB_DRIVER_PRIORITY
+                } else {
+                    original
+                },
             }
         })
         .collect())
+}
+
+/// Whether `driver` is one the lab changes priorities of: a `cbc(aes)` driver in `entries`.
+pub fn is_pinnable(entries: &[CryptoEntry], driver: &str) -> bool {
+    entries.iter().any(|e| is_cbc_aes(e) && e.driver == driver)
+}
+
+/// The priority of `driver` in `entries` (its first entry), if listed.
+pub fn priority_of(entries: &[CryptoEntry], driver: &str) -> Option<i32> {
+    entries.iter().find(|e| e.driver == driver).map(|e| e.priority)
 }
 
 /// The `cbc(aes)` drivers of this kernel, after asking it to instantiate the generic one
@@ -195,6 +220,7 @@ pub fn pin_cbc_aes_driver(driver: &str) -> Result<PinnedDriver, DriverError> {
         let record = owner::Record::DriverPriority {
             driver: change.driver.clone(),
             original: change.original,
+            set: Some(change.new),
         };
         owner::record(record.clone())?;
         pinned.records.push(record);
@@ -335,7 +361,7 @@ type         : aead
     fn pinning_raises_one_driver_above_all_and_keeps_the_rest() {
         let plan = pin_plan(&entries(), "cbc(aes-generic)").unwrap();
         let generic = plan.iter().find(|c| c.driver == "cbc(aes-generic)").unwrap();
-        assert_eq!((generic.original, generic.new), (100, 600));
+        assert_eq!((generic.original, generic.new), (100, LAB_DRIVER_PRIORITY));
         assert!(plan
             .iter()
             .filter(|c| c.driver != "cbc(aes-generic)")
@@ -357,7 +383,19 @@ type         : aead
         e.iter_mut().for_each(|e| e.priority = -5);
         let plan = pin_plan(&e, "cbc-aes-aesni").unwrap();
         let aesni = plan.iter().find(|c| c.driver == "cbc-aes-aesni").unwrap();
-        assert_eq!((aesni.original, aesni.new), (0, PIN_MARGIN));
+        assert_eq!((aesni.original, aesni.new), (0, LAB_DRIVER_PRIORITY));
+    }
+
+    #[test]
+    fn a_driver_left_at_the_labs_priority_stops_a_new_pin() {
+        let mut e = entries();
+        e[0].priority = LAB_DRIVER_PRIORITY as i32;
+        let left = e[0].driver.clone();
+        let err = pin_plan(&e, "cbc(aes-generic)").unwrap_err();
+        assert!(
+            matches!(&err, DriverError::AlreadyPinned(d) if *d == left),
+            "{err}"
+        );
     }
 
     #[test]

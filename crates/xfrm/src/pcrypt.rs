@@ -145,6 +145,23 @@ pub fn entry(driver: &str) -> Option<Serving> {
     })
 }
 
+/// Whether `driver` is an instance the lab builds, by /proc/crypto (`text`): `pcrypt(CHILD)`
+/// of [`GCM`] around a CHILD that is itself a driver of [`GCM`]. `Ok(false)` when no such
+/// driver is listed (gone); an error saying why for one listed that is not the lab's kind.
+pub fn is_lab_instance(text: &str, driver: &str) -> Result<bool, String> {
+    let Some(child) = driver.strip_prefix("pcrypt(").and_then(|d| d.strip_suffix(')')) else {
+        return Err("the lab builds only pcrypt(...) instances".into());
+    };
+    let entries = model::env::parse_proc_crypto(text);
+    let name_of = |d: &str| entries.iter().find(|e| e.driver == d).map(|e| e.name.as_str());
+    match name_of(driver) {
+        None => Ok(false),
+        Some(GCM) if name_of(child) == Some(GCM) => Ok(true),
+        Some(GCM) => Err(format!("{child} is no {GCM} driver the lab wraps")),
+        Some(other) => Err(format!("an instance of {other}; the lab wraps only {GCM}")),
+    }
+}
+
 /// Removes the instance `driver` (DELALG). The kernel frees a deleted SA's transform a
 /// little later (a work queue), and refuses with EBUSY until then: retried until `wait`
 /// has passed. An instance already gone is not an error.
@@ -180,6 +197,26 @@ mod tests {
         assert_eq!(child.driver, "rfc4106-gcm-aesni");
         assert_eq!(driver_name(&child.driver), "pcrypt(rfc4106-gcm-aesni)");
         assert_eq!(serving(PROC, "cbc(aes)", false), None);
+    }
+
+    #[test]
+    fn only_pcrypt_around_an_aes_gcm_driver_is_the_labs() {
+        assert_eq!(is_lab_instance(PROC, "pcrypt(rfc4106-gcm-aesni)"), Ok(true));
+        // Gone: nothing to remove.
+        assert_eq!(is_lab_instance(PROC, "pcrypt(rfc4106-gcm-generic)"), Ok(false));
+        assert!(is_lab_instance(PROC, "rfc4106-gcm-aesni").is_err());
+        let other = PROC.replace(
+            "name         : rfc4106(gcm(aes))\ndriver       : pcrypt",
+            "name         : rfc7539esp(chacha20,poly1305)\ndriver       : pcrypt",
+        );
+        let e = is_lab_instance(&other, "pcrypt(rfc4106-gcm-aesni)").unwrap_err();
+        assert!(e.contains("rfc7539esp"), "{e}");
+        // A pcrypt of GCM around no GCM driver the kernel lists.
+        let orphan = PROC.replace(
+            "driver       : rfc4106-gcm-aesni\n",
+            "driver       : rfc4106-gcm-x\n",
+        );
+        assert!(is_lab_instance(&orphan, "pcrypt(rfc4106-gcm-aesni)").is_err());
     }
 
     #[test]

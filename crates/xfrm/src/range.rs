@@ -16,6 +16,17 @@ pub const SPI_LAST: u32 = 0x1A5F_FFFF;
 /// else installed with the iproute2 default (0) wins over the lab's where both match.
 pub const LAB_POLICY_PRIORITY: u32 = 1000;
 
+/// Whether `priority` is one the lab gives its policies ([`LAB_POLICY_PRIORITY`], or one
+/// more for the catch-all of a multi-pair run).
+pub fn is_lab_policy_priority(priority: u32) -> bool {
+    (LAB_POLICY_PRIORITY..=LAB_POLICY_PRIORITY + 1).contains(&priority)
+}
+
+/// The priority the lab gives the `cbc(aes)` driver it pins: far above any the kernel gives
+/// its drivers (hundreds), and with the lab's mark (0x1A5) in it, so a driver holding it was
+/// raised by the lab. `clean` puts back only a driver that still holds it.
+pub const LAB_DRIVER_PRIORITY: u32 = 0x01A5_0000;
+
 /// A reqid: binds a policy template to the SAs that may serve it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReqId(pub u32);
@@ -140,5 +151,8 @@ mod tests {
         assert!(!ReqId(REQID_LAST + 1).is_lab());
         assert!(!Spi(0x101).is_lab());
         assert!(!Spi(SPI_LAST + 1).is_lab());
+        assert!(!is_lab_policy_priority(0));
+        assert!(is_lab_policy_priority(LAB_POLICY_PRIORITY + 1));
+        assert!(!is_lab_policy_priority(LAB_POLICY_PRIORITY + 2));
     }
 }
