@@ -172,40 +172,47 @@ fn report_renders_the_hostile_matrix_inert_in_every_format() {
     }
 }
 
+/// `file` with its host's kernel release another hostile one, in `dir`.
+fn other_kernel(dir: &Path, file: &str, pointer: &str) -> String {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(file)).unwrap()).unwrap();
+    value.pointer_mut(pointer).unwrap()["kernel_release"] =
+        format!("6.1 {MARKER}\u{1b}]0;title\u{7}\n# other").into();
+    let path = dir.join(file);
+    std::fs::write(&path, value.to_string()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 #[test]
 fn compare_prints_the_hostile_text_inert() {
-    let (matrix, run) = (fixture("matrix.json"), fixture("run.json"));
-    for (before, after) in [(&matrix, &matrix), (&run, &run)] {
-        let out = run_lab(&["compare", before, after]);
-        assert_markdown_safe(&format!("compare {after}"), &stdout(&out, "compare"));
-    }
-    // The refusal of different conditions quotes both kernels on stderr.
     let dir = private_dir("ipl-hostile");
-    let other = dir.path().join("other.json");
-    let mut value: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&matrix).unwrap()).unwrap();
-    let host = &mut value["environments"]["host"];
-    host["kernel_release"] = format!("6.1 {MARKER}\u{1b}]0;title\u{7}\n# other").into();
-    std::fs::write(&other, value.to_string()).unwrap();
-    let out = run_lab(&["compare", &matrix, other.to_str().unwrap()]);
+    let matrix = fixture("matrix.json");
+    let out = run_lab(&["compare", &matrix, &matrix]);
+    assert_markdown_safe("compare of matrices", &stdout(&out, "compare"));
+    // Two runs of different hostile kernels: their notes quote both.
+    let (run, other) = (
+        fixture("run.json"),
+        other_kernel(dir.path(), "run.json", "/environment"),
+    );
+    let out = run_lab(&["compare", &run, &other, "--allow-different-conditions"]);
+    assert_markdown_safe("compare of runs", &stdout(&out, "compare"));
+    // The refusal of different conditions quotes both kernels on stderr.
+    let other = other_kernel(dir.path(), "matrix.json", "/environments/host");
+    let out = run_lab(&["compare", &matrix, &other]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(MARKER), "{stderr}");
     assert_terminal_safe("compare's refusal", &stderr);
 }
 
-/// A fleet of two hosts whose every run's report is the hostile run report.
+/// What a failed host said: the last lines are the reason the fleet's report shows.
+const FAILURE: &str = "=cmd|' /C calc'!A0 PWNED\n<script>alert('PWNED')</script> | [x](javascript:alert(1))\n\u{1b}]8;;http://evil.example/PWNED\u{7}click\u{9b}2J";
+
+/// A fleet of three hosts whose every run's report is the hostile run report, but the
+/// first, which failed with a hostile reason.
 fn fleet_dir(dir: &Path) -> PathBuf {
     let plan = stdout(
-        &run_lab(&[
-            "fleet",
-            "plan",
-            "--hosts",
-            "h1,h2",
-            "--backend",
-            "plain",
-            "--json",
-        ]),
+        &run_lab(&["fleet", "plan", "h1", "h2", "h3", "--backend", "plain", "--json"]),
         "fleet plan",
     );
     std::fs::write(dir.join("fleet-plan.json"), &plan).unwrap();
@@ -215,7 +222,12 @@ fn fleet_dir(dir: &Path) -> PathBuf {
     for round in plan["rounds"].as_array().unwrap() {
         for pair in round["pairs"].as_array().unwrap() {
             for r in pair["runs"].as_array().unwrap() {
-                std::fs::write(dir.join(r["report"].as_str().unwrap()), &run).unwrap();
+                // The first run failed, in the host's own hostile words.
+                match reports {
+                    0 => std::fs::write(dir.join(r["failure"].as_str().unwrap()), FAILURE),
+                    _ => std::fs::write(dir.join(r["report"].as_str().unwrap()), &run),
+                }
+                .unwrap();
                 reports += 1;
             }
         }
@@ -229,16 +241,19 @@ fn fleet_report_renders_the_hostile_host_inert() {
     let dir = private_dir("ipl-hostile-fleet");
     let fleet = fleet_dir(dir.path());
     let fleet = fleet.to_str().unwrap();
+    // The fixture's run is no `--peer` run of the plan's measure: the differences are listed
+    // (more hostile text) and nothing is flagged.
+    let allow = "--allow-different-conditions";
     assert_markdown_safe(
         "fleet report (stdout)",
-        &stdout(&run_lab(&["fleet", "report", fleet]), "fleet report"),
+        &stdout(&run_lab(&["fleet", "report", fleet, allow]), "fleet report"),
     );
     for (format, check) in [
         ("md", assert_markdown_safe as fn(&str, &str)),
         ("csv", assert_csv_safe),
         ("html", assert_xml_safe),
     ] {
-        let out = run_lab(&["fleet", "report", fleet, "-f", format]);
+        let out = run_lab(&["fleet", "report", fleet, allow, "-f", format]);
         check(&format!("fleet report -f {format}"), &stdout(&out, format));
     }
 }
