@@ -310,7 +310,6 @@ mod tests {
                 .time_s
         };
         assert_eq!(cell(&timed, None), Some(DEFAULT_CELL_SECONDS));
-        assert!(DEFAULT_CELL_SECONDS >= model::MIN_STABLE_SECONDS);
         assert_eq!(
             cell(&timed, Some(PacketSize::Fixed(512))),
             Some(DEFAULT_TRIAL_SECONDS)
