@@ -45,7 +45,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ipsec-lab: {e:#}");
+            // An error may quote a report, a peer or a host: inert on the terminal, line by line.
+            let message = format!("{e:#}");
+            let lines: Vec<String> = message.lines().map(report::escape::terminal).collect();
+            eprintln!("ipsec-lab: {}", lines.join("\n"));
             ExitCode::from(e.exit_code())
         }
     }

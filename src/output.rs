@@ -10,6 +10,7 @@ use model::report::TransferRecord;
 use model::RunReport;
 
 use lab::{LabError, LabResult};
+use report::escape::terminal;
 
 /// Whether `path` is the `-` that means stdout (or stdin for an input).
 pub fn is_std_stream(path: &Path) -> bool {
@@ -194,7 +195,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     let _ = writeln!(
         out,
         "\nmeasured on {}, seed {:#x}, mtu {}, {} stream(s), {}{encap}",
-        env.describe(),
+        terminal(&env.describe()),
         plan.workload().seed,
         plan.link().mtu,
         plan.workload().parallel,
@@ -210,14 +211,16 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         } else {
             "note"
         };
-        let _ = writeln!(out, "{kind}: {note}");
+        let _ = writeln!(out, "{kind}: {}", terminal(note));
     }
     let under = out;
     let mut out = rows_text;
     for line in under.lines() {
+        // What a peer or a report file said reaches the terminal inert, whatever it holds.
+        let line = terminal(line);
         let lines = match width {
-            Some(w) => wrap(line, w),
-            None => vec![line.to_string()],
+            Some(w) => wrap(&line, w),
+            None => vec![line],
         };
         for l in lines {
             let _ = writeln!(out, "{l}");
@@ -256,7 +259,7 @@ fn ceiling_lines(c: &model::ceiling::RunCeiling) -> String {
         c.sentence(),
     ];
     if let model::ceiling::CeilingOutcome::Measured(s) = &c.crypto.outcome {
-        lines.extend(s.notes.iter().map(|n| format!("ceiling note: {n}")));
+        lines.extend(s.notes.iter().map(|n| format!("ceiling note: {}", terminal(n))));
     }
     lines.join("\n")
 }
@@ -418,6 +421,26 @@ mod tests {
             // Wrapping moves words, never loses one.
             let words = |t: &str| t.split_whitespace().map(String::from).collect::<Vec<_>>();
             assert_eq!(words(&terminal), words(&piped));
+        }
+    }
+
+    /// Issue 42 item 3: the run's own text printed a report's environment and notes raw (a
+    /// server's environment is stored in the client's report). The hostile fixture's run
+    /// report (tests/hostile_report.rs) prints inert, piped and on a terminal.
+    #[test]
+    fn a_hostile_run_report_prints_no_control_character() {
+        let text = include_str!("../tests/fixtures/hostile/run.json");
+        let report: RunReport = serde_json::from_str(text).unwrap();
+        for width in [None, Some(80)] {
+            let out = human(&report, None, width);
+            assert!(out.contains("PWNED"), "{out}");
+            for line in out.lines() {
+                assert!(
+                    !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                    "{width:?}: {line:?}"
+                );
+                assert!(!line.starts_with("# PWNED"), "{line:?}");
+            }
         }
     }
 

@@ -2,7 +2,8 @@
 //! spread and the threshold is flagged, noise within the spread is not; exit code 1 only
 //! with `--fail-on-regression`; cells with too few repeats or too short transfers are
 //! inconclusive and never fail it; a file that is not a matrix result is a usage error (2);
-//! results measured under different conditions are refused, or marked not comparable.
+//! results measured under different conditions are refused, or marked not comparable; two
+//! real `run --json` reports compare as matrices of one cell (issue 43 item 4).
 
 mod common;
 
@@ -17,6 +18,7 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
             mb_per_s: Summary::of(samples).unwrap(),
             samples: samples.to_vec(),
             timed_s: None,
+            bytes: vec![],
             cpu: SideCpu {
                 sender_percent: Summary::of(&[50.0]).unwrap(),
                 receiver_percent: Summary::of(&[50.0]).unwrap(),
@@ -246,6 +248,13 @@ fn files_that_are_not_matrix_results_are_usage_errors() {
     std::fs::write(&bogus, r#"{"schema_version": 1, "transfers": []}"#).unwrap();
     let out = run_lab(&["compare", bogus.to_str().unwrap(), bogus.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("not a valid `ipsec-lab run --json` report"),
+        "{}",
+        text(&out)
+    );
+    let out = run_lab(&["report", bogus.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("(a single run)"), "{}", text(&out));
     let out = run_lab(&["report", "/nonexistent/m.json"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -354,4 +363,67 @@ fn report_o_nonexistent_dir_is_refused_up_front() {
     assert!(text(&out).contains("/nonexistent/x.md"), "{}", text(&out));
     assert!(text(&out).contains("No such file or directory"), "{}", text(&out));
     let _ = std::fs::remove_file(m);
+}
+
+/// Issue 43 item 4: with the defaults `compare` never flagged (cells of 20-100 MB under
+/// 0.5 s, all inconclusive), and it read no `run --json` report. A real short timed run,
+/// and the same with each transfer 30 % slower: a regression, exit 1 with
+/// --fail-on-regression; the run against itself: none, exit 0.
+#[test]
+fn two_run_reports_compare_and_a_30_percent_drop_fails_the_check() {
+    if !root_or_skip("two_run_reports_compare_and_a_30_percent_drop_fails_the_check") {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = private_dir("ipl-compare-runs");
+    let before = dir.path().join("before.json");
+    let out = common::own::run_lab_leaving_nothing(&[
+        "run",
+        "--backend",
+        "userspace",
+        "--time",
+        "1",
+        "--repeat",
+        "5",
+        "--json",
+        before.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&before).unwrap()).unwrap();
+    let slower = |v: &mut serde_json::Value| *v = (v.as_f64().unwrap() * 0.7).into();
+    for t in run["transfers"].as_array_mut().unwrap() {
+        // The rate follows the bytes a timed transfer moved.
+        t["bytes"] = ((t["bytes"].as_f64().unwrap() * 0.7) as u64).into();
+        for rate in ["mb_per_s", "mib_per_s", "mbit_per_s"] {
+            slower(&mut t["rates"][rate]);
+        }
+    }
+    for stat in ["min", "median", "max"] {
+        slower(&mut run["mb_per_s"][stat]);
+    }
+    let after = dir.path().join("after.json");
+    std::fs::write(&after, run.to_string()).unwrap();
+    let (b, a) = (before.to_str().unwrap(), after.to_str().unwrap());
+    let out = run_lab(&["compare", b, a, "--fail-on-regression"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(s.contains("| userspace [auto] | 256+HMAC |"), "{s}");
+    assert!(s.contains("| 0.700 |") && s.contains("REGRESSION"), "{s}");
+    assert!(
+        s.contains("1 regression(s), 0 improvement(s), 0 inconclusive"),
+        "{s}"
+    );
+    assert!(
+        text(&out).contains("1 regression(s) beyond the noise and 5 %: userspace [auto] 256+HMAC"),
+        "{}",
+        text(&out)
+    );
+    let out = run_lab(&["compare", b, b, "--fail-on-regression"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 regression(s), 0 improvement(s), 0 inconclusive"),
+        "{}",
+        text(&out)
+    );
 }

@@ -1,4 +1,5 @@
-//! `ipsec-lab compare BEFORE AFTER`: what got faster or slower between two matrix results,
+//! `ipsec-lab compare BEFORE AFTER`: what got faster or slower between two matrix results
+//! (or two `run --json` reports, each a matrix of one cell),
 //! beyond the noise of the repeats (a confidence interval of the ratio) and a threshold;
 //! cells whose numbers cannot say (too few repeats, too short transfers, CPU stolen) are
 //! inconclusive. `--fail-on-regression` turns a flagged regression into exit code 1, for CI
@@ -14,7 +15,7 @@ use lab::{LabError, LabResult};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The earlier `ipsec-lab matrix` JSON result (`-`: stdin).
+    /// The earlier `ipsec-lab matrix` JSON result, or `run --json` report (`-`: stdin).
     pub before: PathBuf,
     /// The later one (not with --kernels).
     #[arg(required_unless_present = "kernels")]
@@ -69,8 +70,8 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
                 )));
             }
             (
-                super::report::load(&args.before)?,
-                super::report::load(after_path)?,
+                super::report::load_comparable(&args.before)?,
+                super::report::load_comparable(after_path)?,
             )
         }
         (None, [a, b]) => {
@@ -96,7 +97,13 @@ pub fn run(args: CompareArgs) -> LabResult<()> {
     print!("{}", comparison.render());
     let regressions: Vec<String> = comparison
         .regressions()
-        .map(|d| format!("{} {}", d.row.label(), d.suite.short_label()))
+        .map(|d| {
+            format!(
+                "{} {}",
+                report::escape::terminal(&d.row.label()),
+                d.suite.short_label()
+            )
+        })
         .collect();
     if args.fail_on_regression && !regressions.is_empty() {
         return Err(LabError::failed(anyhow::anyhow!(

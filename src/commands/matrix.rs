@@ -45,11 +45,19 @@ pub struct MatrixArgs {
     #[arg(long, short = 'P', allow_negative_numbers = true,
           value_parser = crate::values::in_range::<u16>(1, model::plan::MAX_STREAMS.into()))]
     pub parallel: Option<u16>,
-    /// Payload of each transfer, e.g. 100MB, 4MB; at least 1MB.
-    #[arg(long, default_value = "100MB")]
-    pub bytes: ByteSize,
+    /// Seconds each transfer of a cell sends, e.g. 1, 2.5 [default: 1, unless --bytes or
+    /// --vm-bytes]: every cell long enough to time and for `compare` to judge, whatever its
+    /// speed; what got through is verified and is the transfer's size.
+    #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds,
+          conflicts_with_all = ["bytes", "vm_bytes"])]
+    pub time: Option<f64>,
+    /// Payload of each transfer instead of a time, e.g. 100MB, 4MB; at least 1MB (a fast row
+    /// moves 100MB in 0.1 s: too short for `compare` to judge).
+    #[arg(long)]
+    pub bytes: Option<ByteSize>,
     /// Payload of each transfer in the VM rows [default: --bytes]: TCG moves a few MB/s,
-    /// user-mode Linux tens of MB/s.
+    /// user-mode Linux tens of MB/s. Sizes the sweep's transfers: the host rows' then move
+    /// --bytes (100MB unless given).
     #[arg(long, value_name = "SIZE", requires = "vm")]
     pub vm_bytes: Option<ByteSize>,
     /// Transfers per cell (median, min–max).
@@ -143,13 +151,18 @@ pub struct MatrixArgs {
     pub plan_file: Option<PathBuf>,
 }
 
+/// The payload of a run's transfers where a sweep is timed: `run`'s default, never sent
+/// whole (a timed transfer's size is what got through).
+const DEFAULT_BYTES: ByteSize = ByteSize(100_000_000);
+
 /// The options `matrix --plan-file` takes from its plan (the output options stay its own).
-const SWEEP_PLAN_OPTIONS: [&str; 24] = [
+const SWEEP_PLAN_OPTIONS: [&str; 25] = [
     "backends",
     "ciphers",
     "crypto",
     "threads",
     "parallel",
+    "time",
     "bytes",
     "vm_bytes",
     "repeat",
@@ -198,8 +211,12 @@ impl MatrixArgs {
             parallel: self
                 .parallel
                 .unwrap_or_else(|| self.threads.iter().copied().max().unwrap_or(1).max(1)),
-            bytes: self.bytes,
-            vm_bytes: self.vm_bytes.unwrap_or(self.bytes),
+            bytes: self.bytes.unwrap_or(DEFAULT_BYTES),
+            vm_bytes: self.vm_bytes.or(self.bytes).unwrap_or(DEFAULT_BYTES),
+            time_s: match self.bytes.or(self.vm_bytes) {
+                Some(_) => None,
+                None => Some(self.time.unwrap_or(lab::sweep::DEFAULT_CELL_SECONDS)),
+            },
             repeat: self.repeat,
             mtu: self.mtu,
             port: self.port,
@@ -333,6 +350,64 @@ mod tests {
         assert_eq!(a.plan(0).unwrap().suites, CipherSuite::classic_six());
         assert_eq!(a.crypto, [CryptoChoice::Auto, CryptoChoice::Soft]);
         assert_eq!(a.repeat, 3);
+    }
+
+    /// Issue 43 item 4: the default cells moved 100 MB, over in under 0.5 s on every fast
+    /// row, so `compare` called every cell inconclusive and a 30 % drop passed
+    /// --fail-on-regression. Default cells are timed long enough for it to judge.
+    #[test]
+    fn default_cells_are_timed_long_enough_for_compare_to_flag_a_drop() {
+        use model::matrix::{Cell, Measurement, Row, RowKey, RowVariant, SideCpu, HOST};
+        let plan = parse(&[]).unwrap().plan(0).unwrap();
+        let seconds = plan.time_s.expect("the default sweep is timed");
+        assert!(seconds >= model::MIN_STABLE_SECONDS, "{seconds}");
+        // A cell of that length, the default repeats, and the same 30 % slower.
+        let cell = |scale: f64| {
+            let samples: Vec<f64> = [300.0, 320.0, 310.0].iter().map(|v| v * scale).collect();
+            let cpu = model::Summary::of(&[50.0]).unwrap();
+            Cell::measured(
+                CipherSuite::classic_six()[0],
+                Measurement {
+                    mb_per_s: model::Summary::of(&samples).unwrap(),
+                    samples,
+                    timed_s: plan.time_s,
+                    bytes: vec![],
+                    cpu: SideCpu {
+                        sender_percent: cpu,
+                        receiver_percent: cpu,
+                    },
+                    tunnel_cpu: None,
+                    percent_of_plain: None,
+                    served_by: None,
+                    cpu_steal_percent: None,
+                    ceiling: None,
+                    percent_of_ceiling: None,
+                    notes: vec![],
+                },
+            )
+        };
+        let matrix = |scale| {
+            let mut r = MatrixReport::new(plan.suites.clone(), plan.bytes, plan.repeat, 0);
+            r.rows.push(Row {
+                key: RowKey::new(Backend::Userspace, RowVariant::Crypto(CryptoChoice::Auto), HOST),
+                cells: vec![cell(scale)],
+                notes: vec![],
+            });
+            r
+        };
+        let comparison = report::compare(&matrix(1.0), &matrix(0.7), Default::default()).unwrap();
+        assert_eq!(comparison.regressions().count(), 1, "{}", comparison.render());
+        // --bytes (or --vm-bytes) sizes the transfers instead; --time sets their length.
+        assert_eq!(parse(&["--bytes", "20MB"]).unwrap().plan(0).unwrap().time_s, None);
+        let timed = parse(&["--time", "2.5"]).unwrap().plan(0).unwrap();
+        assert_eq!(timed.time_s, Some(2.5));
+        assert_eq!(
+            parse(&["--time", "2", "--bytes", "1GB"])
+                .err()
+                .unwrap()
+                .exit_code(),
+            2
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use model::matrix::{MatrixReport, MATRIX_SCHEMA_VERSION};
+use model::RunReport;
 
 use lab::{LabError, LabResult};
 
@@ -23,6 +24,27 @@ pub struct ReportArgs {
 /// Reads a matrix result (`-`: from stdin), refusing other files with a message that says
 /// what they are.
 pub fn load(path: &Path) -> LabResult<MatrixReport> {
+    let (name, value) = read_json(path)?;
+    matrix(&name, value)
+}
+
+/// What `compare` reads: a matrix result, or a single run's report (`run --json`) as a
+/// matrix of one cell whose repeats are the run's transfers.
+pub fn load_comparable(path: &Path) -> LabResult<MatrixReport> {
+    let (name, value) = read_json(path)?;
+    if value.get("rows").is_none() && value.get("transfers").is_some() {
+        let run: RunReport = serde_json::from_value(value).map_err(|e| {
+            LabError::usage(anyhow::anyhow!(
+                "{name}: not a valid `ipsec-lab run --json` report: {e}"
+            ))
+        })?;
+        return Ok(report::compare::run_as_matrix(&run));
+    }
+    matrix(&name, value)
+}
+
+/// The JSON document at `path` (`-`: stdin) and the name to call it by.
+fn read_json(path: &Path) -> LabResult<(String, serde_json::Value)> {
     let text = if crate::output::is_std_stream(path) {
         let mut text = String::new();
         std::io::stdin()
@@ -40,9 +62,13 @@ pub fn load(path: &Path) -> LabResult<MatrixReport> {
     };
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| LabError::usage(anyhow::anyhow!("{name} is not JSON: {e}")))?;
+    Ok((name, value))
+}
+
+fn matrix(name: &str, value: serde_json::Value) -> LabResult<MatrixReport> {
     if let Some(what) = not_a_matrix(&value) {
         return Err(LabError::usage(anyhow::anyhow!(
-            "{name} is {what}; `report` and `compare` read `ipsec-lab matrix` results"
+            "{name} is {what}; `report` reads `ipsec-lab matrix` results, `compare` those or two `run --json` reports"
         )));
     }
     serde_json::from_value(value)

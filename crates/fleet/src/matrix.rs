@@ -397,6 +397,7 @@ fn measurement(reports: &[&RunReport]) -> Measurement {
         }),
         samples,
         timed_s: None,
+        bytes: vec![],
         cpu: SideCpu {
             sender_percent: cpu(|t| t.sender_cpu.percent_of_core),
             receiver_percent: cpu(|t| t.receiver_cpu.percent_of_core),

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use report::escape::{csv as csv_field, markdown as md, xml};
 use report::fmt_rate;
 
 use crate::matrix::{Cell, CellState, FleetReport, Standout, Table};
@@ -97,8 +98,9 @@ pub fn markdown(fleet: &FleetReport) -> String {
         fleet.bytes
     );
     for table in &fleet.tables {
-        let _ = writeln!(out, "## {}\n", title(table));
-        let _ = writeln!(out, "| from \\ to | {} |", fleet.hosts.join(" | "));
+        let _ = writeln!(out, "## {}\n", md(&title(table)));
+        let hosts: Vec<String> = fleet.hosts.iter().map(|h| md(h)).collect();
+        let _ = writeln!(out, "| from \\ to | {} |", hosts.join(" | "));
         let _ = writeln!(out, "|---|{}", "---:|".repeat(fleet.hosts.len()));
         let mut failures = Vec::new();
         for client in &fleet.hosts {
@@ -110,17 +112,17 @@ pub fn markdown(fleet: &FleetReport) -> String {
                     false => cell_text(table.cell(client, server), &mut failures),
                 })
                 .collect();
-            let _ = writeln!(out, "| **{client}** | {} |", cells.join(" | "));
+            let _ = writeln!(out, "| **{}** | {} |", md(client), cells.join(" | "));
         }
         out.push('\n');
         for (i, f) in failures.iter().enumerate() {
-            let _ = writeln!(out, "* {FAILED_MARK}{} {}", i + 1, f);
+            let _ = writeln!(out, "* {FAILED_MARK}{} {}", i + 1, md(f));
         }
         for s in standout_lines(table) {
-            let _ = writeln!(out, "* {STANDOUT_MARK} {s}");
+            let _ = writeln!(out, "* {STANDOUT_MARK} {}", md(&s));
         }
         if let Some(why) = inconclusive_reason(table) {
-            let _ = writeln!(out, "* no pair judged: {why}");
+            let _ = writeln!(out, "* no pair judged: {}", md(&why));
         }
         out.push('\n');
     }
@@ -144,27 +146,25 @@ pub fn markdown(fleet: &FleetReport) -> String {
                     .iter()
                     .map(|(a, d)| format!("{a}: {d}"))
                     .collect();
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} {} {} |",
-                    h.host,
-                    e.hostname,
-                    e.kernel_release,
-                    e.cpu_model,
-                    e.cpus,
+                let cells = [
+                    h.host.clone(),
+                    e.hostname.clone(),
+                    e.kernel_release.clone(),
+                    e.cpu_model.clone(),
+                    e.cpus.to_string(),
                     e.crypto_flags.join(" "),
                     drivers.join(", "),
-                    e.virtualization,
-                    e.tool_version,
-                    e.build.commit,
-                    e.build.profile
-                );
+                    e.virtualization.clone(),
+                    format!("{} {} {}", e.tool_version, e.build.commit, e.build.profile),
+                ];
+                let cells: Vec<String> = cells.iter().map(|c| md(c)).collect();
+                let _ = writeln!(out, "| {} |", cells.join(" | "));
             }
             None => {
                 let _ = writeln!(
                     out,
                     "| {} | no report came back from or about this host |||||||| ",
-                    h.host
+                    md(&h.host)
                 );
             }
         }
@@ -175,17 +175,10 @@ pub fn markdown(fleet: &FleetReport) -> String {
             "\n## Measured under different conditions (allowed; nothing flagged)\n"
         );
         for c in &fleet.different_conditions {
-            let _ = writeln!(out, "* {c}");
+            let _ = writeln!(out, "* {}", md(&c.to_string()));
         }
     }
     out
-}
-
-fn csv_field(s: &str) -> String {
-    match s.contains([',', '"', '\n']) {
-        true => format!("\"{}\"", s.replace('"', "\"\"")),
-        false => s.to_string(),
-    }
 }
 
 /// One line per planned pair and measure.
@@ -233,13 +226,6 @@ pub fn csv(fleet: &FleetReport) -> String {
         }
     }
     out
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// A colour from red (the table's slowest cell) through yellow to green (its fastest).
@@ -436,7 +422,8 @@ mod tests {
         let h4 = userspace.lines().find(|l| l.starts_with("| **h4**")).unwrap();
         assert!(h4.contains("| ✗1 |"), "{h4}");
         assert!(
-            userspace.contains("* ✗1 h4 → h1: ipsec-lab: h1:5299 <refused> & gone"),
+            // The host's words as Markdown text, its `<` and `>` not a tag.
+            userspace.contains("* ✗1 h4 → h1: ipsec-lab: h1:5299 \\<refused\\> & gone"),
             "{userspace}"
         );
         assert!(

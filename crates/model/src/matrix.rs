@@ -201,6 +201,10 @@ pub struct Measurement {
     /// moving the payload (the plain row); absent: each transfer moved the whole payload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timed_s: Option<f64>,
+    /// Each repeat's bytes moved, in the order measured (a timed transfer's is what got
+    /// through); absent in results made before it was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bytes: Vec<u64>,
     pub cpu: SideCpu,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel_cpu: Option<TunnelCpu>,
@@ -462,6 +466,7 @@ mod tests {
             mb_per_s: s,
             samples: vec![median * 0.9, median, median * 1.1],
             timed_s: None,
+            bytes: vec![],
             cpu: SideCpu {
                 sender_percent: Summary::of(&[50.0]).unwrap(),
                 receiver_percent: Summary::of(&[40.0]).unwrap(),

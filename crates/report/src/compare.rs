@@ -25,7 +25,8 @@ use model::matrix::{MatrixReport, Measurement, RowKey};
 use model::report::MIN_STABLE_SECONDS;
 use model::{CipherSuite, Summary};
 
-use crate::shared::{fmt_rate, shortest_transfer_s};
+use crate::escape;
+use crate::shared::{fmt_rate, shortest_transfer_s, timed_transfer_s};
 use crate::significance::{
     max_confidence, ratio_interval, repeats_needed, suspiciously_identical, RatioInterval,
 };
@@ -71,9 +72,16 @@ pub struct ConditionChange {
 impl std::fmt::Display for ConditionChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if let Some(env) = &self.environment {
-            write!(f, "{env} ")?;
+            write!(f, "{} ", escape::terminal(env))?;
         }
-        write!(f, "{} {} before, {} after", self.what, self.before, self.after)
+        // The values are the reports' own text: on the terminal, inert.
+        write!(
+            f,
+            "{} {} before, {} after",
+            self.what,
+            escape::terminal(&self.before),
+            escape::terminal(&self.after)
+        )
     }
 }
 
@@ -187,7 +195,7 @@ impl Comparison {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                c.row.label(),
+                escape::markdown(&c.row.label()),
                 c.suite.short_label(),
                 range(&c.before),
                 range(&c.after),
@@ -196,7 +204,7 @@ impl Comparison {
                     .unwrap_or_else(|| "—".into()),
                 c.ratio.map(|r| format!("{r:.3}")).unwrap_or_else(|| "—".into()),
                 interval,
-                verdict,
+                escape::markdown(&verdict),
             );
         }
         let _ = writeln!(
@@ -212,7 +220,7 @@ impl Comparison {
             repeats_needed(self.options.confidence),
         );
         for n in &self.notes {
-            let _ = writeln!(out, "note: {n}");
+            let _ = writeln!(out, "note: {}", escape::markdown(n));
         }
         out
     }
@@ -389,6 +397,56 @@ pub fn compare(
     })
 }
 
+/// A single run (`run --json`) as a matrix of one row and one cell, so that two runs compare
+/// as two matrix results do: its transfers are the cell's repeats, its environment the
+/// host's, its payload and repeats the conditions.
+pub fn run_as_matrix(run: &model::RunReport) -> MatrixReport {
+    use model::matrix::{Cell, Row, RowVariant, SideCpu, HOST};
+    let plan = &run.plan;
+    let workload = plan.workload();
+    let suite = plan.suite();
+    let samples: Vec<f64> = run.transfers.iter().map(|t| t.rates.mb_per_s).collect();
+    let cpu = |f: fn(&model::Transfer) -> f64| {
+        let v: Vec<f64> = run.transfers.iter().map(|t| f(&t.transfer)).collect();
+        Summary::of(&v).unwrap_or(run.mb_per_s)
+    };
+    let measurement = Measurement {
+        mb_per_s: run.mb_per_s,
+        samples,
+        timed_s: workload.modes.time_s,
+        bytes: run.transfers.iter().map(|t| t.transfer.bytes).collect(),
+        cpu: SideCpu {
+            sender_percent: cpu(|t| t.sender_cpu.percent_of_core),
+            receiver_percent: cpu(|t| t.receiver_cpu.percent_of_core),
+        },
+        tunnel_cpu: None,
+        percent_of_plain: None,
+        served_by: None,
+        cpu_steal_percent: None,
+        ceiling: None,
+        percent_of_ceiling: None,
+        notes: run.notes.clone(),
+    };
+    let variant = match plan.userspace() {
+        Some(u) => RowVariant::Crypto(u.crypto),
+        None => RowVariant::Default,
+    };
+    let suites = if suite == CipherSuite::None {
+        vec![]
+    } else {
+        vec![suite]
+    };
+    let mut matrix = MatrixReport::new(suites, workload.bytes, run.transfers.len() as u32, 0);
+    matrix.family = plan.link().family;
+    matrix.environments.insert(HOST.into(), run.environment.clone());
+    matrix.rows.push(Row {
+        key: RowKey::new(plan.backend(), variant, HOST),
+        cells: vec![Cell::measured(suite, measurement)],
+        notes: vec![],
+    });
+    matrix
+}
+
 /// Whether a cell's figures come from a zero-loss search (`--find-ndr`).
 fn searched(cell: &model::matrix::Cell) -> bool {
     cell.packets.as_ref().is_some_and(|p| !p.rates_found.is_empty())
@@ -421,6 +479,19 @@ pub fn condition_changes(before: &MatrixReport, after: &MatrixReport) -> Vec<Con
             after: after.repeat.to_string(),
         });
     }
+    // Transfers timed (`matrix --time`) or of a payload (`--bytes`): the payload only says
+    // what a transfer was where none was timed.
+    let length = |r: &MatrixReport| timed_transfer_s(r).map(|s| format!("each transfer timed {s} s"));
+    let (timed_before, timed_after) = (length(before), length(after));
+    if timed_before != timed_after {
+        let sized = || "transfers of a payload".to_string();
+        changes.push(ConditionChange {
+            environment: None,
+            what: "transfer length",
+            before: timed_before.clone().unwrap_or_else(sized),
+            after: timed_after.unwrap_or_else(sized),
+        });
+    }
     let mut environments: Vec<&String> = before.rows.iter().map(|r| &r.key.environment).collect();
     environments.sort();
     environments.dedup();
@@ -435,11 +506,13 @@ pub fn condition_changes(before: &MatrixReport, after: &MatrixReport) -> Vec<Con
                 });
             }
         };
-        change(
-            "payload",
-            before.payload_of(name).to_string(),
-            after.payload_of(name).to_string(),
-        );
+        if timed_before.is_none() {
+            change(
+                "payload",
+                before.payload_of(name).to_string(),
+                after.payload_of(name).to_string(),
+            );
+        }
         let (Some(b), Some(a)) = (before.environments.get(name), after.environments.get(name)) else {
             continue;
         };
@@ -462,7 +535,7 @@ fn condition_notes(before: &MatrixReport, after: &MatrixReport, options: Compare
         .any(|r| r.rows.iter().any(|row| row.key.packet_size.is_some()))
     {
         notes.push(
-            "UDP rows (`UDP 64 B`, …) are compared by their delivered payload MB/s: at one packet size its \
+            "UDP rows (\"UDP 64 B\", …) are compared by their delivered payload MB/s: at one packet size its \
              ratio is the packets/s ratio"
                 .to_string(),
         );

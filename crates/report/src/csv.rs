@@ -29,6 +29,8 @@ pub const HEADER: [&str; 50] = [
     "tunnel_a_cpu_percent",
     "tunnel_b_cpu_percent",
     "served_by",
+    // Bytes per transfer: the payload, or what a timed transfer moved (the median over
+    // the repeats; empty for a timed cell of a result that did not record it).
     "payload_bytes",
     "reason",
     // The cell's crypto ceiling (empty where none was timed; no_ceiling_reason where the
@@ -149,11 +151,17 @@ fn ceiling_fields(m: Option<&model::matrix::Measurement>) -> [String; 6] {
     }
 }
 
-fn field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
+use crate::escape::csv as field;
+
+/// A measured cell's bytes per transfer: the median of what its repeats moved, else the
+/// payload each moved whole (empty for a timed cell that did not record it).
+fn moved_bytes(m: &model::matrix::Measurement, payload: model::ByteSize) -> String {
+    let mut bytes = m.bytes.clone();
+    bytes.sort_unstable();
+    match bytes.get(bytes.len() / 2) {
+        Some(median) => median.to_string(),
+        None if m.timed_s.is_some() => String::new(),
+        None => payload.0.to_string(),
     }
 }
 
@@ -200,7 +208,7 @@ pub fn render(report: &MatrixReport) -> String {
                         .map(|t| fmt_field(t.b_percent, 1))
                         .unwrap_or_default(),
                     m.served_by.clone().unwrap_or_default(),
-                    payload.0.to_string(),
+                    moved_bytes(m, payload),
                     String::new(),
                 ]),
                 CellOutcome::NotRun { reason } => {
@@ -323,6 +331,34 @@ mod tests {
             assert_eq!(find("openvpn", suite)[27], "default kernel drivers only: a test");
         }
         assert_eq!(find("userspace [soft]", "aes-128-cbc")[26..28], ["", ""]);
+    }
+
+    /// Issue 43 item 8: a timed cell's payload_bytes was the sweep's --bytes (20000000 for a
+    /// plain row that moved gigabytes); it is what its transfers moved.
+    #[test]
+    fn a_timed_cell_gives_the_bytes_it_moved_not_the_payload() {
+        let mut r = fixture::report();
+        let column = HEADER.iter().position(|h| *h == "payload_bytes").unwrap();
+        if let CellOutcome::Measured(m) = &mut r.rows[0].cells[0].outcome {
+            m.timed_s = Some(1.0);
+            m.bytes = vec![1_100_000_000, 1_000_000_000, 1_200_000_000];
+        }
+        if let CellOutcome::Measured(m) = &mut r.rows[5].cells[0].outcome {
+            // A timed cell of a result that did not record what it moved.
+            m.timed_s = Some(1.0);
+        }
+        let lines: Vec<Vec<String>> = render(&r).lines().map(split).collect();
+        let plain = |env: &str| {
+            lines
+                .iter()
+                .find(|f| f[4].starts_with("plain") && f[0] == env)
+                .unwrap()[column]
+                .clone()
+        };
+        assert_eq!(plain(model::matrix::HOST), "1100000000");
+        assert_eq!(plain(model::matrix::VM), "");
+        let soft = lines.iter().find(|f| f[4] == "userspace [soft]").unwrap();
+        assert_eq!(soft[column], "4000000", "a sized cell moved the payload");
     }
 
     #[test]

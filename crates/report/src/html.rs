@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 
 use model::matrix::{CellOutcome, MatrixReport};
 
+use crate::escape::xml as escape;
 use crate::packets::{
     fmt_ms, fmt_pct, fmt_pps, has_packets, latency_cells, packet_sizes, phase_has_echoes, point,
     rates_found_text, series, Point, LATENCY_EXPLAINED, PACKETS_EXPLAINED,
 };
-use crate::shared::escape;
 use crate::shared::{
     ceiling_text, cell_for, columns_explained, conditions, fmt_rate, has_ceilings, method,
     no_ceiling_reasons, not_run_reasons, row_and_report_notes, suite_explained, Warnings, CEILING_EXPLAINED,

@@ -21,6 +21,7 @@
 
 pub mod compare;
 pub mod csv;
+pub mod escape;
 pub mod html;
 pub mod markdown;
 pub mod packets;
@@ -105,6 +106,7 @@ pub(crate) mod fixture {
             mb_per_s: Summary::of(samples).unwrap(),
             samples: samples.to_vec(),
             timed_s: None,
+            bytes: vec![],
             cpu: SideCpu {
                 sender_percent: Summary::of(&[80.0, 90.0]).unwrap(),
                 receiver_percent: Summary::of(&[60.0, 70.0]).unwrap(),

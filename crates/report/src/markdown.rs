@@ -29,9 +29,7 @@ impl Reasons {
     }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('|', "\\|")
-}
+use crate::escape::markdown as escape;
 
 /// One table: a column per suite, a row per matrix row, `show` deciding a measured cell's text.
 fn table(
@@ -78,7 +76,11 @@ pub fn render(report: &MatrixReport) -> String {
     let mut out = String::new();
     let mut reasons = Reasons(Vec::new());
     let warnings = Warnings::of(report);
-    let _ = writeln!(out, "### ipsec-lab matrix: MB/s ({}, verified)\n", method(report));
+    let _ = writeln!(
+        out,
+        "### ipsec-lab matrix: MB/s ({}, verified)\n",
+        escape(&method(report))
+    );
     marked_table(&mut out, report, &mut reasons, Some(&warnings), &|_, m| {
         fmt_rate(m.mb_per_s.median)
     });
@@ -158,7 +160,7 @@ pub fn render(report: &MatrixReport) -> String {
             "\n#### Kernel drivers that served the SAs (from /proc/crypto)\n"
         );
         for (label, drivers) in served {
-            let _ = writeln!(out, "* {}: {}", escape(&label), drivers.join(", "));
+            let _ = writeln!(out, "* {}: {}", escape(&label), escape(&drivers.join(", ")));
         }
     }
 

@@ -102,12 +102,22 @@ pub fn fmt_field(v: f64, decimals: usize) -> String {
 
 /// The lines every report carries: a number without its conditions is not a result.
 pub fn conditions(report: &MatrixReport) -> Vec<String> {
-    let mut out = vec![format!(
-        "payload {} per transfer, {} repeat(s) per cell, every transfer verified; MB/s = 10^6 bytes/s",
-        report.payload, report.repeat
-    )];
-    for (env, size) in &report.payload_by_environment {
-        out.push(format!("rows of {env}: payload {size} per transfer"));
+    let mut out = Vec::new();
+    match timed_transfer_s(report) {
+        Some(seconds) => out.push(format!(
+            "each transfer timed {seconds} s (its size is what got through), {} repeat(s) per cell, every \
+             transfer verified; MB/s = 10^6 bytes/s",
+            report.repeat
+        )),
+        None => {
+            out.push(format!(
+                "payload {} per transfer, {} repeat(s) per cell, every transfer verified; MB/s = 10^6 bytes/s",
+                report.payload, report.repeat
+            ));
+            for (env, size) in &report.payload_by_environment {
+                out.push(format!("rows of {env}: payload {size} per transfer"));
+            }
+        }
     }
     let trial_s = report
         .rows
@@ -202,11 +212,27 @@ pub fn suite_explained(suite: CipherSuite) -> String {
 /// Short description for titles: `median of 3 × 100.0 MB` (`, vm: 10.0 MB` where a
 /// VM's rows used another payload).
 pub fn method(report: &MatrixReport) -> String {
+    if let Some(seconds) = timed_transfer_s(report) {
+        return format!("median of {} × {seconds} s", report.repeat);
+    }
     let mut s = format!("median of {} × {}", report.repeat, report.payload);
     for (env, size) in &report.payload_by_environment {
         s.push_str(&format!(", {env}: {size}"));
     }
     s
+}
+
+/// How long the tunnels' TCP transfers were timed for, where they ran for a time rather than
+/// moving the payload (`matrix --time`, its default); None where they moved the payload.
+/// The plain row is timed whatever the sweep's transfers (`--bytes` is over in
+/// milliseconds at line rate): it does not count.
+pub fn timed_transfer_s(report: &MatrixReport) -> Option<f64> {
+    report
+        .rows
+        .iter()
+        .filter(|r| r.key.packet_size.is_none() && !r.is_baseline())
+        .flat_map(|r| &r.cells)
+        .find_map(|c| c.measurement()?.timed_s)
 }
 
 /// The mark a cell with a warning carries, followed by the warning's number: `1964.0 ⚠1`.
@@ -366,20 +392,4 @@ pub fn row_and_report_notes(report: &MatrixReport) -> Vec<String> {
         .flat_map(|r| r.notes.iter().map(move |n| format!("{}: {n}", r.label())))
         .chain(report.notes.iter().cloned())
         .collect()
-}
-
-/// Escapes text and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -34,7 +34,7 @@ mod plan;
 mod rows;
 mod steal;
 
-pub use plan::{SweepPlan, DEFAULT_TRIAL_SECONDS, MAX_TRIAL_SECONDS};
+pub use plan::{SweepPlan, DEFAULT_CELL_SECONDS, DEFAULT_TRIAL_SECONDS, MAX_TRIAL_SECONDS};
 
 use model::matrix::{MatrixReport, HOST};
 use model::{Backend, Environment};
@@ -180,6 +180,7 @@ mod tests {
             parallel: 1,
             bytes: ByteSize(4_000_000),
             vm_bytes: ByteSize(4_000_000),
+            time_s: None,
             repeat: 2,
             mtu: 1500,
             port: 5201,

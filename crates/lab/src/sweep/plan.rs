@@ -26,9 +26,15 @@ pub struct SweepPlan {
     /// TCP streams per transfer in every cell (`-P`; several tunnel threads need at least as
     /// many streams to have work each).
     pub parallel: u16,
+    /// Payload of each TCP transfer, where the transfers are not timed (`time_s`).
     pub bytes: ByteSize,
     /// Payload of the VM rows (TCG moves a few MB/s).
     pub vm_bytes: ByteSize,
+    /// `--time`: each TCP transfer of a tunnel cell sends for this many seconds, so every
+    /// cell is long enough to time and for `compare` to judge, whatever its speed (None:
+    /// `--bytes` each). The plain row is timed whatever this says.
+    #[serde(default)]
+    pub time_s: Option<f64>,
     pub repeat: u32,
     pub mtu: u32,
     pub port: u16,
@@ -65,6 +71,11 @@ pub struct SweepPlan {
     /// When the sweep started, in seconds since the epoch (for the report).
     pub started_unix_s: u64,
 }
+
+/// Seconds each TCP transfer of a cell sends when neither `--time` nor `--bytes` is given:
+/// twice the shortest transfer taken as a stable figure, so `compare` can judge every cell
+/// whatever its speed (a payload is over in 0.1 s on a fast row and takes 20 s on a slow one).
+pub const DEFAULT_CELL_SECONDS: f64 = 2.0 * model::MIN_STABLE_SECONDS;
 
 /// Seconds of a UDP trial when `--trial-time` is not given: `run --udp`'s.
 pub const DEFAULT_TRIAL_SECONDS: f64 = 2.0;
@@ -204,7 +215,14 @@ impl SweepPlan {
             latency: self.latency,
         };
         match packet_size {
-            None => RunRequest { packets, ..request },
+            None => RunRequest {
+                packets,
+                modes: ModesRequest {
+                    time_s: self.time_s,
+                    ..Default::default()
+                },
+                ..request
+            },
             Some(_) => RunRequest {
                 packets,
                 parallel: 1,
@@ -262,5 +280,41 @@ impl SweepPlan {
 
     pub(super) fn has(&self, backend: Backend) -> bool {
         self.backends.contains(&backend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A timed sweep's TCP cells send for its time (what `compare` needs to judge them);
+    /// its UDP cells keep their trial time, and a sized sweep's cells move the payload.
+    #[test]
+    fn a_timed_sweep_times_every_tcp_cell() {
+        let timed = SweepPlan {
+            time_s: Some(DEFAULT_CELL_SECONDS),
+            packet_sizes: vec![None, Some(PacketSize::Fixed(512))],
+            ..crate::sweep::tests::plan()
+        }
+        .validate()
+        .unwrap();
+        let gcm = CipherSuite::AesGcm {
+            key: model::KeyBits::Aes256,
+        };
+        let cell = |plan: &SweepPlan, size| {
+            plan.cell_request(Backend::Userspace, gcm, CryptoChoice::Auto, 1, size)
+                .validate()
+                .unwrap()
+                .workload()
+                .modes
+                .time_s
+        };
+        assert_eq!(cell(&timed, None), Some(DEFAULT_CELL_SECONDS));
+        assert_eq!(
+            cell(&timed, Some(PacketSize::Fixed(512))),
+            Some(DEFAULT_TRIAL_SECONDS)
+        );
+        let sized = crate::sweep::tests::plan().validate().unwrap();
+        assert_eq!(cell(&sized, None), None);
     }
 }

@@ -493,6 +493,7 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
         mb_per_s: report.mb_per_s,
         samples,
         timed_s: report.plan.workload().modes.time_s,
+        bytes: report.transfers.iter().map(|t| t.transfer.bytes).collect(),
         cpu: SideCpu {
             sender_percent: cpu(&|t| t.sender_cpu.percent_of_core),
             receiver_percent: cpu(&|t| t.receiver_cpu.percent_of_core),

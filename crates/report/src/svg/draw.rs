@@ -68,7 +68,8 @@ pub(super) fn write(area: &Area, t: Type, text: &str, (x, y): (i32, i32)) -> Res
     let style = FontDesc::new(FontFamily::SansSerif, t.px * 1.24, t.weight)
         .color(&t.colour)
         .pos(Pos::new(t.align, VPos::Center));
-    area.draw(&Text::new(text, (x, y), style)).map_err(chart_error)
+    area.draw(&Text::new(crate::escape::xml_chars(text), (x, y), style))
+        .map_err(chart_error)
 }
 
 /// One line of text as [`write`] draws it, in a group whose `<title>` is its tooltip:
@@ -82,9 +83,9 @@ pub(super) fn titled_text(t: Type, text: &str, tooltip: &str, (x, y): (i32, i32)
     format!(
         "<g class=\"warning\"><title>{}</title><text x=\"{x}\" y=\"{y}\" dy=\"0.5ex\" text-anchor=\"start\" \
          font-family=\"sans-serif\" font-size=\"{}\" fill=\"#{r:02X}{g:02X}{b:02X}\"{weight}>{}</text></g>\n",
-        crate::shared::escape(tooltip),
+        crate::escape::xml(tooltip),
         t.px,
-        crate::shared::escape(text)
+        crate::escape::xml(text)
     )
 }
 
