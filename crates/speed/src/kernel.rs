@@ -399,6 +399,129 @@ pub fn build(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Resu
     Ok(Op::new(run, block_bytes))
 }
 
+/// The crypto API's null algorithm reached the way `kind` is: the same AF_ALG path (its
+/// copies, page walks and system calls) with no cipher or hash work, so what a request
+/// costs through it is AF_ALG's share of a real request.
+pub fn null_algorithm(kind: AlgType) -> KernelAlgorithm {
+    let name = match kind {
+        AlgType::Skcipher => "ecb(cipher_null)",
+        AlgType::Hash => "digest_null",
+        AlgType::Aead => "authenc(digest_null,ecb(cipher_null))",
+    };
+    KernelAlgorithm { kind, name }
+}
+
+/// One request of `block_bytes` through `suite`'s null algorithm ([`null_algorithm`]), as
+/// [`build`] makes a real one: the same associated data, the same direction.
+pub fn build_null(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Result<Op, OpError> {
+    let alg = null_algorithm(KernelAlgorithm::of(suite).kind);
+    let op = match direction {
+        CryptoOp::Decrypt => CipherOp::Decrypt,
+        _ => CipherOp::Encrypt,
+    };
+    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match alg.kind {
+        AlgType::Skcipher => {
+            let k = keyed(alg, &[], None)?;
+            let input = vec![0u8; block_bytes];
+            let mut out = input.clone();
+            Box::new(move || {
+                k.session.skcipher(op, &[], &input, &mut out)?;
+                black_box(&out);
+                Ok(())
+            })
+        }
+        AlgType::Hash => {
+            let k = keyed(alg, &[], None)?;
+            let input = vec![0u8; block_bytes];
+            Box::new(move || {
+                k.session.hash(&[&input], &mut [])?;
+                black_box(&input);
+                Ok(())
+            })
+        }
+        AlgType::Aead => {
+            // No tag (digest_null's is empty), the real suite's associated data.
+            let k = keyed(alg, &af_alg::authenc_key(&[], &[]), Some(0))?;
+            let aad = vec![0x17u8; aead_aad_len(suite)];
+            let input = vec![0u8; block_bytes];
+            let mut out = vec![0u8; aad.len() + block_bytes];
+            Box::new(move || {
+                k.session.aead(op, &[], &aad, &[&input], &mut out)?;
+                black_box(&out);
+                Ok(())
+            })
+        }
+    };
+    Ok(Op::new(run, block_bytes))
+}
+
+/// The associated data a suite's AEAD requests carry: CBC+HMAC's IV, else the lab's AAD.
+fn aead_aad_len(suite: SpeedSuite) -> usize {
+    match suite {
+        SpeedSuite::AesCbcHmacSha256(_) => AES_BLOCK_LEN,
+        _ => AEAD_AAD_LEN,
+    }
+}
+
+/// The request sizes whose difference times what each further byte costs: large enough
+/// that AF_ALG's system calls are a small part of a request, within what one AF_ALG
+/// request may carry.
+pub const PER_BYTE_SIZES: [usize; 2] = [16 * 1024, 64 * 1024];
+
+/// An upper bound on the rate of a kernel algorithm's own work, from AF_ALG: the time each
+/// further byte costs (the slope between two request sizes, so every per-request cost, the
+/// system calls above all, drops out), less the same slope through the null algorithm
+/// (AF_ALG's copies and page walks, which the real request pays too and ESP does not).
+/// What is left is at most the algorithm's per-byte work, and a packet of any size costs
+/// that per byte and more besides (its own per-request work): no packet goes faster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerByte {
+    /// The bound, 10^6 bytes per second.
+    pub mb_per_s: f64,
+    /// Nanoseconds each further byte costs through the algorithm and the null one.
+    pub algorithm_ns: f64,
+    pub null_ns: f64,
+}
+
+/// [`PerByte`] of `suite` one way. `time` gives the MB/s of each repeat of an operation
+/// (`measure::measure_cell_with`); the fastest repeat of each size is kept, the one least
+/// slowed by the rest of the machine. Err where an operation failed, or where the slopes
+/// leave no positive per-byte cost (timing too noisy to bound anything).
+pub fn per_byte(
+    suite: SpeedSuite,
+    direction: CryptoOp,
+    time: &dyn Fn(&(dyn Fn() -> Result<Op, OpError> + Sync)) -> Result<Vec<f64>, OpError>,
+) -> Result<PerByte, String> {
+    let [small, large] = PER_BYTE_SIZES;
+    // Nanoseconds per further byte between the two sizes, from each size's fastest repeat.
+    let slope = |build: fn(SpeedSuite, CryptoOp, usize) -> Result<Op, OpError>| -> Result<f64, String> {
+        let ns_per_request = |size: usize| -> Result<f64, String> {
+            let fastest = time(&move || build(suite, direction, size))
+                .map_err(|e| format!("{size}-byte requests: {e}"))?
+                .into_iter()
+                .fold(0.0, f64::max);
+            Ok(size as f64 / fastest * 1e3)
+        };
+        Ok((ns_per_request(large)? - ns_per_request(small)?) / (large - small) as f64)
+    };
+    let algorithm_ns = slope(build)?;
+    let null_ns = slope(build_null)
+        .map_err(|e| format!("{}: {e}", null_algorithm(KernelAlgorithm::of(suite).kind).name))?
+        .max(0.0);
+    let own = algorithm_ns - null_ns;
+    if !(own.is_finite() && own > 0.0) {
+        return Err(format!(
+            "{algorithm_ns:.2} ns per further byte through the algorithm, {null_ns:.2} through the null one: \
+             the timing left no per-byte cost to bound"
+        ));
+    }
+    Ok(PerByte {
+        mb_per_s: 1e3 / own,
+        algorithm_ns,
+        null_ns,
+    })
+}
+
 /// Why there are no kernel rows here, with the driver the kernel would use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelProbe {
