@@ -492,7 +492,6 @@ mod tests {
         let line = sized.line_rate();
         assert_eq!(line.backend(), Backend::Plain);
         assert_eq!(line.workload().modes.time_s, Some(crate::LINE_RATE_SECONDS));
-        assert!(crate::LINE_RATE_SECONDS >= 2.0 * crate::MIN_STABLE_SECONDS);
         assert_eq!(line.workload().repeat, 3);
         let timed = |time_s| {
             RunRequest {
