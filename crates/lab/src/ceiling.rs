@@ -321,7 +321,7 @@ fn af_alg(backend: Backend, suite: SpeedSuite) -> Result<CryptoSpeed, String> {
     let verified = speed::kernel::self_test(suite).map_err(|e| format!("{suite} through AF_ALG: {e}"))?;
     let null = speed::kernel::null_algorithm(verified.algorithm.kind).name;
     let [small, large] = speed::kernel::PER_BYTE_SIZES;
-    let window = std::time::Duration::from_secs_f64(SECONDS_PER_DIRECTION);
+    let window = std::time::Duration::from_secs_f64(2.0 * SECONDS_PER_DIRECTION);
     let per_byte = |dir: CryptoOp| {
         speed::kernel::per_byte(suite, dir, window).map_err(|e| format!("{suite} {dir} through AF_ALG: {e}"))
     };

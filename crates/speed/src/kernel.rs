@@ -484,31 +484,35 @@ pub struct PerByte {
     pub null_ns: f64,
 }
 
-/// [`PerByte`] of `suite` one way, each request size timed for `window`. Each size's
+/// [`PerByte`] of `suite` one way, the two request sizes in turn for `window`. Each size's
 /// figure is its fastest single request: whatever else the machine does only ever adds to
 /// a request's time, so the fastest is the one least disturbed (a repeat's average, on a
 /// loaded 2-core host, once made the slope 2 ns per byte where it is 12). Err where an
 /// operation failed, or where the slopes leave no positive per-byte cost to bound.
 pub fn per_byte(suite: SpeedSuite, direction: CryptoOp, window: Duration) -> Result<PerByte, String> {
     let [small, large] = PER_BYTE_SIZES;
+    // The two sizes in turn through one window, so both see the same machine: a window of
+    // one size alone can be slowed throughout (once its fastest 16 KiB request was slower
+    // than the fastest 64 KiB one).
     let slope = |build: fn(SpeedSuite, CryptoOp, usize) -> Result<Op, OpError>| -> Result<f64, String> {
-        let fastest_ns = |size: usize| -> Result<f64, String> {
-            let failed = |e: OpError| format!("{size}-byte requests: {e}");
-            let mut op = build(suite, direction, size).map_err(failed)?;
-            // Buffers touched and the instance's state in cache before the first timed one.
-            for _ in 0..3 {
-                op.run().map_err(failed)?;
-            }
-            let end = Instant::now() + window;
-            let mut fastest = f64::INFINITY;
-            while fastest.is_infinite() || Instant::now() < end {
+        let failed = |e: OpError| format!("{small}- and {large}-byte requests: {e}");
+        let mut ops = [build(suite, direction, small), build(suite, direction, large)];
+        let mut fastest = [f64::INFINITY; 2];
+        let end = Instant::now() + window;
+        let mut round = 0;
+        while round < 4 || Instant::now() < end {
+            for (op, best) in ops.iter_mut().zip(&mut fastest) {
+                let op = op.as_mut().map_err(|e| failed(e.clone()))?;
                 let t0 = Instant::now();
                 op.run().map_err(failed)?;
-                fastest = fastest.min(t0.elapsed().as_secs_f64() * 1e9);
+                // The first rounds warm buffers and the instance, untimed.
+                if round >= 3 {
+                    *best = best.min(t0.elapsed().as_secs_f64() * 1e9);
+                }
             }
-            Ok(fastest)
-        };
-        Ok((fastest_ns(large)? - fastest_ns(small)?) / (large - small) as f64)
+            round += 1;
+        }
+        Ok((fastest[1] - fastest[0]) / (large - small) as f64)
     };
     let algorithm_ns = slope(build)?;
     let null_ns = slope(build_null)
