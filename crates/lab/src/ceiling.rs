@@ -6,14 +6,14 @@
 //!   crate `speed`), one thread per tunnel thread, CBC encryption in the largest batch the
 //!   tunnel's send path makes;
 //! * `xfrm`, `strongswan` in user-mode Linux (`--vm uml`): the kernel's own speed test,
-//!   tcrypt (`speed::tcrypt`), which pays no system call per packet, as ESP does not; AF_ALG
-//!   there (a system call through UML per packet) reads below the tunnel itself. About a
+//!   tcrypt (`speed::tcrypt`), which pays no system call per packet, as ESP does not. About a
 //!   minute: tcrypt 6.1 times every key and block size of a mode for a second each;
-//! * `xfrm`, `strongswan` elsewhere, and `wireguard`: the same kernel's crypto API through
-//!   AF_ALG (in the VM where the rows ran there), after its known-answer tests; ESP's own
-//!   path pays no system calls, so small packets understate the kernel (see
-//!   `speed::kernel`). Never tcrypt on a real host: it writes the host's kernel log and
-//!   loads modules there;
+//! * `xfrm`, `strongswan` elsewhere or where tcrypt is missing (UML 7.x), and `wireguard`:
+//!   the same kernel's crypto API through AF_ALG (in the VM where the rows ran there), after
+//!   its known-answer tests, as a per-byte bound (`speed::kernel::per_byte`): the cost of
+//!   each further byte between 16 and 64 KiB requests, less the null algorithm's, so
+//!   AF_ALG's system calls drop out (at the packet size they read below the tunnel in UML).
+//!   Never tcrypt on a real host: it writes the host's kernel log and loads modules there;
 //! * `openvpn`: `openssl speed` of the OpenSSL it links (CBC+HMAC from its CBC and HMAC
 //!   figures, as OpenSSL has no such combined cipher to time);
 //! * `boringtun`: ring's ChaCha20-Poly1305, which boringtun's data path calls;
