@@ -11,12 +11,18 @@
 # a private source list and state (nothing in /etc/apt or dpkg's database changes); the
 # kernel goes to /var/lib/ipsec-lab/uml/RELEASE/ with its modules and trixie's libc beside
 # it, and patchelf points the kernel's loader and library path there (the host's libc is
-# untouched). Called by `lab/setup.sh --second-kernel` (or IPSEC_LAB_SECOND_KERNEL=1).
+# untouched). The packages come from the Debian mirror this machine's apt uses
+# (lab/debian-mirrors.sh), checked against Debian's archive keyring. Called by `lab/setup.sh
+# --second-kernel` (or IPSEC_LAB_SECOND_KERNEL=1), and by plain `lab/setup.sh` with
+# IPSEC_LAB_SECOND_UML_SUITES=sid where the package's kernel cannot run on this CPU.
 set -euo pipefail
 
 umls=/var/lib/ipsec-lab/uml
 suites=${IPSEC_LAB_SECOND_UML_SUITES:-trixie sid}
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 command -v patchelf >/dev/null || { echo "lab/second-uml.sh: patchelf missing (lab/setup.sh installs it)" >&2; exit 3; }
+[ -f "$keyring" ] || { echo "lab/second-uml.sh: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 3; }
+here=$(dirname "$0")
 
 # One suite's kernel, with its modules and C library, into $umls/RELEASE; a marker
 # ($umls/.from-SUITE, holding the release) says it is done.
@@ -30,14 +36,24 @@ install_suite() {
             return 0
         fi
     fi
-    local work
+    local mirrors work
+    mirrors=$(bash "$here/debian-mirrors.sh") || return 3
     work=$(mktemp -d /tmp/ipl-second-uml-XXXXXX)
     mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-    echo "deb http://deb.debian.org/debian $suite main" > "$work/sources.list"
     local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
                     -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
-    apt-get -qq "${apt_opts[@]}" update
-    echo "lab/second-uml.sh: fetching user-mode-linux and libc6 from $suite"
+    # The first of the machine's mirrors that serves $suite signed by Debian's archive key.
+    local mirror found="" said=""
+    for mirror in $mirrors; do
+        echo "deb [signed-by=$keyring] $mirror $suite main" > "$work/sources.list"
+        if said=$(apt-get -qq "${apt_opts[@]}" update 2>&1); then
+            found=$mirror
+            break
+        fi
+        echo "lab/second-uml.sh: $mirror serves no $suite signed by Debian's archive key"
+    done
+    [ -n "$found" ] || { echo "lab/second-uml.sh: no mirror of apt's sources ($(echo $mirrors)) serves $suite: $said" >&2; rm -rf "$work"; return 3; }
+    echo "lab/second-uml.sh: fetching user-mode-linux and libc6 from $suite ($found)"
     (cd "$work" && apt-get -qq "${apt_opts[@]}" download user-mode-linux libc6)
     dpkg-deb -x "$work"/user-mode-linux_*.deb "$work/uml"
     dpkg-deb -x "$work"/libc6_*.deb "$work/libc"

@@ -59,6 +59,18 @@ bash "$(dirname "$0")/deb/cargo-deb.sh"
 bash "$(dirname "$0")/wireguard-go.sh" \
   || echo "lab/setup.sh: warning: lab/wireguard-go.sh failed; --backend wireguard-go runs the PATH's build" >&2
 
+# A user-mode Linux that runs on this CPU, so `--vm auto` takes the native path rather than
+# an emulated VM: Debian 12's cannot run processes on AVX-512 CPUs; there Debian sid's (7.x),
+# which can, goes beside it. Probed as the binary probes (lab/uml-probe.sh, a boot of
+# /bin/true: about a second).
+if ! why=$(sh "$(dirname "$0")/uml-probe.sh" /usr/bin/linux.uml); then
+  echo "lab/setup.sh: Debian's user-mode Linux $why; installing Debian sid's (7.x)"
+  IPSEC_LAB_SECOND_UML_SUITES=sid bash "$(dirname "$0")/second-uml.sh"
+  sid=/var/lib/ipsec-lab/uml/$(cat /var/lib/ipsec-lab/uml/.from-sid)/linux.uml
+  why=$(sh "$(dirname "$0")/uml-probe.sh" "$sid") \
+    || echo "lab/setup.sh: warning: $sid $why either; --vm auto will boot an emulated VM" >&2
+fi
+
 # A second kernel for the VM lab and a second user-mode Linux (kernel rows per kernel), only
 # when asked.
 if [[ " $* " == *" --second-kernel "* || "${IPSEC_LAB_SECOND_KERNEL:-0}" == 1 ]]; then

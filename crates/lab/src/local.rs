@@ -59,7 +59,9 @@ async fn execute(
     };
     let (mut report, evidence) = run_on(bench, plan, show).await?;
     if plan.times_ceiling() {
-        progress.note("timing the suite's crypto ceiling at the tunnel's packet size");
+        if crate::ceiling::is_timed(plan) {
+            progress.note("timing the suite's crypto ceiling at the tunnel's packet size");
+        }
         let crypto = crate::ceiling::measure_async(plan, &evidence).await;
         // After the backend is down (its SAs, policies and processes gone), on the same
         // topology: the run's own objects come up first, as without a ceiling.

@@ -32,8 +32,9 @@ pub const MORE_UMLS: &str = "/var/lib/ipsec-lab/uml";
 /// The environment's name in the report: not emulated, but not this host's kernel either.
 pub const VIRT_UML: &str = "uml (user-mode Linux: native speed, 1 CPU, generic C crypto)";
 
-/// How long the probe of a kernel may take (it boots in about a second).
-const PROBE_LIMIT: Duration = Duration::from_secs(30);
+/// Whether a kernel runs processes here: `lab/uml-probe.sh`, the one probe `lab/setup.sh`
+/// runs too (a boot of `/bin/true`, about a second, at most 30).
+const PROBE: &str = include_str!("../../../lab/uml-probe.sh");
 
 /// Memory the guest gets; a run's sockets and the payload buffers fit in far less.
 const MEMORY: &str = "mem=1G";
@@ -73,8 +74,8 @@ impl UmlKernel {
     /// Whether this kernel's processes run on this host. Kernels before 7.x hand ptrace a
     /// register area of the size they know; on a CPU with a larger XSAVE area (AVX-512)
     /// the host refuses it, and every process in the guest dies at its first system call
-    /// ("ptrace set fp regs failed, errno = 14"). One boot of `/bin/true` tells, once per
-    /// kernel and process.
+    /// ("ptrace set fp regs failed, errno = 14"). One boot of `/bin/true` ([`PROBE`])
+    /// tells, once per kernel and process.
     pub fn runs_here(&self) -> Result<(), String> {
         static PROBED: std::sync::Mutex<Vec<(PathBuf, Result<(), String>)>> =
             std::sync::Mutex::new(Vec::new());
@@ -88,62 +89,21 @@ impl UmlKernel {
     }
 
     fn probe(&self) -> Result<(), String> {
-        let mut child = Command::new(&self.binary)
-            .args([
-                "mem=64M",
-                "root=/dev/root",
-                "rootfstype=hostfs",
-                "rootflags=/",
-                "ro",
-                "init=/bin/true",
-                "con=null",
-                "con0=null,fd:1",
-            ])
+        let out = Command::new("sh")
+            .args(["-c", PROBE, "uml-probe.sh"])
+            .arg(&self.binary)
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", self.binary.display()))?;
-        // Read on a thread, so a full pipe never stalls the kernel before the deadline.
-        let mut stdout = child.stdout.take().expect("piped");
-        let reading = std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
-            out
-        });
-        let deadline = std::time::Instant::now() + PROBE_LIMIT;
-        while child.try_wait().ok().flatten().is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "user-mode Linux {} did not end within {PROBE_LIMIT:?}",
-                    self.release
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = reading.join().unwrap_or_default();
-        let text = String::from_utf8_lossy(&out);
-        // init (/bin/true) ran and exited 0: the kernel then panics "Attempted to kill init!
-        // exitcode=0x00000000", which is how a UML guest without a halt ends.
-        if text.contains("exitcode=0x00000000") {
-            return Ok(());
-        }
-        Err(
-            match text.lines().find(|l| l.contains("ptrace set fp regs failed")) {
-                Some(line) => format!(
-                "user-mode Linux {} cannot run processes on this CPU ({}): its XSAVE area is larger than \
-                 this kernel hands to ptrace",
+            .output()
+            .map_err(|e| format!("sh (probing {}): {e}", self.binary.display()))?;
+        match out.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "user-mode Linux {} {}",
                 self.release,
-                line.trim()
-            ),
-                None => format!(
-                    "user-mode Linux {} did not run /bin/true to its end",
-                    self.release
-                ),
-            },
-        )
+                String::from_utf8_lossy(&out.stdout).trim()
+            )),
+        }
     }
 
     /// The package's kernel, where it is installed with its modules.
@@ -590,6 +550,52 @@ mod tests {
         let g = guest("/tmp/a,b", &[]);
         let e = g.command().unwrap_err();
         assert!(format!("{e:#}").contains("comma"), "{e:#}");
+    }
+
+    /// The shared probe (lab/uml-probe.sh) run on stand-in kernels: scripts that print what
+    /// a kernel prints when its init ran, when ptrace refused its registers, and neither.
+    #[test]
+    fn the_probe_tells_a_kernel_that_runs_from_one_that_cannot() {
+        let dir = owner::PrivateDir::new("ipl-uml-probe-").unwrap();
+        let fake = |name: &str, says: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            let path = dir.join(name);
+            std::fs::write(
+                &path,
+                format!("#!/bin/sh\nprintf '%s\\n' '{says}'\nkill -ABRT $$\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+            UmlKernel {
+                binary: path,
+                release: name.into(),
+                modules: MODULES.into(),
+            }
+        };
+        let runs = fake(
+            "7.2.7",
+            "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000000",
+        );
+        assert_eq!(runs.probe(), Ok(()));
+        let refused = fake("6.1.176", "ptrace set fp regs failed, errno = 14");
+        let why = refused.probe().unwrap_err();
+        assert!(
+            why.starts_with("user-mode Linux 6.1.176 cannot run processes on this CPU (ptrace set fp regs failed, errno = 14)"),
+            "{why}"
+        );
+        let died = fake(
+            "6.12.113",
+            "Kernel panic - not syncing: Attempted to kill init! exitcode=0x0000000b",
+        );
+        assert_eq!(
+            died.probe().unwrap_err(),
+            "user-mode Linux 6.12.113 did not run /bin/true to its end"
+        );
+        let missing = UmlKernel {
+            binary: dir.join("absent"),
+            ..runs.clone()
+        };
+        assert!(missing.probe().unwrap_err().contains("cannot be started"));
     }
 
     #[test]

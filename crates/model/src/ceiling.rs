@@ -239,7 +239,8 @@ impl RunCeiling {
             self.crypto.mb_per_s(),
         ) {
             (Some(p), _, _) => format!("{} of what its crypto allows", fmt_percent(Some(p))),
-            (None, Some(why), _) => format!("— of its crypto (no ceiling: {why})"),
+            // Why is said once, on the ceiling's own line above this one.
+            (None, Some(_), _) => "— of its crypto (no ceiling)".to_string(),
             (None, None, Some(c)) if c > 0.0 && self.mb_per_s > c => {
                 format!("— of its crypto ({})", above(c))
             }
@@ -338,8 +339,11 @@ mod tests {
         assert_eq!((none.percent_of_ceiling, none.percent_of_line_rate), (None, None));
         assert_eq!(
             none.sentence(),
-            "this tunnel reaches — of its crypto (no ceiling: no AF_ALG) and — of the link (no share)"
+            "this tunnel reaches — of its crypto (no ceiling) and — of the link (no share)"
         );
+        // The reason is said once: on the ceiling's line, not again in the sentence.
+        let both = format!("{}\n{}", none.crypto.describe(), none.sentence());
+        assert_eq!(both.matches("no AF_ALG").count(), 1, "{both}");
         assert_eq!(fmt_percent(None), "—");
         assert_eq!(fmt_percent(Some(f64::NAN)), "—");
         assert_eq!(percent(f64::NAN, 1.0), None);

@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 /// Shortest transfer whose MB/s is taken as a stable figure: below it, connection setup, the
 /// first congestion-window rounds and a single scheduling hiccup weigh on the result.
 pub const MIN_STABLE_SECONDS: f64 = 0.5;
+/// How long each plain transfer timing a line rate lasts (`run`'s after the tunnel,
+/// `matrix`'s plain row): twice the shortest stable one.
+pub const LINE_RATE_SECONDS: f64 = 2.0 * MIN_STABLE_SECONDS;
 
 /// What one end measured of one transfer: the bytes it moved, its seconds (the receiver's:
 /// first payload byte to last; the sender's: connect to close) and its threads' CPU (one

@@ -11,6 +11,7 @@
 //! what the kernel's drivers can do for ESP; large blocks approach it.
 
 use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 use crypto::{kat, AeadAlgorithm, CryptoChoice, Implementation, AES_BLOCK_LEN, NONCE_LEN, TAG_LEN};
 use model::env::{parse_proc_crypto, preferred_drivers};
@@ -399,6 +400,138 @@ pub fn build(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Resu
     Ok(Op::new(run, block_bytes))
 }
 
+/// The crypto API's null algorithm reached the way `kind` is: the same AF_ALG path (its
+/// copies, page walks and system calls) with no cipher or hash work, so what a request
+/// costs through it is AF_ALG's share of a real request.
+pub fn null_algorithm(kind: AlgType) -> KernelAlgorithm {
+    let name = match kind {
+        AlgType::Skcipher => "ecb(cipher_null)",
+        AlgType::Hash => "digest_null",
+        AlgType::Aead => "authenc(digest_null,ecb(cipher_null))",
+    };
+    KernelAlgorithm { kind, name }
+}
+
+/// One request of `block_bytes` through `suite`'s null algorithm ([`null_algorithm`]), as
+/// [`build`] makes a real one: the same associated data, the same direction.
+pub fn build_null(suite: SpeedSuite, direction: CryptoOp, block_bytes: usize) -> Result<Op, OpError> {
+    let alg = null_algorithm(KernelAlgorithm::of(suite).kind);
+    let op = match direction {
+        CryptoOp::Decrypt => CipherOp::Decrypt,
+        _ => CipherOp::Encrypt,
+    };
+    let run: Box<dyn FnMut() -> Result<(), OpError> + Send> = match alg.kind {
+        AlgType::Skcipher => {
+            let k = keyed(alg, &[], None)?;
+            let input = vec![0u8; block_bytes];
+            let mut out = input.clone();
+            Box::new(move || {
+                k.session.skcipher(op, &[], &input, &mut out)?;
+                black_box(&out);
+                Ok(())
+            })
+        }
+        AlgType::Hash => {
+            let k = keyed(alg, &[], None)?;
+            let input = vec![0u8; block_bytes];
+            Box::new(move || {
+                k.session.hash(&[&input], &mut [])?;
+                black_box(&input);
+                Ok(())
+            })
+        }
+        AlgType::Aead => {
+            // No tag (digest_null's is empty), the real suite's associated data.
+            let k = keyed(alg, &af_alg::authenc_key(&[], &[]), Some(0))?;
+            let aad = vec![0x17u8; aead_aad_len(suite)];
+            let input = vec![0u8; block_bytes];
+            let mut out = vec![0u8; aad.len() + block_bytes];
+            Box::new(move || {
+                k.session.aead(op, &[], &aad, &[&input], &mut out)?;
+                black_box(&out);
+                Ok(())
+            })
+        }
+    };
+    Ok(Op::new(run, block_bytes))
+}
+
+/// The associated data a suite's AEAD requests carry: CBC+HMAC's IV, else the lab's AAD.
+fn aead_aad_len(suite: SpeedSuite) -> usize {
+    match suite {
+        SpeedSuite::AesCbcHmacSha256(_) => AES_BLOCK_LEN,
+        _ => AEAD_AAD_LEN,
+    }
+}
+
+/// The request sizes whose difference times what each further byte costs: large enough
+/// that AF_ALG's system calls are a small part of a request, within what one AF_ALG
+/// request may carry.
+pub const PER_BYTE_SIZES: [usize; 2] = [16 * 1024, 64 * 1024];
+
+/// An upper bound on the rate of a kernel algorithm's own work, from AF_ALG: the time each
+/// further byte costs (the slope between two request sizes, so every per-request cost, the
+/// system calls above all, drops out), less the same slope through the null algorithm
+/// (AF_ALG's copies and page walks, which the real request pays too and ESP does not).
+/// What is left is at most the algorithm's per-byte work, and a packet of any size costs
+/// that per byte and more besides (its own per-request work): no packet goes faster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerByte {
+    /// The bound, 10^6 bytes per second.
+    pub mb_per_s: f64,
+    /// Nanoseconds each further byte costs through the algorithm and the null one.
+    pub algorithm_ns: f64,
+    pub null_ns: f64,
+}
+
+/// [`PerByte`] of `suite` one way, the two request sizes in turn for `window`. Each size's
+/// figure is its fastest single request: whatever else the machine does only ever adds to
+/// a request's time, so the fastest is the one least disturbed (a repeat's average, on a
+/// loaded 2-core host, once made the slope 2 ns per byte where it is 12). Err where an
+/// operation failed, or where the slopes leave no positive per-byte cost to bound.
+pub fn per_byte(suite: SpeedSuite, direction: CryptoOp, window: Duration) -> Result<PerByte, String> {
+    let [small, large] = PER_BYTE_SIZES;
+    // The two sizes in turn through one window, so both see the same machine: a window of
+    // one size alone can be slowed throughout (once its fastest 16 KiB request was slower
+    // than the fastest 64 KiB one).
+    let slope = |build: fn(SpeedSuite, CryptoOp, usize) -> Result<Op, OpError>| -> Result<f64, String> {
+        let failed = |e: OpError| format!("{small}- and {large}-byte requests: {e}");
+        let mut ops = [build(suite, direction, small), build(suite, direction, large)];
+        let mut fastest = [f64::INFINITY; 2];
+        let end = Instant::now() + window;
+        let mut round = 0;
+        while round < 4 || Instant::now() < end {
+            for (op, best) in ops.iter_mut().zip(&mut fastest) {
+                let op = op.as_mut().map_err(|e| failed(e.clone()))?;
+                let t0 = Instant::now();
+                op.run().map_err(failed)?;
+                // The first rounds warm buffers and the instance, untimed.
+                if round >= 3 {
+                    *best = best.min(t0.elapsed().as_secs_f64() * 1e9);
+                }
+            }
+            round += 1;
+        }
+        Ok((fastest[1] - fastest[0]) / (large - small) as f64)
+    };
+    let algorithm_ns = slope(build)?;
+    let null_ns = slope(build_null)
+        .map_err(|e| format!("{}: {e}", null_algorithm(KernelAlgorithm::of(suite).kind).name))?
+        .max(0.0);
+    let own = algorithm_ns - null_ns;
+    if !(own.is_finite() && own > 0.0) {
+        return Err(format!(
+            "{algorithm_ns:.2} ns per further byte through the algorithm, {null_ns:.2} through the null one: \
+             the timing left no per-byte cost to bound"
+        ));
+    }
+    Ok(PerByte {
+        mb_per_s: 1e3 / own,
+        algorithm_ns,
+        null_ns,
+    })
+}
+
 /// Why there are no kernel rows here, with the driver the kernel would use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelProbe {
@@ -503,6 +636,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The per-byte bound's requests, real and null, run for every suite both ways at
+    /// both sizes (where this kernel has AF_ALG: the lab's VM and user-mode Linux).
+    #[test]
+    fn per_byte_requests_run_through_the_algorithm_and_the_null_one() {
+        if !af_alg_or_skip() {
+            return;
+        }
+        for suite in SpeedSuite::all() {
+            for &dir in suite.crypto_ops() {
+                for size in PER_BYTE_SIZES {
+                    for make in [build, build_null] {
+                        let mut op =
+                            make(suite, dir, size).unwrap_or_else(|e| panic!("{suite} {dir} {size}: {e}"));
+                        assert_eq!(op.payload_bytes, size);
+                        op.run().unwrap();
+                        op.run().unwrap();
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            null_algorithm(AlgType::Aead).name,
+            "authenc(digest_null,ecb(cipher_null))"
+        );
     }
 
     #[test]

@@ -381,9 +381,8 @@ pub(super) async fn run_row(
 }
 
 /// How long each transfer of a plain row lasts: the line rate is many times a tunnel's, so
-/// the payload of the tunnels' cells (100 MB: 0.05 s over veth) is too short to time it;
-/// twice the shortest transfer taken as a stable figure.
-const PLAIN_SECONDS: f64 = 2.0 * model::MIN_STABLE_SECONDS;
+/// the payload of the tunnels' cells (100 MB: 0.05 s over veth) is too short to time it.
+const PLAIN_SECONDS: f64 = model::LINE_RATE_SECONDS;
 
 async fn run_cell(
     args: &SweepPlan,

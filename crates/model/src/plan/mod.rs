@@ -404,15 +404,25 @@ impl RunPlan {
     }
 
     /// The plain line rate of this run: the same workload over the same link and
-    /// placement, carried by the plain backend, without interval lines.
+    /// placement, carried by the plain backend, without interval lines. TCP transfers are
+    /// timed ([`crate::LINE_RATE_SECONDS`] at least), not sized: the line rate is many times
+    /// a tunnel's, and a payload that suits the tunnel is over too soon to time (20 MB over
+    /// veth once read 1,936 MB/s, 30 MB 500). UDP trials keep their own time.
     pub fn line_rate(&self) -> RunPlan {
+        let modes = self.workload.modes;
+        let time_s = match (&self.workload.udp, modes.time_s) {
+            (Some(_), t) => t,
+            (None, Some(t)) => Some(t.max(crate::LINE_RATE_SECONDS)),
+            (None, None) => Some(modes.omit_s + crate::LINE_RATE_SECONDS),
+        };
         RunPlan {
             backend: BackendPlan::Bare(Backend::Plain),
             suite: CipherSuite::None,
             workload: Workload {
                 modes: Modes {
                     interval_s: None,
-                    ..self.workload.modes
+                    time_s,
+                    ..modes
                 },
                 ..self.workload.clone()
             },

@@ -478,6 +478,55 @@ mod tests {
         assert!("beet".parse::<IpsecMode>().is_err());
     }
 
+    /// `run`'s line rate after the tunnel is timed as `matrix`'s plain row is: a sized
+    /// plain transfer of a tunnel's payload is over too soon (20 MB once read 1,936 MB/s).
+    #[test]
+    fn the_line_rate_of_a_sized_run_is_timed_and_a_timed_one_keeps_its_time() {
+        let sized = RunRequest {
+            bytes: ByteSize(20_000_000),
+            repeat: 3,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let line = sized.line_rate();
+        assert_eq!(line.backend(), Backend::Plain);
+        assert_eq!(line.workload().modes.time_s, Some(crate::LINE_RATE_SECONDS));
+        assert_eq!(line.workload().repeat, 3);
+        let timed = |time_s| {
+            RunRequest {
+                modes: crate::ModesRequest {
+                    time_s: Some(time_s),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+            .validate()
+            .unwrap()
+            .line_rate()
+            .workload()
+            .modes
+            .time_s
+        };
+        assert_eq!(timed(5.0), Some(5.0));
+        assert_eq!(timed(0.5), Some(crate::LINE_RATE_SECONDS));
+        // UDP trials (the bare link's NDR search) keep their own time.
+        let udp = RunRequest {
+            packets: PacketsRequest {
+                udp: true,
+                ..Default::default()
+            },
+            modes: crate::ModesRequest {
+                time_s: Some(0.5),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(udp.line_rate().workload().modes.time_s, Some(0.5));
+    }
+
     #[test]
     fn bytes_20kb_is_refused_as_too_small_to_time() {
         for bytes in [1, 20_000, 999_999] {
