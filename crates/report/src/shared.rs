@@ -76,7 +76,7 @@ pub fn has_ceilings(report: &MatrixReport) -> bool {
 }
 
 /// What the ceiling columns mean, in one sentence for every format.
-pub const CEILING_EXPLAINED: &str = "crypto ceiling: the suite's speed at the packet size the row sent, timed right after the cell in the same environment with what the row used (userspace: its implementation; kernel rows: AF_ALG in the same kernel, in user-mode Linux its own tcrypt; openvpn: openssl speed; boringtun: ring), per CPU-second of the timing thread, the slower of encrypt and decrypt";
+pub const CEILING_EXPLAINED: &str = "crypto ceiling: the suite's speed at the packet size the row sent, timed right after the cell in the same environment with what the row used (userspace: its implementation; kernel rows: a per-byte bound through AF_ALG in the same kernel, in user-mode Linux its own tcrypt where it has one; openvpn: openssl speed; boringtun: ring), per CPU-second of the timing thread, the slower of encrypt and decrypt";
 
 /// MB/s as the tables print it: one decimal, or two below 10 (TCG rows are that slow). A
 /// rate that is not a number (a report made by hand, or by a future bug) prints as "—",
