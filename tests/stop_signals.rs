@@ -111,8 +111,10 @@ fn interrupt_local(test: &str, args: &[&str], movers: &[&str], signal: Signal) {
         test,
         || !ended(pid),
         || {
-            threads(pid)
-                .iter()
+            // The run's own threads, or a child's (a matrix runs each cell in a process).
+            std::iter::once(pid)
+                .chain(descendants(pid))
+                .flat_map(threads)
                 .any(|t| movers.iter().any(|m| t.starts_with(m)))
         },
     );
@@ -126,7 +128,9 @@ fn interrupt_local(test: &str, args: &[&str], movers: &[&str], signal: Signal) {
     let out = text(&run.out);
     assert!(took < STOP_WITHIN, "{test}: {took:?} to stop\n{out}");
     assert_eq!(run.out.status.code(), Some(INTERRUPTED), "{test}: {out}");
-    assert_no_report(test, &run.out.stdout, &out);
+    if !test.starts_with("matrix") {
+        assert_no_report(test, &run.out.stdout, &out);
+    }
     assert_eq!(run.namespaces_left, Vec::<String>::new(), "{test}: {out}");
     assert_eq!(run.links_left, Vec::<String>::new(), "{test}: {out}");
     let left: Vec<u32> = started.into_iter().filter(|&p| !ended(p)).collect();
@@ -305,6 +309,33 @@ fn sigterm_stops_an_ndr_search() {
             ],
             UDP_MOVERS,
             Signal::SIGTERM,
+        );
+    }
+}
+
+/// A matrix stopped in a cell's transfer: its table marks what did not run (as a stopped
+/// matrix does by design), so only the time, the exit and what is left are held here.
+#[test]
+fn sigint_stops_a_matrix_in_a_cells_transfer() {
+    if root_or_skip("sigint_stops_a_matrix_in_a_cells_transfer") {
+        let dir = private_dir("ipl-stop-matrix-");
+        interrupt_local(
+            "matrix",
+            &[
+                "matrix",
+                "--backends",
+                "plain,userspace",
+                "--bytes",
+                "100GB",
+                "--repeat",
+                "1",
+                "--no-ceiling",
+                "--no-progress",
+                "--out",
+                dir.path().to_str().unwrap(),
+            ],
+            TCP_MOVERS,
+            Signal::SIGINT,
         );
     }
 }
