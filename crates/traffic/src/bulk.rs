@@ -126,6 +126,8 @@ impl BulkStream {
             match self.socket.read(buf) {
                 // A stopped stream's last read is not the peer's end (shutdown returns 0).
                 _ if self.halt.stopped() => return Err(TrafficError::Cancelled),
+                // The peer's end may be this run's stop seen from the other side first.
+                Ok(0) if self.stop.is_cancelled() => return Err(TrafficError::Cancelled),
                 Ok(n) => return Ok(n),
                 Err(e) => self.keep_waiting(e, called, "receive from")?,
             }
@@ -197,6 +199,9 @@ impl BulkStream {
                     Ok(())
                 }
             }
+            // A broken connection is the run's stop when the stop came first (the other
+            // side, stopped a moment earlier, closed it).
+            _ if self.stop.is_cancelled() => Err(TrafficError::Cancelled),
             _ => Err(self.error(action, error)),
         }
     }
