@@ -71,9 +71,14 @@ fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
-/// Waits until `moving()` says the payload moves, then half a second more: data is in
-/// flight. False if `running()` says the run ended first; panics after 90 s.
-fn until_moving(what: &str, mut running: impl FnMut() -> bool, mut moving: impl FnMut() -> bool) -> bool {
+/// Waits until `moving()` says the payload moves, then `settle` more: data is in flight.
+/// False if `running()` says the run ended first; panics after 90 s.
+fn until_moving(
+    what: &str,
+    settle: Duration,
+    mut running: impl FnMut() -> bool,
+    mut moving: impl FnMut() -> bool,
+) -> bool {
     let deadline = Instant::now() + Duration::from_secs(90);
     while !moving() {
         if !running() {
@@ -82,7 +87,7 @@ fn until_moving(what: &str, mut running: impl FnMut() -> bool, mut moving: impl 
         assert!(Instant::now() < deadline, "{what}: no payload moved within 90 s");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(settle);
     true
 }
 
@@ -101,14 +106,21 @@ fn signal_and_time(pid: u32, signal: Signal) -> Duration {
     sent.elapsed()
 }
 
-/// A local run in a sandbox of its own, signalled once one of its threads named with a
-/// prefix in `movers` exists (a stream's or a UDP sender's: the payload is moving).
+/// A local run in a sandbox of its own, signalled half a second after one of its threads
+/// (or its children's) named with a prefix in `movers` exists (a stream's or a UDP
+/// sender's: the payload is moving).
 fn interrupt_local(test: &str, args: &[&str], movers: &[&str], signal: Signal) {
+    interrupt_local_after(test, args, movers, Duration::from_millis(500), signal)
+}
+
+/// [`interrupt_local`], `settle` after a mover is seen.
+fn interrupt_local_after(test: &str, args: &[&str], movers: &[&str], settle: Duration, signal: Signal) {
     let _lock = lab_lock();
     let mut child = own::Sandbox::default().spawn(args);
     let pid = child.lab_pid();
-    until_moving(
+    let moving = until_moving(
         test,
+        settle,
         || !ended(pid),
         || {
             // The run's own threads, or a child's (a matrix runs each cell in a process).
@@ -118,6 +130,12 @@ fn interrupt_local(test: &str, args: &[&str], movers: &[&str], signal: Signal) {
                 .any(|t| movers.iter().any(|m| t.starts_with(m)))
         },
     );
+    if !moving {
+        panic!(
+            "{test}: the run ended before its payload moved\n{}",
+            text(&child.wait().out)
+        );
+    }
     let started = descendants(pid);
     let took = signal_and_time(pid, signal);
     let run = child.wait();
@@ -236,6 +254,31 @@ fn sigint_stops_a_timed_openvpn_transfer() {
                 "--no-progress",
             ],
             TCP_MOVERS,
+            Signal::SIGINT,
+        );
+    }
+}
+
+/// The start-up is a phase too: openvpn's handshake is waited for on a thread of the
+/// runtime, which took 5.7 s to stop.
+#[test]
+fn sigint_stops_openvpn_while_it_starts() {
+    let test = "sigint_stops_openvpn_while_it_starts";
+    if root_or_skip(test) && openvpn_or_skip(test) {
+        interrupt_local_after(
+            "openvpn starting",
+            &[
+                "run",
+                "--backend",
+                "openvpn",
+                "--bytes",
+                "10GB",
+                "--json",
+                "-",
+                "--no-progress",
+            ],
+            &["openvpn"],
+            Duration::ZERO,
             Signal::SIGINT,
         );
     }
@@ -366,6 +409,7 @@ fn interrupt_peer(test: &str, args: &[&str], signal: Signal) {
     let pid = client.id();
     let moving = until_moving(
         test,
+        Duration::from_millis(500),
         || !ended(pid),
         || client_tx_bytes(&lab) > before + 50_000_000,
     );
