@@ -1,9 +1,19 @@
 //! SIGINT and SIGTERM as the end of a run or a server: a run then unwinds through its guards
 //! instead of dying with namespaces, SAs and processes in place.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{LabError, LabResult};
+
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether SIGINT or SIGTERM has arrived: for a step that waits without a token to look
+/// at (a daemon's start-up, polled on a thread of the runtime).
+pub fn requested() -> bool {
+    REQUESTED.load(Ordering::Relaxed)
+}
 
 /// Completes on the first SIGINT or SIGTERM after it was created (the handlers are
 /// installed at once, so a signal between this call and the first poll still counts).
@@ -16,6 +26,7 @@ pub fn stop_requested() -> LabResult<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
+        REQUESTED.store(true, Ordering::Relaxed);
         crate::say!("\nipsec-lab: interrupted, cleaning up");
     })
 }

@@ -7,30 +7,90 @@
 //! each: median 0.89 of iperf3 with the event loop, 0.97 blocking, see docs/guide.md). A
 //! blocking call sleeps in the socket itself, as iperf3's do.
 //!
-//! What the event loop gave for free is kept with a socket timeout of [`SLICE`]: every
-//! call returns at least that often, to notice a cancelled run (Ctrl-C, or another stream
-//! that failed) and to count silence against the run's idle timeout.
+//! What the event loop gave for free is kept two ways. A stopped side ([`Halt`]: Ctrl-C,
+//! or another stream that failed) shuts its sockets down, which returns a call blocked in
+//! one at once, and sets a flag every call looks at when it returns: a stream moving data
+//! stops after the call under way, not when its payload is done. Silence is counted
+//! against the run's idle timeout with a socket timeout of [`SLICE`].
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::error::TrafficError;
 
-/// The longest one blocking call waits before looking at the cancel token and the clock:
-/// how late a cancelled stream stops, at most.
+/// The longest one blocking call waits before looking at the clock (and the cancel token,
+/// should a stop reach a stream other than through its [`Halt`]).
 const SLICE: Duration = Duration::from_millis(100);
 
+/// What stops one side's streams at once, shared by them and whoever watches the side's
+/// cancel token: a flag each call looks at when it returns (an atomic load), and the
+/// streams' sockets, shut down so that a call blocked in one returns now.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Halt(Arc<HaltState>);
+
+#[derive(Debug, Default)]
+struct HaltState {
+    stopped: AtomicBool,
+    /// The open sockets' descriptors: a stream removes its own before it closes it, under
+    /// the lock [`Halt::stop`] holds, so no descriptor shut down is another's reused one.
+    sockets: Mutex<Vec<RawFd>>,
+}
+
+impl Halt {
+    /// Stops every stream of the side, those to come included.
+    pub(crate) fn stop(&self) {
+        let sockets = self.0.sockets.lock().expect("halt lock");
+        self.0.stopped.store(true, Ordering::Release);
+        for &fd in sockets.iter() {
+            shutdown(fd);
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.0.stopped.load(Ordering::Acquire)
+    }
+
+    fn register(&self, fd: RawFd) {
+        let mut sockets = self.0.sockets.lock().expect("halt lock");
+        if self.stopped() {
+            shutdown(fd);
+        }
+        sockets.push(fd);
+    }
+
+    fn unregister(&self, fd: RawFd) {
+        self.0.sockets.lock().expect("halt lock").retain(|&s| s != fd);
+    }
+}
+
+/// Both directions of the socket `fd` shut: a blocked read returns 0 and a blocked write
+/// what it wrote (or EPIPE), at once.
+fn shutdown(fd: RawFd) {
+    // SAFETY: `fd` is an open socket: it leaves the list before its stream closes it.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
 /// A connected stream in blocking mode, with its peer (for errors), the silence it
-/// tolerates and the token that ends it.
+/// tolerates and what ends it.
 pub(crate) struct BulkStream {
     socket: TcpStream,
     peer: SocketAddr,
     idle_timeout: Duration,
     stop: CancellationToken,
+    halt: Halt,
+}
+
+impl Drop for BulkStream {
+    fn drop(&mut self) {
+        // Before the socket closes (fields drop after this).
+        self.halt.unregister(self.socket.as_raw_fd());
+    }
 }
 
 impl BulkStream {
@@ -39,6 +99,7 @@ impl BulkStream {
         peer: SocketAddr,
         idle_timeout: Duration,
         stop: CancellationToken,
+        halt: Halt,
     ) -> Result<BulkStream, TrafficError> {
         let io = |source| TrafficError::Io {
             action: "set up the stream to",
@@ -48,11 +109,13 @@ impl BulkStream {
         socket.set_nonblocking(false).map_err(io)?;
         socket.set_read_timeout(Some(SLICE)).map_err(io)?;
         socket.set_write_timeout(Some(SLICE)).map_err(io)?;
+        halt.register(socket.as_raw_fd());
         Ok(BulkStream {
             socket,
             peer,
             idle_timeout,
             stop,
+            halt,
         })
     }
 
@@ -61,6 +124,10 @@ impl BulkStream {
         let called = Instant::now();
         loop {
             match self.socket.read(buf) {
+                // A stopped stream's last read is not the peer's end (shutdown returns 0).
+                _ if self.halt.stopped() => return Err(TrafficError::Cancelled),
+                // The peer's end may be this run's stop seen from the other side first.
+                Ok(0) if self.stop.is_cancelled() => return Err(TrafficError::Cancelled),
                 Ok(n) => return Ok(n),
                 Err(e) => self.keep_waiting(e, called, "receive from")?,
             }
@@ -86,6 +153,7 @@ impl BulkStream {
                 }
             }
             match self.socket.write(&buf[at..]) {
+                _ if self.halt.stopped() => return Err(TrafficError::Cancelled),
                 Ok(0) => return Err(self.error("send to", ErrorKind::WriteZero.into())),
                 Ok(n) => {
                     at += n;
@@ -119,7 +187,7 @@ impl BulkStream {
         match error.kind() {
             ErrorKind::Interrupted => Ok(()),
             ErrorKind::WouldBlock | ErrorKind::TimedOut => {
-                if self.stop.is_cancelled() {
+                if self.stop.is_cancelled() || self.halt.stopped() {
                     Err(TrafficError::Cancelled)
                 } else if quiet_since.elapsed() >= self.idle_timeout {
                     Err(TrafficError::Timeout {
@@ -131,6 +199,9 @@ impl BulkStream {
                     Ok(())
                 }
             }
+            // A broken connection is the run's stop when the stop came first (the other
+            // side, stopped a moment earlier, closed it).
+            _ if self.stop.is_cancelled() => Err(TrafficError::Cancelled),
             _ => Err(self.error(action, error)),
         }
     }
@@ -159,7 +230,7 @@ impl BulkStream {
         loop {
             match tcp_state(&self.socket) {
                 Some(TCP_CLOSE) | None => return,
-                Some(state) if Instant::now() >= deadline || self.stop.is_cancelled() => {
+                Some(state) if Instant::now() >= deadline || self.halt.stopped() => {
                     tracing::debug!(
                         "FIN to {} not acknowledged after {limit:?} (TCP state {state})",
                         self.peer

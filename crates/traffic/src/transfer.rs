@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::bulk::BulkStream;
+use crate::bulk::{BulkStream, Halt};
 pub use crate::error::TrafficError;
 use crate::error::MAX_FOREIGN_CONNECTIONS;
 use crate::interval::{Tally, Timeline};
@@ -258,7 +258,8 @@ impl Receiver {
         let wall = Instant::now();
         // Cancelled by Ctrl-C, or by the first stream that fails, so the others stop too.
         let stop = cancel.child_token();
-        let mut threads: Vec<std::thread::JoinHandle<StreamOutcome>> = Vec::new();
+        let halt = Halt::default();
+        let mut threads: Vec<StreamThread<StreamResult>> = Vec::new();
         let local = self.local_addr();
         let Receiver { listeners, only_from } = self;
         let accepted = block_on(stop.clone(), async {
@@ -295,21 +296,17 @@ impl Receiver {
                     source,
                 };
                 let stream = stream.into_std().map_err(io)?;
-                let (stop, progress) = (stop.clone(), progress.clone());
-                let thread = std::thread::Builder::new()
-                    .name(format!("ipl-recv-{}", header.index))
-                    .spawn(move || {
-                        stream_thread(&stop, || {
-                            let stream = BulkStream::new(stream, peer, config.idle_timeout, stop.clone())?;
-                            receive_stream(stream, config, header, progress)
-                        })
-                    })
-                    .map_err(io)?;
+                let (own, halt, progress) = (stop.clone(), halt.clone(), progress.clone());
+                let thread = spawn_stream(format!("ipl-recv-{}", header.index), &stop, move || {
+                    let stream = BulkStream::new(stream, peer, config.idle_timeout, own, halt)?;
+                    receive_stream(stream, config, header, progress)
+                })
+                .map_err(io)?;
                 threads.push(thread);
             }
             Ok(())
         });
-        let outcomes = join_streams(threads, &stop);
+        let outcomes = join_streams(threads, &stop, &halt);
         let mut first: Option<Instant> = None;
         let mut last: Option<Instant> = None;
         let mut bytes = 0;
@@ -348,33 +345,58 @@ struct StreamOutcome<T = StreamResult> {
     cpu: CpuTime,
 }
 
-/// Runs one stream's `work` on the calling (fresh) thread; a failure stops the other streams.
-fn stream_thread<T>(
-    stop: &CancellationToken,
-    work: impl FnOnce() -> Result<T, TrafficError>,
-) -> StreamOutcome<T> {
-    let cpu0 = CpuTime::this_thread();
-    let result = work();
-    if result.is_err() {
-        stop.cancel();
-    }
-    StreamOutcome {
-        result,
-        cpu: CpuTime::this_thread().since(cpu0),
-    }
+/// A stream's thread, and a token cancelled when it ends (however it ends).
+struct StreamThread<T> {
+    handle: std::thread::JoinHandle<StreamOutcome<T>>,
+    finished: CancellationToken,
 }
 
-/// Joins every stream thread (after `stop` if the side is giving up); a thread that
-/// panicked is a bug, passed on.
-fn join_streams<T>(
-    threads: Vec<std::thread::JoinHandle<StreamOutcome<T>>>,
+/// Starts a thread named `name` for one stream's `work`; a failure stops the other streams.
+fn spawn_stream<T: Send + 'static>(
+    name: String,
     stop: &CancellationToken,
+    work: impl FnOnce() -> Result<T, TrafficError> + Send + 'static,
+) -> std::io::Result<StreamThread<T>> {
+    let finished = CancellationToken::new();
+    let on_exit = finished.clone().drop_guard();
+    let stop = stop.clone();
+    let handle = std::thread::Builder::new().name(name).spawn(move || {
+        let _on_exit = on_exit;
+        let cpu0 = CpuTime::this_thread();
+        let result = work();
+        if result.is_err() {
+            stop.cancel();
+        }
+        StreamOutcome {
+            result,
+            cpu: CpuTime::this_thread().since(cpu0),
+        }
+    })?;
+    Ok(StreamThread { handle, finished })
+}
+
+/// Joins every stream thread. Until they have all ended this thread watches `stop`
+/// (Ctrl-C, or a stream that failed): then `halt` ends the others' calls at once, even
+/// those blocked in a socket. A thread that panicked is a bug, passed on.
+fn join_streams<T>(
+    threads: Vec<StreamThread<T>>,
+    stop: &CancellationToken,
+    halt: &Halt,
 ) -> Vec<StreamOutcome<T>> {
+    {
+        let all_ended = futures::future::join_all(threads.iter().map(|t| t.finished.cancelled()));
+        let stopped = stop.cancelled();
+        futures::pin_mut!(all_ended, stopped);
+        let first = futures::executor::block_on(futures::future::select(all_ended, stopped));
+        if let futures::future::Either::Right(_) = first {
+            halt.stop();
+        }
+    }
     threads
         .into_iter()
         .map(|t| {
-            t.join().unwrap_or_else(|panic| {
-                stop.cancel();
+            t.handle.join().unwrap_or_else(|panic| {
+                halt.stop();
                 std::panic::resume_unwind(panic)
             })
         })
@@ -400,13 +422,14 @@ pub fn send(
     let started_cpu = CpuTime::this_thread();
     let wall = Instant::now();
     let stop = cancel.child_token();
+    let halt = Halt::default();
     let mut threads = Vec::with_capacity(usize::from(config.streams));
     let mut error = None;
     for i in 0..config.streams {
-        let own = stop.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("ipl-send-{i}"))
-            .spawn(move || stream_thread(&own, || send_stream(peer, config, i, &own)));
+        let (own, halt) = (stop.clone(), halt.clone());
+        let spawned = spawn_stream(format!("ipl-send-{i}"), &stop, move || {
+            send_stream(peer, config, i, &own, halt)
+        });
         match spawned {
             Ok(t) => threads.push(t),
             Err(source) => {
@@ -422,7 +445,7 @@ pub fn send(
     }
     let mut bytes = 0;
     let mut cpu = CpuTime::default();
-    for outcome in join_streams(threads, &stop) {
+    for outcome in join_streams(threads, &stop, &halt) {
         cpu = cpu.plus(outcome.cpu);
         match outcome.result {
             Ok(n) => bytes += n,
@@ -446,11 +469,12 @@ fn send_stream(
     config: TransferConfig,
     index: u16,
     stop: &CancellationToken,
+    halt: Halt,
 ) -> Result<u64, TrafficError> {
     let peer = SocketAddr::new(base.ip(), base.port().wrapping_add(index));
     let len = config.stream_len(index);
     let stream = block_on(stop.clone(), connect_and_greet(peer, config, index, len))?;
-    let mut stream = BulkStream::new(stream, peer, config.idle_timeout, stop.clone())?;
+    let mut stream = BulkStream::new(stream, peer, config.idle_timeout, stop.clone(), halt)?;
     let mut generator = PayloadGenerator::new(config.seed, index);
     // A timed stream's clock starts once it is connected, as iperf3's: a slow connect (a
     // SYN retransmitted after a second) does not eat into the time asked for.
@@ -1068,6 +1092,49 @@ mod tests {
         let err = tx.join().unwrap().unwrap_err();
         assert!(matches!(err, TrafficError::Cancelled), "{err}");
         assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    }
+
+    /// Issue 43: both ends of a transfer that is moving data stop at once on Ctrl-C, a
+    /// sized one of 100 GB and a timed one of a minute alike, with four streams each; no
+    /// call waits for a slice of silence that never comes.
+    #[test]
+    fn a_transfer_moving_data_stops_at_once_when_cancelled() {
+        let sized = config(100_000_000_000, 4);
+        let timed = TransferConfig {
+            duration: Some(Duration::from_secs(60)),
+            ..sized
+        };
+        for cfg in [sized, timed] {
+            let receiver = Receiver::bind("127.0.0.1:0".parse().unwrap(), cfg.streams).unwrap();
+            let addr = receiver.local_addr();
+            let cancel = CancellationToken::new();
+            let progress = Progress::default();
+            let (token, counter) = (cancel.clone(), progress.clone());
+            let rx = std::thread::spawn(move || receiver.run(cfg, counter, token));
+            let token = cancel.clone();
+            let tx = std::thread::spawn(move || send(addr, cfg, token));
+            let moving = Instant::now();
+            while progress.bytes() < 50_000_000 {
+                assert!(moving.elapsed() < Duration::from_secs(30), "no data moved");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let t0 = Instant::now();
+            cancel.cancel();
+            let (rx, tx) = (rx.join().unwrap(), tx.join().unwrap());
+            let took = t0.elapsed();
+            eprintln!("{:?}: stopped {took:?} after the cancel", cfg.duration);
+            assert!(
+                matches!(rx, Err(TrafficError::Cancelled)),
+                "{:?}",
+                rx.map(|s| s.bytes)
+            );
+            assert!(
+                matches!(tx, Err(TrafficError::Cancelled)),
+                "{:?}",
+                tx.map(|s| s.bytes)
+            );
+            assert!(took < Duration::from_secs(1), "{took:?}");
+        }
     }
 
     /// A timed stream whose sender stops without its trailer is not verified.

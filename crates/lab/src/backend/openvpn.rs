@@ -316,6 +316,10 @@ impl OpenvpnEnd {
                 self.started = Instant::now();
                 return Ok(());
             }
+            // This wait blocks the task that would see Ctrl-C: it looks for itself.
+            if crate::signal::requested() {
+                return Err(LabError::interrupted());
+            }
             if Instant::now() > deadline {
                 return Err(failed(format!(
                     "openvpn not ready after {READY_TIMEOUT:?}:\n[{}]\n{}",

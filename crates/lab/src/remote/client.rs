@@ -68,12 +68,18 @@ pub async fn run(plan: &RunPlan, psk: &Psk, show: ShowKeys, progress: &dyn Progr
     let cancel = CancellationToken::new();
     let interrupted = crate::signal::cancel_on_signal(cancel.clone())?;
     let result = tokio::select! {
-        r = execute(plan, psk, show, progress) => r,
+        r = execute(plan, psk, show, progress, &cancel) => r,
         // Dropping `execute` drops this host's end and the channel: the server sees the
-        // connection close and removes its end.
+        // connection close and removes its end. The transfer threads it started stop on
+        // the token.
         _ = cancel.cancelled() => Err(LabError::interrupted()),
     };
     interrupted.abort();
+    // A step that blocks this task (a UDP trial, the search) may end after the signal with
+    // a result: it is not the run's.
+    if cancel.is_cancelled() {
+        return Err(LabError::interrupted());
+    }
     result
 }
 
@@ -119,7 +125,13 @@ async fn connect(plan: &RunPlan) -> LabResult<TcpStream> {
     Ok(stream)
 }
 
-async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys, progress: &dyn Progress) -> LabResult<RunReport> {
+async fn execute(
+    plan: &RunPlan,
+    psk: &Psk,
+    show: ShowKeys,
+    progress: &dyn Progress,
+    cancel: &CancellationToken,
+) -> LabResult<RunReport> {
     let peer = plan.peer().cloned().expect("remote runs have a peer");
     let stream = connect(plan).await?;
     let hosts = Hosts {
@@ -204,7 +216,7 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys, progress: &dyn Progr
     let mut transfers = Vec::new();
     let mut udp = None;
     if let Some(max_pps) = server_end.max_pps {
-        let run = trials(plan, hosts, &mut chan, prober, progress, max_pps)?;
+        let run = trials(plan, hosts, &mut chan, prober, progress, max_pps, cancel)?;
         transfers = run.transfers;
         udp = Some(run.report);
     } else {
@@ -212,7 +224,7 @@ async fn execute(plan: &RunPlan, psk: &Psk, show: ShowKeys, progress: &dyn Progr
             p.phase("under TCP load", None);
         }
         for attempt in 1..=plan.workload().repeat {
-            transfers.push(transfer(plan, hosts, &mut chan, attempt).await?);
+            transfers.push(transfer(plan, hosts, &mut chan, attempt, cancel).await?);
         }
     }
     let latency = latency
@@ -303,9 +315,11 @@ async fn transfer(
     hosts: Hosts,
     chan: &mut Channel<TcpStream>,
     attempt: u32,
+    run: &CancellationToken,
 ) -> LabResult<Transfer> {
     let config = session::transfer_config(plan);
-    let cancel = CancellationToken::new();
+    // Its threads outlive this future when Ctrl-C drops it: the run's token ends them.
+    let cancel = run.child_token();
     if plan.workload().reverse {
         let receiver = receiver(plan, hosts, Side::A)?;
         chan.send(&Message::Send { attempt })
@@ -359,10 +373,16 @@ fn trials(
     prober: Option<&traffic::latency::ProberHandle>,
     progress: &dyn Progress,
     max_pps: f64,
+    cancel: &CancellationToken,
 ) -> LabResult<crate::packets::UdpRun> {
     let runtime = tokio::runtime::Handle::current();
     let mut number = 0;
     let mut trial = |pps: Option<f64>, seconds| {
+        // This task is blocked in the search, out of reach of `run`'s select: each trial
+        // gives up on Ctrl-C itself, and the search with it.
+        if cancel.is_cancelled() {
+            return Err(LabError::interrupted());
+        }
         number += 1;
         // Never above the server's limit; "unlimited" is paced there by either sender.
         let request = TrialRequest {
@@ -370,7 +390,12 @@ fn trials(
             pps: pps.map(|p| p.min(max_pps)),
             seconds,
         };
-        runtime.block_on(udp_trial(plan, hosts, chan, request, max_pps))
+        runtime.block_on(async {
+            tokio::select! {
+                r = udp_trial(plan, hosts, chan, request, max_pps, cancel) => r,
+                _ = cancel.cancelled() => Err(LabError::interrupted()),
+            }
+        })
     };
     crate::packets::blocking(|| crate::packets::run(plan, prober, progress, &mut trial))
 }
@@ -383,6 +408,7 @@ async fn udp_trial(
     chan: &mut Channel<TcpStream>,
     trial: TrialRequest,
     max_pps: f64,
+    cancel: &CancellationToken,
 ) -> LabResult<(UdpTrial, Transfer)> {
     let family = plan.link().family;
     let wait = std::time::Duration::from_secs_f64(trial.seconds) + STEP_TIMEOUT;
@@ -402,7 +428,8 @@ async fn udp_trial(
         until_listening(chan, Message::ReceiveDatagrams { trial }).await?;
         let sender = datagrams::sender(plan, hosts, Side::A)?;
         let config = datagrams::send_config(plan, &trial, Some(max_pps));
-        let stop = CancellationToken::new();
+        // A child of the run's: the sender stops on Ctrl-C though this future is dropped.
+        let stop = cancel.child_token();
         let sending = tokio::task::spawn_blocking({
             let stop = stop.clone();
             move || sender.run(&config, &stop)

@@ -5,7 +5,7 @@ use crate::encap::EncapError;
 use crate::family::{Family, UnknownFamily, MIN_IPV6_MTU};
 use crate::modes::ModesError;
 use crate::netem::NetemError;
-use crate::plan::limits::{MAX_REPEAT, MAX_SA_PAIRS, MAX_TUNNEL_THREADS, MIN_PAYLOAD};
+use crate::plan::limits::{MAX_PAYLOAD, MAX_REPEAT, MAX_SA_PAIRS, MAX_TUNNEL_THREADS, MIN_PAYLOAD};
 use crate::size::ByteSize;
 use crate::suite::CipherSuite;
 
@@ -22,6 +22,11 @@ pub enum PlanError {
         min = MIN_PAYLOAD
     )]
     PayloadTooSmall { flag: &'static str, bytes: ByteSize },
+    #[error(
+        "{flag} {bytes} is more than one run moves: give at most {max}, or --time SECONDS for a long run (it says how long it takes)",
+        max = MAX_PAYLOAD
+    )]
+    PayloadTooLarge { flag: &'static str, bytes: ByteSize },
     #[error("{0:?} is not a seed: give it as printed (0x18ecd9107f28b6c7) or in decimal")]
     Seed(String),
     #[error("--repeat {0} is out of range: use 1 to {MAX_REPEAT}")]

@@ -23,6 +23,10 @@ pub const DEFAULT_PEER_PORT: u16 = 5299;
 /// the figure would be noise (or, for a payload read in one go, a division by zero).
 pub const MIN_PAYLOAD: ByteSize = ByteSize(1_000_000);
 
+/// Largest payload a run moves: 8 minutes of the plain row at 2 GB/s, hours in user-mode
+/// Linux. Longer runs are timed (`--time`), which says up front how long they take.
+pub const MAX_PAYLOAD: ByteSize = ByteSize(1_000_000_000_000);
+
 /// Most SA pairs a run installs (`--sas`): each pair takes two of the run's 256 SPIs, and 64
 /// keeps the netlink work of a run small.
 pub const MAX_SA_PAIRS: u16 = 64;

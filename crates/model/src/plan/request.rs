@@ -12,7 +12,7 @@ use crate::modes::{ModesRequest, RunContext};
 use crate::netem::NetemSpec;
 use crate::packets::{self, NdrSearch, PacketSize, Rate, UdpWorkload};
 use crate::plan::limits::{
-    MAX_MTU, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
+    MAX_MTU, MAX_PAYLOAD, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
 };
 use crate::size::ByteSize;
 use crate::suite::{CipherSuite, Hmac, KeyBits};
@@ -436,10 +436,14 @@ impl RunRequest {
     }
 }
 
-/// Refuses a payload below [`MIN_PAYLOAD`]; `flag` names the option in the message.
+/// Refuses a payload below [`MIN_PAYLOAD`] or above [`MAX_PAYLOAD`]; `flag` names the
+/// option in the message.
 pub fn check_payload(flag: &'static str, bytes: ByteSize) -> Result<(), PlanError> {
     if bytes < MIN_PAYLOAD {
         return Err(PlanError::PayloadTooSmall { flag, bytes });
+    }
+    if bytes > MAX_PAYLOAD {
+        return Err(PlanError::PayloadTooLarge { flag, bytes });
     }
     Ok(())
 }
@@ -544,6 +548,27 @@ mod tests {
             ..Default::default()
         };
         assert!(one_mb.validate().is_ok());
+    }
+
+    #[test]
+    fn bytes_above_a_terabyte_are_refused_with_the_bound_and_time_suggested() {
+        let e = RunRequest {
+            bytes: "10TB".parse().unwrap(),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(matches!(e, PlanError::PayloadTooLarge { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("at most 1000.00 GB") && text.contains("--time"),
+            "{text}"
+        );
+        let largest = RunRequest {
+            bytes: MAX_PAYLOAD,
+            ..Default::default()
+        };
+        assert!(largest.validate().is_ok());
     }
 
     #[test]
