@@ -316,7 +316,7 @@ fn a_stopped_vm_sweep_takes_its_whole_process_tree_with_it() {
     )
     .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out));
     assert!(!alive(qemu), "the VM's qemu outlived its run:\n{}", text(&out));
     // Nothing of this run is left for `clean` (other runs on the machine may have records).
     let clean = run_lab(&["clean"]);

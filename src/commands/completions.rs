@@ -162,7 +162,7 @@ fn civil_date(days: u64) -> (u64, u64, u64) {
 }
 
 /// What every command exits with (`lab::ExitKind`, and `compare --fail-on-regression`).
-const EXIT_STATUS: [(&str, &str); 5] = [
+const EXIT_STATUS: [(&str, &str); 6] = [
     ("0", "Success."),
     (
         "1",
@@ -178,7 +178,11 @@ const EXIT_STATUS: [(&str, &str); 5] = [
     ),
     (
         "130",
-        "Interrupted (SIGINT or SIGTERM); everything the run had created was removed.",
+        "Interrupted by SIGINT (Ctrl-C); everything the run had created was removed, and no report printed as if it had finished.",
+    ),
+    (
+        "143",
+        "Interrupted by SIGTERM; as 130.",
     ),
 ];
 
@@ -399,7 +403,7 @@ mod tests {
                 "{name}: {title}"
             );
             assert!(page.contains(".SH \"EXIT STATUS\""), "{name}");
-            for code in ["2", "3", "130"] {
+            for code in ["2", "3", "130", "143"] {
                 assert!(page.contains(&format!("\\fB{code}\\fR")), "{name}: exit {code}");
             }
         }

@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-/// 0 ok, 1 a run that failed, 2 bad usage or input, 3 a missing capability, 130 interrupted.
+/// 0 ok, 1 a run that failed, 2 bad usage or input, 3 a missing capability, 130 interrupted
+/// (143 where SIGTERM interrupted it: [`LabError::exit_code`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitKind {
     Failed = 1,
@@ -41,7 +42,10 @@ impl LabError {
         )
     }
     pub fn exit_code(&self) -> u8 {
-        self.kind as u8
+        match self.kind {
+            ExitKind::Interrupted => crate::signal::interrupted_exit_code(),
+            kind => kind as u8,
+        }
     }
 
     /// A transfer's failure on `side` ("sender", "receiver"): a cancelled transfer is an
@@ -81,7 +85,7 @@ impl ExitKind {
         match code {
             2 => ExitKind::Usage,
             3 => ExitKind::Capability,
-            130 => ExitKind::Interrupted,
+            130 | 143 => ExitKind::Interrupted,
             _ => ExitKind::Failed,
         }
     }

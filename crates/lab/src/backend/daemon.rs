@@ -19,12 +19,22 @@ pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     f.write_all(text.as_bytes())
 }
 
+/// How long a daemon gets after SIGTERM once the run itself was told to stop: the whole run
+/// has a second to be gone, and what SIGKILL leaves (a TUN device, SAs) lives in the run's
+/// namespaces, which go next. OpenVPN still starting took over 3 s to act on SIGTERM.
+const GRACE_WHEN_STOPPING: Duration = Duration::from_millis(300);
+
 /// SIGTERM first, so the daemon removes what it made (its TUN device, its SAs); SIGKILL if
-/// it has not exited within `grace`.
+/// it has not exited within `grace` (at most [`GRACE_WHEN_STOPPING`] after Ctrl-C or SIGTERM).
 pub fn stop(child: &mut Child, grace: Duration) {
     if exited(child) {
         return;
     }
+    let grace = if crate::signal::requested() {
+        grace.min(GRACE_WHEN_STOPPING)
+    } else {
+        grace
+    };
     // SAFETY: signals our own child by its pid; it has not been reaped yet.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let deadline = Instant::now() + grace;
