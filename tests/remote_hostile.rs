@@ -330,3 +330,140 @@ fn serve_outlives_its_log() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&leftovers.stdout).contains("ipl-tun"));
 }
+
+/// A key holder's control connection from namespace a whose socket takes at most about
+/// `rcvbuf` bytes: set before connecting, so the window it offers stays that small.
+fn small_window_channel(lab: &Lab, rcvbuf: usize) -> Channel<tokio::net::TcpStream> {
+    use nix::sys::socket::{
+        connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn,
+    };
+    let psk = control::Psk::load(&lab.psk).unwrap();
+    let stream = lab
+        .topo()
+        .a
+        .run(move || {
+            let fd = socket(
+                AddressFamily::Inet,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap();
+            setsockopt(&fd, sockopt::RcvBuf, &rcvbuf).unwrap();
+            let to = match control_addr() {
+                SocketAddr::V4(v4) => v4,
+                SocketAddr::V6(_) => unreachable!(),
+            };
+            connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(to)).unwrap();
+            TcpStream::from(fd)
+        })
+        .unwrap();
+    stream.set_nonblocking(true).unwrap();
+    lab.rt.block_on(async {
+        let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+        Channel::initiate(stream, &psk, Duration::from_secs(5))
+            .await
+            .unwrap()
+    })
+}
+
+/// Issue 42: a key holder with a 1 KiB receive buffer sent a UDP hello and queued trial
+/// requests without reading a reply. The server's control sends filled its socket buffer
+/// and blocked; the deadline only cancelled a token nothing watched while a send was
+/// pending, so with `--max-run-time 40` a real client was still told "busy" at 100 s. Now
+/// no send or receive on the channel waits past the run's deadline: the run unwinds then,
+/// and a real client is served soon after, while the attacker still holds its connection.
+#[test]
+fn a_client_that_stops_reading_holds_the_server_no_longer_than_its_run_time() {
+    let Some(lab) = Lab::new("hostile-no-read") else {
+        return;
+    };
+    let server = lab.serve_with(&["--max-run-time", "3", "--max-trials", "20000"]);
+    let mut chan = small_window_channel(&lab, 1024);
+    let mut request = plain_request(true);
+    request["udp"] = serde_json::to_value(model::packets::PacketSize::Fixed(1400)).unwrap();
+    let started = Instant::now();
+    // The hello and then trial after trial, each a millisecond of one datagram a second
+    // sent to this host, whose account the server sends back; never a byte read. The
+    // sends block once both sockets' buffers are full, and the task stays blocked, holding
+    // the connection open (its kernel answers the server's zero-window probes).
+    let attacker = lab.rt.spawn(async move {
+        chan.send_plaintext(&hello(request)).await.unwrap();
+        for number in 1..=20_000 {
+            let trial = control::TrialRequest {
+                number,
+                pps: Some(1.0),
+                seconds: 0.001,
+            };
+            if chan.send(&Message::SendDatagrams { trial }).await.is_err() {
+                break;
+            }
+        }
+        // Held open, unread, until the test ends.
+        std::future::pending::<()>().await;
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // A real client, asked again while the server says busy.
+    let out = loop {
+        let out = lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]);
+        if out.status.success()
+            || !common::text(&out).contains("busy")
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let served_after = started.elapsed();
+    eprintln!("a real client was served {served_after:?} after the non-reading one began (--max-run-time 3)");
+    assert!(out.status.success(), "{}\n{}", common::text(&out), server.log());
+    assert_eq!(report(&out)["transfers"][0]["verified"], true);
+    // 3 s of run time, the last word's 2 s and slack for a busy machine.
+    assert!(served_after < Duration::from_secs(20), "{served_after:?}");
+    let log = server.log();
+    assert!(log.contains("time limit of 3 s"), "{log}");
+    attacker.abort();
+}
+
+/// Issue 42: hellos asking for `repeat: 999` for 5 s gave 8,331 connections and 33,325 log
+/// lines, none suppressed (the limiter covered only connections without the key), each
+/// refusal logged "run finished; its end is removed" for a run that never started. Now
+/// every per-connection line is rate-limited, and a refusal says so in one line.
+#[test]
+fn a_key_holders_flood_of_refused_hellos_does_not_flood_the_log() {
+    let Some(lab) = Lab::new("hostile-log-flood") else {
+        return;
+    };
+    let server = lab.serve();
+    let before = server.log().lines().count();
+    let mut request = plain_request(false);
+    request["repeat"] = 999.into();
+    let hello = hello(request);
+    let start = Instant::now();
+    let mut refused = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        match hostile(&lab, &hello) {
+            Ok(Message::Refused { kind, reason }) => {
+                assert_eq!(kind, RefusalKind::Usage);
+                assert!(reason.contains("999"), "{reason}");
+                refused += 1;
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // After a quiet second, the next line of its kind says how many were left out.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(matches!(hostile(&lab, &hello), Ok(Message::Refused { .. })));
+    server.wait_for("similar lines suppressed", Duration::from_secs(5));
+    let log = server.log();
+    let lines = log.lines().count() - before;
+    eprintln!("{refused} refused hellos in 3 s: {lines} log lines");
+    assert!(refused > 50, "only {refused} hellos: too few to flood");
+    // Five lines a second of a kind at most, plus the one after the quiet spell.
+    assert!(lines <= 25, "{lines} lines for {refused} refusals:\n{log}");
+    assert!(!log.contains("run finished"), "{log}");
+    assert!(
+        log.contains("refused, nothing created: 999 repeats is outside this server's limit"),
+        "{log}"
+    );
+}
