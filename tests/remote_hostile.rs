@@ -367,26 +367,42 @@ fn small_window_channel(lab: &Lab, rcvbuf: usize) -> Channel<tokio::net::TcpStre
     })
 }
 
+/// The Send-Q of the server's end of the control connection from `port` (namespace a's
+/// local port), as `ss` shows it in namespace b.
+fn server_send_queue(lab: &Lab, port: u16) -> Option<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", lab.topo().b.name(), "ss", "-Htn"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        (cols.len() >= 5 && cols[4].ends_with(&format!(":{port}")))
+            .then(|| cols[2].parse().ok())
+            .flatten()
+    })
+}
+
 /// Issue 42: a key holder with a 1 KiB receive buffer sent a UDP hello and queued trial
-/// requests without reading a reply. The server's control sends filled its socket buffer
-/// and blocked; the deadline only cancelled a token nothing watched while a send was
-/// pending, so with `--max-run-time 40` a real client was still told "busy" at 100 s. Now
-/// no send or receive on the channel waits past the run's deadline: the run unwinds then,
-/// and a real client is served soon after, while the attacker still holds its connection.
+/// request pairs without reading a reply. The server's control sends filled its socket
+/// buffer and blocked (Send-Q 54 KB); the deadline only cancelled a token nothing watched
+/// while a send was pending, so with `--max-run-time 40` a real client was still told
+/// "busy" at 100 s. Now no send or receive on the channel waits past the run's deadline:
+/// the run unwinds then, and a real client is served soon after, while the attacker still
+/// holds its connection open (its kernel answering the server's zero-window probes).
 #[test]
 fn a_client_that_stops_reading_holds_the_server_no_longer_than_its_run_time() {
     let Some(lab) = Lab::new("hostile-no-read") else {
         return;
     };
-    let server = lab.serve_with(&["--max-run-time", "3", "--max-trials", "20000"]);
+    const RUN_TIME: u64 = 40;
+    let server = lab.serve_with(&["--max-run-time", &RUN_TIME.to_string(), "--max-trials", "20000"]);
     let mut chan = small_window_channel(&lab, 1024);
-    let mut request = plain_request(true);
+    let local_port = chan.get_ref().local_addr().unwrap().port();
+    let mut request = plain_request(false);
     request["udp"] = serde_json::to_value(model::packets::PacketSize::Fixed(1400)).unwrap();
     let started = Instant::now();
-    // The hello and then trial after trial, each a millisecond of one datagram a second
-    // sent to this host, whose account the server sends back; never a byte read. The
-    // sends block once both sockets' buffers are full, and the task stays blocked, holding
-    // the connection open (its kernel answers the server's zero-window probes).
+    // The hello, then trial after trial (this host "sends" nothing; the server counts for
+    // a moment and sends its account back), never a byte read.
     let attacker = lab.rt.spawn(async move {
         chan.send_plaintext(&hello(request)).await.unwrap();
         for number in 1..=20_000 {
@@ -395,33 +411,50 @@ fn a_client_that_stops_reading_holds_the_server_no_longer_than_its_run_time() {
                 pps: Some(1.0),
                 seconds: 0.001,
             };
-            if chan.send(&Message::SendDatagrams { trial }).await.is_err() {
+            let sent = model::packets::SentDatagrams::default();
+            if chan.send(&Message::ReceiveDatagrams { trial }).await.is_err()
+                || chan.send(&Message::DatagramsSent { sent }).await.is_err()
+            {
                 break;
             }
         }
-        // Held open, unread, until the test ends.
         std::future::pending::<()>().await;
     });
-    std::thread::sleep(Duration::from_secs(1));
+    // Just before the deadline the server's sends are stuck: its Send-Q holds what this
+    // client never read.
+    std::thread::sleep(Duration::from_secs(RUN_TIME - 3));
+    let queued = server_send_queue(&lab, local_port);
+    eprintln!(
+        "the server's Send-Q toward the non-reading client at {:?}: {queued:?} bytes",
+        started.elapsed()
+    );
+    assert!(queued.is_some_and(|q| q > 10_000), "{queued:?}\n{}", server.log());
     // A real client, asked again while the server says busy.
     let out = loop {
         let out = lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]);
         if out.status.success()
             || !common::text(&out).contains("busy")
-            || started.elapsed() > Duration::from_secs(30)
+            || started.elapsed() > Duration::from_secs(RUN_TIME + 30)
         {
             break out;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     let served_after = started.elapsed();
-    eprintln!("a real client was served {served_after:?} after the non-reading one began (--max-run-time 3)");
+    eprintln!("a real client was served {served_after:?} after the non-reading one began (--max-run-time {RUN_TIME})");
     assert!(out.status.success(), "{}\n{}", common::text(&out), server.log());
     assert_eq!(report(&out)["transfers"][0]["verified"], true);
-    // 3 s of run time, the last word's 2 s and slack for a busy machine.
-    assert!(served_after < Duration::from_secs(20), "{served_after:?}");
+    // The run time, the last word's 2 s and slack for a busy machine.
+    assert!(
+        served_after < Duration::from_secs(RUN_TIME + 15),
+        "{served_after:?}"
+    );
+    // Whichever came first: the run's deadline, or 30 s of a send taking nothing.
     let log = server.log();
-    assert!(log.contains("time limit of 3 s"), "{log}");
+    assert!(
+        log.contains(&format!("time limit of {RUN_TIME} s")) || log.contains("(it stopped reading)"),
+        "{log}"
+    );
     attacker.abort();
 }
 
