@@ -383,19 +383,19 @@ fn turn_away(mut stream: TcpStream, why: String, notices: &Arc<Semaphore>) {
     });
 }
 
-/// Checks `request` with the client's own validation, then against this server's limits
-/// and the control connection's family; the reason is the refusal the client is sent.
+/// Checks `request` against this server's limits (naming the flag that raises each) and
+/// the control connection's family, then with the client's own validation; the reason is
+/// the refusal the client is sent.
 fn check_request(
     request: &PeerRequest,
     hosts: Hosts,
     limits: &ServerLimits,
 ) -> Result<model::RunPlan, String> {
-    let checked = super::checked_request(request, hosts.a)?;
     limits
         .check(request)
         .and_then(|()| ServerLimits::check_family(request, hosts.b))
         .map_err(|e| e.to_string())?;
-    Ok(checked)
+    super::checked_request(request, hosts.a)
 }
 
 /// A request, in one line of the log.
