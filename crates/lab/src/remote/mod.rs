@@ -145,14 +145,14 @@ pub fn checked_request(request: &PeerRequest, client: IpAddr) -> Result<RunPlan,
 /// The server's plan: the run `checked` (from [`checked_request`]) with what the server
 /// decided itself; nothing in it is an address or a prefix from the client.
 pub fn server_plan(checked: &RunPlan, hosts: Hosts, end: ServerEnd) -> RunPlan {
-    let backend = match checked.backend_plan() {
+    let backend = match *checked.backend_plan() {
         // ESP in UDP where the client asked for it; one SA pair and the default drivers
         // (`--sas`, `--pcrypt` are refused with `--peer`), transport mode.
         BackendPlan::Xfrm(xfrm) => BackendPlan::Xfrm(XfrmPlan {
             mode: IpsecMode::Transport,
-            ..*xfrm
+            ..xfrm
         }),
-        other => other.clone(),
+        other => other,
     };
     let workload = Workload {
         // Each trial's rate and length come with it (`control::TrialRequest`); the client

@@ -483,6 +483,9 @@ async fn start_end(
     Ok((host_end, plan, end))
 }
 
+// The request as asked and as checked travel side by side: the checks need the first, the
+// end the second.
+#[allow(clippy::too_many_arguments)]
 async fn serve_run(
     chan: &mut Channel<TcpStream>,
     request: &PeerRequest,
