@@ -287,7 +287,7 @@ async fn session(
         Ok(checked) => checked,
         Err(reason) => {
             shared.logs.line("refused", || {
-                format!("{peer}: authenticated; refused, nothing created: {reason}")
+                format!("{peer}: authenticated; refused: {reason}; nothing created")
             });
             let _ = chan.send(&refusal(reason)).await;
             return;
