@@ -356,13 +356,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "CIDR")]
     pub allow: Vec<String>,
     /// Largest payload per transfer a client may ask for, e.g. 10GB, 1GiB.
-    #[arg(long, value_name = "BYTES", default_value = "10GB")]
+    #[arg(long, value_name = "BYTES", default_value = control::request::DEFAULT_MAX_BYTES)]
     pub max_bytes: ByteSize,
     /// Most parallel streams a client may ask for (at most 128).
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    #[arg(long, value_name = "N", default_value_t = control::request::DEFAULT_MAX_STREAMS)]
     pub max_streams: u16,
     /// Most transfers per run a client may ask for.
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = control::request::DEFAULT_MAX_REPEAT)]
     pub max_repeat: u32,
     /// TCP ports data may use on this host, LOW-HIGH (LOW at least 1024); a run's
     /// PORT..PORT+P-1 must lie inside.
@@ -374,25 +374,25 @@ pub struct ServeArgs {
     pub allow_unauthenticated_suites: bool,
     /// Most userspace tunnel threads (TUN queues, UDP sockets, threads) a client may ask
     /// for with `run --peer --tunnel-threads N` (1 to 256).
-    #[arg(long, value_name = "N", default_value_t = 4,
+    #[arg(long, value_name = "N", default_value_t = control::request::DEFAULT_MAX_TUNNEL_THREADS,
           value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
     pub max_tunnel_threads: u16,
     /// Longest a run may hold this server, in seconds, from the client's hello to the run's
     /// end; a run still going then is stopped and its end removed (1 to 86400).
-    #[arg(long, value_name = "SECONDS", default_value_t = 1800,
+    #[arg(long, value_name = "SECONDS", default_value_t = control::request::DEFAULT_MAX_RUN_TIME,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub max_run_time: u64,
     /// Fastest UDP trial a client may ask for, in datagrams per second (`run --peer --udp
-    /// --rate`, `--find-ndr`), e.g. 500k or 2Mpps; this server's own sender keeps it when a
+    /// --rate`, `--find-ndr`), e.g. 100k or 2Mpps; this server's own sender keeps it when a
     /// trial asks for "as fast as it goes".
-    #[arg(long, value_name = "PPS", default_value = "2Mpps")]
+    #[arg(long, value_name = "PPS", default_value = control::request::DEFAULT_MAX_RATE)]
     pub max_rate: model::packets::Rate,
     /// Longest UDP trial a client may ask for, in seconds (1 to 3600).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+    #[arg(long, value_name = "SECONDS", default_value_t = control::request::DEFAULT_MAX_TRIAL_TIME,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub max_trial_time: u64,
     /// Most UDP trials in one run (a `--find-ndr` search takes up to about 90).
-    #[arg(long, value_name = "N", default_value_t = 200,
+    #[arg(long, value_name = "N", default_value_t = control::request::DEFAULT_MAX_TRIALS,
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_trials: u32,
 }

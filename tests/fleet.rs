@@ -817,6 +817,69 @@ fn the_role_and_playbooks_are_lint_clean() {
     assert!(out.status.success(), "{}", text(&out));
 }
 
+/// Issue 42: the play kept the run's key off the hosts' disks only if ansible/ansible.cfg
+/// (pipelining) happened to be loaded; with pipelining off the key sat in
+/// `AnsiballZ_command.py` on every host. The play now sets pipelining itself, and the role
+/// refuses to start, before anything is done on a host, where the key would be written.
+/// Run against this host over a local connection with no ansible.cfg loaded; the play
+/// never gets past its first checks (no package given), so nothing is installed or stopped.
+#[test]
+fn the_play_sets_pipelining_itself_and_refuses_to_run_without_it() {
+    if !have("ansible-playbook") {
+        testcap::skip(
+            "fleet-pipelining",
+            "no ansible-playbook: apt-get install ansible-core (make setup)",
+        );
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("flt-pipelining-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("inventory.yml"),
+        "all:\n  hosts:\n    here:\n      ansible_connection: local\n      ansible_python_interpreter: /usr/bin/python3\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("empty.cfg"), "").unwrap();
+    let play = |vars: serde_json::Value, env: &[(&str, &str)]| {
+        let out = Command::new("ansible-playbook")
+            .arg("-i")
+            .arg(dir.join("inventory.yml"))
+            .arg(Path::new(REPO).join("ansible/fleet.yml"))
+            .arg("-e")
+            .arg(vars.to_string())
+            // Not the repository's ansible.cfg, which sets pipelining.
+            .env("ANSIBLE_CONFIG", dir.join("empty.cfg"))
+            .env("ANSIBLE_LOCAL_TEMP", dir.join("local-tmp"))
+            .env("ANSIBLE_REMOTE_TEMP", dir.join("remote-tmp"))
+            .env("ANSIBLE_NOCOLOR", "1")
+            .env("ANSIBLE_RETRY_FILES_ENABLED", "0")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "the play went through:\n{}", text(&out));
+        text(&out)
+    };
+    // Never past the checks: the service is left alone on this host.
+    let leave = serde_json::json!({"ipsec_lab_fleet_leave_running": true});
+    let refusal = "the run's key would be written to a file on the hosts";
+    // Without ansible.cfg the play's own setting holds: the play goes on to its next check.
+    let out = play(leave.clone(), &[]);
+    assert!(!out.contains(refusal), "{out}");
+    assert!(out.contains("Refuse to go on without the package"), "{out}");
+    // Pipelining off, or remote files kept: refused before anything else.
+    let mut off = leave.clone();
+    off["ansible_pipelining"] = false.into();
+    for (vars, env) in [
+        (off, &[][..]),
+        (leave.clone(), &[("ANSIBLE_KEEP_REMOTE_FILES", "1")][..]),
+    ] {
+        let out = play(vars.clone(), env);
+        assert!(out.contains(refusal), "{vars} {env:?}:\n{out}");
+        assert!(!out.contains("Check the package is on the controller"), "{out}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn fleet_plan_prints_the_rounds_a_playbook_walks() {
     let out = Command::new(BIN)

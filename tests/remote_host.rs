@@ -412,7 +412,7 @@ fn a_rogue_key_holder_cannot_steer_the_server() {
             with("suite", "aes-128-cbc".into()),
             "--allow-unauthenticated-suites",
         ),
-        ("mtu 0", with("link_mtu", 0.into()), "link MTU 0"),
+        ("mtu 0", with("link_mtu", 0.into()), "--mtu 0"),
         (
             "openvpn",
             with("backend", "openvpn".into()),

@@ -330,3 +330,173 @@ fn serve_outlives_its_log() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&leftovers.stdout).contains("ipl-tun"));
 }
+
+/// A key holder's control connection from namespace a whose socket takes at most about
+/// `rcvbuf` bytes: set before connecting, so the window it offers stays that small.
+fn small_window_channel(lab: &Lab, rcvbuf: usize) -> Channel<tokio::net::TcpStream> {
+    use nix::sys::socket::{
+        connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn,
+    };
+    let psk = control::Psk::load(&lab.psk).unwrap();
+    let stream = lab
+        .topo()
+        .a
+        .run(move || {
+            let fd = socket(
+                AddressFamily::Inet,
+                SockType::Stream,
+                SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .unwrap();
+            setsockopt(&fd, sockopt::RcvBuf, &rcvbuf).unwrap();
+            let to = match control_addr() {
+                SocketAddr::V4(v4) => v4,
+                SocketAddr::V6(_) => unreachable!(),
+            };
+            connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(to)).unwrap();
+            TcpStream::from(fd)
+        })
+        .unwrap();
+    stream.set_nonblocking(true).unwrap();
+    lab.rt.block_on(async {
+        let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+        Channel::initiate(stream, &psk, Duration::from_secs(5))
+            .await
+            .unwrap()
+    })
+}
+
+/// The Send-Q of the server's end of the control connection from `port` (namespace a's
+/// local port), as `ss` shows it in namespace b.
+fn server_send_queue(lab: &Lab, port: u16) -> Option<u64> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", lab.topo().b.name(), "ss", "-Htn"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        (cols.len() >= 5 && cols[4].ends_with(&format!(":{port}")))
+            .then(|| cols[2].parse().ok())
+            .flatten()
+    })
+}
+
+/// Issue 42: a key holder with a 1 KiB receive buffer sent a UDP hello and queued trial
+/// request pairs without reading a reply. The server's control sends filled its socket
+/// buffer and blocked (Send-Q 54 KB); the deadline only cancelled a token nothing watched
+/// while a send was pending, so with `--max-run-time 40` a real client was still told
+/// "busy" at 100 s. Now no send or receive on the channel waits past the run's deadline:
+/// the run unwinds then, and a real client is served soon after, while the attacker still
+/// holds its connection open (its kernel answering the server's zero-window probes).
+#[test]
+fn a_client_that_stops_reading_holds_the_server_no_longer_than_its_run_time() {
+    let Some(lab) = Lab::new("hostile-no-read") else {
+        return;
+    };
+    const RUN_TIME: u64 = 40;
+    let server = lab.serve_with(&["--max-run-time", &RUN_TIME.to_string(), "--max-trials", "20000"]);
+    let mut chan = small_window_channel(&lab, 1024);
+    let local_port = chan.get_ref().local_addr().unwrap().port();
+    let mut request = plain_request(false);
+    request["udp"] = serde_json::to_value(model::packets::PacketSize::Fixed(1400)).unwrap();
+    let started = Instant::now();
+    // The hello, then trial after trial (this host "sends" nothing; the server counts for
+    // a moment and sends its account back), never a byte read.
+    let attacker = lab.rt.spawn(async move {
+        chan.send_plaintext(&hello(request)).await.unwrap();
+        for number in 1..=20_000 {
+            let trial = control::TrialRequest {
+                number,
+                pps: Some(1.0),
+                seconds: 0.001,
+            };
+            let sent = model::packets::SentDatagrams::default();
+            if chan.send(&Message::ReceiveDatagrams { trial }).await.is_err()
+                || chan.send(&Message::DatagramsSent { sent }).await.is_err()
+            {
+                break;
+            }
+        }
+        std::future::pending::<()>().await;
+    });
+    // Just before the deadline the server's sends are stuck: its Send-Q holds what this
+    // client never read.
+    std::thread::sleep(Duration::from_secs(RUN_TIME - 3));
+    let queued = server_send_queue(&lab, local_port);
+    eprintln!(
+        "the server's Send-Q toward the non-reading client at {:?}: {queued:?} bytes",
+        started.elapsed()
+    );
+    assert!(queued.is_some_and(|q| q > 10_000), "{queued:?}\n{}", server.log());
+    // A real client, asked again while the server says busy.
+    let out = loop {
+        let out = lab.run(&["--backend", "plain", "--bytes", "1MB", "--json", "-"]);
+        if out.status.success()
+            || !common::text(&out).contains("busy")
+            || started.elapsed() > Duration::from_secs(RUN_TIME + 30)
+        {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let served_after = started.elapsed();
+    eprintln!("a real client was served {served_after:?} after the non-reading one began (--max-run-time {RUN_TIME})");
+    assert!(out.status.success(), "{}\n{}", common::text(&out), server.log());
+    assert_eq!(report(&out)["transfers"][0]["verified"], true);
+    // The run time, the last word's 2 s and slack for a busy machine.
+    assert!(
+        served_after < Duration::from_secs(RUN_TIME + 15),
+        "{served_after:?}"
+    );
+    // Whichever came first: the run's deadline, or 30 s of a send taking nothing.
+    let log = server.log();
+    assert!(
+        log.contains(&format!("time limit of {RUN_TIME} s")) || log.contains("(it stopped reading)"),
+        "{log}"
+    );
+    attacker.abort();
+}
+
+/// Issue 42: hellos asking for `repeat: 999` for 5 s gave 8,331 connections and 33,325 log
+/// lines, none suppressed (the limiter covered only connections without the key), each
+/// refusal logged "run finished; its end is removed" for a run that never started. Now
+/// every per-connection line is rate-limited, and a refusal says so in one line.
+#[test]
+fn a_key_holders_flood_of_refused_hellos_does_not_flood_the_log() {
+    let Some(lab) = Lab::new("hostile-log-flood") else {
+        return;
+    };
+    let server = lab.serve();
+    let before = server.log().lines().count();
+    let mut request = plain_request(false);
+    request["repeat"] = 999.into();
+    let hello = hello(request);
+    let start = Instant::now();
+    let mut refused = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        match hostile(&lab, &hello) {
+            Ok(Message::Refused { kind, reason }) => {
+                assert_eq!(kind, RefusalKind::Usage);
+                assert!(reason.contains("999"), "{reason}");
+                refused += 1;
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // After a quiet second, the next line of its kind says how many were left out.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(matches!(hostile(&lab, &hello), Ok(Message::Refused { .. })));
+    server.wait_for("similar lines suppressed", Duration::from_secs(5));
+    let log = server.log();
+    let lines = log.lines().count() - before;
+    eprintln!("{refused} refused hellos in 3 s: {lines} log lines");
+    assert!(refused > 50, "only {refused} hellos: too few to flood");
+    // Five lines a second of a kind at most, plus the one after the quiet spell.
+    assert!(lines <= 25, "{lines} lines for {refused} refusals:\n{log}");
+    assert!(!log.contains("run finished"), "{log}");
+    assert!(
+        log.contains("refused: 999 repeats is outside this server's limit"),
+        "{log}"
+    );
+}

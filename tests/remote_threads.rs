@@ -84,7 +84,7 @@ fn tunnel_threads_between_hosts_run_within_the_servers_limit() {
     lab.nothing_installed().unwrap();
     let log = server.log();
     assert!(
-        log.contains("limits: ") && log.contains("3 tunnel threads, 1800 s a run, data ports"),
+        log.contains("limits: ") && log.contains("3 tunnel threads, 600 s a run, data ports"),
         "{log}"
     );
     assert!(

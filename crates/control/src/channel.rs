@@ -1,10 +1,16 @@
 //! The channel over a byte stream (a `TcpStream` in the binary, an in-memory pipe in tests):
 //! frames in and out, the handshake within a deadline, and receives that are cancel-safe so
 //! a caller can `select!` on "the peer said something (or hung up)" while it works.
+//!
+//! No read or write waits on the peer for ever: a send that the peer does not take (it stops
+//! reading, its window stays shut) fails after [`SEND_TIMEOUT`], a receive after the caller's
+//! limit, and neither waits past the channel's deadline ([`Channel::set_deadline`], a server's
+//! `--max-run-time`), whatever the peer does.
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::frame::{self, MAX_FRAME, MAX_HANDSHAKE_FRAME};
 use crate::message::{self, Message};
@@ -13,6 +19,10 @@ use crate::{ControlError, Psk};
 
 /// Bytes read per call; a frame is at most 64 KiB, so a few calls at most.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Longest a send waits for the peer to take its bytes: a control message is small, so a
+/// peer that takes none for this long has stopped reading.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a server sends instead of its handshake answer to a connection it turns away
 /// unread: this prefix, then why, in one frame. A Noise answer begins with a random
@@ -32,6 +42,26 @@ pub struct Channel<S> {
     session: Session,
     /// Bytes read but not yet a whole frame; kept across cancelled receives.
     pending: Vec<u8>,
+    /// No send or receive waits past this.
+    until: Option<Instant>,
+}
+
+/// Runs `fut` for at most `limit` (failing with `on_limit`), and not past `until` (failing
+/// with [`ControlError::Deadline`]).
+async fn bounded<T>(
+    until: Option<Instant>,
+    limit: Duration,
+    on_limit: ControlError,
+    during: &'static str,
+    fut: impl std::future::Future<Output = Result<T, ControlError>>,
+) -> Result<T, ControlError> {
+    let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+    match left {
+        Some(left) if left < limit => tokio::time::timeout(left, fut)
+            .await
+            .unwrap_or(Err(ControlError::Deadline { during })),
+        _ => tokio::time::timeout(limit, fut).await.unwrap_or(Err(on_limit)),
+    }
 }
 
 async fn deadline<T>(
@@ -113,6 +143,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
                 stream,
                 session,
                 pending,
+                until: None,
             })
         })
         .await
@@ -130,31 +161,65 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Channel<S> {
                 stream,
                 session,
                 pending,
+                until: None,
             })
         })
         .await
     }
 
+    /// From now on no send or receive waits past `until` (None: only their own limits).
+    /// A send cut short leaves a partial frame: the channel is then done with.
+    pub fn set_deadline(&mut self, until: Option<Instant>) {
+        self.until = until;
+    }
+
+    /// Sends `msg`, within [`SEND_TIMEOUT`] and the deadline.
     pub async fn send(&mut self, msg: &Message) -> Result<(), ControlError> {
-        let body = self.session.seal(&message::encode(msg)?)?;
-        write_frame(&mut self.stream, &body, "sending a control message").await
+        let plain = message::encode(msg)?;
+        self.send_plaintext(&plain).await
     }
 
     /// Sends bytes encoded by the caller, not by [`message::encode`]: for messages
     /// crafted by hand, as a hostile client does in the server's tests.
     pub async fn send_plaintext(&mut self, plain: &[u8]) -> Result<(), ControlError> {
+        const DURING: &str = "sending a control message";
         let body = self.session.seal(plain)?;
-        write_frame(&mut self.stream, &body, "sending a control message").await
+        let stalled = ControlError::Stalled {
+            during: DURING,
+            seconds: SEND_TIMEOUT.as_secs(),
+        };
+        bounded(
+            self.until,
+            SEND_TIMEOUT,
+            stalled,
+            DURING,
+            write_frame(&mut self.stream, &body, DURING),
+        )
+        .await
     }
 
-    /// The next message, or an error if none comes within `limit`.
+    /// The next message, or an error if none comes within `limit` (or by the deadline).
     pub async fn recv(&mut self, limit: Duration, during: &'static str) -> Result<Message, ControlError> {
-        deadline(limit, during, self.recv_any(during)).await
+        let silent = ControlError::Timeout {
+            during,
+            seconds: limit.as_secs(),
+        };
+        let until = self.until;
+        bounded(until, limit, silent, during, self.recv_once(during)).await
     }
 
-    /// The next message, however long it takes. Cancel-safe: dropping the future loses
-    /// nothing, so it can sit in a `select!` beside other work.
+    /// The next message, however long it takes up to the deadline. Cancel-safe: dropping
+    /// the future loses nothing, so it can sit in a `select!` beside other work.
     pub async fn recv_any(&mut self, during: &'static str) -> Result<Message, ControlError> {
+        match self.until {
+            Some(until) => tokio::time::timeout_at(until, self.recv_once(during))
+                .await
+                .unwrap_or(Err(ControlError::Deadline { during })),
+            None => self.recv_once(during).await,
+        }
+    }
+
+    async fn recv_once(&mut self, during: &'static str) -> Result<Message, ControlError> {
         let body = read_frame(&mut self.stream, &mut self.pending, MAX_FRAME, during).await?;
         message::decode(&self.session.open(&body)?)
     }
@@ -172,14 +237,18 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(5);
 
-    async fn connected(
-        k1: &Psk,
-        k2: &Psk,
-    ) -> (
+    type Connected = (
         Result<Channel<DuplexStream>, ControlError>,
         Result<Channel<DuplexStream>, ControlError>,
-    ) {
-        let (a, b) = duplex(1 << 20);
+    );
+
+    async fn connected(k1: &Psk, k2: &Psk) -> Connected {
+        connected_through(k1, k2, 1 << 20).await
+    }
+
+    /// Over a pipe that holds `buffer` bytes each way.
+    async fn connected_through(k1: &Psk, k2: &Psk, buffer: usize) -> Connected {
+        let (a, b) = duplex(buffer);
         let (k1, k2) = (k1.clone(), k2.clone());
         let server = tokio::spawn(async move { Channel::respond(b, &k2, LIMIT).await });
         let client = Channel::initiate(a, &k1, LIMIT).await;
@@ -322,5 +391,36 @@ mod tests {
         assert!(s.recv(Duration::from_millis(100), "t").await.is_err());
         c.stream.write_all(&framed[5..]).await.unwrap();
         assert_eq!(s.recv(LIMIT, "t").await.unwrap(), Message::Finish);
+    }
+
+    /// Issue 42: a client that stopped reading held the server's send (and so its only run
+    /// slot) for as long as it kept its window shut. A send now fails after SEND_TIMEOUT,
+    /// and no send or receive outlives the channel's deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_stops_reading_cannot_hold_a_send_or_a_receive() {
+        let k = Psk::generate().unwrap();
+        let (c, s) = connected_through(&k, &k, 256).await;
+        let (_client_never_reads, mut s) = (c.unwrap(), s.unwrap());
+        let big = Message::Failed {
+            reason: "x".repeat(1000),
+        };
+        let start = Instant::now();
+        let e = s.send(&big).await.unwrap_err();
+        assert!(matches!(e, ControlError::Stalled { seconds: 30, .. }), "{e}");
+        assert_eq!(start.elapsed().as_secs(), SEND_TIMEOUT.as_secs());
+
+        let (c, s) = connected_through(&k, &k, 256).await;
+        let (_client_never_reads, mut s) = (c.unwrap(), s.unwrap());
+        let start = Instant::now();
+        s.set_deadline(Some(start + Duration::from_secs(5)));
+        let e = s.send(&big).await.unwrap_err();
+        assert!(matches!(e, ControlError::Deadline { .. }), "{e}");
+        assert_eq!(start.elapsed().as_secs(), 5);
+        // Past the deadline, a receive fails at once, bounded or not.
+        let e = s.recv_any("t").await.unwrap_err();
+        assert!(matches!(e, ControlError::Deadline { .. }), "{e}");
+        let e = s.recv(LIMIT, "t").await.unwrap_err();
+        assert!(matches!(e, ControlError::Deadline { .. }), "{e}");
+        assert_eq!(start.elapsed().as_secs(), 5);
     }
 }

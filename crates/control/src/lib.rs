@@ -25,7 +25,7 @@ pub mod psk;
 pub mod request;
 pub mod text;
 
-pub use channel::{turned_away_frame, Channel, TURNED_AWAY};
+pub use channel::{turned_away_frame, Channel, SEND_TIMEOUT, TURNED_AWAY};
 pub use message::{Envelope, KeyMaterial, Message, RefusalKind, RunKeys, XfrmKeys, VERSION};
 pub use noise::{Initiator, Responder, Session};
 pub use psk::{Psk, PskError};
@@ -54,6 +54,12 @@ pub enum ControlError {
     Closed { during: &'static str },
     #[error("{during}: nothing came for {seconds} s")]
     Timeout { during: &'static str, seconds: u64 },
+    /// The peer took none of a message for this long: it stopped reading.
+    #[error("{during}: the peer took nothing for {seconds} s (it stopped reading)")]
+    Stalled { during: &'static str, seconds: u64 },
+    /// The channel's deadline ([`Channel::set_deadline`]) came first.
+    #[error("{during}: the run's time limit came")]
+    Deadline { during: &'static str },
     #[error("a frame of {len} bytes announced, more than the limit of {max}")]
     Oversized { len: usize, max: usize },
     #[error("handshake failed: the peer does not hold the same pre-shared key (or is not ipsec-lab)")]

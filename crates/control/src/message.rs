@@ -38,8 +38,10 @@ use crate::ControlError;
 /// version 2, see crate `traffic`), so a client and a server of different payloads refuse
 /// each other at the hello, not at the first stream. Version 4: UDP trials and latency
 /// probes (the request's `udp` and `latency`, the datagram messages). Version 5: payload
-/// format 3 (stream header version 3).
-pub const VERSION: u16 = 5;
+/// format 3 (stream header version 3). Version 6: the client's latency probes come from the
+/// probe port (the one after the data ports) on its data address, and the server's
+/// responder echoes only those.
+pub const VERSION: u16 = 6;
 /// Largest encoded message: what fits one Noise message with its tag.
 pub const MAX_MESSAGE: usize = MAX_PLAINTEXT;
 
@@ -406,7 +408,7 @@ mod tests {
         );
         let message = e.to_string();
         assert!(
-            message.contains("version 4") && message.contains("speaks version 5"),
+            message.contains("version 4") && message.contains("speaks version 6"),
             "{message}"
         );
         assert!(message.contains("same release on both hosts"), "{message}");
@@ -418,11 +420,11 @@ mod tests {
             &b""[..],
             b"null",
             b"{}",
-            br#"{"v":5}"#,
-            br#"{"v":5,"msg":{"type":"launch_missiles"}}"#,
-            br#"{"v":5,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
-            br#"{"v":5,"msg":{"type":"receive","attempt":-1}}"#,
-            br#"{"v":5,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
+            br#"{"v":6}"#,
+            br#"{"v":6,"msg":{"type":"launch_missiles"}}"#,
+            br#"{"v":6,"msg":{"type":"receive","attempt":1,"extra":1}}"#,
+            br#"{"v":6,"msg":{"type":"receive","attempt":-1}}"#,
+            br#"{"v":6,"msg":{"type":"hello","plan":{},"keys":{}}}"#,
             b"\xff\xfe",
         ] {
             assert!(decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
@@ -439,7 +441,7 @@ mod tests {
     fn odd_or_non_hex_key_material_is_refused() {
         for bad in ["abc", "zz", &"00".repeat(513)] {
             let text = format!(
-                r#"{{"v":5,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
+                r#"{{"v":6,"msg":{{"type":"hello","request":{},"keys":{{"tunnel":"{bad}"}}}}}}"#,
                 serde_json::to_string(&request()).unwrap()
             );
             assert!(decode(text.as_bytes()).is_err(), "{bad}");

@@ -5,6 +5,7 @@
 //! file) into one directory with the plan beside it; `fleet
 //! report` reads that directory. The lab decides what runs when; the engine only starts it.
 
+use model::plan::limits::DEFAULT_SERVER_MAX_REPEAT;
 use model::{Backend, ByteSize, CipherSuite};
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +100,13 @@ pub enum PlanError {
     NoMeasure,
     #[error("--repeat {0}: give 1 or more")]
     NoRepeat(u32),
+    /// The fleet's servers run with `serve`'s default limits (the play's
+    /// `ipsec_lab_fleet_serve_args` aside): a plan they would refuse is refused here.
+    #[error(
+        "--repeat {0}: an `ipsec-lab serve` refuses more than {max} transfers a run unless started with a higher --max-repeat; give at most {max}",
+        max = DEFAULT_SERVER_MAX_REPEAT
+    )]
+    Repeat(u32),
 }
 
 impl FleetPlan {
@@ -115,6 +123,9 @@ impl FleetPlan {
         let schedule = round_robin(hosts, directions)?;
         if repeat == 0 {
             return Err(PlanError::NoRepeat(repeat));
+        }
+        if repeat > DEFAULT_SERVER_MAX_REPEAT {
+            return Err(PlanError::Repeat(repeat));
         }
         let measures = measures(backends, suites)?;
         Ok(FleetPlan::from_schedule(schedule, measures, bytes, repeat))
@@ -352,6 +363,12 @@ mod tests {
             FleetPlan::new(&hosts(3), Directions::One, &[Backend::Plain], &[], ByteSize(1), 0),
             Err(PlanError::NoRepeat(0))
         );
+        // Issue 43: `fleet plan --repeat 20` was accepted, then every server refused it.
+        let repeat = |n| FleetPlan::new(&hosts(3), Directions::One, &[Backend::Plain], &[], ByteSize(1), n);
+        assert!(repeat(DEFAULT_SERVER_MAX_REPEAT).is_ok());
+        let e = repeat(20).unwrap_err();
+        assert_eq!(e, PlanError::Repeat(20));
+        assert!(e.to_string().contains("at most 10"), "{e}");
         assert!(matches!(
             plan(&[Backend::Plain], &[]),
             Ok(p) if p.rounds.len() == 3 && p.rounds.iter().all(|r| r.idle.len() == 1)

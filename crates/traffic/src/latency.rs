@@ -215,6 +215,8 @@ pub struct Responder {
     socket: UdpSocket,
     local: SocketAddr,
     only_from: Option<IpAddr>,
+    /// With `only_from`: the one source port the peer probes from.
+    only_port: Option<u16>,
     /// Echoes a second at most, and a second's worth in a burst.
     per_second: Option<f64>,
     /// Zero of the clock `responder_ns` is read on.
@@ -236,6 +238,7 @@ impl Responder {
             socket,
             local,
             only_from: None,
+            only_port: None,
             per_second: None,
             epoch: Instant::now(),
         })
@@ -250,6 +253,17 @@ impl Responder {
     pub fn only_from(self, peer: IpAddr) -> Responder {
         Responder {
             only_from: Some(unmapped(peer)),
+            ..self
+        }
+    }
+
+    /// Echoes only probes from source port `port` (of the `only_from` address): the port
+    /// the peer said it probes from ([`Prober::start_from`]). Probes forged with the peer's
+    /// address but another port are counted apart ([`Discard::Foreign`]) and take nothing
+    /// of the budget ([`Responder::at_most`]), so they cannot starve the peer's own.
+    pub fn only_from_port(self, port: u16) -> Responder {
+        Responder {
+            only_port: Some(port),
             ..self
         }
     }
@@ -287,7 +301,10 @@ impl Responder {
                 }
             };
             let responder_ns = nanos_since(self.epoch);
-            if self.only_from.is_some_and(|peer| unmapped(from.ip()) != peer) {
+            // Before the budget: only the expected peer's probes take from it.
+            if self.only_from.is_some_and(|peer| unmapped(from.ip()) != peer)
+                || self.only_port.is_some_and(|port| from.port() != port)
+            {
                 count(&mut discards, Discard::Foreign);
                 continue;
             }
@@ -546,6 +563,16 @@ impl Prober {
     ///
     /// If `interval` is zero (the plan refuses it before anything starts).
     pub fn start(target: SocketAddr, interval: Duration) -> Result<ProberHandle, TrafficError> {
+        Prober::start_from(0, target, interval)
+    }
+
+    /// As [`Prober::start`], probing from local port `port` (0: any): a responder told the
+    /// port ([`Responder::only_from_port`]) echoes only probes from it.
+    pub fn start_from(
+        port: u16,
+        target: SocketAddr,
+        interval: Duration,
+    ) -> Result<ProberHandle, TrafficError> {
         assert!(!interval.is_zero(), "latency probe interval must be positive");
         let io_error = |action| {
             move |source| TrafficError::Io {
@@ -558,7 +585,8 @@ impl Prober {
             SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
             SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
         };
-        let socket = UdpSocket::bind((any, 0)).map_err(io_error("binding a socket for latency probes to"))?;
+        let socket =
+            UdpSocket::bind((any, port)).map_err(io_error("binding a socket for latency probes to"))?;
         // A bounded wait, so that the receiving thread sees its stop signal within POLL.
         socket
             .set_read_timeout(Some(POLL))
@@ -1117,6 +1145,57 @@ mod tests {
         stop.cancel();
         assert_eq!(responder.join().unwrap().unwrap(), echoes);
         assert_eq!(echoes, 10);
+    }
+
+    /// Issue 42: the responder's budget was shared with probes forged with the peer's
+    /// address, so a flood of them left the peer's own probes unanswered. Now only probes
+    /// from the port the peer probes from take from it; the rest are counted apart.
+    #[test]
+    fn forged_probes_from_the_peers_address_cannot_starve_its_own() {
+        let real = UdpSocket::bind(LOOPBACK).unwrap();
+        let port = real.local_addr().unwrap().port();
+        let responder = Responder::bind(LOOPBACK)
+            .unwrap()
+            .only_from(LOOPBACK.ip())
+            .only_from_port(port)
+            .at_most(10);
+        let target = responder.local_addr();
+        let (stop, responder) = spawn_responder(responder);
+        let probe = |seq| {
+            Probe {
+                kind: ProbeKind::Probe,
+                phase: 0,
+                seq,
+                sent_ns: seq,
+                responder_ns: 0,
+            }
+            .encode()
+        };
+        // The forger: the peer's address, another port, far past the budget.
+        let forger = UdpSocket::bind(LOOPBACK).unwrap();
+        for seq in 0..200 {
+            forger.send_to(&probe(seq), target).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        for seq in 0..10 {
+            real.send_to(&probe(seq), target).unwrap();
+        }
+        real.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut buf = [0u8; 64];
+        let mut echoes = 0;
+        while real.recv_from(&mut buf).is_ok() {
+            echoes += 1;
+        }
+        forger.set_nonblocking(true).unwrap();
+        assert!(forger.recv_from(&mut buf).is_err(), "a forged probe was echoed");
+        stop.cancel();
+        assert_eq!(responder.join().unwrap().unwrap(), 10);
+        assert_eq!(echoes, 10);
+
+        // The prober probes from the port it is given, for such a responder to know it.
+        let free = UdpSocket::bind(LOOPBACK).unwrap().local_addr().unwrap().port();
+        let prober = Prober::start_from(free, target, Duration::from_secs(10)).unwrap();
+        assert_eq!(prober.local_addr().port(), free);
     }
 
     #[test]

@@ -356,7 +356,7 @@ async fn transfer(
 /// address to the server's, on the probe port) and probes the idle path for a while.
 async fn probe(plan: &RunPlan, hosts: Hosts) -> LabResult<traffic::latency::ProberHandle> {
     let target = SocketAddr::new(data_addr(plan, hosts, Side::B).ip(), plan.workload().probe_port());
-    let prober = traffic::latency::Prober::start(target, crate::packets::PROBE_INTERVAL)
+    let prober = traffic::latency::Prober::start_from(target.port(), target, crate::packets::PROBE_INTERVAL)
         .map_err(|e| LabError::transfer("latency prober", e))?;
     prober.phase("idle", None);
     tokio::time::sleep(crate::packets::IDLE_PROBING).await;

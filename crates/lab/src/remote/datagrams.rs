@@ -5,7 +5,8 @@
 //! between namespaces; the receiving host counts them and the client puts the trial
 //! together from both accounts (`model::packets::{SentDatagrams, ReceivedDatagrams}`), which
 //! cross the control channel as they are.
-//! The server's responder echoes only the client's probes, at most [`ECHOES_PER_SECOND`].
+//! The server's responder echoes only the client's probes (from its data address and the
+//! probe port), at most [`ECHOES_PER_SECOND`].
 
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
@@ -123,9 +124,12 @@ impl Echo {
     pub fn start(plan: &RunPlan, hosts: Hosts) -> LabResult<Echo> {
         let at = SocketAddr::new(data_addr(plan, hosts, Side::B).ip(), plan.workload().probe_port());
         let client = data_addr(plan, hosts, Side::A).ip();
+        // The client probes from the same port on its data address (protocol 6): probes
+        // forged with its address but from another port take nothing of the budget.
         let responder = Responder::bind(at)
             .map_err(|e| LabError::transfer("latency responder", e))?
             .only_from(client)
+            .only_from_port(plan.workload().probe_port())
             .at_most(ECHOES_PER_SECOND);
         let stop = CancellationToken::new();
         let thread = std::thread::Builder::new()

@@ -123,12 +123,12 @@ pub async fn serve(config: ServerConfig, shutdown: impl Future<Output = ()>) -> 
     tokio::pin!(shutdown);
     // Tests and scripts wait for this line before connecting.
     say!(
-        "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} bytes, {} streams, {} repeats, \
+        "ipsec-lab serve: listening on {} (protocol {}, {}; limits: {} a transfer, {} streams, {} repeats, \
          {} tunnel threads, {} s a run, data ports {}, UDP trials: {} pps, {} s, {} a run{})",
         listener.local_addr().map_err(LabError::failed)?,
         control::VERSION,
         control::noise::PATTERN,
-        limits.max_bytes,
+        model::ByteSize(limits.max_bytes),
         limits.max_streams,
         limits.max_repeat,
         limits.max_tunnel_threads,
@@ -276,30 +276,50 @@ async fn session(
         }
     };
     drop(admitted);
-    say!("ipsec-lab serve: {peer}: authenticated");
-    let Ok(_permit) = shared.one_run.clone().try_acquire_owned() else {
-        say!("ipsec-lab serve: {peer}: busy with another run; told the client");
-        let _ = chan.send(&Message::Busy).await;
-        return;
-    };
     // A dual-stack listener ([::]) sees an IPv4 client as ::ffff:a.b.c.d: that is IPv4.
     let hosts = Hosts {
         a: peer.ip().to_canonical(),
         b: local.ip().to_canonical(),
     };
-    // The run's deadline cancels it like a stop signal does, so it unwinds the same way.
+    // Checked before the run slot is taken: a refused request holds nothing, creates
+    // nothing, and leaves one rate-limited line.
+    let checked = match check_request(&request, hosts, &shared.limits) {
+        Ok(checked) => checked,
+        Err(reason) => {
+            shared.logs.line("refused", || {
+                format!("{peer}: authenticated; refused: {reason}; nothing created")
+            });
+            let _ = chan.send(&refusal(reason)).await;
+            return;
+        }
+    };
+    let Ok(_permit) = shared.one_run.clone().try_acquire_owned() else {
+        shared.logs.line("busy", || {
+            format!("{peer}: authenticated; turned away: busy with another run (told the client)")
+        });
+        let _ = chan.send(&Message::Busy).await;
+        return;
+    };
+    shared.logs.line("run", || {
+        format!("{peer}: authenticated; run: {}", describe(&request))
+    });
+    // The run's deadline cancels it like a stop signal does, so it unwinds the same way;
+    // no send or receive on the channel waits past it either, so a client that stops
+    // reading (its window shut, the server's sends pending) cannot hold the run past it.
+    let until = tokio::time::Instant::now() + shared.limits.max_run_time;
+    chan.set_deadline(Some(until));
     let run_cancel = cancel.child_token();
     let deadline = {
         let run_cancel = run_cancel.clone();
-        let limit = shared.limits.max_run_time;
         tokio::spawn(async move {
-            tokio::time::sleep(limit).await;
+            tokio::time::sleep_until(until).await;
             run_cancel.cancel();
         })
     };
     let result = serve_run(
         &mut chan,
         &request,
+        &checked,
         keys,
         hosts,
         link_mtu,
@@ -308,20 +328,28 @@ async fn session(
     )
     .await;
     deadline.abort();
+    // The last word below is best effort, on its own short limit.
+    chan.set_deadline(None);
+    let late = tokio::time::Instant::now() >= until;
     let result = match result {
-        Err(_) if run_cancel.is_cancelled() && !cancel.is_cancelled() => {
-            Err(LabError::failed(anyhow::anyhow!(
-                "the run passed this server's time limit of {} s and was stopped (`ipsec-lab serve \
+        Err(_) if late && !cancel.is_cancelled() => Err(LabError::failed(anyhow::anyhow!(
+            "the run passed this server's time limit of {} s and was stopped (`ipsec-lab serve \
              --max-run-time` raises it)",
-                shared.limits.max_run_time.as_secs()
-            )))
-        }
+            shared.limits.max_run_time.as_secs()
+        ))),
         other => other,
     };
     match result {
-        Ok(()) => say!("ipsec-lab serve: {peer}: run finished; its end is removed"),
+        Ok(Outcome::Finished) => shared
+            .logs
+            .line("run end", || format!("{peer}: run finished; its end is removed")),
+        Ok(Outcome::NotStarted(reason)) => shared.logs.line("run end", || {
+            format!("{peer}: run not started, nothing left: {reason}")
+        }),
         Err(e) => {
-            say!("ipsec-lab serve: {peer}: run failed: {e:#}; its end is removed");
+            shared.logs.line("run end", || {
+                format!("{peer}: run failed: {e:#}; its end is removed")
+            });
             // Best effort: the client may be gone already.
             let _ = tokio::time::timeout(
                 Duration::from_secs(2),
@@ -355,20 +383,65 @@ fn turn_away(mut stream: TcpStream, why: String, notices: &Arc<Semaphore>) {
     });
 }
 
-/// Checks the request, decides this end (tunnel addresses, MTU) and brings it up; or says
+/// Checks `request` against this server's limits (naming the flag that raises each) and
+/// the control connection's family, then with the client's own validation; the reason is
+/// the refusal the client is sent.
+fn check_request(
+    request: &PeerRequest,
+    hosts: Hosts,
+    limits: &ServerLimits,
+) -> Result<model::RunPlan, String> {
+    limits
+        .check(request)
+        .and_then(|()| ServerLimits::check_family(request, hosts.b))
+        .map_err(|e| e.to_string())?;
+    super::checked_request(request, hosts.a)
+}
+
+/// A request, in one line of the log.
+fn describe(request: &PeerRequest) -> String {
+    let mut line = format!(
+        "{} {} {} x{}, {} streams from port {}",
+        request.backend,
+        request.suite,
+        model::ByteSize(request.bytes),
+        request.repeat,
+        request.streams,
+        request.data_port,
+    );
+    if request.reverse {
+        line.push_str(", reverse");
+    }
+    if request.tunnel_threads > 1 {
+        line.push_str(&format!(", {} tunnel threads", request.tunnel_threads));
+    }
+    if let Some(size) = request.udp {
+        line.push_str(&format!(", UDP trials of {size} datagrams instead of transfers"));
+    }
+    if request.latency {
+        line.push_str(", echoing the client's latency probes");
+    }
+    line
+}
+
+/// How a run that did not fail ended.
+enum Outcome {
+    Finished,
+    /// Its end could not be made; the client was told why.
+    NotStarted(String),
+}
+
+/// Decides this end (tunnel addresses, MTU) of a checked request and brings it up; or says
 /// why not, having created nothing.
 async fn start_end(
     request: &PeerRequest,
+    checked: &model::RunPlan,
     keys: &RunKeys,
     hosts: Hosts,
     link_mtu: u32,
     limits: &ServerLimits,
 ) -> Result<(End, model::RunPlan, ServerEnd), (RefusalKind, String)> {
     let lab = |e: LabError| (RefusalKind::from(e.kind), format!("{e:#}"));
-    limits
-        .check(request)
-        .and_then(|()| ServerLimits::check_family(request, hosts.b))
-        .map_err(|e| (RefusalKind::Usage, e.to_string()))?;
     let tunnel = if request.backend == Backend::Userspace {
         let in_use = super::prefixes_in_use().await.map_err(lab)?;
         let chosen = control::request::choose_tunnel_net_for(request.family, &in_use).ok_or((
@@ -394,7 +467,7 @@ async fn start_end(
             format!("this host's path MTU toward the client is {link_mtu}, below 576"),
         ));
     }
-    let plan = super::server_plan(request, hosts, end);
+    let plan = super::server_plan(checked, hosts, end);
     backend::preflight(&plan).await.map_err(lab)?;
     let namespace = Namespace::current().map_err(|e| lab(e.into()))?;
     let site = Site {
@@ -410,43 +483,31 @@ async fn start_end(
     Ok((host_end, plan, end))
 }
 
+// The request as asked and as checked travel side by side: the checks need the first, the
+// end the second.
+#[allow(clippy::too_many_arguments)]
 async fn serve_run(
     chan: &mut Channel<TcpStream>,
     request: &PeerRequest,
+    checked: &model::RunPlan,
     keys: RunKeys,
     hosts: Hosts,
     link_mtu: u32,
     limits: &ServerLimits,
     cancel: &CancellationToken,
-) -> LabResult<()> {
-    say!(
-        "ipsec-lab serve: run: {} {} {} bytes x{}, {} streams from port {}{}{}",
-        request.backend,
-        request.suite,
-        request.bytes,
-        request.repeat,
-        request.streams,
-        request.data_port,
-        if request.reverse { ", reverse" } else { "" },
-        match request.tunnel_threads {
-            1 => String::new(),
-            n => format!(", {n} tunnel threads"),
-        }
-    );
-    if let Some(size) = request.udp {
-        say!("ipsec-lab serve: run: UDP trials of {size} datagrams instead of transfers");
-    }
-    if request.latency {
-        say!("ipsec-lab serve: run: echoing the client's latency probes");
-    }
-    let started = start_end(request, &keys, hosts, link_mtu, limits).await;
+) -> LabResult<Outcome> {
+    let started = start_end(request, checked, &keys, hosts, link_mtu, limits).await;
     drop(keys);
     let (mut end, plan, server_end) = match started {
         Ok(s) => s,
         Err((kind, reason)) => {
-            say!("ipsec-lab serve: refused: {reason}");
-            let _ = chan.send(&Message::Refused { kind, reason }).await;
-            return Ok(());
+            let _ = chan
+                .send(&Message::Refused {
+                    kind,
+                    reason: reason.clone(),
+                })
+                .await;
+            return Ok(Outcome::NotStarted(reason));
         }
     };
     chan.send(&Message::Ready {
@@ -551,7 +612,7 @@ async fn serve_run(
                 chan.send(&Message::Finished { details })
                     .await
                     .map_err(LabError::from)?;
-                return Ok(());
+                return Ok(Outcome::Finished);
             }
             other => {
                 return Err(LabError::failed(anyhow::anyhow!(

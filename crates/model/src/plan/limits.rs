@@ -15,6 +15,10 @@ pub const MAX_MTU: u32 = 9000;
 /// Most transfers per run (`--repeat`).
 pub const MAX_REPEAT: u32 = 1000;
 
+/// Most transfers a run may ask of an `ipsec-lab serve` started without `--max-repeat`
+/// (`fleet plan` refuses more, as the fleet's servers would).
+pub const DEFAULT_SERVER_MAX_REPEAT: u32 = 10;
+
 /// TCP port `ipsec-lab serve` listens on by default.
 pub const DEFAULT_PEER_PORT: u16 = 5299;
 
