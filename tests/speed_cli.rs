@@ -143,58 +143,6 @@ fn bad_input_exits_2_with_a_clear_message() {
     }
 }
 
-/// The `mb_per_s` of the only record of a one-cell `speed --json -` run with `--multi N`.
-fn one_cell_mb_per_s(threads: usize) -> f64 {
-    let threads = threads.to_string();
-    let out = speed(&[
-        "aes-128-cbc",
-        "--crypto",
-        "rustcrypto",
-        "--sizes",
-        "1024",
-        "--seconds",
-        "0.6",
-        "--multi",
-        &threads,
-        "--json",
-        "-",
-    ]);
-    assert!(out.status.success(), "{}", text(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is only JSON");
-    let encrypt = v["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["direction"] == "encrypt")
-        .cloned()
-        .unwrap();
-    assert_eq!(encrypt["threads"].as_u64(), threads.parse().ok());
-    encrypt["mb_per_s"].as_f64().unwrap()
-}
-
-/// Issue 43: `--multi 64` on 2 CPUs reported 4× one thread's figure (each thread's own
-/// window summed as if it had a core). Eight threads on this machine's CPUs add up to no
-/// more than the CPUs' worth: a ratio to one thread measured beside it, not a speed.
-#[test]
-fn multi_beyond_the_cpus_reports_the_machines_total() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpus >= 8 {
-        eprintln!("skipped: {cpus} CPUs, so 8 threads do not oversubscribe them");
-        return;
-    }
-    // Two pairs, the lower ratio: a busy machine gives one thread less than a core while
-    // eight take more of it, which is no fault of the sum.
-    let ratio = (0..2)
-        .map(|_| {
-            let one = one_cell_mb_per_s(1);
-            let eight = one_cell_mb_per_s(8);
-            eprintln!("--multi 8 on {cpus} CPUs: {eight:.0} MB/s, --multi 1: {one:.0} MB/s");
-            eight / one
-        })
-        .fold(f64::INFINITY, f64::min);
-    assert!(ratio < (cpus + 1) as f64, "ratio {ratio:.2} on {cpus} CPUs");
-}
-
 /// Starts `speed ARGS`, sends `signal` after `after`, and returns the output and how long
 /// the process took to end after the signal.
 fn interrupted(args: &[&str], signal: nix::sys::signal::Signal, after: std::time::Duration) -> (Output, f64) {

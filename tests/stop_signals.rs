@@ -441,7 +441,15 @@ fn interrupt_peer(test: &str, args: &[&str], signal: Signal) {
         "{test}: the server stopped\n{}",
         server.log()
     );
-    let again = lab.run(&["--backend", "plain", "--bytes", "5MB", "--json", "-"]);
+    // Its end removed, the server may still be writing the run's last log line: "busy" for a
+    // moment is its answer then, not a run it kept.
+    let again = loop {
+        let again = lab.run(&["--backend", "plain", "--bytes", "5MB", "--json", "-"]);
+        if !text(&again).contains("is busy with another run") || Instant::now() >= deadline {
+            break again;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
         again.status.success(),
         "{test}: the next run failed: {}",
