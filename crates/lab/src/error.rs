@@ -2,6 +2,16 @@
 //! each lower crate's error is mapped to one here, once.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The first stop signal's number (0: none yet), for the exit code: 128 + its number, as a
+/// shell reports a process the signal ended (130 for SIGINT, 143 for SIGTERM).
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Called by `signal` on the first SIGINT or SIGTERM.
+pub(crate) fn note_stop_signal(number: i32) {
+    let _ = STOP_SIGNAL.compare_exchange(0, number, Ordering::Relaxed, Ordering::Relaxed);
+}
 
 /// 0 ok, 1 a run that failed, 2 bad usage or input, 3 a missing capability, 130 interrupted
 /// (143 where SIGTERM interrupted it: [`LabError::exit_code`]).
@@ -43,7 +53,9 @@ impl LabError {
     }
     pub fn exit_code(&self) -> u8 {
         match self.kind {
-            ExitKind::Interrupted => crate::signal::interrupted_exit_code(),
+            // 143 after SIGTERM, else 130 (SIGINT, or a child's interruption seen here
+            // without a signal).
+            ExitKind::Interrupted if STOP_SIGNAL.load(Ordering::Relaxed) == libc::SIGTERM => 143,
             kind => kind as u8,
         }
     }

@@ -1,25 +1,13 @@
 //! SIGINT and SIGTERM as the end of a run or a server: a run then unwinds through its guards
 //! instead of dying with namespaces, SAs and processes in place.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{LabError, LabResult};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
-/// The first stop signal's number (0: none yet), for the exit code: 128 + its number, as a
-/// shell reports a process the signal ended (130 for SIGINT, 143 for SIGTERM).
-static SIGNAL: AtomicI32 = AtomicI32::new(0);
-
-/// The exit code of a run the stop signals ended: 143 after SIGTERM, else 130 (SIGINT, or a
-/// child's interruption seen without a signal here).
-pub fn interrupted_exit_code() -> u8 {
-    match SIGNAL.load(Ordering::Relaxed) {
-        libc::SIGTERM => 143,
-        _ => 130,
-    }
-}
 
 /// Whether SIGINT or SIGTERM has arrived: for a step that waits without a token to look
 /// at (a daemon's start-up, polled on a thread of the runtime).
@@ -38,7 +26,7 @@ pub fn stop_requested() -> LabResult<impl std::future::Future<Output = ()>> {
             _ = int.recv() => libc::SIGINT,
             _ = term.recv() => libc::SIGTERM,
         };
-        let _ = SIGNAL.compare_exchange(0, number, Ordering::Relaxed, Ordering::Relaxed);
+        crate::error::note_stop_signal(number);
         REQUESTED.store(true, Ordering::Relaxed);
         crate::say!("\nipsec-lab: interrupted, cleaning up");
     })
