@@ -221,3 +221,61 @@ fn a_signal_stops_speed_with_a_partial_table_and_its_exit_code() {
         "{t}"
     );
 }
+
+/// Issue 43: SIGTERM while `openssl speed` ran (`--against-openssl`) waited for it, its sizes ×
+/// seconds. Signalled once openssl is running, the run stops within a second, with nothing of
+/// openssl's left running.
+#[test]
+fn a_signal_during_openssl_speed_stops_it_at_once() {
+    use nix::sys::signal::Signal;
+    use std::process::Stdio;
+    let test = "a_signal_during_openssl_speed_stops_it_at_once";
+    if !std::path::Path::new("/usr/bin/openssl").exists() {
+        return testcap::skip(test, "no /usr/bin/openssl (apt-get install openssl)");
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ipsec-lab"))
+        .args(["speed", "aes-128-cbc", "--crypto", "auto", "--against-openssl"])
+        .args(["--seconds", "3", "--sizes", "1024,8192,16384"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ipsec-lab runs");
+    let pid = child.id();
+    // openssl runs in a process group of its own, led by itself: found by its parent.
+    let openssl = || -> Option<u32> {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let p: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let (comm, rest) = stat.split_once(") ")?;
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            (comm.ends_with("(openssl") && ppid == pid).then_some(p)
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let openssl_pid = loop {
+        if let Some(p) = openssl() {
+            break p;
+        }
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            panic!(
+                "{test}: openssl never started\n{}",
+                text(&child.wait_with_output().unwrap())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stop_s = sent.elapsed().as_secs_f64();
+    let t = text(&out);
+    eprintln!("{test}: stopped {stop_s:.2} s after SIGTERM (openssl alone would run 9 s)");
+    assert_eq!(out.status.code(), Some(143), "{t}");
+    assert!(stop_s < 3.0, "took {stop_s:.2} s to stop:\n{t}");
+    assert!(t.contains("PARTIAL"), "{t}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{openssl_pid}")).exists(),
+        "{test}: openssl outlived the run"
+    );
+}

@@ -1,8 +1,11 @@
 //! `openssl speed -elapsed -evp` for the same suites, parsed from its machine-readable
 //! (`-mr`) output, so the lab's numbers can be checked against the tool everyone knows.
 
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::suite::{CryptoOp, SpeedSuite};
 
@@ -19,6 +22,8 @@ pub enum OpensslError {
     Failed { args: String, stderr: String },
     #[error("cannot parse `openssl {args}` output: {why}")]
     Parse { args: String, why: String },
+    #[error("`openssl {args}` stopped: the run was interrupted")]
+    Interrupted { args: String },
 }
 
 /// `openssl version`, or None when openssl is not installed.
@@ -135,16 +140,18 @@ pub fn run_timed(
         }
         args.extend(alg.iter().cloned());
         let joined = args.join(" ");
-        let out = Command::new("openssl").args(&args).output().map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                OpensslError::NotInstalled
-            } else {
-                OpensslError::Failed {
-                    args: joined.clone(),
-                    stderr: e.to_string(),
+        let out = output_unless_stopped(Command::new("openssl").args(&args))
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    OpensslError::NotInstalled
+                } else {
+                    OpensslError::Failed {
+                        args: joined.clone(),
+                        stderr: e.to_string(),
+                    }
                 }
-            }
-        })?;
+            })?
+            .ok_or_else(|| OpensslError::Interrupted { args: joined.clone() })?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -158,6 +165,48 @@ pub fn run_timed(
     }
     cells.sort_by_key(|c| c.block_bytes);
     Ok(cells)
+}
+
+/// Runs `command` to its end and returns what it printed, or None once Ctrl-C or SIGTERM asked
+/// the run to stop: one `openssl speed` call lasts its sizes × seconds, far past the second a
+/// stop may take. It runs in a process group of its own, so that SIGKILL reaches `-multi`'s
+/// workers too (and Ctrl-C at the terminal reaches it only through this).
+fn output_unless_stopped(command: &mut Command) -> std::io::Result<Option<Output>> {
+    let mut child: Child = command
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Both pipes drained beside the wait, so a full pipe never holds the child.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if crate::stop::requested().is_some() {
+            // SAFETY: signals the process group this child leads; it has not been reaped.
+            unsafe { nix::libc::killpg(child.id() as nix::libc::pid_t, nix::libc::SIGKILL) };
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok(Some(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }))
 }
 
 /// Parses `openssl speed -mr`: `+H:16:64:...` gives the sizes, the last `+F:n:NAME:v1:v2...`

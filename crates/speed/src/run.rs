@@ -124,7 +124,7 @@ fn openssl_records(
                 plan.sizes.len()
             ));
             let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
-            // Ctrl-C reaches openssl too: what it left is no row.
+            // A stop kills openssl at once (openssl::run): what it left is no row.
             go_on()?;
             progress.advance(plan.sizes.len());
             match result {
