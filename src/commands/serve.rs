@@ -37,19 +37,10 @@ pub fn run(args: ServeArgs) -> LabResult<()> {
 /// CAP_NET_ADMIN only; the xfrm backend's kernel probe also unshares a throw-away
 /// namespace (CAP_SYS_ADMIN, which ipsec-lab-serve.service grants for it).
 fn require_cap_net_admin() -> LabResult<()> {
-    const CAP_NET_ADMIN: u32 = 12;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    if effective & (1 << CAP_NET_ADMIN) != 0 {
-        return Ok(());
-    }
-    Err(LabError::capability(anyhow::anyhow!(
-        "serve needs CAP_NET_ADMIN for its TUN devices, routes, SAs and policies: run it as root"
-    )))
+    lab::error::require_capabilities(
+        &[lab::error::CAP_NET_ADMIN],
+        "serve needs CAP_NET_ADMIN for its TUN devices, routes, SAs and policies: run it as root",
+    )
 }
 
 /// `ADDR`, `ADDR:PORT`, `:PORT`, `[V6]:PORT`; the port defaults to 5299.

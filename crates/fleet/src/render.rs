@@ -86,6 +86,47 @@ fn inconclusive_reason(table: &Table) -> Option<String> {
     }
 }
 
+/// The hosts table's columns, the same in every format.
+const HOST_COLUMNS: [&str; 9] = [
+    "host",
+    "hostname",
+    "kernel",
+    "CPU",
+    "CPUs",
+    "crypto flags",
+    "kernel drivers",
+    "where",
+    "ipsec-lab",
+];
+
+const NO_HOST_REPORT: &str = "no report came back from or about this host";
+
+/// Each host and its row of the hosts table (unescaped, one text per [`HOST_COLUMNS`]);
+/// None where no report came back.
+fn host_rows(fleet: &FleetReport) -> impl Iterator<Item = (&str, Option<[String; 9]>)> {
+    fleet.environments.iter().map(|h| {
+        let row = h.environment.as_ref().map(|e| {
+            let drivers: Vec<String> = e
+                .kernel_drivers
+                .iter()
+                .map(|(a, d)| format!("{a}: {d}"))
+                .collect();
+            [
+                h.host.clone(),
+                e.hostname.clone(),
+                e.kernel_release.clone(),
+                e.cpu_model.clone(),
+                e.cpus.to_string(),
+                e.crypto_flags.join(" "),
+                drivers.join(", "),
+                e.virtualization.clone(),
+                format!("{} {} {}", e.tool_version, e.build.commit, e.build.profile),
+            ]
+        });
+        (h.host.as_str(), row)
+    })
+}
+
 pub fn markdown(fleet: &FleetReport) -> String {
     let mut out = String::new();
     let pairs = fleet.tables.first().map(|t| t.cells.len()).unwrap_or(0);
@@ -134,40 +175,16 @@ pub fn markdown(fleet: &FleetReport) -> String {
         fleet.threshold * 100.0
     );
     let _ = writeln!(out, "## Hosts\n");
-    let _ = writeln!(
-        out,
-        "| host | hostname | kernel | CPU | CPUs | crypto flags | kernel drivers | where | ipsec-lab |\n|---|---|---|---|---:|---|---|---|---|"
-    );
-    for h in &fleet.environments {
-        match &h.environment {
-            Some(e) => {
-                let drivers: Vec<String> = e
-                    .kernel_drivers
-                    .iter()
-                    .map(|(a, d)| format!("{a}: {d}"))
-                    .collect();
-                let cells = [
-                    h.host.clone(),
-                    e.hostname.clone(),
-                    e.kernel_release.clone(),
-                    e.cpu_model.clone(),
-                    e.cpus.to_string(),
-                    e.crypto_flags.join(" "),
-                    drivers.join(", "),
-                    e.virtualization.clone(),
-                    format!("{} {} {}", e.tool_version, e.build.commit, e.build.profile),
-                ];
+    let _ = writeln!(out, "| {} |", HOST_COLUMNS.join(" | "));
+    let _ = writeln!(out, "|---|---|---|---|---:|---|---|---|---|");
+    for (host, cells) in host_rows(fleet) {
+        let _ = match cells {
+            Some(cells) => {
                 let cells: Vec<String> = cells.iter().map(|c| md(c)).collect();
-                let _ = writeln!(out, "| {} |", cells.join(" | "));
+                writeln!(out, "| {} |", cells.join(" | "))
             }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "| {} | no report came back from or about this host |||||||| ",
-                    md(&h.host)
-                );
-            }
-        }
+            None => writeln!(out, "| {} | {NO_HOST_REPORT} |||||||| ", md(host)),
+        };
     }
     if !fleet.different_conditions.is_empty() {
         let _ = writeln!(
@@ -341,26 +358,14 @@ pub fn html(fleet: &FleetReport) -> String {
             out.push_str("</ul>\n");
         }
     }
-    out.push_str("<h2>Hosts</h2>\n<table>\n<tr><th>host</th><th>hostname</th><th>kernel</th><th>CPU</th><th>CPUs</th><th>crypto flags</th><th>kernel drivers</th><th>where</th><th>ipsec-lab</th></tr>\n");
-    for h in &fleet.environments {
-        match &h.environment {
-            Some(e) => {
-                let drivers: Vec<String> = e
-                    .kernel_drivers
-                    .iter()
-                    .map(|(a, d)| format!("{a}: {d}"))
-                    .collect();
-                let cells = [
-                    h.host.clone(),
-                    e.hostname.clone(),
-                    e.kernel_release.clone(),
-                    e.cpu_model.clone(),
-                    e.cpus.to_string(),
-                    e.crypto_flags.join(" "),
-                    drivers.join(", "),
-                    e.virtualization.clone(),
-                    format!("{} {} {}", e.tool_version, e.build.commit, e.build.profile),
-                ];
+    out.push_str("<h2>Hosts</h2>\n<table>\n<tr>");
+    for c in HOST_COLUMNS {
+        let _ = write!(out, "<th>{c}</th>");
+    }
+    out.push_str("</tr>\n");
+    for (host, cells) in host_rows(fleet) {
+        match cells {
+            Some(cells) => {
                 out.push_str("<tr>");
                 for c in cells {
                     let _ = write!(out, "<td style=\"text-align:left\">{}</td>", xml(&c));
@@ -370,8 +375,8 @@ pub fn html(fleet: &FleetReport) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "<tr><td style=\"text-align:left\">{}</td><td colspan=\"8\" style=\"text-align:left\">no report came back from or about this host</td></tr>",
-                    xml(&h.host)
+                    "<tr><td style=\"text-align:left\">{}</td><td colspan=\"8\" style=\"text-align:left\">{NO_HOST_REPORT}</td></tr>",
+                    xml(host)
                 );
             }
         }

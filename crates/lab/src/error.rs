@@ -183,22 +183,52 @@ impl From<model::PlanError> for LabError {
 
 pub type LabResult<T> = Result<T, LabError>;
 
+/// Linux capability numbers (linux/capability.h) the lab checks before it starts.
+pub const CAP_NET_ADMIN: u32 = 12;
+pub const CAP_SYS_ADMIN: u32 = 21;
+
 /// Refuses early, before anything is created, when the process cannot manage namespaces.
 pub fn require_net_admin() -> LabResult<()> {
-    const CAP_NET_ADMIN: u32 = 12;
-    const CAP_SYS_ADMIN: u32 = 21;
+    require_capabilities(
+        &[CAP_NET_ADMIN, CAP_SYS_ADMIN],
+        "this command needs CAP_NET_ADMIN to create network namespaces: run it as root",
+    )
+}
+
+/// Refuses, with [`ExitKind::Capability`]'s code and `message`, unless the process holds
+/// every one of `caps` in its effective set.
+pub fn require_capabilities(caps: &[u32], message: &'static str) -> LabResult<()> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
+    let effective = effective_capabilities(&status);
+    if caps.iter().all(|cap| effective & (1 << cap) != 0) {
+        Ok(())
+    } else {
+        Err(LabError::capability(anyhow::anyhow!(message)))
+    }
+}
+
+/// The effective set from `/proc/PID/status` text; none where it cannot be read.
+fn effective_capabilities(status: &str) -> u64 {
+    status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |cap: u32| effective & (1 << cap) != 0;
-    if has(CAP_NET_ADMIN) && has(CAP_SYS_ADMIN) {
-        Ok(())
-    } else {
-        Err(LabError::capability(anyhow::anyhow!(
-            "this command needs CAP_NET_ADMIN to create network namespaces: run it as root"
-        )))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_set_is_read_from_its_own_line_only() {
+        let status = "Name:\tx\nCapInh:\t0000000000001000\nCapPrm:\t0000000000001000\n\
+                      CapEff:\t0000000000201000\nCapBnd:\t000001ffffffffff\n";
+        let eff = effective_capabilities(status);
+        assert_ne!(eff & (1 << CAP_NET_ADMIN), 0);
+        assert_ne!(eff & (1 << CAP_SYS_ADMIN), 0);
+        assert_eq!(eff & (1 << 0), 0);
+        assert_eq!(effective_capabilities("CapEff:\tzz\n"), 0);
+        assert_eq!(effective_capabilities(""), 0);
     }
 }

@@ -17,7 +17,7 @@ use netlink_packet_xfrm::{Address, EncapTmpl, XfrmAttrs, XfrmMessage, UDP_ENCAP_
 use crate::error::{Operation, XfrmError};
 use crate::handle::XfrmHandle;
 use crate::message::{self, Reply};
-use crate::spec::SaSpec;
+use crate::config::SaSpec;
 
 /// `UDP_ENCAP_ESPINUDP` encapsulation of one SA: the UDP ports its packets travel
 /// between. The original-address field (NAT-OA) stays unset (0.0.0.0), as the lab has no
@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn sa_with_espinudp_4500_matches_iproute2() {
         use crate::range::{ReqId, Spi};
-        use crate::spec::{AuthTrunc, KeyInput, Protection, LAB_REPLAY_WINDOW};
+        use crate::config::{AuthTrunc, KeyInput, Protection, LAB_REPLAY_WINDOW};
         use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 
         let enc: Vec<u8> = (0u8..32).collect();

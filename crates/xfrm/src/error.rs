@@ -5,7 +5,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::spec::{KernelAlgorithm, PolicyId, SaId, SpecError, TrafficSelector};
+use crate::config::{KernelAlgorithm, PolicyId, SaId, SpecError, TrafficSelector};
 
 /// What the lab was doing when the kernel said no.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use zeroize::Zeroizing;
 use crate::error::{Operation, XfrmError};
 use crate::message::{self, Reply};
 use crate::range::{ReqId, Spi};
-use crate::spec::{
+use crate::config::{
     mode_from_raw, IpProto, KernelAlgorithm, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection, SaId,
     SaSpec, TrafficSelector,
 };
@@ -467,7 +467,7 @@ fn policy_info(m: XfrmMessage) -> Option<PolicyInfo> {
 #[cfg(test)]
 mod lab_algorithm_tests {
     use super::*;
-    use crate::spec::AuthTrunc;
+    use crate::config::AuthTrunc;
     use model::{CipherSuite, Hmac, KeyBits};
 
     fn alg(name: &str, key_bits: u32, icv_bits: Option<u32>) -> InstalledAlgorithm {

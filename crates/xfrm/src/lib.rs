@@ -1,4 +1,4 @@
-//! Kernel IPsec for the lab: typed SA and policy specs ([`spec`]), their netlink XFRM
+//! Kernel IPsec for the lab: typed SA and policy specs ([`config`]), their netlink XFRM
 //! messages laid out byte for byte as iproute2 sends them ([`message`]), an async
 //! [`XfrmHandle`] that executes them inside one network namespace, and a capability
 //! [`probe`](probe::probe) that finds out whether the kernel has ESP and which crypto
@@ -22,7 +22,7 @@ pub mod message;
 pub mod pcrypt;
 pub mod probe;
 pub mod range;
-pub mod spec;
+pub mod config;
 
 pub use encap::{EspInUdpSocket, UdpEncap};
 pub use error::{Operation, XfrmError};
@@ -31,7 +31,7 @@ pub use handle::{
 };
 pub use probe::{probe, AlgorithmReport, Availability, Capabilities};
 pub use range::{ReqId, RunIds, Spi, LAB_POLICY_PRIORITY};
-pub use spec::{
+pub use config::{
     AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
     SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
 };

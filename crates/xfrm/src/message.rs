@@ -19,7 +19,7 @@ use netlink_packet_xfrm::{
 };
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::spec::{mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS};
+use crate::config::{mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS};
 
 fn family(addr: IpAddr) -> u16 {
     if addr.is_ipv4() {
@@ -239,7 +239,7 @@ mod tests {
 
     use super::*;
     use crate::range::{ReqId, Spi};
-    use crate::spec::{AuthTrunc, IpProto, KeyInput, PolicyDirection, Template, LAB_REPLAY_WINDOW};
+    use crate::config::{AuthTrunc, IpProto, KeyInput, PolicyDirection, Template, LAB_REPLAY_WINDOW};
     use model::IpsecMode;
     use model::{CipherSuite, Hmac, KeyBits};
 

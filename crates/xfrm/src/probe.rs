@@ -12,7 +12,7 @@ use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 use crate::error::XfrmError;
 use crate::handle::XfrmHandle;
 use crate::range::{ReqId, Spi, REQID_LAST, SPI_LAST};
-use crate::spec::{AuthTrunc, KernelAlgorithm, Protection, SaSpec, LAB_REPLAY_WINDOW};
+use crate::config::{AuthTrunc, KernelAlgorithm, Protection, SaSpec, LAB_REPLAY_WINDOW};
 
 /// Whether an algorithm could be used in an SA.
 #[derive(Debug, Clone, PartialEq, Eq)]

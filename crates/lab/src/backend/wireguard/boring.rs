@@ -12,8 +12,7 @@ use boringtun::device::{DeviceConfig, DeviceHandle};
 use model::{CpuUsage, RunPlan};
 use procstat::CpuTime;
 
-use super::go::{bring_up, socket_path, uapi_peers, uapi_set};
-use super::{device_config, ifname, Keys, WireguardEnd};
+use super::{ifname, uapi, Keys, WireguardEnd};
 use crate::backend::site::{Side, Site};
 use crate::error::{LabError, LabResult};
 
@@ -52,13 +51,7 @@ impl BoringEnd {
     pub async fn start(plan: &RunPlan, keys: &Keys, site: &Site<'_>) -> LabResult<BoringEnd> {
         let name = ifname(site.side);
         let what = format!("boringtun end {} ({name})", site.side.name());
-        let socket = socket_path(&name);
-        if socket.exists() {
-            return Err(LabError::failed(anyhow::anyhow!(
-                "{what}: {} exists already (a killed run's? `ipsec-lab clean` removes what it recorded)",
-                socket.display()
-            )));
-        }
+        let socket = uapi::fresh_socket(&name, &what)?;
         let record = owner::Record::Path { path: socket.clone() };
         owner::record(record.clone())?;
         let threads = format!("ipl-boringtun-{}", site.side.name());
@@ -95,8 +88,7 @@ impl BoringEnd {
             handshake: None,
             record,
         };
-        uapi_set(&end.socket, &device_config(plan, keys, site, &end.ifname), &what)?;
-        end.handshake = bring_up(plan, site, &end.ifname, &end.socket, &what).await?;
+        end.handshake = uapi::configure(plan, keys, site, &end.ifname, &end.socket, &what).await?;
         end.started = Instant::now();
         Ok(end)
     }
@@ -122,7 +114,7 @@ impl BoringEnd {
     /// The peer's counters and the device threads' CPU since the handshake.
     pub fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let what = format!("boringtun end {}", self.side.name());
-        let peers = boringtun_times(uapi_peers(&self.socket, &what)?);
+        let peers = boringtun_times(uapi::peers(&self.socket, &what)?);
         let mut end = super::end_from_stats(self.side, &self.ifname, &peers)?;
         let (n, cpu) = self.cpu();
         if n == 0 {

@@ -10,30 +10,24 @@
 //! predates the TUN and UDP offloads (GSO/GRO) and moves about a fifth as much here: a
 //! comparison against it would flatter every other row.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use model::evidence::GoProgram;
 use model::RunPlan;
-use netns::Topology;
 use procstat::CpuTime;
 use wgnl::PeerStats;
 
-use super::{
-    device_config, handshake_done, ifname, inner_addrs, inner_mtu, start_handshake, Keys, WireguardEnd, POLL,
-};
+use super::{ifname, uapi, Keys, WireguardEnd};
 use crate::backend::site::{Side, Site};
 use crate::error::{LabError, LabResult};
 
 const INSTALL: &str = "wireguard-go is not installed: `bash lab/setup.sh` (or lab/wireguard-go.sh) \
      installs Debian 13's build, the one with offloads; `apt-get install wireguard-go` installs \
      the distribution's";
-const SOCKET_DIR: &str = "/var/run/wireguard";
 const START_TIMEOUT: Duration = Duration::from_secs(10);
-const UAPI_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where `lab/wireguard-go.sh` installs Debian 13's wireguard-go, with the Debian package
 /// version beside it in [`PACKAGE_FILE`].
@@ -156,13 +150,7 @@ impl GoEnd {
     pub async fn start(plan: &RunPlan, keys: &Keys, site: &Site<'_>) -> LabResult<GoEnd> {
         let name = ifname(site.side);
         let what = format!("wireguard-go end {} ({name})", site.side.name());
-        let socket = socket_path(&name);
-        if socket.exists() {
-            return Err(LabError::failed(anyhow::anyhow!(
-                "{what}: {} exists already (a killed run's? `ipsec-lab clean` removes what it recorded)",
-                socket.display()
-            )));
-        }
+        let socket = uapi::fresh_socket(&name, &what)?;
         let program = GoBinary::path().ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
         let child = site
             .namespace
@@ -191,9 +179,7 @@ impl GoEnd {
         };
         recorded?;
         end.wait_for_socket(&what)?;
-        let config = device_config(plan, keys, site, &end.ifname);
-        uapi_set(&end.socket, &config, &what)?;
-        end.handshake = bring_up(plan, site, &end.ifname, &end.socket, &what).await?;
+        end.handshake = uapi::configure(plan, keys, site, &end.ifname, &end.socket, &what).await?;
         end.started = Instant::now();
         Ok(end)
     }
@@ -223,7 +209,7 @@ impl GoEnd {
     }
 
     fn peers(&self, what: &str) -> LabResult<Vec<PeerStats>> {
-        uapi_peers(&self.socket, what)
+        uapi::peers(&self.socket, what)
     }
 
     /// User and system CPU of the whole process so far (/proc/PID/stat); none once it is gone.
@@ -259,95 +245,6 @@ impl Drop for GoEnd {
         for r in &self.records {
             owner::forget(r);
         }
-    }
-}
-
-async fn set_mtu(site: &Site<'_>, device: &str, mtu: u32) -> LabResult<()> {
-    use futures::TryStreamExt;
-    let h = site.namespace.rtnetlink().await?;
-    let link = h
-        .link()
-        .get()
-        .match_name(device.to_string())
-        .execute()
-        .try_next()
-        .await
-        .map_err(|e| LabError::failed(anyhow::anyhow!("find {device}: {e}")))?
-        .ok_or_else(|| LabError::failed(anyhow::anyhow!("wireguard-go made no device {device}")))?;
-    h.link()
-        .set(
-            rtnetlink::LinkUnspec::new_with_index(link.header.index)
-                .mtu(mtu)
-                .build(),
-        )
-        .execute()
-        .await
-        .map_err(|e| LabError::failed(anyhow::anyhow!("set mtu {mtu} on {device}: {e}")))
-}
-
-/// One UAPI exchange on `socket`: the request, then the reply up to its blank line.
-pub(super) fn uapi_exchange(socket: &Path, request: &str, what: &str) -> LabResult<String> {
-    let io = |e: std::io::Error| LabError::failed(anyhow::anyhow!("{what}: UAPI {}: {e}", socket.display()));
-    let mut s = UnixStream::connect(socket).map_err(io)?;
-    s.set_read_timeout(Some(UAPI_TIMEOUT)).map_err(io)?;
-    s.write_all(request.as_bytes()).map_err(io)?;
-    let mut reply = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !reply.ends_with(b"\n\n") {
-        let n = s.read(&mut buf).map_err(io)?;
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8(reply).map_err(|_| LabError::failed(anyhow::anyhow!("{what}: UAPI reply is not text")))
-}
-
-/// Configures the device behind `socket` with `set=1`; an errno other than 0 fails.
-pub(super) fn uapi_set(socket: &Path, config: &wgnl::DeviceConfig, what: &str) -> LabResult<()> {
-    let reply = uapi_exchange(socket, &wgnl::uapi::set_request(config), what)?;
-    match wgnl::uapi::errno(&reply) {
-        Some(Ok(0)) => Ok(()),
-        other => Err(LabError::failed(anyhow::anyhow!(
-            "{what}: the device refused the configuration: {other:?}"
-        ))),
-    }
-}
-
-/// The peers the device behind `socket` reports (`get=1`).
-pub(super) fn uapi_peers(socket: &Path, what: &str) -> LabResult<Vec<PeerStats>> {
-    let reply = uapi_exchange(socket, wgnl::uapi::GET_REQUEST, what)?;
-    wgnl::uapi::peers(&reply).map_err(|e| LabError::failed(anyhow::anyhow!("{what}: UAPI get: {e}")))
-}
-
-/// The UAPI socket of device `ifname`: wireguard-go and boringtun both serve it there.
-pub(super) fn socket_path(ifname: &str) -> PathBuf {
-    Path::new(SOCKET_DIR).join(format!("{ifname}.sock"))
-}
-
-/// Sizes, addresses and raises the device; end b then starts the handshake and returns
-/// how long it took (None for a).
-pub(super) async fn bring_up(
-    plan: &RunPlan,
-    site: &Site<'_>,
-    ifname: &str,
-    socket: &Path,
-    what: &str,
-) -> LabResult<Option<Duration>> {
-    let (inner, _) = inner_addrs(plan, site.side);
-    set_mtu(site, ifname, inner_mtu(plan)).await?;
-    Topology::add_address(site.namespace, ifname, inner, plan.link().addressing.prefix_len).await?;
-    Topology::set_link_up(site.namespace, ifname).await?;
-    if site.side != Side::B {
-        return Ok(None);
-    }
-    let started = start_handshake(plan, site, what)?;
-    loop {
-        let peers = uapi_peers(socket, what)?;
-        if let Some(took) = handshake_done(started, &peers, what)? {
-            return Ok(Some(took));
-        }
-        tokio::time::sleep(POLL).await;
     }
 }
 

@@ -27,6 +27,7 @@ pub mod boring;
 mod evidence;
 pub mod go;
 pub mod kernel;
+mod uapi;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

@@ -1,0 +1,130 @@
+//! The UAPI end both userspace WireGuards share: wireguard-go and boringtun each serve the
+//! text protocol on /var/run/wireguard/IFNAME.sock (`wgnl::uapi` writes and reads it), and
+//! each end is claimed, configured and brought up the same way once its device exists.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use model::RunPlan;
+use netns::Topology;
+use wgnl::PeerStats;
+
+use super::{device_config, handshake_done, inner_addrs, inner_mtu, start_handshake, Keys, POLL};
+use crate::backend::site::{Side, Site};
+use crate::error::{LabError, LabResult};
+
+const SOCKET_DIR: &str = "/var/run/wireguard";
+const UAPI_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The UAPI socket of device `ifname`, refused where one is there already (a killed run's
+/// is left behind: the new device would not be the one it answers for).
+pub(super) fn fresh_socket(ifname: &str, what: &str) -> LabResult<PathBuf> {
+    let socket = Path::new(SOCKET_DIR).join(format!("{ifname}.sock"));
+    if socket.exists() {
+        return Err(LabError::failed(anyhow::anyhow!(
+            "{what}: {} exists already (a killed run's? `ipsec-lab clean` removes what it recorded)",
+            socket.display()
+        )));
+    }
+    Ok(socket)
+}
+
+/// Configures the end's device over `socket`, then sizes, addresses and raises it; end b
+/// starts the handshake and returns how long it took (None for a).
+pub(super) async fn configure(
+    plan: &RunPlan,
+    keys: &Keys,
+    site: &Site<'_>,
+    ifname: &str,
+    socket: &Path,
+    what: &str,
+) -> LabResult<Option<Duration>> {
+    uapi_set(socket, &device_config(plan, keys, site, ifname), what)?;
+    bring_up(plan, site, ifname, socket, what).await
+}
+
+/// One UAPI exchange on `socket`: the request, then the reply up to its blank line.
+fn uapi_exchange(socket: &Path, request: &str, what: &str) -> LabResult<String> {
+    let io = |e: std::io::Error| LabError::failed(anyhow::anyhow!("{what}: UAPI {}: {e}", socket.display()));
+    let mut s = UnixStream::connect(socket).map_err(io)?;
+    s.set_read_timeout(Some(UAPI_TIMEOUT)).map_err(io)?;
+    s.write_all(request.as_bytes()).map_err(io)?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"\n\n") {
+        let n = s.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(reply).map_err(|_| LabError::failed(anyhow::anyhow!("{what}: UAPI reply is not text")))
+}
+
+/// Configures the device behind `socket` with `set=1`; an errno other than 0 fails.
+fn uapi_set(socket: &Path, config: &wgnl::DeviceConfig, what: &str) -> LabResult<()> {
+    let reply = uapi_exchange(socket, &wgnl::uapi::set_request(config), what)?;
+    match wgnl::uapi::errno(&reply) {
+        Some(Ok(0)) => Ok(()),
+        other => Err(LabError::failed(anyhow::anyhow!(
+            "{what}: the device refused the configuration: {other:?}"
+        ))),
+    }
+}
+
+/// The peers the device behind `socket` reports (`get=1`).
+pub(super) fn peers(socket: &Path, what: &str) -> LabResult<Vec<PeerStats>> {
+    let reply = uapi_exchange(socket, wgnl::uapi::GET_REQUEST, what)?;
+    wgnl::uapi::peers(&reply).map_err(|e| LabError::failed(anyhow::anyhow!("{what}: UAPI get: {e}")))
+}
+
+/// Sizes, addresses and raises the device; end b then starts the handshake and returns
+/// how long it took (None for a).
+async fn bring_up(
+    plan: &RunPlan,
+    site: &Site<'_>,
+    ifname: &str,
+    socket: &Path,
+    what: &str,
+) -> LabResult<Option<Duration>> {
+    let (inner, _) = inner_addrs(plan, site.side);
+    set_mtu(site, ifname, inner_mtu(plan), what).await?;
+    Topology::add_address(site.namespace, ifname, inner, plan.link().addressing.prefix_len).await?;
+    Topology::set_link_up(site.namespace, ifname).await?;
+    if site.side != Side::B {
+        return Ok(None);
+    }
+    let started = start_handshake(plan, site, what)?;
+    loop {
+        let peers = peers(socket, what)?;
+        if let Some(took) = handshake_done(started, &peers, what)? {
+            return Ok(Some(took));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn set_mtu(site: &Site<'_>, device: &str, mtu: u32, what: &str) -> LabResult<()> {
+    use futures::TryStreamExt;
+    let h = site.namespace.rtnetlink().await?;
+    let link = h
+        .link()
+        .get()
+        .match_name(device.to_string())
+        .execute()
+        .try_next()
+        .await
+        .map_err(|e| LabError::failed(anyhow::anyhow!("find {device}: {e}")))?
+        .ok_or_else(|| LabError::failed(anyhow::anyhow!("{what}: made no device {device}")))?;
+    h.link()
+        .set(
+            rtnetlink::LinkUnspec::new_with_index(link.header.index)
+                .mtu(mtu)
+                .build(),
+        )
+        .execute()
+        .await
+        .map_err(|e| LabError::failed(anyhow::anyhow!("set mtu {mtu} on {device}: {e}")))
+}
