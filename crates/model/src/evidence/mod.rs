@@ -107,15 +107,18 @@ const KERNEL_TUNNEL_CPU: &str =
      shows in the sender's and receiver's system time), so no figure of its own";
 
 impl EndEvidence {
-    /// Whether this is evidence a `backend` end gives (a server's end is checked so).
+    /// Whether this is evidence a `backend` end gives (a server's end is checked so). Every
+    /// backend is named: a new one says which end evidence is its own.
     pub fn fits(&self, backend: Backend) -> bool {
-        match self {
-            EndEvidence::None => backend == Backend::Plain,
-            EndEvidence::Xfrm(_) => backend == Backend::Xfrm,
-            EndEvidence::Userspace(_) => backend == Backend::Userspace,
-            EndEvidence::Openvpn(_) => backend == Backend::Openvpn,
-            EndEvidence::Strongswan(_) => backend == Backend::Strongswan,
-            EndEvidence::Wireguard(_) => backend.is_wireguard(),
+        match backend {
+            Backend::Plain => matches!(self, EndEvidence::None),
+            Backend::Xfrm => matches!(self, EndEvidence::Xfrm(_)),
+            Backend::Userspace => matches!(self, EndEvidence::Userspace(_)),
+            Backend::Openvpn => matches!(self, EndEvidence::Openvpn(_)),
+            Backend::Strongswan => matches!(self, EndEvidence::Strongswan(_)),
+            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
+                matches!(self, EndEvidence::Wireguard(_))
+            }
         }
     }
 }
@@ -135,7 +138,8 @@ impl Evidence {
                 o.ends.get("b")?.cpu.percent_of_core,
             )),
             Evidence::Wireguard(w) => w.tunnel_cpu(),
-            _ => None,
+            // The kernel's tunnels are no process; plain and a two-host summary have none.
+            Evidence::Xfrm(_) | Evidence::Strongswan(_) | Evidence::None | Evidence::TwoHosts { .. } => None,
         }
     }
 
@@ -176,7 +180,8 @@ impl Evidence {
             Evidence::Openvpn(o) => o.lines(),
             Evidence::Strongswan(s) => s.lines(),
             Evidence::Wireguard(w) => w.lines(),
-            _ => Vec::new(),
+            // Plain has no evidence; a two-host run's two ends are not put into sentences here.
+            Evidence::None | Evidence::TwoHosts { .. } => Vec::new(),
         };
         self.tunnel_cpu_line().into_iter().chain(details).collect()
     }
