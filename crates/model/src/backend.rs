@@ -298,6 +298,22 @@ impl Backend {
         names.join(", ")
     }
 
+    /// The backends whose description passes `keep`, in declaration order, as a message
+    /// lists them: `a`, `a or b`, `a, b or c`. Messages that name backends build their
+    /// lists so, never by hand.
+    pub fn names_where(keep: impl Fn(&Description) -> bool) -> String {
+        let names: Vec<&str> = Backend::ALL
+            .into_iter()
+            .filter(|b| keep(b.describe()))
+            .map(Backend::name)
+            .collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        }
+    }
+
     /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
     /// cell that is "not run"); `none` is the plain row's business and not judged here.
     pub fn suite_refusal(self, suite: CipherSuite) -> Option<&'static str> {
@@ -315,6 +331,14 @@ impl Backend {
 }
 
 impl Suites {
+    /// Whether ChaCha20-Poly1305 is among them.
+    pub fn carries_chacha(self) -> bool {
+        match self {
+            Suites::AesAndChaCha | Suites::ChaCha => true,
+            Suites::Unencrypted | Suites::Aes => false,
+        }
+    }
+
     /// How the docs name the suites.
     pub fn label(self) -> &'static str {
         match self {
@@ -367,7 +391,7 @@ impl fmt::Display for Backend {
 
 /// A name that is no backend's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn, strongswan, wireguard, wireguard-go or boringtun")]
+#[error("unknown backend {0:?}: use {list}", list = Backend::names_where(|_| true))]
 pub struct UnknownBackend(pub String);
 
 impl FromStr for Backend {
