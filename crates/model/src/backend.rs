@@ -319,13 +319,12 @@ impl Backend {
     pub fn suite_refusal(self, suite: CipherSuite) -> Option<&'static str> {
         let chacha = suite == CipherSuite::ChaCha20Poly1305;
         match self.describe().suites {
-            Suites::ChaCha if !chacha && suite != CipherSuite::None => {
-                Some("WireGuard has one cipher, chacha20-poly1305")
+            Suites::ChaCha => (!chacha && suite != CipherSuite::None)
+                .then_some("WireGuard has one cipher, chacha20-poly1305"),
+            Suites::Aes => {
+                chacha.then_some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
             }
-            Suites::Aes if chacha => {
-                Some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
-            }
-            _ => None,
+            Suites::Unencrypted | Suites::AesAndChaCha => None,
         }
     }
 }
