@@ -1,7 +1,10 @@
 //! What each backend is and what it can do, written once. Every check reads a backend's
 //! [`Description`]: the plan's refusals, a server's limits, the sweep's rows, where a run is
 //! placed (host or VM), whose CPU a run reports and where a row's crypto ceiling comes from.
-//! Adding a backend is a variant here, its description, and its module in the lab crate.
+//! Adding a backend is a variant here, its description, its evidence module
+//! (`evidence::<backend>`) and its module in the lab crate; the compiler names the rest.
+//! Messages that list backends build the list from the descriptions
+//! ([`Backend::names_where`]).
 //!
 //! Leaves out how a backend is started (the lab crate's `backend` modules) and the wording of
 //! refusals (`plan::PlanError`, `control`'s `RequestError`).

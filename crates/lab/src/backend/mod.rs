@@ -10,8 +10,14 @@
 //! namespace (processes, key files, SAs in a real host's namespace) is recorded in this
 //! process's state file (crate `owner`) for `clean`.
 //!
-//! Adding a backend: a module here with `preflight`, its end type (`start`, `finish`) and
-//! its evidence, a variant of [`End`] and of `model::Backend`.
+//! Adding a backend: a module here with `preflight` and its end type (`start`, `finish`),
+//! its evidence types in `model::evidence`'s module of the same name, a variant of
+//! `model::Backend` with its description, of [`End`] and (where it has secrets of its own)
+//! of [`RunSecrets`]. No match over backends, ends, secrets or evidence here has a wildcard
+//! arm, so the compiler then names every place that must say what the new one does: its
+//! preflight and start, its secrets (made, sent to a server, received), the end evidence
+//! that fits it, how [`local_evidence`] merges its ends', and with an `Evidence` variant of
+//! its own its tunnel CPU, sentences and the ceiling's packet size.
 
 mod daemon;
 pub mod openvpn;
