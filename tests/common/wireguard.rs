@@ -28,19 +28,14 @@ pub fn wrong_peer_key_fails(backend: model::Backend) {
         };
         let topology = netns::Topology::create(&spec).await.unwrap();
         let right = RunSecrets::generate(&plan).unwrap();
-        let right_keys = right.wireguard.as_ref().unwrap();
-        // b keeps its own key but is told a wrong public key for a.
-        let wrong = RunSecrets {
-            keys: Default::default(),
-            openvpn: None,
-            strongswan: None,
-            wireguard: Some(Keys {
-                a: wgnl::KeyPair::generate().unwrap(),
-                b: right_keys.b.clone(),
-            }),
-            xfrm_more_pairs: Vec::new(),
-            pcrypt: None,
+        let RunSecrets::Wireguard(right_keys) = &right else {
+            panic!("{backend}'s secrets are WireGuard keys")
         };
+        // b keeps its own key but is told a wrong public key for a.
+        let wrong = RunSecrets::Wireguard(Keys {
+            a: wgnl::KeyPair::generate().unwrap(),
+            b: right_keys.b.clone(),
+        });
         let ad = topology.addressing;
         let hosts = Hosts {
             a: ad.outer_a,

@@ -206,14 +206,9 @@ async fn wrong_psk() {
         a: ad.outer_a,
         b: ad.outer_b,
     };
-    let secrets = RunSecrets {
-        keys: Default::default(),
-        openvpn: None,
-        strongswan: Some(strongswan::Material::with_psks(&plan, &"11".repeat(32), &"22".repeat(32)).unwrap()),
-        wireguard: None,
-        xfrm_more_pairs: Vec::new(),
-        pcrypt: None,
-    };
+    let secrets = RunSecrets::Strongswan(
+        strongswan::Material::with_psks(&plan, &"11".repeat(32), &"22".repeat(32)).unwrap(),
+    );
     let site = |side, namespace, link| Site {
         side,
         namespace,

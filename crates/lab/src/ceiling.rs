@@ -25,7 +25,7 @@
 //! Leaves out: the types and the shares (`model::ceiling`), the timing loop (`speed`).
 
 use crypto::{AeadAlgorithm, CryptoError, Implementation};
-use model::backend::CeilingSource;
+use model::backend::{CeilingSource, KernelNeed};
 use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
 use model::{Backend, CipherSuite, RunPlan};
 use speed::measure::{measure_cell, measure_cell_with, Method};
@@ -99,7 +99,8 @@ pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
             bytes: w.mtu as usize,
             source: "the WireGuard interface's MTU, full-sized packets".into(),
         }),
-        _ => None,
+        // Plain has no tunnel; a two-host run's ceiling is not timed (the plan says).
+        Evidence::None | Evidence::TwoHosts { .. } => None,
     };
     from_counters.unwrap_or_else(|| Packet {
         bytes: tunnel::inner_mtu(plan.link().mtu, plan.suite()) as usize,
@@ -252,10 +253,19 @@ enum KernelMethod {
     AfAlg(Option<&'static str>),
 }
 
+/// Whether the backend's kernel tunnel calls the kernel's crypto library directly (the
+/// WireGuard module) rather than through the crypto API (ESP): its description says.
+fn calls_library(backend: Backend) -> bool {
+    match backend.describe().kernel {
+        Some(KernelNeed::Wireguard) => true,
+        Some(KernelNeed::Esp) | None => false,
+    }
+}
+
 /// The method for a kernel row, from where the run is (`IPSEC_LAB_VIRT`, set by the lab in
 /// its guests; absent on a real host).
 fn kernel_method(backend: Backend, virtualization: Option<&str>) -> KernelMethod {
-    if backend == Backend::Wireguard {
+    if calls_library(backend) {
         // WireGuard calls its library directly, not through the crypto API tcrypt times.
         return KernelMethod::AfAlg(None);
     }
@@ -351,7 +361,7 @@ fn af_alg(backend: Backend, suite: SpeedSuite) -> Result<CryptoSpeed, String> {
         decrypt.algorithm_ns,
         decrypt.null_ns,
     ));
-    if backend == Backend::Wireguard {
+    if calls_library(backend) {
         speed.notes.push(
             "WireGuard calls the kernel's ChaCha20-Poly1305 library directly; AF_ALG reaches the same \
              architecture code through the crypto API's rfc7539 template"
@@ -370,7 +380,7 @@ fn openssl(suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
     // CBC pads to whole blocks, as the tunnel does.
     let size = match suite {
         SpeedSuite::AesCbc(_) | SpeedSuite::AesCbcHmacSha256(_) => size.div_ceil(16) * 16,
-        _ => size,
+        SpeedSuite::Aead(_) | SpeedSuite::HmacSha256 => size,
     };
     let run = |s: SpeedSuite, dir: CryptoOp| -> Result<f64, String> {
         // Per CPU-second, as the other ceilings: openssl's own user-time clock.
@@ -468,7 +478,7 @@ fn ring_op(direction: CryptoOp, size: usize) -> Result<Op, OpError> {
                 Ok(())
             })
         }
-        _ => Box::new(move || {
+        CryptoOp::Encrypt | CryptoOp::Mac => Box::new(move || {
             counter += 1;
             let tag = key
                 .seal_in_place_separate_tag(nonce(counter), Aad::empty(), &mut buf)

@@ -2,13 +2,13 @@
 //! transfers → report → teardown.
 
 use model::ceiling::{LineRate, RunCeiling};
-use model::evidence::{EndEvidence, Evidence};
+use model::evidence::Evidence;
 use model::{Environment, RunPlan, RunReport};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
 use crate::backend::xfrm::ShowKeys;
-use crate::backend::{self, data_addr, userspace, End, RunSecrets, Side, Site};
+use crate::backend::{self, data_addr, End, RunSecrets, Side, Site};
 use crate::error::{LabError, LabResult};
 use crate::flow::{self, Bench};
 use crate::packets;
@@ -248,7 +248,7 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         }
     }
     let latency = latency.map(|l| packets::blocking(|| l.finish())).transpose()?;
-    let evidence = evidence(plan, &mut ends, &secrets).await?;
+    let evidence = backend::local_evidence(plan, &mut ends, &secrets).await?;
     drop(ends);
     let mut report =
         RunReport::new(plan.clone(), Environment::detect(), transfers).map_err(LabError::failed)?;
@@ -276,33 +276,4 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         }
     }
     Ok((report, evidence))
-}
-
-/// Both ends' evidence as one run's (stops the tunnels).
-async fn evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> LabResult<Evidence> {
-    let mut each = Vec::new();
-    for end in ends.iter_mut() {
-        each.push(end.finish().await?);
-    }
-    let mut each = each.into_iter();
-    Ok(match (each.next(), each.next()) {
-        // End a sees both SAs' counters.
-        // With --pcrypt, the run's instance as /proc/crypto shows it while the SAs exist.
-        (Some(EndEvidence::Xfrm(a)), _) => Evidence::Xfrm(model::evidence::XfrmEvidence {
-            pcrypt: secrets.pcrypt.as_ref().map(|p| p.evidence()),
-            ..a
-        }),
-        (Some(EndEvidence::Strongswan(a)), _) => Evidence::Strongswan(a),
-        (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
-            Evidence::Userspace(Box::new(userspace::local_evidence(plan, *a, *b).await?))
-        }
-        (Some(EndEvidence::Openvpn(a)), Some(EndEvidence::Openvpn(b))) => match &secrets.openvpn {
-            Some(material) => Evidence::Openvpn(material.evidence([a, b])),
-            None => Evidence::None,
-        },
-        (Some(EndEvidence::Wireguard(a)), Some(EndEvidence::Wireguard(b))) => {
-            Evidence::Wireguard(backend::wireguard::local_evidence(plan, a, b))
-        }
-        _ => Evidence::None,
-    })
 }

@@ -1,7 +1,10 @@
 //! What each backend is and what it can do, written once. Every check reads a backend's
 //! [`Description`]: the plan's refusals, a server's limits, the sweep's rows, where a run is
 //! placed (host or VM), whose CPU a run reports and where a row's crypto ceiling comes from.
-//! Adding a backend is a variant here, its description, and its module in the lab crate.
+//! Adding a backend is a variant here, its description, its evidence module
+//! (`evidence::<backend>`) and its module in the lab crate; the compiler names the rest.
+//! Messages that list backends build the list from the descriptions
+//! ([`Backend::names_where`]).
 //!
 //! Leaves out how a backend is started (the lab crate's `backend` modules) and the wording of
 //! refusals (`plan::PlanError`, `control`'s `RequestError`).
@@ -298,23 +301,46 @@ impl Backend {
         names.join(", ")
     }
 
+    /// The backends whose description passes `keep`, in declaration order, as a message
+    /// lists them: `a`, `a or b`, `a, b or c`. Messages that name backends build their
+    /// lists so, never by hand.
+    pub fn names_where(keep: impl Fn(&Description) -> bool) -> String {
+        let names: Vec<&str> = Backend::ALL
+            .into_iter()
+            .filter(|b| keep(b.describe()))
+            .map(Backend::name)
+            .collect();
+        match names.split_last() {
+            None => String::new(),
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        }
+    }
+
     /// Why this backend does not carry `suite` in the lab, where it does not (a matrix
     /// cell that is "not run"); `none` is the plain row's business and not judged here.
     pub fn suite_refusal(self, suite: CipherSuite) -> Option<&'static str> {
         let chacha = suite == CipherSuite::ChaCha20Poly1305;
         match self.describe().suites {
-            Suites::ChaCha if !chacha && suite != CipherSuite::None => {
-                Some("WireGuard has one cipher, chacha20-poly1305")
+            Suites::ChaCha => (!chacha && suite != CipherSuite::None)
+                .then_some("WireGuard has one cipher, chacha20-poly1305"),
+            Suites::Aes => {
+                chacha.then_some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
             }
-            Suites::Aes if chacha => {
-                Some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
-            }
-            _ => None,
+            Suites::Unencrypted | Suites::AesAndChaCha => None,
         }
     }
 }
 
 impl Suites {
+    /// Whether ChaCha20-Poly1305 is among them.
+    pub fn carries_chacha(self) -> bool {
+        match self {
+            Suites::AesAndChaCha | Suites::ChaCha => true,
+            Suites::Unencrypted | Suites::Aes => false,
+        }
+    }
+
     /// How the docs name the suites.
     pub fn label(self) -> &'static str {
         match self {
@@ -367,7 +393,7 @@ impl fmt::Display for Backend {
 
 /// A name that is no backend's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown backend {0:?}: use plain, xfrm, userspace, openvpn, strongswan, wireguard, wireguard-go or boringtun")]
+#[error("unknown backend {0:?}: use {list}", list = Backend::names_where(|_| true))]
 pub struct UnknownBackend(pub String);
 
 impl FromStr for Backend {

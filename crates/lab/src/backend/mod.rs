@@ -10,8 +10,14 @@
 //! namespace (processes, key files, SAs in a real host's namespace) is recorded in this
 //! process's state file (crate `owner`) for `clean`.
 //!
-//! Adding a backend: a module here with `preflight`, its end type (`start`, `finish`) and
-//! its evidence, a variant of [`End`] and of `model::Backend`.
+//! Adding a backend: a module here with `preflight` and its end type (`start`, `finish`),
+//! its evidence types in `model::evidence`'s module of the same name, a variant of
+//! `model::Backend` with its description, of [`End`] and (where it has secrets of its own)
+//! of [`RunSecrets`]. No match over backends, ends, secrets or evidence here has a wildcard
+//! arm, so the compiler then names every place that must say what the new one does: its
+//! preflight and start, its secrets (made, sent to a server, received), the end evidence
+//! that fits it, how [`local_evidence`] merges its ends', and with an `Evidence` variant of
+//! its own its tunnel CPU, sentences and the ceiling's packet size.
 
 mod daemon;
 pub mod openvpn;
@@ -21,84 +27,87 @@ pub mod userspace;
 pub mod wireguard;
 pub mod xfrm;
 
-use control::RunKeys;
+use control::{KeyMaterial, RunKeys};
+use model::evidence::{EndEvidence, Evidence};
 use model::{Backend, RunPlan};
 
-use model::evidence::EndEvidence;
 pub use site::{data_addr, Hosts, Side, Site};
 
 use crate::error::{LabError, LabResult};
 
-/// What both ends of a run share, made once per run.
-pub struct RunSecrets {
-    /// SA identifiers and keys, the tunnel's static key: what a client sends a server.
-    pub keys: RunKeys,
+/// What both ends of a run share, made once per run: the backend's own secrets, one
+/// variant per kind of secret, so an end sees only its own backend's.
+pub enum RunSecrets {
+    /// The baseline shares nothing.
+    Plain,
+    /// SA identifiers and keys (the first pair is what a client sends a server), further
+    /// pairs with `--sas N` and the run's pcrypt instance (local runs only).
+    Xfrm(xfrm::Secrets),
+    /// The userspace tunnel's static key (a client sends it to its server).
+    Userspace(KeyMaterial),
     /// OpenVPN's key file or certificates for both ends (local runs only).
-    pub openvpn: Option<openvpn::Material>,
+    Openvpn(openvpn::Material),
     /// strongSwan's PSK and the charons' directory (local runs only).
-    pub strongswan: Option<strongswan::Material>,
-    /// Both WireGuard ends' key pairs (local runs only).
-    pub wireguard: Option<wireguard::Keys>,
-    /// xfrm SA pairs 1 to N-1 with `--sas N` (local runs only).
-    pub xfrm_more_pairs: Vec<control::XfrmKeys>,
-    /// The run's pcrypt instance with `--pcrypt` (local runs only): made before the ends,
-    /// dropped after them (crypto instances are the kernel's, not an end's).
-    pub pcrypt: Option<xfrm::PcryptGuard>,
+    Strongswan(strongswan::Material),
+    /// Both WireGuard ends' key pairs, whichever implementation (local runs only).
+    Wireguard(wireguard::Keys),
 }
 
 impl RunSecrets {
     /// Fresh secrets for `plan`, by the end that decides them (a local run, a client).
     pub fn generate(plan: &RunPlan) -> LabResult<RunSecrets> {
-        let mut keys = RunKeys::default();
-        match plan.backend() {
-            Backend::Xfrm => keys.xfrm = Some(xfrm::generate_keys(plan)?),
-            Backend::Userspace => keys.tunnel = Some(userspace::generate_key()?),
-            Backend::Plain
-            | Backend::Openvpn
-            | Backend::Strongswan
-            | Backend::Wireguard
-            | Backend::WireguardGo
-            | Backend::Boringtun => {}
-        }
-        let openvpn = match plan.backend() {
-            Backend::Openvpn => Some(openvpn::Material::create(plan)?),
-            _ => None,
-        };
-        let strongswan = match plan.backend() {
-            Backend::Strongswan => Some(strongswan::Material::create(plan)?),
-            _ => None,
-        };
-        let wireguard = match plan.backend().is_wireguard() {
-            true => Some(wireguard::Keys::generate()?),
-            false => None,
-        };
-        let xfrm_more_pairs = match &keys.xfrm {
-            Some(first) if plan.sas() > 1 => xfrm::generate_more_pairs(plan, first)?,
-            _ => Vec::new(),
-        };
-        let pcrypt = match plan.backend() == Backend::Xfrm && plan.pcrypt() {
-            true => Some(xfrm::PcryptGuard::create()?),
-            false => None,
-        };
-        Ok(RunSecrets {
-            keys,
-            openvpn,
-            strongswan,
-            wireguard,
-            xfrm_more_pairs,
-            pcrypt,
+        Ok(match plan.backend() {
+            Backend::Plain => RunSecrets::Plain,
+            Backend::Xfrm => RunSecrets::Xfrm(xfrm::Secrets::generate(plan)?),
+            Backend::Userspace => RunSecrets::Userspace(userspace::generate_key()?),
+            Backend::Openvpn => RunSecrets::Openvpn(openvpn::Material::create(plan)?),
+            Backend::Strongswan => RunSecrets::Strongswan(strongswan::Material::create(plan)?),
+            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
+                RunSecrets::Wireguard(wireguard::Keys::generate()?)
+            }
         })
     }
 
-    /// What a server received: keys only.
-    pub fn received(keys: RunKeys) -> RunSecrets {
-        RunSecrets {
-            keys,
-            openvpn: None,
-            strongswan: None,
-            wireguard: None,
-            xfrm_more_pairs: Vec::new(),
-            pcrypt: None,
+    /// What a client sends its server: the keys of a backend that runs between two hosts.
+    pub fn keys(&self) -> RunKeys {
+        match self {
+            RunSecrets::Xfrm(x) => RunKeys {
+                xfrm: Some(x.first.clone()),
+                tunnel: None,
+            },
+            RunSecrets::Userspace(key) => RunKeys {
+                xfrm: None,
+                tunnel: Some(key.clone()),
+            },
+            RunSecrets::Plain
+            | RunSecrets::Openvpn(_)
+            | RunSecrets::Strongswan(_)
+            | RunSecrets::Wireguard(_) => RunKeys::default(),
+        }
+    }
+
+    /// What a server received, as the secrets of its plan's backend; refused where the keys
+    /// it needs are missing or the backend does not run between two hosts.
+    pub fn received(plan: &RunPlan, keys: RunKeys) -> LabResult<RunSecrets> {
+        let missing = |what: &str| LabError::usage(anyhow::anyhow!("no {what} in the run's secrets"));
+        match plan.backend() {
+            Backend::Plain => Ok(RunSecrets::Plain),
+            Backend::Xfrm => {
+                let first = keys.xfrm.ok_or_else(|| missing("xfrm keys"))?;
+                Ok(RunSecrets::Xfrm(xfrm::Secrets::received(first)))
+            }
+            Backend::Userspace => keys
+                .tunnel
+                .map(RunSecrets::Userspace)
+                .ok_or_else(|| missing("tunnel key")),
+            Backend::Openvpn
+            | Backend::Strongswan
+            | Backend::Wireguard
+            | Backend::WireguardGo
+            | Backend::Boringtun => Err(LabError::usage(anyhow::anyhow!(
+                "the {} backend does not run between two hosts",
+                plan.backend()
+            ))),
         }
     }
 }
@@ -138,51 +147,47 @@ impl End {
         site: &Site<'_>,
         show: xfrm::ShowKeys,
     ) -> LabResult<End> {
-        match plan.backend() {
-            Backend::Plain => Ok(End::Plain),
-            Backend::Xfrm => Ok(End::Xfrm(
-                xfrm::XfrmEnd::start(plan, &secrets.keys, &secrets.xfrm_more_pairs, site, show).await?,
-            )),
-            Backend::Userspace => Ok(End::Userspace(userspace::UserspaceEnd::start(
-                plan,
-                &secrets.keys,
-                site,
-            )?)),
-            Backend::Openvpn => {
-                let material = secrets.openvpn.as_ref().ok_or_else(|| {
-                    LabError::usage(anyhow::anyhow!(
-                        "the openvpn backend does not run between two hosts"
-                    ))
-                })?;
+        // Each backend takes its own secrets; another's are a bug in the caller.
+        let theirs = || {
+            LabError::usage(anyhow::anyhow!(
+                "the run's secrets are not the {} backend's",
+                plan.backend()
+            ))
+        };
+        match (plan.backend(), secrets) {
+            (Backend::Plain, RunSecrets::Plain) => Ok(End::Plain),
+            (Backend::Xfrm, RunSecrets::Xfrm(x)) => {
+                Ok(End::Xfrm(xfrm::XfrmEnd::start(plan, x, site, show).await?))
+            }
+            (Backend::Userspace, RunSecrets::Userspace(key)) => {
+                Ok(End::Userspace(userspace::UserspaceEnd::start(plan, key, site)?))
+            }
+            (Backend::Openvpn, RunSecrets::Openvpn(material)) => {
                 Ok(End::Openvpn(openvpn::OpenvpnEnd::start(plan, material, site)?))
             }
-            Backend::Strongswan => {
-                let material = secrets.strongswan.as_ref().ok_or_else(|| {
-                    LabError::usage(anyhow::anyhow!(
-                        "the strongswan backend does not run between two hosts"
-                    ))
-                })?;
-                Ok(End::Strongswan(
-                    strongswan::StrongswanEnd::start(plan, material, site).await?,
-                ))
-            }
-            Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
-                let keys = secrets.wireguard.as_ref().ok_or_else(|| {
-                    LabError::usage(anyhow::anyhow!(
-                        "the {} backend does not run between two hosts",
-                        plan.backend()
-                    ))
-                })?;
-                Ok(match plan.backend() {
-                    Backend::Wireguard => {
-                        End::Wireguard(wireguard::kernel::KernelEnd::start(plan, keys, site).await?)
-                    }
-                    Backend::Boringtun => {
-                        End::Boringtun(wireguard::boring::BoringEnd::start(plan, keys, site).await?)
-                    }
-                    _ => End::WireguardGo(wireguard::go::GoEnd::start(plan, keys, site).await?),
-                })
-            }
+            (Backend::Strongswan, RunSecrets::Strongswan(material)) => Ok(End::Strongswan(
+                strongswan::StrongswanEnd::start(plan, material, site).await?,
+            )),
+            (Backend::Wireguard, RunSecrets::Wireguard(keys)) => Ok(End::Wireguard(
+                wireguard::kernel::KernelEnd::start(plan, keys, site).await?,
+            )),
+            (Backend::WireguardGo, RunSecrets::Wireguard(keys)) => Ok(End::WireguardGo(
+                wireguard::go::GoEnd::start(plan, keys, site).await?,
+            )),
+            (Backend::Boringtun, RunSecrets::Wireguard(keys)) => Ok(End::Boringtun(
+                wireguard::boring::BoringEnd::start(plan, keys, site).await?,
+            )),
+            (
+                Backend::Plain
+                | Backend::Xfrm
+                | Backend::Userspace
+                | Backend::Openvpn
+                | Backend::Strongswan
+                | Backend::Wireguard
+                | Backend::WireguardGo
+                | Backend::Boringtun,
+                _,
+            ) => Err(theirs()),
         }
     }
 
@@ -191,7 +196,13 @@ impl End {
     pub fn wait_ready(&mut self) -> LabResult<()> {
         match self {
             End::Openvpn(end) => end.wait_ready(),
-            _ => Ok(()),
+            End::Plain
+            | End::Xfrm(_)
+            | End::Userspace(_)
+            | End::Strongswan(_)
+            | End::Wireguard(_)
+            | End::WireguardGo(_)
+            | End::Boringtun(_) => Ok(()),
         }
     }
 
@@ -208,4 +219,51 @@ impl End {
             End::Boringtun(end) => Ok(EndEvidence::Wireguard(end.evidence()?)),
         }
     }
+}
+
+/// Both ends' evidence as one local run's (stops the tunnels): each backend merges its own
+/// from its ends' and its secrets.
+pub async fn local_evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecrets) -> LabResult<Evidence> {
+    let mut each = Vec::new();
+    for end in ends.iter_mut() {
+        each.push(end.finish().await?);
+    }
+    let mut each = each.into_iter();
+    let (a, b) = (each.next(), each.next());
+    let theirs = || {
+        LabError::failed(anyhow::anyhow!(
+            "the ends' evidence is not the {} backend's",
+            plan.backend()
+        ))
+    };
+    Ok(match secrets {
+        RunSecrets::Plain => Evidence::None,
+        // End a sees both SAs' counters.
+        RunSecrets::Xfrm(x) => match a {
+            Some(EndEvidence::Xfrm(a)) => Evidence::Xfrm(x.local_evidence(a)),
+            _ => return Err(theirs()),
+        },
+        RunSecrets::Strongswan(_) => match a {
+            Some(EndEvidence::Strongswan(a)) => Evidence::Strongswan(a),
+            _ => return Err(theirs()),
+        },
+        RunSecrets::Userspace(_) => match (a, b) {
+            (Some(EndEvidence::Userspace(a)), Some(EndEvidence::Userspace(b))) => {
+                Evidence::Userspace(Box::new(userspace::local_evidence(plan, *a, *b).await?))
+            }
+            _ => return Err(theirs()),
+        },
+        RunSecrets::Openvpn(material) => match (a, b) {
+            (Some(EndEvidence::Openvpn(a)), Some(EndEvidence::Openvpn(b))) => {
+                Evidence::Openvpn(material.evidence([a, b]))
+            }
+            _ => return Err(theirs()),
+        },
+        RunSecrets::Wireguard(_) => match (a, b) {
+            (Some(EndEvidence::Wireguard(a)), Some(EndEvidence::Wireguard(b))) => {
+                Evidence::Wireguard(wireguard::local_evidence(plan, a, b))
+            }
+            _ => return Err(theirs()),
+        },
+    })
 }

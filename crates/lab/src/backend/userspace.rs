@@ -25,7 +25,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use control::{KeyMaterial, RunKeys};
+use control::KeyMaterial;
 use crypto::{AeadAlgorithm, Implementation};
 use model::evidence::{
     CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
@@ -76,12 +76,9 @@ pub struct UserspaceEnd {
 impl UserspaceEnd {
     /// Starts the end at `site`: end `A` (key direction 0) at the inner address a, end `B`
     /// (direction 1) at b; the UDP socket runs between the two outer addresses.
-    pub fn start(plan: &RunPlan, keys: &RunKeys, site: &Site<'_>) -> LabResult<UserspaceEnd> {
-        let bytes = keys
-            .tunnel
-            .as_ref()
-            .ok_or_else(|| LabError::usage(anyhow::anyhow!("no tunnel key in the run's secrets")))?;
-        let array: [u8; STATIC_KEY_LEN] = bytes
+    /// `key`: the run's static key.
+    pub fn start(plan: &RunPlan, key: &KeyMaterial, site: &Site<'_>) -> LabResult<UserspaceEnd> {
+        let array: [u8; STATIC_KEY_LEN] = key
             .expose()
             .try_into()
             .map_err(|_| LabError::usage(anyhow::anyhow!("the tunnel key must be {STATIC_KEY_LEN} bytes")))?;

@@ -161,7 +161,7 @@ async fn execute(
     let secrets = RunSecrets::generate(plan)?;
     chan.send(&Message::Hello {
         request: request.clone(),
-        keys: secrets.keys.clone(),
+        keys: secrets.keys(),
     })
     .await
     .map_err(LabError::from)?;

@@ -476,7 +476,7 @@ async fn start_end(
         hosts,
         lab_link: None,
     };
-    let secrets = RunSecrets::received(keys.clone());
+    let secrets = RunSecrets::received(&plan, keys.clone()).map_err(lab)?;
     let host_end = End::start(&plan, &secrets, &site, ShowKeys(false))
         .await
         .map_err(lab)?;

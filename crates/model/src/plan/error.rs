@@ -1,6 +1,6 @@
 //! Why a request is not a plan: every refusal says what to do instead.
 
-use crate::backend::{Backend, UnknownBackend};
+use crate::backend::{Backend, Description, OwnOptions, Suites, UnknownBackend};
 use crate::encap::EncapError;
 use crate::family::{Family, UnknownFamily, MIN_IPV6_MTU};
 use crate::modes::ModesError;
@@ -45,13 +45,13 @@ pub enum PlanError {
     SuiteNotSupported { backend: Backend, suite: CipherSuite },
     #[error("the {backend} backend cannot carry {suite}: WireGuard has one cipher, chacha20-poly1305 (give no --cipher/--key-bits/--hmac, or --cipher chacha20-poly1305)")]
     WireguardSuite { backend: Backend, suite: CipherSuite },
-    #[error("the {0} backend does not run chacha20-poly1305 in this lab: use --backend wireguard, wireguard-go or userspace for it")]
+    #[error("the {0} backend does not run chacha20-poly1305 in this lab: use --backend {list} for it", list = Backend::names_where(carries_chacha))]
     NoChaCha(Backend),
     #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
     Peer(String),
     #[error("--vm uml cannot run the {0} backend: Debian's user-mode-linux kernel has no WireGuard module; use --vm (the stock kernel) for it")]
     UmlBackend(Backend),
-    #[error("--peer and --vm do not go together: with --peer each end runs on its own host's kernel, not in a VM; where this host's kernel has no ESP, use --backend userspace between the hosts, or boot a kernel with ESP (Debian's linux-image-amd64 has it)")]
+    #[error("--peer and --vm do not go together: with --peer each end runs on its own host's kernel, not in a VM; where this host's kernel has no ESP, use --backend {list} between the hosts, or boot a kernel with ESP (Debian's linux-image-amd64 has it)", list = Backend::names_where(encrypts_between_hosts_without_esp))]
     PeerWithVm,
     #[error("the {0} backend does not run between two hosts yet: use --backend {list} with --peer", list = Backend::two_host_names())]
     PeerBackend(Backend),
@@ -62,7 +62,8 @@ pub enum PlanError {
     #[error(transparent)]
     Encap(#[from] EncapError),
     #[error(
-        "--encap udp needs the xfrm backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate"
+        "--encap udp needs the {xfrm} backend (kernel ESP SAs); the {0} backend has no ESP to encapsulate",
+        xfrm = Backend::names_where(has_sas)
     )]
     EncapBackend(Backend),
     #[error("--sas {0} is out of range: use 1 to {max} SA pairs", max = MAX_SA_PAIRS)]
@@ -71,7 +72,7 @@ pub enum PlanError {
     SasStreams { sas: u16, parallel: u16 },
     #[error("--sas above 1 does not run between two hosts yet: the server installs one SA pair")]
     PeerSas,
-    #[error("--pcrypt needs the xfrm backend (kernel ESP SAs), not {0}")]
+    #[error("--pcrypt needs the {xfrm} backend (kernel ESP SAs), not {0}", xfrm = Backend::names_where(has_sas))]
     PcryptBackend(Backend),
     #[error("--pcrypt wraps rfc4106(gcm(aes)): use --cipher aes-128-gcm or aes-256-gcm, not {0}")]
     PcryptSuite(CipherSuite),
@@ -81,7 +82,7 @@ pub enum PlanError {
     EncapPeer(u16),
     #[error(transparent)]
     Family(#[from] UnknownFamily),
-    #[error("the {backend} backend does not run over {family} in this lab: {why}; use plain, xfrm, userspace or openvpn with -6, or run it without -6")]
+    #[error("the {backend} backend does not run over {family} in this lab: {why}; use {list} with -6, or run it without -6", list = Backend::names_where(runs_over_ipv6))]
     FamilyBackend {
         backend: Backend,
         family: Family,
@@ -102,4 +103,127 @@ pub enum PlanError {
     /// A packet or latency option that does not fit the rest of the run; says what to do.
     #[error("{0}")]
     Packets(String),
+}
+
+// What the messages' lists of backends are made from: each backend's description.
+
+fn carries_chacha(d: &Description) -> bool {
+    d.suites.carries_chacha()
+}
+
+fn runs_over_ipv6(d: &Description) -> bool {
+    d.no_ipv6.is_none()
+}
+
+/// The backends whose own options are xfrm's (`--encap`, `--sas`, `--pcrypt`): kernel ESP SAs.
+fn has_sas(d: &Description) -> bool {
+    d.options == OwnOptions::Xfrm
+}
+
+/// What carries an encrypted run between two hosts on a kernel without ESP.
+fn encrypts_between_hosts_without_esp(d: &Description) -> bool {
+    d.two_hosts && d.kernel.is_none() && d.suites != Suites::Unencrypted
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every message that lists backends, against every backend's description: a backend
+    //! is named exactly where what the message says of it is true.
+
+    use super::*;
+    use crate::family::Family;
+
+    /// The backends a message names in its `a, b or c` list between `after` and `before`
+    /// (`""`: the end of the message).
+    fn listed(message: &str, after: &str, before: &str) -> Vec<String> {
+        let start = message
+            .find(after)
+            .unwrap_or_else(|| panic!("{after:?} not in {message}"))
+            + after.len();
+        let rest = &message[start..];
+        let end = match before {
+            "" => rest.len(),
+            _ => rest
+                .find(before)
+                .unwrap_or_else(|| panic!("{before:?} not in {message}")),
+        };
+        let list = &rest[..end];
+        list.replace(" or ", ", ")
+            .split(", ")
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn check(message: &str, after: &str, before: &str, should: impl Fn(Backend) -> bool) {
+        let names = listed(message, after, before);
+        for b in Backend::ALL {
+            assert_eq!(
+                names.iter().any(|n| n == b.name()),
+                should(b),
+                "{b} is {}listed where it should {}be: {message}",
+                if should(b) { "not " } else { "" },
+                if should(b) { "" } else { "not " }
+            );
+        }
+        assert!(
+            names.iter().all(|n| n.parse::<Backend>().is_ok()),
+            "{names:?}: {message}"
+        );
+    }
+
+    /// The message left out boringtun, which carries only chacha20-poly1305.
+    #[test]
+    fn no_chacha_names_every_backend_that_carries_chacha() {
+        let message = PlanError::NoChaCha(Backend::Xfrm).to_string();
+        check(&message, "use --backend ", " for it", |b| {
+            b.encrypts() && b.suite_refusal(CipherSuite::ChaCha20Poly1305).is_none()
+        });
+        assert!(message.ends_with("use --backend userspace, wireguard, wireguard-go or boringtun for it"));
+    }
+
+    /// The message named four backends as the ones that run with -6, a rule no backend has:
+    /// every one runs over IPv6.
+    #[test]
+    fn family_backend_names_every_backend_that_runs_over_ipv6() {
+        let message = PlanError::FamilyBackend {
+            backend: Backend::Xfrm,
+            family: Family::Ipv6,
+            why: "WHY",
+        }
+        .to_string();
+        check(&message, "WHY; use ", " with -6", |b| {
+            Family::Ipv6.refusal(b).is_none()
+        });
+    }
+
+    #[test]
+    fn peer_backend_names_the_backends_that_run_between_two_hosts() {
+        let message = PlanError::PeerBackend(Backend::Openvpn).to_string();
+        check(&message, "use --backend ", " with --peer", |b| {
+            b.describe().two_hosts
+        });
+    }
+
+    #[test]
+    fn peer_with_vm_names_what_encrypts_between_hosts_without_esp() {
+        let message = PlanError::PeerWithVm.to_string();
+        check(&message, "use --backend ", " between the hosts", |b| {
+            b.describe().two_hosts && b.encrypts() && b.describe().kernel.is_none()
+        });
+    }
+
+    #[test]
+    fn encap_and_pcrypt_name_the_backend_with_sas() {
+        let has_sas = |b: Backend| b.describe().options == OwnOptions::Xfrm;
+        let message = PlanError::EncapBackend(Backend::Userspace).to_string();
+        check(&message, "needs the ", " backend (kernel ESP SAs)", has_sas);
+        let message = PlanError::PcryptBackend(Backend::Userspace).to_string();
+        check(&message, "needs the ", " backend (kernel ESP SAs)", has_sas);
+    }
+
+    #[test]
+    fn unknown_backend_names_them_all() {
+        let message = "beet".parse::<Backend>().unwrap_err().to_string();
+        check(&message, "\": use ", "", |_| true);
+    }
 }

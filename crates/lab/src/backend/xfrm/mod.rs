@@ -29,7 +29,7 @@ mod set;
 
 use std::net::IpAddr;
 
-use control::{KeyMaterial, RunKeys, XfrmKeys};
+use control::{KeyMaterial, XfrmKeys};
 use model::{IpsecMode, RunPlan};
 use netns::Topology;
 use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, UdpEncap, XfrmHandle};
@@ -82,6 +82,55 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         )));
     }
     Ok(())
+}
+
+/// What both ends of an xfrm run share.
+pub struct Secrets {
+    /// The first SA pair's identifiers and keys: what a client sends its server.
+    pub first: XfrmKeys,
+    /// SA pairs 1 to N-1 with `--sas N` (local runs only).
+    pub more_pairs: Vec<XfrmKeys>,
+    /// The run's pcrypt instance with `--pcrypt` (local runs only): made before the ends,
+    /// dropped after them (crypto instances are the kernel's, not an end's).
+    pub pcrypt: Option<PcryptGuard>,
+}
+
+impl Secrets {
+    /// Fresh keys for every SA pair of `plan`, and its pcrypt instance where it asks for one.
+    pub fn generate(plan: &RunPlan) -> LabResult<Secrets> {
+        let first = generate_keys(plan)?;
+        let more_pairs = match plan.sas() > 1 {
+            true => generate_more_pairs(plan, &first)?,
+            false => Vec::new(),
+        };
+        let pcrypt = match plan.pcrypt() {
+            true => Some(PcryptGuard::create()?),
+            false => None,
+        };
+        Ok(Secrets {
+            first,
+            more_pairs,
+            pcrypt,
+        })
+    }
+
+    /// What a server received: one pair's keys.
+    pub fn received(first: XfrmKeys) -> Secrets {
+        Secrets {
+            first,
+            more_pairs: Vec::new(),
+            pcrypt: None,
+        }
+    }
+
+    /// End a's evidence (it sees both SAs' counters) as the local run's: with `--pcrypt`,
+    /// the run's instance as /proc/crypto shows it while the SAs exist.
+    pub fn local_evidence(&self, a: XfrmEvidence) -> XfrmEvidence {
+        XfrmEvidence {
+            pcrypt: self.pcrypt.as_ref().map(|p| p.evidence()),
+            ..a
+        }
+    }
 }
 
 /// A run's SA identifiers and keys: fresh from the OS RNG, in the lab's ranges.
@@ -154,18 +203,14 @@ pub struct XfrmEnd {
 }
 
 impl XfrmEnd {
-    /// `more_pairs`: the keys of SA pairs 1 to N-1 with `--sas N` (local runs only).
+    /// `secrets.more_pairs`: the keys of SA pairs 1 to N-1 with `--sas N` (local runs only).
     pub async fn start(
         plan: &RunPlan,
-        keys: &RunKeys,
-        more_pairs: &[XfrmKeys],
+        secrets: &Secrets,
         site: &Site<'_>,
         show: ShowKeys,
     ) -> LabResult<XfrmEnd> {
-        let k = keys
-            .xfrm
-            .as_ref()
-            .ok_or_else(|| LabError::usage(anyhow::anyhow!("no xfrm keys in the run's secrets")))?;
+        let (k, more_pairs) = (&secrets.first, &secrets.more_pairs);
         if more_pairs.len() + 1 != usize::from(plan.sas()) {
             return Err(LabError::usage(anyhow::anyhow!(
                 "{} SA pairs planned but keys for {}",
