@@ -11,7 +11,6 @@ mod cli;
 mod commands;
 mod modes;
 mod output;
-mod packets;
 mod progress;
 mod runtime;
 mod values;

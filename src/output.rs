@@ -134,7 +134,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         "send cpu".into(),
         "recv cpu".into(),
     ]];
-    let udp_labels = crate::packets::row_labels(report);
+    let udp_labels = report::packets::row_labels(report);
     for (i, (label, record)) in crate::modes::rows(report).into_iter().enumerate() {
         let label = udp_labels
             .as_ref()
@@ -173,7 +173,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     for line in crate::modes::summary_lines(report) {
         let _ = writeln!(out, "{line}");
     }
-    for line in report.udp.iter().flat_map(crate::packets::udp_lines) {
+    for line in report.udp.iter().flat_map(report::packets::udp_lines) {
         let _ = writeln!(out, "{line}");
     }
     for (tool, reference) in &report.references {
@@ -229,7 +229,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     // Columns, not prose: never wrapped (they fit 80).
     if let Some(latency) = &report.latency {
         out.push('\n');
-        for line in crate::packets::latency_table(latency) {
+        for line in report::packets::latency_table(latency) {
             let _ = writeln!(out, "{line}");
         }
     }
