@@ -9,7 +9,6 @@ mod args;
 mod build_info;
 mod cli;
 mod commands;
-mod modes;
 mod output;
 mod progress;
 mod runtime;

@@ -111,6 +111,15 @@ pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
     Ok(())
 }
 
+/// `--json-stream`'s last object: the report.
+pub fn end_of_stream(report: &RunReport) -> LabResult<()> {
+    let object = serde_json::json!({ "event": "end", "data": report });
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{object}")
+        .and_then(|()| out.flush())
+        .map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")))
+}
+
 pub fn to_json(report: &RunReport) -> LabResult<String> {
     serde_json::to_string_pretty(report).map_err(LabError::failed)
 }
@@ -135,7 +144,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         "recv cpu".into(),
     ]];
     let udp_labels = report::packets::row_labels(report);
-    for (i, (label, record)) in crate::modes::rows(report).into_iter().enumerate() {
+    for (i, (label, record)) in report::run::modes::rows(report).into_iter().enumerate() {
         let label = udp_labels
             .as_ref()
             .and_then(|l| l.get(i).cloned())
@@ -170,7 +179,7 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
             s.relative_spread() * 100.0
         );
     }
-    for line in crate::modes::summary_lines(report) {
+    for line in report::run::modes::summary_lines(report) {
         let _ = writeln!(out, "{line}");
     }
     for line in report.udp.iter().flat_map(report::packets::udp_lines) {
