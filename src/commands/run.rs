@@ -66,7 +66,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     };
     if args.modes.json_stream {
         // stdout carries the stream: the table goes to stderr, the report ends the stream.
-        eprint!("{}", output::table(&report));
+        eprint!("{}", report::run::table(&report));
         if let Some(json) = args.json.as_deref() {
             output::write_text(json, &(output::to_json(&report)? + "\n"))?;
         }

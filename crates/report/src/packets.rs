@@ -3,7 +3,7 @@
 //! that measured latency, and how packets/s and milliseconds are printed. Below the
 //! formats; imports none of them.
 //!
-//! And how a single run's packets and latency read on a terminal (`ipsec-lab run`'s table):
+//! And how a single run's packets and latency read on a terminal ([`crate::run`]'s table):
 //! the UDP trials, the rates the zero-loss search found and the trials that bound them, and
 //! a latency table per phase.
 
