@@ -1,6 +1,9 @@
 //! How the binary draws [`lab::progress::Progress`]: bars and a spinner on a terminal; for
 //! a sweep whose stderr is not a terminal, a line per finished cell; for a child sweep
-//! (`matrix --report-cells`), marker lines its parent counts; else nothing.
+//! (`matrix --report-cells`), marker lines its parent counts; else nothing. A run with
+//! `--interval` or `--json-stream` shows its intervals instead ([`Live`]): a line each, or
+//! a JSON object each on stdout, live for a local run and from the report afterwards for a
+//! VM's (whose console is not the user's).
 
 use std::fs::File;
 use std::io::{IsTerminal, Write};
@@ -11,6 +14,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use lab::error::{LabError, LabResult};
 use lab::progress::{eta_text, CellDone, Eta, Marker, Progress, Quiet, SweepCells};
+use model::modes::IntervalRecord;
+use model::packets::UdpTrial;
+use model::RunReport;
 
 /// Decimal units (MB = 10^6 bytes), as the tables count them: never indicatif's binary MiB.
 /// Every template ends in `{wide_msg}` (the label), cut to what the terminal has left, so a
@@ -35,6 +41,80 @@ pub fn for_run(no_progress: bool) -> Box<dyn Progress> {
         Box::new(Bars::default())
     } else {
         Box::new(Quiet)
+    }
+}
+
+/// How intervals are shown.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Show {
+    /// A line per interval (and one per stream under it with `-P N`); on stderr when
+    /// stdout carries JSON. `period_s`: the `--interval`, to tell a short interval.
+    Lines { to_stderr: bool, period_s: f64 },
+    /// `--json-stream`: an object per interval on stdout, the report last.
+    JsonStream,
+}
+
+/// Prints intervals as they close.
+pub struct Live {
+    pub show: Show,
+}
+
+impl Progress for Live {
+    fn interval(&self, record: &IntervalRecord) {
+        emit_interval(self.show, record);
+    }
+
+    fn udp_trial(&self, stage: &str, trial: &UdpTrial) {
+        if self.show == Show::JsonStream {
+            emit_trial(stage, trial);
+        }
+    }
+}
+
+/// `--udp --json-stream`: an object per trial as it ends, what it was for beside it.
+fn emit_trial(stage: &str, trial: &UdpTrial) {
+    let object = serde_json::json!({ "event": "trial", "data": { "stage": stage, "trial": trial } });
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{object}").and_then(|()| out.flush());
+}
+
+fn emit_interval(show: Show, record: &IntervalRecord) {
+    match show {
+        Show::Lines {
+            to_stderr: false,
+            period_s,
+        } => println!("{}", report::run::modes::interval_lines(record, period_s)),
+        Show::Lines {
+            to_stderr: true,
+            period_s,
+        } => eprintln!("{}", report::run::modes::interval_lines(record, period_s)),
+        Show::JsonStream => {
+            let object = serde_json::json!({ "event": "interval", "data": record });
+            // Line by line, flushed: a reader follows the run as it goes.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{object}").and_then(|()| out.flush());
+        }
+    }
+}
+
+/// The intervals (or UDP trials) of a report that was not watched live (a VM's), shown now.
+pub fn replay(show: Show, report: &RunReport) {
+    for record in report.modes.iter().flat_map(|m| &m.intervals) {
+        emit_interval(show, record);
+    }
+    if let (Show::JsonStream, Some(udp)) = (show, &report.udp) {
+        let searches = [
+            (udp.baseline.as_ref(), "bare link NDR search"),
+            (udp.ndr.as_ref(), "NDR search"),
+        ];
+        for (ndr, stage) in searches {
+            for trial in ndr.iter().flat_map(|n| &n.trials) {
+                emit_trial(stage, trial);
+            }
+        }
+        for trial in &udp.trials {
+            emit_trial("trial", trial);
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! string says PWNED). Every renderer and format reads it: `report` (Markdown on stdout,
 //! -f md, csv, html, svg), `compare` (two matrices, two runs, and the refusal of different
 //! conditions on stderr), `fleet report` (Markdown, csv, html); the run's own text is
-//! src/output.rs's unit test over the same run report.
+//! crates/report/src/run/mod.rs's unit test over the same run report.
 
 mod common;
 

@@ -4,9 +4,9 @@
 use lab::{LabError, LabResult};
 
 use crate::cli::RunArgs;
-use crate::modes::{Live, Show};
+use crate::progress::{Live, Show};
 use crate::runtime::runtime;
-use crate::{modes, output, progress};
+use crate::{output, progress};
 
 pub fn run(args: RunArgs) -> LabResult<()> {
     // Stage two of parsing: nothing below this line runs on invalid input. A plan file is a
@@ -53,7 +53,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         let report = lab::vm::run_in_vm(&plan)?;
         // The guest's console is not ours: its intervals are shown once it is back.
         if let Some(shown) = show {
-            modes::replay(shown, &report);
+            progress::replay(shown, &report);
         }
         report
     } else {
@@ -66,11 +66,11 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     };
     if args.modes.json_stream {
         // stdout carries the stream: the table goes to stderr, the report ends the stream.
-        eprint!("{}", output::table(&report));
+        eprint!("{}", report::run::table(&report));
         if let Some(json) = args.json.as_deref() {
             output::write_text(json, &(output::to_json(&report)? + "\n"))?;
         }
-        return modes::end_of_stream(&report);
+        return output::end_of_stream(&report);
     }
     output::emit(&report, args.json.as_deref())
 }

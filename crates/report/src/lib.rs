@@ -1,5 +1,5 @@
 //! Renders a [`MatrixReport`](model::matrix::MatrixReport) for people and spreadsheets, and
-//! compares two of them.
+//! compares two of them; renders a single run's report for the terminal.
 //!
 //! * [`markdown`]: the classic table (rows = backends, columns = cipher configurations), a
 //!   "% of plain" table, CPU per side, which kernel driver served, why cells did not run,
@@ -12,12 +12,15 @@
 //!   tables, the conditions), well-formed XHTML so it parses as XML too.
 //! * [`compare`]: two reports → per-cell delta, ratio and its confidence interval
 //!   ([`significance`]), flagged only beyond the noise and a threshold.
+//! * [`run`]: a single run's [`RunReport`](model::RunReport) as `ipsec-lab run` prints it:
+//!   its table, the lines under it, the interval lines ([`packets`] has its UDP and latency
+//!   text).
 //!
 //! What every format shows the same way (the cell under a column, rates as printed, the
 //! conditions, what a column stands for) is in `shared`, below all of them.
 //!
 //! Pure: every function takes a report and returns text or values. Leaves out running the
-//! sweep and reading/writing files (crate `lab` and the `ipsec-lab` binary's `matrix`, `report`, `compare`).
+//! sweep and reading/writing files (crate `lab` and the `ipsec-lab` binary's `run`, `matrix`, `report`, `compare`).
 
 pub mod compare;
 pub mod csv;
@@ -25,6 +28,7 @@ pub mod escape;
 pub mod html;
 pub mod markdown;
 pub mod packets;
+pub mod run;
 mod shared;
 pub mod significance;
 pub mod svg;

@@ -1,100 +1,11 @@
-//! How the binary shows the run modes: a line per interval (`--interval`) or a JSON object
-//! per interval and the report last (`--json-stream`), live for a local run and from the
-//! report afterwards for a VM's (whose console is not the user's); and the table's rows of
-//! a reversed or two-way run.
-
-use std::io::Write as _;
+//! How a run's modes read: a line per interval (`--interval`, and one per stream under it
+//! with `-P N`), the table's rows of a reversed or two-way run, and the lines under the
+//! table that say each way's median and what `--omit` left out. The binary prints the
+//! lines live for a local run and from the report afterwards for a VM's.
 
 use model::modes::IntervalRecord;
-use model::packets::UdpTrial;
 use model::report::TransferRecord;
 use model::RunReport;
-
-use lab::progress::Progress;
-use lab::{LabError, LabResult};
-
-/// How intervals are shown.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Show {
-    /// A line per interval (and one per stream under it with `-P N`); on stderr when
-    /// stdout carries JSON. `period_s`: the `--interval`, to tell a short interval.
-    Lines { to_stderr: bool, period_s: f64 },
-    /// `--json-stream`: an object per interval on stdout, the report last.
-    JsonStream,
-}
-
-/// Prints intervals as they close.
-pub struct Live {
-    pub show: Show,
-}
-
-impl Progress for Live {
-    fn interval(&self, record: &IntervalRecord) {
-        emit_interval(self.show, record);
-    }
-
-    fn udp_trial(&self, stage: &str, trial: &UdpTrial) {
-        if self.show == Show::JsonStream {
-            emit_trial(stage, trial);
-        }
-    }
-}
-
-/// `--udp --json-stream`: an object per trial as it ends, what it was for beside it.
-fn emit_trial(stage: &str, trial: &UdpTrial) {
-    let object = serde_json::json!({ "event": "trial", "data": { "stage": stage, "trial": trial } });
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{object}").and_then(|()| out.flush());
-}
-
-fn emit_interval(show: Show, record: &IntervalRecord) {
-    match show {
-        Show::Lines {
-            to_stderr: false,
-            period_s,
-        } => println!("{}", interval_lines(record, period_s)),
-        Show::Lines {
-            to_stderr: true,
-            period_s,
-        } => eprintln!("{}", interval_lines(record, period_s)),
-        Show::JsonStream => {
-            let object = serde_json::json!({ "event": "interval", "data": record });
-            // Line by line, flushed: a reader follows the run as it goes.
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{object}").and_then(|()| out.flush());
-        }
-    }
-}
-
-/// The intervals (or UDP trials) of a report that was not watched live (a VM's), shown now.
-pub fn replay(show: Show, report: &RunReport) {
-    for record in report.modes.iter().flat_map(|m| &m.intervals) {
-        emit_interval(show, record);
-    }
-    if let (Show::JsonStream, Some(udp)) = (show, &report.udp) {
-        let searches = [
-            (udp.baseline.as_ref(), "bare link NDR search"),
-            (udp.ndr.as_ref(), "NDR search"),
-        ];
-        for (ndr, stage) in searches {
-            for trial in ndr.iter().flat_map(|n| &n.trials) {
-                emit_trial(stage, trial);
-            }
-        }
-        for trial in &udp.trials {
-            emit_trial("trial", trial);
-        }
-    }
-}
-
-/// `--json-stream`'s last object: the report.
-pub fn end_of_stream(report: &RunReport) -> LabResult<()> {
-    let object = serde_json::json!({ "event": "end", "data": report });
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{object}")
-        .and_then(|()| out.flush())
-        .map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")))
-}
 
 /// An interval's line, then with `-P N` one line per stream under it (as iperf3 shows
 /// each stream beside the sum). An interval much shorter than the period (the last of a
