@@ -14,10 +14,10 @@ use std::path::Path;
 
 use netlink_packet_xfrm::{Address, EncapTmpl, XfrmAttrs, XfrmMessage, UDP_ENCAP_ESPINUDP};
 
+use crate::config::SaSpec;
 use crate::error::{Operation, XfrmError};
 use crate::handle::XfrmHandle;
 use crate::message::{self, Reply};
-use crate::config::SaSpec;
 
 /// `UDP_ENCAP_ESPINUDP` encapsulation of one SA: the UDP ports its packets travel
 /// between. The original-address field (NAT-OA) stays unset (0.0.0.0), as the lab has no
@@ -162,8 +162,8 @@ mod tests {
     /// only the sequence number (bytes 8..12, iproute2's clock) is ignored.
     #[test]
     fn sa_with_espinudp_4500_matches_iproute2() {
-        use crate::range::{ReqId, Spi};
         use crate::config::{AuthTrunc, KeyInput, Protection, LAB_REPLAY_WINDOW};
+        use crate::range::{ReqId, Spi};
         use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 
         let enc: Vec<u8> = (0u8..32).collect();

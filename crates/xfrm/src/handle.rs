@@ -19,13 +19,13 @@ use netlink_packet_xfrm::{Address, Selector, XfrmAttrs, XfrmMessage, AF_INET, AF
 use netlink_sys::{protocols::NETLINK_XFRM, AsyncSocketExt, Socket, SocketAddr, TokioSocket};
 use zeroize::Zeroizing;
 
-use crate::error::{Operation, XfrmError};
-use crate::message::{self, Reply};
-use crate::range::{ReqId, Spi};
 use crate::config::{
     mode_from_raw, IpProto, KernelAlgorithm, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection, SaId,
     SaSpec, TrafficSelector,
 };
+use crate::error::{Operation, XfrmError};
+use crate::message::{self, Reply};
+use crate::range::{ReqId, Spi};
 
 pub use model::evidence::SaCounters;
 

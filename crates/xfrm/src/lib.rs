@@ -13,6 +13,7 @@
 //! Leaves out: namespaces and links (`netns`), traffic (`traffic`), and which SAs a run
 //! needs (crate `lab`'s xfrm backend).
 
+pub mod config;
 pub mod crypto_user;
 pub mod driver;
 pub mod encap;
@@ -22,8 +23,11 @@ pub mod message;
 pub mod pcrypt;
 pub mod probe;
 pub mod range;
-pub mod config;
 
+pub use config::{
+    AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
+    SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
+};
 pub use encap::{EspInUdpSocket, UdpEncap};
 pub use error::{Operation, XfrmError};
 pub use handle::{
@@ -31,7 +35,3 @@ pub use handle::{
 };
 pub use probe::{probe, AlgorithmReport, Availability, Capabilities};
 pub use range::{ReqId, RunIds, Spi, LAB_POLICY_PRIORITY};
-pub use config::{
-    AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
-    SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
-};

@@ -19,7 +19,9 @@ use netlink_packet_xfrm::{
 };
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::config::{mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS};
+use crate::config::{
+    mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS,
+};
 
 fn family(addr: IpAddr) -> u16 {
     if addr.is_ipv4() {
@@ -238,8 +240,8 @@ mod tests {
     //! uses the time of day) is ignored; the port id (12..16) is 0 in both.
 
     use super::*;
-    use crate::range::{ReqId, Spi};
     use crate::config::{AuthTrunc, IpProto, KeyInput, PolicyDirection, Template, LAB_REPLAY_WINDOW};
+    use crate::range::{ReqId, Spi};
     use model::IpsecMode;
     use model::{CipherSuite, Hmac, KeyBits};
 

@@ -9,10 +9,10 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use model::{CipherSuite, Hmac, IpsecMode, KeyBits};
 
+use crate::config::{AuthTrunc, KernelAlgorithm, Protection, SaSpec, LAB_REPLAY_WINDOW};
 use crate::error::XfrmError;
 use crate::handle::XfrmHandle;
 use crate::range::{ReqId, Spi, REQID_LAST, SPI_LAST};
-use crate::config::{AuthTrunc, KernelAlgorithm, Protection, SaSpec, LAB_REPLAY_WINDOW};
 
 /// Whether an algorithm could be used in an SA.
 #[derive(Debug, Clone, PartialEq, Eq)]
