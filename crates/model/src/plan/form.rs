@@ -10,14 +10,6 @@ use serde::{Deserialize, Deserializer};
 use super::{Backend, BackendPlan, Peer, Placement, UserspacePlan, VmKernel, XfrmPlan};
 use crate::backend::OwnOptions;
 
-pub(super) fn one() -> u16 {
-    1
-}
-
-pub(super) fn is_one(n: &u16) -> bool {
-    *n == 1
-}
-
 /// The backend part as written: the backend's name beside every backend's own options
 /// (reports have always carried `crypto` and `mode`, whatever the backend).
 #[derive(Deserialize)]

@@ -240,7 +240,7 @@ pub struct XfrmPlan {
     #[serde(default)]
     pub encap: Option<Encap>,
     /// SA pairs (`--sas`), stream i on pair i mod N; 1: one pair for every stream.
-    #[serde(default = "form::one")]
+    #[serde(default = "one")]
     pub sas: u16,
     /// The SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
     #[serde(default)]
@@ -264,7 +264,7 @@ pub struct UserspacePlan {
     pub crypto: CryptoChoice,
     /// Threads per end, one per queue of a multi-queue TUN device (1: single-threaded);
     /// plans before the option existed were single-threaded.
-    #[serde(default = "form::one")]
+    #[serde(default = "one")]
     pub tunnel_threads: u16,
 }
 
@@ -355,7 +355,7 @@ impl Serialize for RunPlan {
         m.serialize_field("reverse", &w.reverse)?;
         m.serialize_field("tunnel_threads", &self.tunnel_threads())?;
         unless(&mut m, "encap", &self.encap(), Option::is_none)?;
-        unless(&mut m, "sas", &self.sas(), form::is_one)?;
+        unless(&mut m, "sas", &self.sas(), is_one)?;
         unless(&mut m, "pcrypt", &self.pcrypt(), |p| !p)?;
         m.serialize_field("family", &l.family)?;
         unless(&mut m, "netem", &l.netem, Option::is_none)?;
@@ -532,6 +532,15 @@ impl RunPlan {
             ..self.clone()
         }
     }
+}
+
+/// 1, what a count read from a plan without it was.
+fn one() -> u16 {
+    1
+}
+
+fn is_one(n: &u16) -> bool {
+    *n == 1
 }
 
 /// Where `ipsec-lab serve` runs.
