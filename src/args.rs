@@ -1,7 +1,58 @@
-//! Argument groups both `run` (cli.rs) and `matrix` flatten in. Not in cli.rs: cli.rs names
+//! Argument groups both `run` (cli.rs) and `matrix` flatten in, and the ids of a group's
+//! arguments (what `--plan-file` refuses beside it). Not in cli.rs: cli.rs names
 //! `matrix::MatrixArgs`, so matrix.rs naming cli.rs back would be an import circle.
 
 use clap::Args;
+
+/// The ids of every argument of `A`, its flattened groups' too: what a `--plan-file` that
+/// stands for `A` conflicts with (a plan taken whole refuses its options beside it).
+pub fn ids<A: Args>() -> Vec<clap::Id> {
+    A::augment_args(clap::Command::new("ids"))
+        .get_arguments()
+        .map(|a| a.get_id().clone())
+        .collect()
+}
+
+/// The link and the data's first port: a run's, and every cell's of a sweep.
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    /// MTU of the veth link.
+    #[arg(long, default_value_t = 1500, allow_negative_numbers = true,
+          value_parser = crate::values::in_range::<u32>(model::plan::MIN_MTU.into(), model::plan::MAX_MTU.into()))]
+    pub mtu: u32,
+    /// TCP port of the receiver (streams use PORT..PORT+P-1).
+    #[arg(long, default_value_t = 5201)]
+    pub port: u16,
+    #[command(flatten)]
+    pub family: FamilyArgs,
+}
+
+/// What a run (each cell of a sweep) measures beside its rate.
+#[derive(Debug, Args)]
+pub struct MeasureArgs {
+    /// Search for the highest UDP rate whose loss stays within each tolerance, in percent:
+    /// 0 is the no-drop rate (NDR), above 0 a partial-drop rate (PDR) [default: 0,0.5].
+    /// `run`: implies --udp; `matrix`: the --packet-sizes rows search.
+    #[arg(long, value_name = "LOSS%[,LOSS%]", num_args = 0..=1, default_missing_value = "0,0.5")]
+    pub find_ndr: Option<model::packets::Tolerances>,
+    /// Round trips through the data path, idle and under the load, as percentiles (p50,
+    /// p90, p99, p99.9, max) from an HDR histogram (`matrix`: every cell's, and a CDF per
+    /// backend in the report).
+    #[arg(long)]
+    pub latency: bool,
+    /// Leave out the crypto ceiling (the suite's speed at the tunnel's packet size with the
+    /// implementation it used, timed right after the transfers) and, for `run`, the plain
+    /// line rate measured after the tunnel came down.
+    #[arg(long)]
+    pub no_ceiling: bool,
+}
+
+impl MeasureArgs {
+    /// `--find-ndr`'s loss tolerances, as given.
+    pub fn find_ndr(&self) -> Option<Vec<f64>> {
+        self.find_ndr.clone().map(|t| t.0)
+    }
+}
 
 /// `-4`/`-6`/`--family 4|6` (iperf3's spelling): the address family of links and tunnels.
 #[derive(Debug, Args)]

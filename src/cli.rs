@@ -47,8 +47,33 @@ pub enum Command {
     Man(ManArgs),
 }
 
+/// `run`: the plan's options, then the caller's own (where the output goes).
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub plan: RunPlanArgs,
+    /// Write the JSON report to FILE, or to stdout with `-` (the table then goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Newline-delimited JSON on stdout: one object per interval (every second unless
+    /// --interval; with --udp one per trial), then the report; the table goes to stderr.
+    #[arg(long)]
+    pub json_stream: bool,
+    /// Print the SA keys (they are never printed otherwise).
+    #[arg(long)]
+    pub show_keys: bool,
+    /// No progress bar even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Run this validated plan (JSON, as a `--vm` host writes it for its guest) instead of
+    /// one from the options: it is taken whole, so plan options are refused with it.
+    #[arg(long, hide = true, value_name = "FILE", conflicts_with_all = run_plan_options())]
+    pub plan_file: Option<PathBuf>,
+}
+
+/// Everything a run's plan is made of: what `--plan-file` stands for.
+#[derive(Debug, Args)]
+pub struct RunPlanArgs {
     /// How the data is carried: plain (baseline), xfrm (kernel IPsec), userspace (the lab's
     /// tunnel, one thread per end unless --tunnel-threads), openvpn (real OpenVPN),
     /// strongswan (kernel IPsec negotiated by strongSwan's charon over IKEv2), or WireGuard:
@@ -82,10 +107,8 @@ pub struct RunArgs {
     #[arg(long, short = 'P', default_value_t = 1, allow_negative_numbers = true,
           value_parser = crate::values::in_range::<u16>(1, model::plan::MAX_STREAMS.into()))]
     pub parallel: u16,
-    /// MTU of the veth link.
-    #[arg(long, default_value_t = 1500, allow_negative_numbers = true,
-          value_parser = crate::values::in_range::<u32>(model::plan::MIN_MTU.into(), model::plan::MAX_MTU.into()))]
-    pub mtu: u32,
+    #[command(flatten)]
+    pub link: crate::args::LinkArgs,
     /// IPsec mode of the xfrm backend: tunnel or transport [default: tunnel; with --peer
     /// always transport].
     #[arg(long, value_parser = crate::values::mode(), hide_possible_values = true)]
@@ -94,9 +117,6 @@ pub struct RunArgs {
     /// (default: from the clock; recorded in the report).
     #[arg(long, value_parser = model::parse_seed)]
     pub seed: Option<u64>,
-    /// TCP port of the receiver (streams use PORT..PORT+P-1).
-    #[arg(long, default_value_t = 5201)]
-    pub port: u16,
     /// Run inside a VM booting a stock kernel (optionally the given kernel image), or `--vm uml`
     /// in user-mode Linux (kernel ESP at native speed without KVM; no WireGuard; `uml:RELEASE`:
     /// a second one lab/second-uml.sh installed); `--vm auto`
@@ -108,19 +128,6 @@ pub struct RunArgs {
     /// Also run iperf3 over the same data path after each transfer and report the ratio.
     #[arg(long)]
     pub with_iperf3: bool,
-    /// Write the JSON report to FILE, or to stdout with `-` (the table then goes to stderr).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Print the SA keys (they are never printed otherwise).
-    #[arg(long)]
-    pub show_keys: bool,
-    /// No progress bar even on a terminal.
-    #[arg(long)]
-    pub no_progress: bool,
-    /// Run this validated plan (JSON, as a `--vm` host writes it for its guest) instead of
-    /// one from the options: it is taken whole, so plan options are refused with it.
-    #[arg(long, hide = true, value_name = "FILE", conflicts_with_all = RUN_PLAN_OPTIONS)]
-    pub plan_file: Option<PathBuf>,
     /// Run against `ipsec-lab serve` on another machine, HOST[:PORT] (default port 5299),
     /// instead of between two local namespaces.
     #[arg(long, value_name = "HOST[:PORT]", value_hint = clap::ValueHint::Hostname)]
@@ -153,19 +160,16 @@ pub struct RunArgs {
     /// 1gbit": the netem qdisc on both veth ends (each direction gets the spec).
     #[arg(long, value_name = "SPEC")]
     pub netem: Option<model::NetemSpec>,
-    /// Leave out the crypto ceiling (the suite's speed at the tunnel's packet size, timed
-    /// after the transfers) and the plain line rate measured after the tunnel came down.
-    #[arg(long)]
-    pub no_ceiling: bool,
-    #[command(flatten)]
-    pub family: crate::args::FamilyArgs,
     #[command(flatten)]
     pub modes: ModesArgs,
     #[command(flatten)]
     pub packets: PacketArgs,
+    #[command(flatten)]
+    pub measure: crate::args::MeasureArgs,
 }
 
-/// Packets and latency (model::packets): UDP trials, the zero-loss search, round trips.
+/// UDP datagrams instead of TCP streams (model::packets); `--find-ndr` and `--latency` are
+/// [`crate::args::MeasureArgs`], shared with `matrix`.
 #[derive(Debug, Args)]
 pub struct PacketArgs {
     /// UDP datagrams instead of TCP streams, sent for --time (default 2 s): packets/s,
@@ -180,27 +184,6 @@ pub struct PacketArgs {
     /// inner packets (e.g. 500Mbit, 1Gbit) [default: as fast as the sender goes].
     #[arg(long, value_name = "RATE")]
     pub rate: Option<model::packets::Rate>,
-    /// Search for the highest rate whose loss stays within each tolerance, in percent:
-    /// 0 is the no-drop rate (NDR), above 0 a partial-drop rate (PDR) [default: 0,0.5].
-    /// Implies --udp.
-    #[arg(long, value_name = "LOSS%[,LOSS%]", num_args = 0..=1, default_missing_value = "0,0.5")]
-    pub find_ndr: Option<model::packets::Tolerances>,
-    /// Round trips through the data path, idle and under the run's load, as percentiles
-    /// (p50, p90, p99, p99.9, max) from an HDR histogram.
-    #[arg(long)]
-    pub latency: bool,
-}
-
-impl PacketArgs {
-    pub fn request(&self) -> model::PacketsRequest {
-        model::PacketsRequest {
-            udp: self.udp,
-            packet_size: self.packet_size,
-            rate: self.rate,
-            find_ndr: self.find_ndr.clone().map(|t| t.0),
-            latency: self.latency,
-        }
-    }
 }
 
 /// iperf3's run modes (model::modes): how long, how reported, which way.
@@ -217,59 +200,47 @@ pub struct ModesArgs {
     /// their intervals are marked omitted.
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub omit: Option<f64>,
-    /// Newline-delimited JSON on stdout: one object per interval (every second unless
-    /// --interval; with --udp one per trial), then the report; the table goes to stderr.
-    #[arg(long)]
-    pub json_stream: bool,
     /// Both directions at once, a->b and b->a, each verified, reported apart and summed.
     #[arg(long)]
     pub bidir: bool,
 }
 
-impl ModesArgs {
-    pub fn request(&self) -> model::ModesRequest {
-        model::ModesRequest {
-            time_s: self.time,
-            // A stream of intervals has intervals: every second, as iperf3's.
-            interval_s: self.interval.or(self.json_stream.then_some(1.0)),
-            omit_s: self.omit,
-            bidir: self.bidir,
-        }
-    }
-}
-
 impl RunArgs {
     pub fn request(&self) -> RunRequest {
+        let p = &self.plan;
         RunRequest {
-            backend: self.backend,
-            key_bits: self.key_bits,
-            hmac: self.hmac,
-            cipher: self.cipher,
-            crypto: self.crypto,
-            bytes: self.bytes.unwrap_or(DEFAULT_BYTES),
-            repeat: self.repeat,
-            parallel: self.parallel,
-            mtu: self.mtu,
-            mode: self.mode,
-            seed: self.seed,
-            port: self.port,
-            vm: self
-                .vm
-                .as_ref()
-                .map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
-            with_iperf3: self.with_iperf3,
-            peer: self.peer.clone(),
-            reverse: self.reverse,
-            tunnel_threads: self.tunnel_threads,
-            encap: self.encap,
-            encap_port: self.encap_port,
-            sas: self.sas,
-            pcrypt: self.pcrypt,
-            family: self.family.family(),
-            netem: self.netem.clone(),
+            backend: p.backend,
+            key_bits: p.key_bits,
+            hmac: p.hmac,
+            cipher: p.cipher,
+            crypto: p.crypto,
+            bytes: p.bytes.unwrap_or(DEFAULT_BYTES),
+            repeat: p.repeat,
+            parallel: p.parallel,
+            mtu: p.link.mtu,
+            mode: p.mode,
+            seed: p.seed,
+            port: p.link.port,
+            vm: p.vm.as_ref().map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
+            with_iperf3: p.with_iperf3,
+            peer: p.peer.clone(),
+            reverse: p.reverse,
+            tunnel_threads: p.tunnel_threads,
+            encap: p.encap,
+            encap_port: p.encap_port,
+            sas: p.sas,
+            pcrypt: p.pcrypt,
+            family: p.link.family.family(),
+            netem: p.netem.clone(),
             modes: self.modes(),
-            no_ceiling: self.no_ceiling,
-            packets: self.packets.request(),
+            no_ceiling: p.measure.no_ceiling,
+            packets: model::PacketsRequest {
+                udp: p.packets.udp,
+                packet_size: p.packets.packet_size,
+                rate: p.packets.rate,
+                find_ndr: p.measure.find_ndr(),
+                latency: p.measure.latency,
+            },
         }
     }
 
@@ -278,15 +249,19 @@ impl RunArgs {
     /// possible. No payload size suits every backend: 100 MB lasts 0.05 s over plain veth
     /// (too short to time) and 7–50 s in a TCG VM.
     fn modes(&self) -> model::ModesRequest {
-        let mut modes = self.modes.request();
-        let udp = self.packets.udp || self.packets.find_ndr.is_some();
-        if udp && self.modes.json_stream && self.modes.interval.is_none() {
-            // A UDP run streams its trials, not intervals.
-            modes.interval_s = None;
-        }
+        let (p, m) = (&self.plan, &self.plan.modes);
+        let udp = p.packets.udp || p.measure.find_ndr.is_some();
+        let mut modes = model::ModesRequest {
+            time_s: m.time,
+            // A stream of intervals has intervals: every second, as iperf3's; a UDP run
+            // streams its trials, not intervals.
+            interval_s: m.interval.or((self.json_stream && !udp).then_some(1.0)),
+            omit_s: m.omit,
+            bidir: m.bidir,
+        };
         // A UDP trial is timed between hosts too.
-        let timed_possible = (self.peer.is_none() || udp) && !self.with_iperf3;
-        if self.bytes.is_none() && modes.time_s.is_none() && timed_possible {
+        let timed_possible = (p.peer.is_none() || udp) && !p.with_iperf3;
+        if p.bytes.is_none() && modes.time_s.is_none() && timed_possible {
             modes.time_s = Some(modes.omit_s.unwrap_or(0.0) + DEFAULT_SECONDS);
         }
         modes
@@ -300,45 +275,11 @@ pub const DEFAULT_SECONDS: f64 = 2.0;
 /// The payload where a run cannot be timed (`--peer`, `--with-iperf3`).
 pub const DEFAULT_BYTES: ByteSize = ByteSize(100_000_000);
 
-/// The options `run --plan-file` takes from its plan (the output options stay its own).
-const RUN_PLAN_OPTIONS: [&str; 36] = [
-    "backend",
-    "key_bits",
-    "hmac",
-    "cipher",
-    "crypto",
-    "bytes",
-    "repeat",
-    "parallel",
-    "mtu",
-    "mode",
-    "seed",
-    "port",
-    "vm",
-    "with_iperf3",
-    "peer",
-    "psk_file",
-    "reverse",
-    "tunnel_threads",
-    "encap",
-    "encap_port",
-    "sas",
-    "pcrypt",
-    "netem",
-    "no_ceiling",
-    "family",
-    "ipv6",
-    "ipv4",
-    "time",
-    "interval",
-    "omit",
-    "bidir",
-    "udp",
-    "packet_size",
-    "rate",
-    "find_ndr",
-    "latency",
-];
+/// The options `run --plan-file` takes from its plan (the output options stay its own):
+/// every argument of [`RunPlanArgs`].
+fn run_plan_options() -> Vec<clap::Id> {
+    crate::args::ids::<RunPlanArgs>()
+}
 
 #[derive(Debug, Args)]
 pub struct CleanArgs {}
@@ -466,11 +407,11 @@ mod tests {
         let Command::Run(a) = parse(&["run", "--seed", "0x18ecd9107f28b6c7"]).unwrap().command else {
             panic!()
         };
-        assert_eq!(a.seed, Some(0x18ec_d910_7f28_b6c7));
+        assert_eq!(a.plan.seed, Some(0x18ec_d910_7f28_b6c7));
         let Command::Run(a) = parse(&["run", "--seed", "42"]).unwrap().command else {
             panic!()
         };
-        assert_eq!(a.seed, Some(42));
+        assert_eq!(a.plan.seed, Some(42));
         let e = parse(&["run", "--seed", "0xnope"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("as printed"), "{e}");
@@ -581,8 +522,8 @@ mod tests {
         for arg in run.get_arguments() {
             let id = arg.get_id().as_str();
             assert!(
-                RUN_PLAN_OPTIONS.contains(&id) || output.contains(&id),
-                "run --{id}: add it to RUN_PLAN_OPTIONS (a guest takes it from the plan) or to the output options"
+                run_plan_options().iter().any(|o| o == id) || output.contains(&id),
+                "run --{id}: add it to RunPlanArgs (a guest takes it from the plan) or to the output options"
             );
         }
     }

@@ -13,8 +13,38 @@ use model::{Backend, ByteSize, CipherSuite, CryptoChoice};
 
 use crate::{output, progress};
 
+/// `matrix`: the sweep's options, then the caller's own (where the output goes).
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
+    /// [default: DIR/matrix.json with --out, else ipsec-lab-matrix-<unix time>.json].
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write everything into DIR (created if missing): matrix.{json,md,csv,svg,html}.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// No progress bar even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print a line on stdout per finished cell (for the child sweeps: the parent's progress
+    /// bar counts them).
+    #[arg(long, hide = true)]
+    pub report_cells: bool,
+    /// Append those lines to FILE instead (for a VM's guest: its stdout does not reach the
+    /// host, a file in the directory it shares with the host does).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub report_cells_file: Option<PathBuf>,
+    /// Sweep this plan (JSON, as a parent sweep writes it for its child sweeps) instead of
+    /// one from the options: it is taken whole, so sweep options are refused with it.
+    #[arg(long, hide = true, value_name = "FILE", conflicts_with_all = sweep_plan_options())]
+    pub plan_file: Option<PathBuf>,
+}
+
+/// Everything a sweep's plan is made of: what `--plan-file` stands for.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
     /// Backends to sweep, comma-separated. The plain baseline is always measured: it is
     /// what "% of plain" is relative to. WireGuard rows (wireguard, wireguard-go, boringtun)
     /// are added by naming them; they bring a chacha20-poly1305 column.
@@ -64,13 +94,8 @@ pub struct MatrixArgs {
     #[arg(long, default_value_t = 3, allow_negative_numbers = true,
           value_parser = crate::values::count(model::plan::MAX_REPEAT))]
     pub repeat: u32,
-    /// MTU of the veth link.
-    #[arg(long, default_value_t = 1500, allow_negative_numbers = true,
-          value_parser = crate::values::in_range::<u32>(model::plan::MIN_MTU.into(), model::plan::MAX_MTU.into()))]
-    pub mtu: u32,
-    /// TCP port of the receiver.
-    #[arg(long, default_value_t = 5201)]
-    pub port: u16,
+    #[command(flatten)]
+    pub link: crate::args::LinkArgs,
     /// Run the kernel (xfrm) rows in a VM booting a stock kernel (optionally this image, or
     /// a release with an image in /boot; `auto`: the stock kernel where KVM boots it, else
     /// `uml,auto`), or in user-mode Linux (`uml`: native speed, one
@@ -83,16 +108,6 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "KERNEL", num_args = 0..=1, default_missing_value = "",
           value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
-    /// Where to write the JSON result, `-` for stdout (the table then goes to stderr)
-    /// [default: DIR/matrix.json with --out, else ipsec-lab-matrix-<unix time>.json].
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write everything into DIR (created if missing): matrix.{json,md,csv,svg,html}.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// No progress bar even on a terminal.
-    #[arg(long)]
-    pub no_progress: bool,
     /// Add an xfrm row with ESP encapsulated: udp (ESP in UDP, RFC 3948).
     #[arg(long, value_name = "udp", value_parser = crate::values::encap(), hide_possible_values = true)]
     pub encap: Option<model::EncapKind>,
@@ -103,8 +118,6 @@ pub struct MatrixArgs {
     /// (`run --pcrypt`), "xfrm [pcrypt]"; its other columns say why they have none.
     #[arg(long)]
     pub pcrypt: bool,
-    #[command(flatten)]
-    pub family: crate::args::FamilyArgs,
     /// Link conditions as a row dimension: netem specs in tc's words, separated by `;`,
     /// `none` for the bare link, e.g. "none;delay 20ms;delay 50ms loss 1%". Every row runs
     /// once per condition (its label ends in `@ SPEC`); hosts without netem run them with
@@ -121,68 +134,22 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = lab::sweep::DEFAULT_TRIAL_SECONDS,
           allow_negative_numbers = true)]
     pub trial_time: f64,
-    /// The UDP cells search for the highest rate whose loss stays within each tolerance, in
-    /// percent (0: NDR; above 0: PDR), as `run --find-ndr` [default: 0,0.5]; only with
-    /// --packet-sizes.
-    #[arg(long, value_name = "LOSS%[,LOSS%]", num_args = 0..=1, default_missing_value = "0,0.5")]
-    pub find_ndr: Option<model::packets::Tolerances>,
-    /// Every cell also measures round trips through its tunnel, idle and under its load
-    /// (`run --latency`): percentiles and a CDF per backend in the report.
-    #[arg(long)]
-    pub latency: bool,
-    /// Leave out each tunnel cell's crypto ceiling (the suite's speed at the cell's packet
-    /// size, timed right after it with the implementation it used).
-    #[arg(long)]
-    pub no_ceiling: bool,
+    #[command(flatten)]
+    pub measure: crate::args::MeasureArgs,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
-    /// Print a line on stdout per finished cell (for the child sweeps: the parent's progress
-    /// bar counts them).
-    #[arg(long, hide = true)]
-    pub report_cells: bool,
-    /// Append those lines to FILE instead (for a VM's guest: its stdout does not reach the
-    /// host, a file in the directory it shares with the host does).
-    #[arg(long, hide = true, value_name = "FILE")]
-    pub report_cells_file: Option<PathBuf>,
-    /// Sweep this plan (JSON, as a parent sweep writes it for its child sweeps) instead of
-    /// one from the options: it is taken whole, so sweep options are refused with it.
-    #[arg(long, hide = true, value_name = "FILE", conflicts_with_all = SWEEP_PLAN_OPTIONS)]
-    pub plan_file: Option<PathBuf>,
 }
 
 /// The payload of a run's transfers where a sweep is timed: `run`'s default, never sent
 /// whole (a timed transfer's size is what got through).
 const DEFAULT_BYTES: ByteSize = ByteSize(100_000_000);
 
-/// The options `matrix --plan-file` takes from its plan (the output options stay its own).
-const SWEEP_PLAN_OPTIONS: [&str; 25] = [
-    "backends",
-    "ciphers",
-    "crypto",
-    "threads",
-    "parallel",
-    "time",
-    "bytes",
-    "vm_bytes",
-    "repeat",
-    "mtu",
-    "port",
-    "vm",
-    "encap",
-    "encap_port",
-    "pcrypt",
-    "family",
-    "ipv6",
-    "ipv4",
-    "netem",
-    "packet_sizes",
-    "trial_time",
-    "find_ndr",
-    "latency",
-    "no_ceiling",
-    "no_baseline",
-];
+/// The options `matrix --plan-file` takes from its plan (the output options stay its own):
+/// every argument of [`SweepArgs`].
+fn sweep_plan_options() -> Vec<clap::Id> {
+    crate::args::ids::<SweepArgs>()
+}
 
 /// One value of `--packet-sizes`: the bulk TCP transfer, or UDP datagrams of a size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +167,7 @@ impl std::str::FromStr for Workload {
     }
 }
 
-impl MatrixArgs {
+impl SweepArgs {
     /// Stage two: the sweep these flags ask for, checked whole before anything is created.
     fn plan(&self, started_unix_s: u64) -> LabResult<SweepPlan> {
         SweepPlan {
@@ -218,8 +185,8 @@ impl MatrixArgs {
                 None => Some(self.time.unwrap_or(lab::sweep::DEFAULT_CELL_SECONDS)),
             },
             repeat: self.repeat,
-            mtu: self.mtu,
-            port: self.port,
+            mtu: self.link.mtu,
+            port: self.link.port,
             vm: self.vm.clone(),
             baseline: !self.no_baseline,
             encap: self
@@ -228,17 +195,17 @@ impl MatrixArgs {
                 .transpose()
                 .map_err(model::PlanError::from)?,
             pcrypt: self.pcrypt,
-            family: self.family.family(),
+            family: self.link.family.family(),
             netem: match &self.netem {
                 Some(text) => model::netem::parse_conditions(text).map_err(LabError::usage)?,
                 None => vec![],
             },
             packet_sizes: self.packet_sizes.iter().map(|w| w.0).collect(),
             trial_seconds: self.trial_time,
-            find_ndr: self.find_ndr.clone().map(|t| t.0),
-            latency: self.latency,
+            find_ndr: self.measure.find_ndr(),
+            latency: self.measure.latency,
             seed: seed_from_clock(),
-            ceiling: !self.no_ceiling,
+            ceiling: !self.measure.no_ceiling,
             started_unix_s,
         }
         .validate()
@@ -252,7 +219,7 @@ pub fn run(args: MatrixArgs) -> LabResult<()> {
         .unwrap_or(0);
     let plan = match &args.plan_file {
         Some(path) => SweepPlan::read(path)?,
-        None => args.plan(started_unix_s)?,
+        None => args.sweep.plan(started_unix_s)?,
     };
     lab::require_net_admin()?;
     // Where the results go, checked before a sweep that can take an hour.
@@ -338,8 +305,12 @@ mod tests {
         args: MatrixArgs,
     }
 
-    fn parse(a: &[&str]) -> Result<MatrixArgs, clap::Error> {
+    fn parse_all(a: &[&str]) -> Result<MatrixArgs, clap::Error> {
         Cli::try_parse_from(std::iter::once("matrix").chain(a.iter().copied())).map(|c| c.args)
+    }
+
+    fn parse(a: &[&str]) -> Result<SweepArgs, clap::Error> {
+        parse_all(a).map(|m| m.sweep)
     }
 
     #[test]
@@ -503,8 +474,8 @@ mod tests {
         for arg in cli.get_arguments() {
             let id = arg.get_id().as_str();
             assert!(
-                SWEEP_PLAN_OPTIONS.contains(&id) || output.contains(&id),
-                "matrix --{id}: add it to SWEEP_PLAN_OPTIONS (a child takes it from the plan) or to the output options"
+                sweep_plan_options().iter().any(|o| o == id) || output.contains(&id),
+                "matrix --{id}: add it to SweepArgs (a child takes it from the plan) or to the output options"
             );
         }
     }
@@ -512,7 +483,7 @@ mod tests {
     #[test]
     fn a_plan_file_is_taken_whole_and_sweep_options_are_refused_with_it() {
         // What a parent sweep gives its soft child; defaults are no options given.
-        let child = parse(&[
+        let child = parse_all(&[
             "--plan-file",
             "p.json",
             "--no-progress",
@@ -522,7 +493,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(child.plan_file.as_deref(), Some(Path::new("p.json")));
-        parse(&["--plan-file", "p.json", "--report-cells-file", "cells"]).unwrap();
+        parse_all(&["--plan-file", "p.json", "--report-cells-file", "cells"]).unwrap();
         for given in [
             &["--backends", "plain"][..],
             &["--bytes", "2MB"][..],

@@ -21,7 +21,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         }
     }
     if let Some(json) = &args.json {
-        if args.modes.json_stream && output::is_std_stream(json) {
+        if args.json_stream && output::is_std_stream(json) {
             return Err(LabError::usage(anyhow::anyhow!(
                 "--json-stream writes its objects to stdout: give --json a FILE, not -"
             )));
@@ -31,7 +31,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     // How intervals are shown: JSON objects, or lines beside the table (on stderr where
     // stdout carries the JSON report).
     // A UDP run streams its trials (it has no intervals).
-    let show = match (args.modes.json_stream, plan.workload().modes.interval_s) {
+    let show = match (args.json_stream, plan.workload().modes.interval_s) {
         (true, _) => Some(Show::JsonStream),
         (false, Some(period_s)) => Some(Show::Lines {
             to_stderr: args.json.as_deref().is_some_and(output::is_std_stream),
@@ -42,8 +42,8 @@ pub fn run(args: RunArgs) -> LabResult<()> {
     lab::require_net_admin()?;
     let keys = lab::backend::xfrm::ShowKeys(args.show_keys);
     let report = if plan.peer().is_some() {
-        let psk = lab::remote::client::load_psk(args.psk_file.as_deref())?;
-        lab::remote::client::check_local(&plan, args.mtu)?;
+        let psk = lab::remote::client::load_psk(args.plan.psk_file.as_deref())?;
+        lab::remote::client::check_local(&plan, args.plan.link.mtu)?;
         let watcher: Box<dyn lab::progress::Progress> = match show {
             Some(shown) => Box::new(Live { show: shown }),
             None => Box::new(lab::progress::Quiet),
@@ -64,7 +64,7 @@ pub fn run(args: RunArgs) -> LabResult<()> {
         };
         runtime()?.block_on(lab::local::run(&plan, keys, watcher.as_ref()))?
     };
-    if args.modes.json_stream {
+    if args.json_stream {
         // stdout carries the stream: the table goes to stderr, the report ends the stream.
         eprint!("{}", report::run::table(&report));
         if let Some(json) = args.json.as_deref() {

@@ -11,6 +11,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use model::backend::{OwnOptions, Suites};
 use model::packets::PacketSize;
 use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Family};
 use serde::{Deserialize, Serialize};
@@ -203,10 +204,15 @@ impl ServerLimits {
     /// are not restated here: the server checks them first with the client's own
     /// validation (`lab::remote::checked_request`, i.e. `model::RunRequest::validate`).
     pub fn check(&self, r: &PeerRequest) -> Result<(), RequestError> {
-        if r.backend != Backend::Plain && !r.suite.authenticates() && !self.allow_unauthenticated {
+        let description = r.backend.describe();
+        if description.suites != Suites::Unencrypted
+            && !r.suite.authenticates()
+            && !self.allow_unauthenticated
+        {
             return Err(RequestError::Unauthenticated(r.suite));
         }
-        if r.backend == Backend::Userspace && r.crypto == CryptoChoice::Soft {
+        // Only the backend that chooses its crypto implementation reads `crypto`.
+        if description.options == OwnOptions::Userspace && r.crypto == CryptoChoice::Soft {
             return Err(RequestError::SoftCrypto);
         }
         if r.streams > self.max_streams {
@@ -559,27 +565,28 @@ pub struct ServerEnd {
 impl ServerEnd {
     /// The client's check of a server's answer to `request` (a server is not trusted blindly).
     pub fn check(&self, request: &PeerRequest) -> Result<(), RequestError> {
-        match (request.backend, self.tunnel) {
-            (Backend::Userspace, Some(t)) if t.family() != request.family => {
+        let inner = request.backend.describe().server_chooses_inner_addresses();
+        match (inner, self.tunnel) {
+            (true, Some(t)) if t.family() != request.family => {
                 return Err(RequestError::TunnelAddresses(format!(
                     "{} and {} for an {} run",
                     t.client, t.server, request.family
                 )))
             }
-            (Backend::Userspace, Some(t)) => t.check()?,
-            (Backend::Userspace, None) => {
+            (true, Some(t)) => t.check()?,
+            (true, None) => {
                 return Err(RequestError::TunnelPresence {
                     backend: request.backend,
                     got: "no",
                 })
             }
-            (_, Some(_)) => {
+            (false, Some(_)) => {
                 return Err(RequestError::TunnelPresence {
                     backend: request.backend,
                     got: "unexpected",
                 })
             }
-            (_, None) => {}
+            (false, None) => {}
         }
         if self.link_mtu < *MTU_RANGE.start() || self.link_mtu > request.link_mtu {
             return Err(RequestError::ServerMtu {

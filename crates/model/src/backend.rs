@@ -353,6 +353,13 @@ impl Suites {
 }
 
 impl Description {
+    /// Whether a two-host run's tunnel has inner addresses of its own, which the server
+    /// chooses (`ServerEnd::tunnel`): a tunnel of the lab's own process. Kernel ESP runs
+    /// transport mode between hosts, between the hosts' own addresses.
+    pub fn server_chooses_inner_addresses(&self) -> bool {
+        self.two_hosts && self.tunnelled && self.kernel.is_none()
+    }
+
     /// Where the backend runs, as the docs say it.
     pub fn placement_label(&self) -> String {
         let kernel = match self.kernel {

@@ -99,7 +99,8 @@ pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
 /// [`control::ServerLimits`].
 pub fn checked_request(request: &PeerRequest, client: IpAddr) -> Result<RunPlan, String> {
     let description = request.backend.describe();
-    let userspace = request.backend == model::Backend::Userspace;
+    // Only the backend that chooses its crypto implementation reads `crypto`.
+    let chooses_crypto = description.options == model::backend::OwnOptions::Userspace;
     let run = model::RunRequest {
         backend: request.backend,
         // The plain backend takes no suite at all: `none` is no choice.
@@ -107,7 +108,7 @@ pub fn checked_request(request: &PeerRequest, client: IpAddr) -> Result<RunPlan,
             model::backend::Suites::Unencrypted if request.suite == model::CipherSuite::None => None,
             _ => Some(request.suite),
         },
-        crypto: userspace.then_some(request.crypto),
+        crypto: chooses_crypto.then_some(request.crypto),
         bytes: model::ByteSize(request.bytes),
         repeat: request.repeat,
         parallel: request.streams,

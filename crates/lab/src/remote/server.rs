@@ -37,7 +37,7 @@ use std::time::Duration;
 use control::{
     Channel, Cidr, ControlError, Message, PeerRequest, Psk, RefusalKind, RunKeys, ServerEnd, ServerLimits,
 };
-use model::{Backend, Environment, TransferSide};
+use model::{Environment, TransferSide};
 use netns::Namespace;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -442,7 +442,7 @@ async fn start_end(
     limits: &ServerLimits,
 ) -> Result<(End, model::RunPlan, ServerEnd), (RefusalKind, String)> {
     let lab = |e: LabError| (RefusalKind::from(e.kind), format!("{e:#}"));
-    let tunnel = if request.backend == Backend::Userspace {
+    let tunnel = if request.backend.describe().server_chooses_inner_addresses() {
         let in_use = super::prefixes_in_use().await.map_err(lab)?;
         let chosen = control::request::choose_tunnel_net_for(request.family, &in_use).ok_or((
             RefusalKind::Failed,

@@ -1,6 +1,7 @@
 //! A validated sweep: which backends, suites and implementations, how much data, and each
 //! cell's own run plan; everything checked before anything is created.
 
+use model::backend::{OwnOptions, Threads};
 use model::packets::PacketSize;
 use model::{Backend, ByteSize, CipherSuite, CryptoChoice, ModesRequest, PacketsRequest, RunRequest};
 use serde::{Deserialize, Serialize};
@@ -128,7 +129,7 @@ impl SweepPlan {
                         // An xfrm count above the streams (UDP: one flow) is a row that says
                         // why it cannot run.
                         let streams = if size.is_some() { 1 } else { self.parallel };
-                        if *b == Backend::Xfrm && *t > streams {
+                        if b.describe().threads == Threads::SaPairs && *t > streams {
                             continue;
                         }
                         self.cell_request(*b, *s, CryptoChoice::Auto, *t, *size)
@@ -137,12 +138,12 @@ impl SweepPlan {
                 }
             }
         }
-        if self.pcrypt && !self.has(Backend::Xfrm) {
+        if self.pcrypt && !self.has_xfrm_options() {
             return Err(LabError::usage(anyhow::anyhow!(
                 "--pcrypt adds an xfrm row: include xfrm in --backends"
             )));
         }
-        if self.encap.is_some() && !self.has(Backend::Xfrm) {
+        if self.encap.is_some() && !self.has_xfrm_options() {
             return Err(LabError::usage(anyhow::anyhow!(
                 "--encap udp adds an xfrm row: include xfrm in --backends"
             )));
@@ -252,21 +253,20 @@ impl SweepPlan {
         tunnel_threads: u16,
         seed: u64,
     ) -> RunRequest {
+        let description = backend.describe();
+        // The count goes to the backend's own knob (`--threads`): tunnel threads, or the
+        // kernel's SA pairs, one per stream group.
+        let (tunnel_threads, sas) = match description.threads {
+            Threads::TunnelThreads => (tunnel_threads, 1),
+            Threads::SaPairs => (1, tunnel_threads),
+            Threads::None(_) => (1, 1),
+        };
         RunRequest {
             backend,
             cipher: backend.encrypts().then_some(suite),
-            crypto: (backend == Backend::Userspace).then_some(crypto),
-            tunnel_threads: if backend == Backend::Userspace {
-                tunnel_threads
-            } else {
-                1
-            },
-            // The kernel's count: SA pairs, one per stream group.
-            sas: if backend == Backend::Xfrm {
-                tunnel_threads
-            } else {
-                1
-            },
+            crypto: (description.options == OwnOptions::Userspace).then_some(crypto),
+            tunnel_threads,
+            sas,
             bytes: self.bytes,
             repeat: self.repeat,
             parallel: self.parallel,
@@ -280,6 +280,13 @@ impl SweepPlan {
 
     pub(super) fn has(&self, backend: Backend) -> bool {
         self.backends.contains(&backend)
+    }
+
+    /// Whether a backend of the sweep takes xfrm's own options (`--encap`, `--pcrypt`).
+    fn has_xfrm_options(&self) -> bool {
+        self.backends
+            .iter()
+            .any(|b| b.describe().options == OwnOptions::Xfrm)
     }
 }
 

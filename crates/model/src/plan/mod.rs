@@ -6,17 +6,19 @@
 //! [`Link`] (what it crosses), the [`Placement`] (where the ends run) and the backend's own
 //! part ([`BackendPlan`]: xfrm's SAs, the userspace tunnel's crypto and threads). The plain
 //! line rate of a run is the same plan with the plain backend part ([`RunPlan::line_rate`]).
-//! On disk and on the wire a plan keeps the flat field names reports always had.
+//! On disk a plan is one flat object with the field names reports always had: the parts
+//! read their own fields (`form`), and the plan writes them in the order reports always had.
 
 mod error;
-mod flat;
+mod form;
 pub mod limits;
 mod request;
 
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::backend::{Backend, OwnOptions};
 use crate::encap::Encap;
@@ -115,8 +117,9 @@ impl FromStr for IpsecMode {
     }
 }
 
-/// What is sent, the same whatever carries it.
-#[derive(Debug, Clone, PartialEq)]
+/// What is sent, the same whatever carries it. Fields a report may lack (older reports
+/// did not have them) read as their defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Workload {
     pub bytes: ByteSize,
     /// Transfers, each measured on its own (`--repeat`).
@@ -128,16 +131,22 @@ pub struct Workload {
     /// The first data port; stream i uses `port + i`.
     pub port: u16,
     /// Data flows from b to a, or from the peer to this host (`--reverse`).
+    #[serde(default)]
     pub reverse: bool,
     /// `--time`, `--interval`, `--omit`, `--bidir`; the default: a forward `--bytes` run.
+    #[serde(default)]
     pub modes: Modes,
     /// Also measure iperf3 over the same data path, one run after each of the lab's.
+    #[serde(default)]
     pub with_iperf3: bool,
     /// `--udp`: timed trials of datagrams instead of TCP streams.
+    #[serde(default)]
     pub udp: Option<UdpWorkload>,
     /// `--find-ndr`: the UDP trials search for the highest rate within each loss tolerance.
+    #[serde(default)]
     pub ndr: Option<NdrSearch>,
     /// `--latency`: round-trip probes idle and under the run's load.
+    #[serde(default)]
     pub latency: bool,
 }
 
@@ -150,13 +159,15 @@ impl Workload {
 }
 
 /// What the data crosses.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Link {
     pub mtu: u32,
-    /// IPv4 or IPv6 (`-6`), outer and inner.
+    /// IPv4 or IPv6 (`-6`), outer and inner; reports before the family existed were IPv4.
+    #[serde(default)]
     pub family: Family,
     pub addressing: Addressing,
     /// `--netem`: the netem qdisc on both ends of the lab's link; None: the bare veth.
+    #[serde(default)]
     pub netem: Option<NetemSpec>,
 }
 
@@ -201,6 +212,17 @@ impl VmKernel {
         }
     }
 
+    /// The kernel as `--vm` takes it ([`VmKernel::from_arg`]'s inverse).
+    pub fn arg(&self) -> Option<String> {
+        match self {
+            VmKernel::Stock => None,
+            VmKernel::Image(k) => Some(k.clone()),
+            VmKernel::Auto => Some("auto".to_string()),
+            VmKernel::Uml(None) => Some("uml".to_string()),
+            VmKernel::Uml(Some(release)) => Some(format!("uml:{release}")),
+        }
+    }
+
     /// The kernel image to boot; None: the stock kernel.
     pub fn image(&self) -> Option<&str> {
         match self {
@@ -211,14 +233,17 @@ impl VmKernel {
 }
 
 /// The xfrm backend's own options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct XfrmPlan {
     pub mode: IpsecMode,
     /// ESP in UDP (`--encap udp`); None: ESP as IP protocol 50.
+    #[serde(default)]
     pub encap: Option<Encap>,
     /// SA pairs (`--sas`), stream i on pair i mod N; 1: one pair for every stream.
+    #[serde(default = "one")]
     pub sas: u16,
     /// The SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
+    #[serde(default)]
     pub pcrypt: bool,
 }
 
@@ -234,10 +259,12 @@ impl Default for XfrmPlan {
 }
 
 /// The userspace tunnel's own options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct UserspacePlan {
     pub crypto: CryptoChoice,
-    /// Threads per end, one per queue of a multi-queue TUN device (1: single-threaded).
+    /// Threads per end, one per queue of a multi-queue TUN device (1: single-threaded);
+    /// plans before the option existed were single-threaded.
+    #[serde(default = "one")]
     pub tunnel_threads: u16,
 }
 
@@ -273,19 +300,72 @@ impl BackendPlan {
 }
 
 /// A run that has passed every check that can be made without touching the kernel.
-/// Serialised flat, as reports always had it (`flat`).
-#[derive(Debug, Clone, PartialEq)]
+/// Read flat, each part its own fields (`form`); written below.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct RunPlan {
+    #[serde(flatten)]
     backend: BackendPlan,
     suite: CipherSuite,
+    #[serde(flatten)]
     workload: Workload,
+    #[serde(flatten)]
     link: Link,
+    #[serde(flatten)]
     placement: Placement,
     /// Options that were given but do not apply to this backend, for the user to see.
     ignored: Vec<String>,
     /// Time the suite's crypto ceiling and the plain line rate in the same run (a local
     /// run of an encrypting backend, unless `--no-ceiling`).
+    #[serde(default)]
     ceiling: bool,
+}
+
+/// One flat object, each part's fields in the order reports have always had them (a new
+/// field goes last), a field at its default left out where older plans did not have it.
+impl Serialize for RunPlan {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        fn unless<S: SerializeStruct, T: Serialize>(
+            m: &mut S,
+            key: &'static str,
+            value: &T,
+            skip: impl FnOnce(&T) -> bool,
+        ) -> Result<(), S::Error> {
+            match skip(value) {
+                true => m.skip_field(key),
+                false => m.serialize_field(key, value),
+            }
+        }
+        let (w, l) = (&self.workload, &self.link);
+        let mut m = s.serialize_struct("RunPlan", 27)?;
+        m.serialize_field("backend", &self.backend())?;
+        m.serialize_field("suite", &self.suite)?;
+        m.serialize_field("crypto", &self.crypto())?;
+        m.serialize_field("bytes", &w.bytes)?;
+        m.serialize_field("repeat", &w.repeat)?;
+        m.serialize_field("parallel", &w.parallel)?;
+        m.serialize_field("mtu", &l.mtu)?;
+        m.serialize_field("mode", &self.mode())?;
+        m.serialize_field("seed", &w.seed)?;
+        m.serialize_field("port", &w.port)?;
+        m.serialize_field("addressing", &l.addressing)?;
+        m.serialize_field("vm", &self.vm().map(VmKernel::arg))?;
+        m.serialize_field("with_iperf3", &w.with_iperf3)?;
+        m.serialize_field("ignored", &self.ignored)?;
+        unless(&mut m, "peer", &self.peer(), Option::is_none)?;
+        m.serialize_field("reverse", &w.reverse)?;
+        m.serialize_field("tunnel_threads", &self.tunnel_threads())?;
+        unless(&mut m, "encap", &self.encap(), Option::is_none)?;
+        unless(&mut m, "sas", &self.sas(), is_one)?;
+        unless(&mut m, "pcrypt", &self.pcrypt(), |p| !p)?;
+        m.serialize_field("family", &l.family)?;
+        unless(&mut m, "netem", &l.netem, Option::is_none)?;
+        unless(&mut m, "modes", &w.modes, Modes::is_default)?;
+        m.serialize_field("ceiling", &self.ceiling)?;
+        unless(&mut m, "udp", &w.udp, Option::is_none)?;
+        unless(&mut m, "ndr", &w.ndr, Option::is_none)?;
+        unless(&mut m, "latency", &w.latency, |l| !l)?;
+        m.end()
+    }
 }
 
 impl RunPlan {
@@ -452,6 +532,15 @@ impl RunPlan {
             ..self.clone()
         }
     }
+}
+
+/// 1, what a count read from a plan without it was.
+fn one() -> u16 {
+    1
+}
+
+fn is_one(n: &u16) -> bool {
+    *n == 1
 }
 
 /// Where `ipsec-lab serve` runs.
