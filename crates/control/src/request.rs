@@ -1,4 +1,5 @@
-//! What a client may ask of a server, and what the server decides itself (DESIGN.md §3b).
+//! What a client may ask of a server, and what the server decides itself
+//! (docs/two-hosts.md, "Who decides what").
 //!
 //! The client of a two-host run may be a rogue key holder, so the wire carries a
 //! [`PeerRequest`] — backend, suite, sizes, direction, data port, seed — never a plan or an

@@ -48,7 +48,8 @@ pub fn receiver(plan: &RunPlan, hosts: Hosts, side: Side) -> LabResult<Receiver>
     )
 }
 
-/// What the client asks the server for: only what a client may choose (DESIGN.md §3b).
+/// What the client asks the server for: only what a client may choose (docs/two-hosts.md,
+/// "Who decides what").
 pub fn peer_request(plan: &RunPlan, link_mtu: u32) -> PeerRequest {
     PeerRequest {
         backend: plan.backend(),
