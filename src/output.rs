@@ -89,11 +89,15 @@ pub fn emit(report: &RunReport, json: Option<&Path>) -> LabResult<()> {
 
 /// `--json-stream`'s last object: the report.
 pub fn end_of_stream(report: &RunReport) -> LabResult<()> {
-    let object = serde_json::json!({ "event": "end", "data": report });
+    stream_event("end", report).map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")))
+}
+
+/// One `--json-stream` object, `{"event": EVENT, "data": DATA}`, on a line of its own and
+/// flushed: a reader follows the run as it goes.
+pub fn stream_event(event: &str, data: &impl serde::Serialize) -> std::io::Result<()> {
+    let object = serde_json::json!({ "event": event, "data": data });
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{object}")
-        .and_then(|()| out.flush())
-        .map_err(|e| LabError::failed(anyhow::anyhow!("write to stdout: {e}")))
+    writeln!(out, "{object}").and_then(|()| out.flush())
 }
 
 pub fn to_json(report: &RunReport) -> LabResult<String> {

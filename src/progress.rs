@@ -73,9 +73,7 @@ impl Progress for Live {
 
 /// `--udp --json-stream`: an object per trial as it ends, what it was for beside it.
 fn emit_trial(stage: &str, trial: &UdpTrial) {
-    let object = serde_json::json!({ "event": "trial", "data": { "stage": stage, "trial": trial } });
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{object}").and_then(|()| out.flush());
+    let _ = crate::output::stream_event("trial", &serde_json::json!({ "stage": stage, "trial": trial }));
 }
 
 fn emit_interval(show: Show, record: &IntervalRecord) {
@@ -89,10 +87,7 @@ fn emit_interval(show: Show, record: &IntervalRecord) {
             period_s,
         } => eprintln!("{}", report::run::modes::interval_lines(record, period_s)),
         Show::JsonStream => {
-            let object = serde_json::json!({ "event": "interval", "data": record });
-            // Line by line, flushed: a reader follows the run as it goes.
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{object}").and_then(|()| out.flush());
+            let _ = crate::output::stream_event("interval", record);
         }
     }
 }

@@ -12,7 +12,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use model::backend::{OwnOptions, Suites};
+use model::backend::Suites;
 use model::packets::PacketSize;
 use model::{Backend, ByteSize, CipherSuite, CryptoChoice, Family};
 use serde::{Deserialize, Serialize};
@@ -212,8 +212,7 @@ impl ServerLimits {
         {
             return Err(RequestError::Unauthenticated(r.suite));
         }
-        // Only the backend that chooses its crypto implementation reads `crypto`.
-        if description.options == OwnOptions::Userspace && r.crypto == CryptoChoice::Soft {
+        if description.chooses_crypto() && r.crypto == CryptoChoice::Soft {
             return Err(RequestError::SoftCrypto);
         }
         if r.streams > self.max_streams {

@@ -353,6 +353,12 @@ impl Suites {
 }
 
 impl Description {
+    /// Whether the run chooses the backend's crypto implementation (`--crypto`): only the
+    /// lab's own tunnel reads it; the others' implementation is their own.
+    pub fn chooses_crypto(&self) -> bool {
+        self.options == OwnOptions::Userspace
+    }
+
     /// Whether a two-host run's tunnel has inner addresses of its own, which the server
     /// chooses (`ServerEnd::tunnel`): a tunnel of the lab's own process. Kernel ESP runs
     /// transport mode between hosts, between the hosts' own addresses.

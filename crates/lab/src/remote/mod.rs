@@ -100,8 +100,6 @@ pub fn addressing(hosts: Hosts, tunnel: Option<TunnelAddresses>) -> Addressing {
 /// [`control::ServerLimits`].
 pub fn checked_request(request: &PeerRequest, client: IpAddr) -> Result<RunPlan, String> {
     let description = request.backend.describe();
-    // Only the backend that chooses its crypto implementation reads `crypto`.
-    let chooses_crypto = description.options == model::backend::OwnOptions::Userspace;
     let run = model::RunRequest {
         backend: request.backend,
         // The plain backend takes no suite at all: `none` is no choice.
@@ -109,7 +107,7 @@ pub fn checked_request(request: &PeerRequest, client: IpAddr) -> Result<RunPlan,
             model::backend::Suites::Unencrypted if request.suite == model::CipherSuite::None => None,
             _ => Some(request.suite),
         },
-        crypto: chooses_crypto.then_some(request.crypto),
+        crypto: description.chooses_crypto().then_some(request.crypto),
         bytes: model::ByteSize(request.bytes),
         repeat: request.repeat,
         parallel: request.streams,

@@ -264,7 +264,7 @@ impl SweepPlan {
         RunRequest {
             backend,
             cipher: backend.encrypts().then_some(suite),
-            crypto: (description.options == OwnOptions::Userspace).then_some(crypto),
+            crypto: description.chooses_crypto().then_some(crypto),
             tunnel_threads,
             sas,
             bytes: self.bytes,
