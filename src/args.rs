@@ -79,3 +79,27 @@ impl FamilyArgs {
         }
     }
 }
+
+/// Rekeying under load: the backend's keys replaced on a schedule while the data flows.
+#[derive(Debug, Args)]
+pub struct RekeyArgs {
+    /// Replace the tunnel's keys every SECONDS while the data flows (0.1 to 3600), and report
+    /// what each rekey cost: the longest gap with no byte delivered, the dip in 10 ms buckets
+    /// and, with --udp, the datagrams lost, reordered and duplicated around it [default run
+    /// length: 3.5 periods].
+    #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
+    pub rekey_every: Option<f64>,
+    /// xfrm: make-before-break (new inbound SAs first, RFC 7296's order) or naive (the old SAs
+    /// deleted before the new ones are added) [default: make-before-break].
+    #[arg(long, value_name = "ORDER", value_parser = crate::values::rekey_order(), hide_possible_values = true)]
+    pub rekey_order: Option<model::rekey::RekeyOrder>,
+}
+
+impl RekeyArgs {
+    pub fn request(&self) -> model::plan::RekeyRequest {
+        model::plan::RekeyRequest {
+            every_s: self.rekey_every,
+            order: self.rekey_order,
+        }
+    }
+}

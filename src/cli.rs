@@ -166,6 +166,8 @@ pub struct RunPlanArgs {
     pub packets: PacketArgs,
     #[command(flatten)]
     pub measure: crate::args::MeasureArgs,
+    #[command(flatten)]
+    pub rekey: crate::args::RekeyArgs,
 }
 
 /// UDP datagrams instead of TCP streams (model::packets); `--find-ndr` and `--latency` are
@@ -241,6 +243,7 @@ impl RunArgs {
                 find_ndr: p.measure.find_ndr(),
                 latency: p.measure.latency,
             },
+            rekey: p.rekey.request(),
         }
     }
 
@@ -262,7 +265,12 @@ impl RunArgs {
         // A UDP trial is timed between hosts too.
         let timed_possible = (p.peer.is_none() || udp) && !p.with_iperf3;
         if p.bytes.is_none() && modes.time_s.is_none() && timed_possible {
-            modes.time_s = Some(modes.omit_s.unwrap_or(0.0) + DEFAULT_SECONDS);
+            // A rekey run long enough for three rekeys and half a period after the last.
+            let seconds = p
+                .rekey
+                .rekey_every
+                .map_or(DEFAULT_SECONDS, |every| DEFAULT_SECONDS.max(3.5 * every));
+            modes.time_s = Some(modes.omit_s.unwrap_or(0.0) + seconds);
         }
         modes
     }

@@ -115,6 +115,10 @@ pub fn mode() -> Listed<IpsecMode> {
     listed(IpsecMode::ALL.map(IpsecMode::name))
 }
 
+pub fn rekey_order() -> Listed<model::rekey::RekeyOrder> {
+    listed(model::rekey::RekeyOrder::ALL.map(model::rekey::RekeyOrder::name))
+}
+
 pub fn encap() -> Listed<model::EncapKind> {
     listed(["udp"])
 }

@@ -24,6 +24,23 @@ fn bad_values_exit_2_and_create_nothing() {
         ),
         (&["run", "--repeat", "0"][..], "1 to 1000"),
         (&["run", "--parallel", "0"][..], "1 to 128"),
+        (
+            &["run", "--rekey-order", "sideways"][..],
+            "make-before-break (mbb) or naive",
+        ),
+        (&["run", "--rekey-order", "naive"][..], "add --rekey-every"),
+        (
+            &["run", "--backend", "plain", "--rekey-every", "1"][..],
+            "use --backend xfrm",
+        ),
+        (
+            &["run", "--rekey-every", "5", "--time", "2"][..],
+            "no rekey would happen",
+        ),
+        (
+            &["run", "--rekey-every", "1", "--bytes", "10MB"][..],
+            "give --time SECONDS",
+        ),
     ]);
 }
 

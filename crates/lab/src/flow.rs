@@ -39,6 +39,8 @@ pub struct Measured {
     pub ways: Option<[Transfer; 2]>,
     pub intervals: Vec<IntervalRecord>,
     pub omitted: Vec<Omitted>,
+    /// `--rekey-every`: this transfer's rekeys, read off its 10 ms timeline.
+    pub rekey: Option<model::rekey::RekeyRun>,
 }
 
 /// The ways a plan's data takes.
@@ -279,8 +281,16 @@ pub async fn transfer(
     let unix_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let mut ways = Vec::new();
     let mut threads = Vec::new();
+    // Made before the data flows: a backend that cannot rekey fails the run before it starts.
+    let rekey = match plan.workload().rekey {
+        Some(_) => Some(crate::backend::rekey(plan, ends)?),
+        None => None,
+    };
     for direction in directions(plan) {
-        let counter = traffic::Progress::new(timeline, epoch);
+        let mut counter = traffic::Progress::new(timeline, epoch);
+        if rekey.is_some() {
+            counter = counter.with_fine();
+        }
         let (way, started) = start(plan, topology, hosts, direction, counter, &stop)?;
         ways.push(way);
         threads.push(started);
@@ -291,6 +301,13 @@ pub async fn transfer(
         None => plan.workload().bytes.0 * ways.len() as u64,
     };
     progress.transfer_started(&label, total);
+    let rekeyer = match (plan.workload().rekey, rekey) {
+        (Some(schedule), Some(rekey)) => {
+            let seconds = plan.workload().modes.time_s.unwrap_or_default();
+            Some(crate::rekey::Rekeyer::start(schedule, epoch, seconds, rekey)?)
+        }
+        _ => None,
+    };
     let mut recorder = Recorder {
         plan,
         attempt,
@@ -340,6 +357,9 @@ pub async fn transfer(
         }
     };
     progress.transfer_finished();
+    // Stopped before the results are read: an error below must not leave it switching keys.
+    let switches = rekeyer.map(crate::rekey::Rekeyer::finish).transpose();
+    let fine = ways_counters(&ways);
     let mut each = Vec::new();
     let mut omitted = Vec::new();
     let mut rests = Vec::new();
@@ -375,12 +395,25 @@ pub async fn transfer(
         [(ab, _), (ba, _)] => (both_ways(&timeline, &each), Some([ab.clone(), ba.clone()])),
         _ => unreachable!("a transfer goes one way or both"),
     };
+    let rekey = match (switches?, fine) {
+        (Some(switches), Some(timeline)) => Some(timeline.report(attempt, &switches)),
+        _ => None,
+    };
     Ok(Measured {
         transfer,
         ways,
         intervals: recorder.records,
         omitted,
+        rekey,
     })
+}
+
+/// The one way's 10 ms timeline (a rekey run has one way).
+fn ways_counters(ways: &[Way]) -> Option<model::rekey::Timeline> {
+    match ways {
+        [one] => one.counter.fine(),
+        _ => None,
+    }
 }
 
 /// Takes the warm-up's bytes and time out of `transfer`'s figure; returns what was left out.

@@ -36,6 +36,8 @@
 //! * [`packets`]: UDP trials (`--udp`), the zero-loss search (`--find-ndr`) and round-trip
 //!   probes (`--latency`) over a local run's data path.
 //! * [`reference`]: iperf3 over the lab's own data path.
+//! * [`rekey`]: `--rekey-every`'s thread, replacing a backend's keys on schedule while a
+//!   transfer runs (what a rekey does is the backend's: `backend::xfrm::rekey`).
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
 //! * Leaves: [`error`] (one error type, one mapping to exit codes), [`log`] (stderr lines
 //!   that survive a closed stderr), [`signal`] (SIGINT and
@@ -58,6 +60,7 @@ pub mod netem;
 pub mod packets;
 pub mod progress;
 pub mod reference;
+pub mod rekey;
 pub mod remote;
 pub mod session;
 pub mod signal;

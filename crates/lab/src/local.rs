@@ -177,7 +177,8 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         Some(search) if plan.backend().encrypts() => {
             let plain = plan.line_rate();
             progress.note("searching the bare link's NDR first (the generator's bound)");
-            let mut trial = packets::local_trial(bench, &plain);
+            let no_rekeys = packets::Rekeys::default();
+            let mut trial = packets::local_trial(bench, &plain, &no_rekeys);
             Some(packets::blocking(|| {
                 packets::search_ndr(&plain, search, progress, &mut trial, &mut Vec::new())
             })?)
@@ -208,10 +209,16 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     let mut measured = Vec::new();
     let mut iperf3_runs = Vec::new();
     let mut udp = None;
+    let mut rekey_runs = Vec::new();
     if plan.workload().udp.is_some() {
         let prober = latency.as_ref().map(|l| l.prober());
-        let mut trial = packets::local_trial(bench, plan);
+        let trial_rekeys = packets::Rekeys {
+            ends: &ends,
+            runs: Default::default(),
+        };
+        let mut trial = packets::local_trial(bench, plan, &trial_rekeys);
         let run = packets::blocking(|| packets::run(plan, prober, progress, &mut trial))?;
+        rekey_runs = trial_rekeys.runs.take();
         transfers = run.transfers;
         udp = Some(model::packets::UdpReport {
             baseline,
@@ -232,6 +239,7 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         let label = format!("{} {}/{}", plan.backend(), attempt, plan.workload().repeat);
         let m = flow::transfer(bench, plan, &ends, attempt, label).await?;
         transfers.push(m.transfer.clone());
+        rekey_runs.extend(m.rekey.clone());
         measured.push(m);
         if plan.workload().with_iperf3 {
             // Right after the lab's own transfer, over the same path: the two see the same
@@ -257,6 +265,15 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     }
     report.udp = udp;
     report.latency = latency;
+    if let Some(schedule) = plan.workload().rekey {
+        let rekey = model::rekey::RekeyReport {
+            schedule,
+            how: plan.backend().describe().rekey.unwrap_or_default().to_string(),
+            runs: rekey_runs,
+        };
+        report.notes.extend(rekey.notes());
+        report.rekey = Some(rekey);
+    }
     if !evidence.is_none() {
         report
             .backend_details

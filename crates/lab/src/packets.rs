@@ -18,7 +18,7 @@ use traffic::latency::{Prober, ProberHandle, Responder};
 use traffic::udp::{self, Receiver, SendConfig, Sender, Tally};
 use traffic::CancellationToken;
 
-use crate::backend::{data_addr, Side};
+use crate::backend::{data_addr, End, Side};
 use crate::error::{LabError, LabResult};
 use crate::flow::{self, namespace, Bench};
 use crate::progress::Progress;
@@ -154,6 +154,7 @@ fn parse_udp_drops(text: &str, local: u16, remote: u16) -> Option<u64> {
 pub fn trial(
     bench: Bench<'_>,
     plan: &RunPlan,
+    rekeys: &Rekeys<'_>,
     pps: Option<f64>,
     seconds: f64,
 ) -> LabResult<(UdpTrial, Transfer)> {
@@ -178,12 +179,21 @@ pub fn trial(
     let stop = bench.cancel.child_token();
     let _stop_on_return = stop.clone().drop_guard();
     let sender_done = CancellationToken::new();
-    let tally = Tally::new(
+    // A rekey run's timeline starts here, on the clock the datagrams carry.
+    let (epoch, origin_ns) = (std::time::Instant::now(), udp::monotonic_ns());
+    let rekey = match plan.workload().rekey {
+        Some(_) => Some(crate::backend::rekey(plan, rekeys.ends)?),
+        None => None,
+    };
+    let mut tally = Tally::new(
         seed,
         workload.packet_size,
         family,
         udp::sequence_limit(pps, seconds),
     );
+    if rekey.is_some() {
+        tally = tally.with_buckets(origin_ns);
+    }
     let receiving = {
         let (done, stop) = (sender_done.clone(), stop.clone());
         namespace(topology, to).spawn("ipl-udp-receiver", move || receiver.run(tally, &done, &stop))?
@@ -197,7 +207,14 @@ pub fn trial(
     };
     let sending = {
         let stop = stop.clone();
-        namespace(topology, from).spawn("ipl-udp-sender", move || sender.run(&config, &stop))
+        let counted = rekey.is_some().then_some(origin_ns);
+        namespace(topology, from).spawn("ipl-udp-sender", move || {
+            sender.run_counted(&config, &stop, counted)
+        })
+    };
+    let rekeyer = match (plan.workload().rekey, rekey) {
+        (Some(schedule), Some(rekey)) => Some(crate::rekey::Rekeyer::start(schedule, epoch, seconds, rekey)),
+        _ => None,
     };
     let sent = match sending {
         Ok(thread) => joined(thread, "UDP sender"),
@@ -213,10 +230,17 @@ pub fn trial(
     }
     sender_done.cancel();
     let received = joined(receiving, "UDP receiver");
+    let switches = rekeyer.map(|r| r?.finish()).transpose();
     if bench.cancel.is_cancelled() {
         return Err(LabError::interrupted());
     }
-    let (sent, counts) = (sent?, received?.counts());
+    let ((sent, buckets), tally) = (sent?, received?);
+    if let (Some(switches), Some(timeline)) = (switches?, tally.timeline(buckets)) {
+        let mut runs = rekeys.runs.borrow_mut();
+        let n = runs.len() as u32 + 1;
+        runs.push(timeline.report(n, &switches));
+    }
+    let counts = tally.counts();
     let mut trial = counts.trial(&sent, pps, family);
     let after = (
         devices(namespace(topology, from)),
@@ -252,16 +276,25 @@ pub struct UdpRun {
 /// hosts the client's, over the control channel.
 pub type TrialFn<'a> = dyn FnMut(Option<f64>, f64) -> LabResult<(UdpTrial, Transfer)> + 'a;
 
+/// A rekey run's (`--rekey-every`) ends, whose keys each trial replaces, and each trial's
+/// rekeys as they are read off its timeline.
+#[derive(Default)]
+pub struct Rekeys<'a> {
+    pub ends: &'a [End],
+    pub runs: std::cell::RefCell<Vec<model::rekey::RekeyRun>>,
+}
+
 /// [`trial`] between the bench's namespaces, refused once the run is cancelled.
 pub fn local_trial<'a>(
     bench: Bench<'a>,
     plan: &'a RunPlan,
+    rekeys: &'a Rekeys<'a>,
 ) -> impl FnMut(Option<f64>, f64) -> LabResult<(UdpTrial, Transfer)> + 'a {
     move |pps, seconds| {
         if bench.cancel.is_cancelled() {
             return Err(LabError::interrupted());
         }
-        trial(bench, plan, pps, seconds)
+        trial(bench, plan, rekeys, pps, seconds)
     }
 }
 

@@ -131,6 +131,8 @@ pub struct Description {
     /// The data crosses the link inside a tunnel with addresses of its own (the inner
     /// addresses), rather than between the outer ones. xfrm's transport mode does not.
     pub tunnelled: bool,
+    /// What one rekey does under `--rekey-every`, in a line; None: the lab cannot rekey it.
+    pub rekey: Option<&'static str>,
 }
 
 const KERNEL_THREADS: &str =
@@ -138,6 +140,11 @@ const KERNEL_THREADS: &str =
                               is on (one SA pair or peer for every stream here)";
 const OWN_WORKERS: &str =
     "the implementation chooses its own worker threads; the lab does not set their number";
+
+const XFRM_REKEY: &str = "a fresh SA pair (new SPIs and keys, same reqid) replaces the old one: \
+                          make-before-break adds the new inbound SAs, then the new outbound ones, deletes the old \
+                          outbound SAs (the switch) and the old inbound ones 200 ms later; naive deletes the old pair \
+                          before adding the new";
 
 const DESCRIPTIONS: [Description; 8] = [
     Description {
@@ -153,6 +160,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::NoCrypto,
         threads: Threads::None("the plain row has no tunnel"),
         tunnelled: false,
+        rekey: None,
     },
     Description {
         backend: Backend::Xfrm,
@@ -167,6 +175,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::KernelCrypto,
         threads: Threads::SaPairs,
         tunnelled: true,
+        rekey: Some(XFRM_REKEY),
     },
     Description {
         backend: Backend::Userspace,
@@ -181,6 +190,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::LabCrypto,
         threads: Threads::TunnelThreads,
         tunnelled: true,
+        rekey: None,
     },
     Description {
         backend: Backend::Openvpn,
@@ -195,6 +205,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::Openssl,
         threads: Threads::None("OpenVPN 2.6 moves all of a tunnel's packets on its one thread"),
         tunnelled: true,
+        rekey: None,
     },
     Description {
         backend: Backend::Strongswan,
@@ -210,6 +221,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::KernelCrypto,
         threads: Threads::None(KERNEL_THREADS),
         tunnelled: true,
+        rekey: None,
     },
     Description {
         backend: Backend::Wireguard,
@@ -225,6 +237,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::KernelCrypto,
         threads: Threads::None(KERNEL_THREADS),
         tunnelled: true,
+        rekey: None,
     },
     Description {
         backend: Backend::WireguardGo,
@@ -242,6 +255,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ),
         threads: Threads::None(OWN_WORKERS),
         tunnelled: true,
+        rekey: None,
     },
     Description {
         backend: Backend::Boringtun,
@@ -256,6 +270,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::Ring,
         threads: Threads::None(OWN_WORKERS),
         tunnelled: true,
+        rekey: None,
     },
 ];
 

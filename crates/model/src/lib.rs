@@ -16,6 +16,7 @@ pub mod modes;
 pub mod netem;
 pub mod packets;
 pub mod plan;
+pub mod rekey;
 pub mod report;
 pub mod size;
 pub mod stats;

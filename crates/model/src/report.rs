@@ -53,6 +53,10 @@ pub struct RunReport {
     /// `--latency`: round trips idle and under load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<crate::packets::LatencyReport>,
+    /// `--rekey-every`: each rekey's time and what it cost the flow, with the 10 ms
+    /// timeline it is read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rekey: Option<crate::rekey::RekeyReport>,
 }
 
 /// Why no report can be made of a run's transfers.
@@ -101,6 +105,7 @@ impl RunReport {
             ceiling: None,
             udp: None,
             latency: None,
+            rekey: None,
         })
     }
 }

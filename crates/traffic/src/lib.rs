@@ -12,6 +12,7 @@
 
 mod bulk;
 mod error;
+pub mod fine;
 pub mod interval;
 pub mod latency;
 pub mod ndr;

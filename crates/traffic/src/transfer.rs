@@ -80,6 +80,8 @@ struct Book {
     /// Per stream: when the oldest byte it has read but not yet filed arrived. Bytes are
     /// filed under their arrival time, so no slice from there on is final yet.
     held: std::collections::BTreeMap<u16, Duration>,
+    /// A rekey run's 10 ms timeline (crate::fine).
+    fine: Option<crate::fine::Arrivals>,
 }
 
 impl Default for Progress {
@@ -98,6 +100,23 @@ impl Progress {
             timeline,
             book: Mutex::new(Book::default()),
         }))
+    }
+
+    /// Also keeps a 10 ms timeline of arrivals (a rekey run's; [`Progress::fine`]).
+    pub fn with_fine(self) -> Progress {
+        self.0.book.lock().expect("tally lock").fine = Some(crate::fine::Arrivals::default());
+        self
+    }
+
+    /// The 10 ms timeline so far, where [`Progress::with_fine`] asked for one.
+    pub fn fine(&self) -> Option<model::rekey::Timeline> {
+        self.0
+            .book
+            .lock()
+            .expect("tally lock")
+            .fine
+            .as_ref()
+            .map(|f| f.timeline())
     }
 
     pub fn bytes(&self) -> u64 {
@@ -129,6 +148,9 @@ impl Progress {
         let now = Instant::now();
         let at = now.saturating_duration_since(self.0.epoch);
         book.held.entry(stream).or_insert(at);
+        if let Some(fine) = &mut book.fine {
+            fine.came(at);
+        }
         now
     }
 
@@ -145,6 +167,9 @@ impl Progress {
             tally.add(stream, slice, n);
             tally.first_byte = Some(tally.first_byte.map_or(at, |f| f.min(at)));
             tally.last_byte = Some(tally.last_byte.map_or(at, |l| l.max(at)));
+            if let Some(fine) = &mut book.fine {
+                fine.delivered(at, n);
+            }
         }
         self.0.bytes.fetch_add(n, Ordering::Relaxed);
     }

@@ -23,6 +23,7 @@ use model::Family;
 use procstat::CpuTime;
 use udpbatch::{Received, Udp};
 
+use crate::fine;
 use crate::payload::PayloadGenerator;
 use crate::{CancellationToken, TrafficError};
 
@@ -50,7 +51,7 @@ const LATE_GRACE: Duration = Duration::from_millis(50);
 pub const MAX_PPS: f64 = 20e6;
 
 /// Now on CLOCK_MONOTONIC, in ns: the clock both ends of one host share.
-fn monotonic_ns() -> u64 {
+pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -100,11 +101,19 @@ impl Sender {
     /// Sends for `config.seconds`, paced evenly when a rate is set (each datagram due at
     /// `start + seq / pps`, sent in batches of those due: the schedule never drifts, and a
     /// late sender catches up in full batches instead of dropping its rate).
-    pub fn run(
+    pub fn run(self, config: &SendConfig, stop: &CancellationToken) -> Result<SentDatagrams, TrafficError> {
+        self.run_counted(config, stop, None).map(|(sent, _)| sent)
+    }
+
+    /// [`Sender::run`], also counting the datagrams sent per 10 ms bucket from `origin_ns`
+    /// (CLOCK_MONOTONIC; a rekey run's timeline, crate::fine).
+    pub fn run_counted(
         mut self,
         config: &SendConfig,
         stop: &CancellationToken,
-    ) -> Result<SentDatagrams, TrafficError> {
+        origin_ns: Option<u64>,
+    ) -> Result<(SentDatagrams, fine::Sent), TrafficError> {
+        let mut buckets = fine::Sent::default();
         let lengths = payload_lengths(config.packet_size, config.family);
         let mut generator = PayloadGenerator::new(config.seed, UDP_STREAM);
         let longest = lengths.iter().copied().max().unwrap_or(0);
@@ -153,6 +162,9 @@ impl Sender {
                 .map(|(k, b)| &b[..length(k)])
                 .collect();
             let calls = self.udp.send_batch(&slices);
+            if let Some(origin) = origin_ns {
+                buckets.sent(Duration::from_nanos(sent_ns.saturating_sub(origin)), n as u64);
+            }
             out.calls += calls.calls;
             out.refused += calls.refused;
             seq += n as u64;
@@ -162,7 +174,7 @@ impl Sender {
         out.seconds = (last - start).as_secs_f64();
         let cpu = CpuTime::this_thread().since(cpu);
         (out.cpu_user_s, out.cpu_system_s) = (cpu.user_s, cpu.system_s);
-        Ok(out)
+        Ok((out, buckets))
     }
 }
 
@@ -215,6 +227,9 @@ pub struct Tally {
     /// The receiving thread's CPU time, and the wall time it ran.
     pub cpu: CpuTime,
     pub wall_s: f64,
+    /// A rekey run's timeline from a CLOCK_MONOTONIC origin (ns): arrivals, and each
+    /// datagram's fate by when it was sent ([`Tally::with_buckets`]).
+    fine: Option<(u64, fine::Arrivals, fine::BySendTime)>,
 }
 
 impl Tally {
@@ -238,7 +253,23 @@ impl Tally {
             last_arrival: 0,
             cpu: CpuTime::default(),
             wall_s: 0.0,
+            fine: None,
         }
+    }
+
+    /// Also keeps the 10 ms timeline of a rekey run, from `origin_ns` (CLOCK_MONOTONIC).
+    pub fn with_buckets(mut self, origin_ns: u64) -> Tally {
+        self.fine = Some((origin_ns, Default::default(), Default::default()));
+        self
+    }
+
+    /// The timeline, with the sender's count per bucket; None without [`Tally::with_buckets`].
+    pub fn timeline(&self, sent: fine::Sent) -> Option<model::rekey::Timeline> {
+        let (_, arrivals, fates) = self.fine.as_ref()?;
+        Some(model::rekey::Timeline {
+            datagrams: Some(fates.with_sent(sent.0)),
+            ..arrivals.timeline()
+        })
     }
 
     /// Counts one datagram that arrived at `arrival_ns` (CLOCK_MONOTONIC).
@@ -263,16 +294,30 @@ impl Tally {
         if self.seen.len() <= word {
             self.seen.resize(word + 1, 0);
         }
+        let since = |origin: u64, ns: u64| Duration::from_nanos(ns.saturating_sub(origin));
         if self.seen[word] & (1 << bit) != 0 {
             self.duplicates += 1;
+            if let Some((origin, _, fates)) = &mut self.fine {
+                fates.count(since(*origin, sent_ns), fine::Fate::Duplicate);
+            }
             return;
         }
         self.seen[word] |= 1 << bit;
         self.received += 1;
         self.payload_bytes += datagram.len() as u64;
-        match self.highest {
-            Some(h) if seq < h => self.reordered += 1,
-            _ => self.highest = Some(seq),
+        let fate = match self.highest {
+            Some(h) if seq < h => {
+                self.reordered += 1;
+                fine::Fate::Reordered
+            }
+            _ => {
+                self.highest = Some(seq);
+                fine::Fate::Received
+            }
+        };
+        if let Some((origin, arrivals, fates)) = &mut self.fine {
+            fates.count(since(*origin, sent_ns), fate);
+            arrivals.arrived(since(*origin, arrival_ns), datagram.len() as u64);
         }
         // RFC 3550 §6.4.1: D = (Rj - Ri) - (Sj - Si), J += (|D| - J) / 16, over arrivals in
         // the order they come. Both clocks cancel out of D, so it needs no common clock.

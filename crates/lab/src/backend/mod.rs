@@ -267,3 +267,30 @@ pub async fn local_evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecre
         },
     })
 }
+
+/// The rekey of a local run's two ends (`--rekey-every`), for the backends whose
+/// description says how they rekey; the plan refused it for the others.
+pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Rekey>> {
+    let Some(schedule) = plan.workload().rekey else {
+        return Err(LabError::usage(anyhow::anyhow!("the plan asks for no rekey")));
+    };
+    let cannot = || {
+        LabError::usage(anyhow::anyhow!(
+            "the lab cannot rekey the {} backend",
+            plan.backend()
+        ))
+    };
+    match plan.backend() {
+        Backend::Xfrm => match ends {
+            [End::Xfrm(a), End::Xfrm(b)] => Ok(Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?)),
+            _ => Err(cannot()),
+        },
+        Backend::Plain
+        | Backend::Userspace
+        | Backend::Openvpn
+        | Backend::Strongswan
+        | Backend::Wireguard
+        | Backend::WireguardGo
+        | Backend::Boringtun => Err(cannot()),
+    }
+}

@@ -76,6 +76,9 @@ pub enum PlanError {
     PcryptBackend(Backend),
     #[error("--pcrypt wraps rfc4106(gcm(aes)): use --cipher aes-128-gcm or aes-256-gcm, not {0}")]
     PcryptSuite(CipherSuite),
+    /// `--rekey-every`/`--rekey-order` that cannot act; the message says what to do.
+    #[error("{0}")]
+    Rekey(String),
     #[error("--pcrypt with --peer is not offered yet: the server does not instantiate crypto templates")]
     PeerPcrypt,
     #[error("--encap-port {0} with --peer: both hosts bind it, so it must be 1024 or above, clear of system services")]

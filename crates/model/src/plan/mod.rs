@@ -34,7 +34,7 @@ pub use limits::{
     DEFAULT_PEER_PORT, MAX_MTU, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU,
     MIN_PAYLOAD,
 };
-pub use request::{check_payload, parse_seed, PacketsRequest, RunRequest};
+pub use request::{check_payload, parse_seed, PacketsRequest, RekeyRequest, RunRequest};
 
 /// Which crypto implementation a userspace backend uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -148,6 +148,9 @@ pub struct Workload {
     /// `--latency`: round-trip probes idle and under the run's load.
     #[serde(default)]
     pub latency: bool,
+    /// `--rekey-every`: the backend's keys are replaced on this schedule while data flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rekey: Option<crate::rekey::RekeySchedule>,
 }
 
 impl Workload {
@@ -336,7 +339,7 @@ impl Serialize for RunPlan {
             }
         }
         let (w, l) = (&self.workload, &self.link);
-        let mut m = s.serialize_struct("RunPlan", 27)?;
+        let mut m = s.serialize_struct("RunPlan", 28)?;
         m.serialize_field("backend", &self.backend())?;
         m.serialize_field("suite", &self.suite)?;
         m.serialize_field("crypto", &self.crypto())?;
@@ -364,6 +367,7 @@ impl Serialize for RunPlan {
         unless(&mut m, "udp", &w.udp, Option::is_none)?;
         unless(&mut m, "ndr", &w.ndr, Option::is_none)?;
         unless(&mut m, "latency", &w.latency, |l| !l)?;
+        unless(&mut m, "rekey", &w.rekey, Option::is_none)?;
         m.end()
     }
 }
@@ -504,6 +508,7 @@ impl RunPlan {
                     time_s,
                     ..modes
                 },
+                rekey: None,
                 ..self.workload.clone()
             },
             ignored: Vec::new(),

@@ -14,6 +14,7 @@ use crate::packets::{self, NdrSearch, PacketSize, Rate, UdpWorkload};
 use crate::plan::limits::{
     MAX_MTU, MAX_PAYLOAD, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
 };
+use crate::rekey::{RekeyOrder, RekeySchedule, MAX_REKEY_RUN_S, MIN_EVERY_S};
 use crate::size::ByteSize;
 use crate::suite::{CipherSuite, Hmac, KeyBits};
 
@@ -62,6 +63,15 @@ pub struct RunRequest {
     pub no_ceiling: bool,
     /// `--udp`, `--packet-size`, `--rate`, `--find-ndr`, `--latency`.
     pub packets: PacketsRequest,
+    /// `--rekey-every`, `--rekey-order`.
+    pub rekey: RekeyRequest,
+}
+
+/// The rekey options as typed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RekeyRequest {
+    pub every_s: Option<f64>,
+    pub order: Option<RekeyOrder>,
 }
 
 /// The packet and latency options as typed.
@@ -183,6 +193,7 @@ impl Default for RunRequest {
             modes: Default::default(),
             no_ceiling: false,
             packets: PacketsRequest::default(),
+            rekey: RekeyRequest::default(),
         }
     }
 }
@@ -267,6 +278,7 @@ impl RunRequest {
             one_way_policies,
         })?;
         let (udp, ndr) = self.packets.validate(&self, &modes)?;
+        let rekey = self.rekey(&modes, peer.is_some())?;
         let udp_run = udp.is_some();
         Ok(RunPlan {
             backend,
@@ -284,6 +296,7 @@ impl RunRequest {
                 udp,
                 ndr,
                 latency: self.packets.latency,
+                rekey,
             },
             link: Link {
                 mtu: self.mtu,
@@ -296,6 +309,67 @@ impl RunRequest {
             // The ceiling compares MB/s of a TCP transfer; a UDP run has its own baseline.
             ceiling: !self.no_ceiling && self.backend.encrypts() && peer.is_none() && !udp_run,
         })
+    }
+
+    /// `--rekey-every`/`--rekey-order`, checked against what a rekey run can report: one
+    /// timed way whose timeline the rekeys are read off.
+    fn rekey(&self, modes: &crate::modes::Modes, peer: bool) -> Result<Option<RekeySchedule>, PlanError> {
+        let refuse = |s: String| Err(PlanError::Rekey(s));
+        let Some(every_s) = self.rekey.every_s else {
+            if self.rekey.order.is_some() {
+                return refuse(
+                    "--rekey-order says how --rekey-every rekeys: add --rekey-every SECONDS".into(),
+                );
+            }
+            return Ok(None);
+        };
+        let b = self.backend;
+        let description = b.describe();
+        if description.rekey.is_none() {
+            return refuse(format!(
+                "the lab cannot rekey the {b} backend yet: use --backend {}",
+                Backend::names_where(|d| d.rekey.is_some())
+            ));
+        }
+        if !(MIN_EVERY_S..=MAX_REKEY_RUN_S).contains(&every_s) {
+            return refuse(format!(
+                "--rekey-every {every_s} is out of range: give {MIN_EVERY_S} to {MAX_REKEY_RUN_S} seconds"
+            ));
+        }
+        if peer {
+            return refuse(
+                "--rekey-every runs between two local namespaces: the server would have to rekey its end in step; leave out --peer".into(),
+            );
+        }
+        if self.packets.find_ndr.is_some() || modes.bidir {
+            return refuse("a rekey run follows one timed flow: leave out --find-ndr and --bidir".into());
+        }
+        if self.sas > 1 || self.pcrypt {
+            return refuse(
+                "--rekey-every replaces the run's one SA pair: leave out --sas and --pcrypt".into(),
+            );
+        }
+        let Some(time_s) = modes.time_s else {
+            return refuse(
+                "a rekey run is timed: give --time SECONDS (at least two rekey periods) instead of --bytes"
+                    .into(),
+            );
+        };
+        if time_s > MAX_REKEY_RUN_S {
+            return refuse(format!(
+                "--time {time_s} with --rekey-every: a rekey run records a 10 ms timeline for at most {MAX_REKEY_RUN_S} s; give a shorter --time"
+            ));
+        }
+        if every_s >= time_s {
+            return refuse(format!(
+                "--rekey-every {every_s} with --time {time_s}: no rekey would happen; give a period below the run's time (e.g. --time {})",
+                every_s * 3.5
+            ));
+        }
+        Ok(Some(RekeySchedule {
+            every_s,
+            order: self.rekey.order.unwrap_or_default(),
+        }))
     }
 
     /// The suite the backend carries, from `--cipher` or `--key-bits`/`--hmac`.
@@ -931,5 +1005,81 @@ mod tests {
         );
         let back: crate::RunPlan = serde_json::from_value(json).unwrap();
         assert_eq!((back.sas(), back.pcrypt()), (1, false));
+    }
+
+    fn rekey_request(every_s: f64, time_s: Option<f64>) -> RunRequest {
+        RunRequest {
+            modes: crate::ModesRequest {
+                time_s,
+                ..Default::default()
+            },
+            rekey: RekeyRequest {
+                every_s: Some(every_s),
+                order: Some(RekeyOrder::Naive),
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A rekey plan carries its schedule to a guest (`--plan-file`) and back in reports.
+    #[test]
+    fn a_rekey_schedule_travels_with_the_plan() {
+        let plan = rekey_request(1.0, Some(3.5)).validate().unwrap();
+        let schedule = plan.workload().rekey.unwrap();
+        assert_eq!((schedule.every_s, schedule.order), (1.0, RekeyOrder::Naive));
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["rekey"]["order"], "naive");
+        let back: crate::RunPlan = serde_json::from_value(json).unwrap();
+        assert_eq!(back, plan);
+        // The plain line rate of the same run does not rekey.
+        assert_eq!(plan.line_rate().workload().rekey, None);
+    }
+
+    /// Every rekey option that could not act is refused with what to do instead.
+    #[test]
+    fn rekey_options_that_cannot_act_are_refused_with_the_fix() {
+        let refused = |r: RunRequest, says: &str| {
+            let e = r.validate().unwrap_err().to_string();
+            assert!(e.contains(says), "{e:?} should say {says:?}");
+        };
+        refused(rekey_request(1.0, None), "give --time SECONDS");
+        refused(rekey_request(4.0, Some(3.0)), "no rekey would happen");
+        refused(rekey_request(0.01, Some(3.0)), "out of range");
+        refused(rekey_request(1.0, Some(4000.0)), "give a shorter --time");
+        refused(
+            RunRequest {
+                backend: Backend::Plain,
+                ..rekey_request(1.0, Some(3.0))
+            },
+            "use --backend xfrm",
+        );
+        refused(
+            RunRequest {
+                peer: Some("192.0.2.1".into()),
+                ..rekey_request(1.0, None)
+            },
+            "leave out --peer",
+        );
+        refused(
+            RunRequest {
+                sas: 2,
+                parallel: 2,
+                ..rekey_request(1.0, Some(3.0))
+            },
+            "leave out --sas",
+        );
+        refused(
+            RunRequest {
+                rekey: RekeyRequest {
+                    every_s: None,
+                    order: Some(RekeyOrder::Naive),
+                },
+                ..Default::default()
+            },
+            "add --rekey-every",
+        );
+        let mut bidir = rekey_request(1.0, Some(3.0));
+        bidir.modes.bidir = true;
+        refused(bidir, "leave out --find-ndr and --bidir");
     }
 }

@@ -8,6 +8,7 @@
 //!   of a reversed, two-way or `--omit` run.
 
 pub mod modes;
+pub mod rekey;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -76,6 +77,9 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
         let _ = writeln!(out, "{line}");
     }
     for line in report.udp.iter().flat_map(crate::packets::udp_lines) {
+        let _ = writeln!(out, "{line}");
+    }
+    for line in report.rekey.iter().flat_map(rekey::lines) {
         let _ = writeln!(out, "{line}");
     }
     for (tool, reference) in &report.references {

@@ -1,20 +1,47 @@
 //! One end's SAs and policies in the kernel: installed from a [`SaSet`], each recorded in
 //! the state file first where no lab namespace's record covers it, and removed on drop.
+//! A rekey (super::rekey) replaces the SAs through the end's [`SaBook`], so what is dropped
+//! and what the evidence counts are always the SAs that exist.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use model::evidence::SaEvidence;
+use model::evidence::{SaCounters, SaEvidence};
 use xfrm::{IpProto, PolicyDirection, PolicyId, SaId, TrafficSelector, XfrmError, XfrmHandle};
 
 use super::set::SaSet;
 use crate::backend::site::Side;
 use crate::error::{LabError, LabResult};
 
+/// One end's SAs as they are now: shared with a rekey, which replaces them.
+#[derive(Debug, Default)]
+pub struct SaBook {
+    /// The SAs in use, pair by pair (a→b, then b→a).
+    pub current: Vec<SaId>,
+    /// What the SAs that held each place before carried (summed), from their counters
+    /// read just before they were deleted.
+    pub carried: Vec<SaCounters>,
+    /// How many times each place's SA was replaced.
+    pub replaced: Vec<u32>,
+    /// SAs on their way in or out (a new one not yet in use, an old inbound one kept for
+    /// what is in flight): removed with the rest.
+    pub extra: Vec<SaId>,
+}
+
+/// Both counters summed: an SA place's traffic across its generations.
+pub fn add_counters(a: SaCounters, b: SaCounters) -> SaCounters {
+    SaCounters {
+        packets: a.packets + b.packets,
+        bytes: a.bytes + b.bytes,
+        replay_drops: a.replay_drops + b.replay_drops,
+        integrity_failures: a.integrity_failures + b.integrity_failures,
+    }
+}
+
 /// One end's kernel objects. Dropping it removes them.
 pub struct Installed {
     side: Side,
     handle: Arc<XfrmHandle>,
-    sas: Vec<SaId>,
+    book: Arc<Mutex<SaBook>>,
     policies: Vec<PolicyId>,
     /// Whether each object is in this process's state file (objects in the current
     /// namespace are; those in a lab namespace go with the namespace's record).
@@ -35,7 +62,7 @@ impl Installed {
         let mut end = Installed {
             side,
             handle: Arc::new(handle),
-            sas: Vec::new(),
+            book: Arc::default(),
             policies: Vec::new(),
             recorded,
         };
@@ -53,7 +80,10 @@ impl Installed {
                 forget_now(&record);
                 return Err(LabError::from(e));
             }
-            end.sas.push(sa.id());
+            let mut book = end.book.lock().expect("SA book");
+            book.current.push(sa.id());
+            book.carried.push(SaCounters::default());
+            book.replaced.push(0);
         }
         for p in set.policies(side) {
             let record = policy_record(&p.id()).filter(|_| recorded);
@@ -71,11 +101,16 @@ impl Installed {
     /// with several pairs each says which, and `ports` names the data ports of each pair.
     pub async fn counters(&self, ports: &[Vec<u16>]) -> LabResult<Vec<SaEvidence>> {
         let me = self.side.name();
-        let several = self.sas.len() > 2;
+        let (current, carried, replaced) = {
+            let book = self.book.lock().expect("SA book");
+            (book.current.clone(), book.carried.clone(), book.replaced.clone())
+        };
+        let several = current.len() > 2;
         let mut sas = Vec::new();
-        for (i, id) in self.sas.iter().enumerate() {
+        for (i, id) in current.iter().enumerate() {
             let (pair, direction) = (i / 2, ["a->b", "b->a"][i % 2]);
-            let counters = self.handle.sa_counters(id).await.map_err(LabError::from)?;
+            let now = self.handle.sa_counters(id).await.map_err(LabError::from)?;
+            let counters = add_counters(now, carried[i]);
             let role = if direction.starts_with(me) {
                 "sent"
             } else {
@@ -88,6 +123,10 @@ impl Installed {
                 }
                 None => String::new(),
             };
+            let which = match replaced[i] {
+                0 => which,
+                n => format!("{which}, rekeyed {n}: counters of every SA that held the place"),
+            };
             sas.push(SaEvidence {
                 spi: id.spi.to_string(),
                 direction: format!("{direction} ({role} by {me}){which}"),
@@ -96,6 +135,11 @@ impl Installed {
             });
         }
         Ok(sas)
+    }
+
+    /// The book a rekey replaces this end's SAs through, and the handle it reads counters with.
+    pub fn book(&self) -> Arc<Mutex<SaBook>> {
+        self.book.clone()
     }
 
     /// Deletes the objects; those that are gone are forgotten from the state file, those
@@ -192,7 +236,13 @@ pub fn policy_id(r: &owner::PolicyRecord) -> Option<PolicyId> {
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        let (sas, policies) = (std::mem::take(&mut self.sas), std::mem::take(&mut self.policies));
+        let sas = {
+            let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+            let mut sas = std::mem::take(&mut book.current);
+            sas.append(&mut book.extra);
+            sas
+        };
+        let policies = std::mem::take(&mut self.policies);
         if sas.is_empty() && policies.is_empty() {
             return;
         }

@@ -25,6 +25,7 @@
 
 mod installed;
 mod pcrypt;
+pub mod rekey;
 mod set;
 
 use std::net::IpAddr;
@@ -198,6 +199,11 @@ pub struct XfrmEnd {
     encap: Option<model::Encap>,
     /// The outer header a tunnel-mode packet gains is this family's.
     family: model::Family,
+    /// The first pair's SAs as installed (a→b, b→a), and the lab namespace they are in
+    /// (None: this host's own): what a rekey replaces.
+    first_pair: [xfrm::SaSpec; 2],
+    namespace: Option<std::path::PathBuf>,
+    udp_encap: Option<UdpEncap>,
     /// Held open for as long as the SAs exist (dropped after them: fields drop in order).
     _encap_socket: Option<EspInUdpSocket>,
 }
@@ -272,6 +278,7 @@ impl XfrmEnd {
             None => None,
         };
         let installed = Installed::install(handle, site.side, &set, site.lab_link.is_none()).await?;
+        let sas = set.sas();
         let ports = (0..set.pairs.len())
             .map(|pair| {
                 (0..plan.workload().parallel)
@@ -288,8 +295,27 @@ impl XfrmEnd {
             protection: set.first().protection.clone(),
             encap: plan.encap(),
             family: model::Family::of(hosts.a.to_canonical()),
+            first_pair: [sas[0].clone(), sas[1].clone()],
+            namespace: site.lab_link.map(|_| site.namespace.path()),
+            udp_encap: set.encap,
             _encap_socket: encap_socket,
         })
+    }
+
+    /// The rekey of a local run's pair: end a's and end b's SAs replaced together.
+    pub fn rekey(a: &XfrmEnd, b: &XfrmEnd, order: model::rekey::RekeyOrder) -> LabResult<rekey::XfrmRekey> {
+        let end = |e: &XfrmEnd| -> LabResult<rekey::EndSas> {
+            let namespace = e.namespace.clone().ok_or_else(|| {
+                LabError::usage(anyhow::anyhow!(
+                    "--rekey-every replaces SAs in the lab's namespaces only, not on this host's own"
+                ))
+            })?;
+            Ok(rekey::EndSas {
+                namespace,
+                book: e.installed.book(),
+            })
+        };
+        rekey::XfrmRekey::new([end(a)?, end(b)?], a.first_pair.clone(), a.udp_encap, order)
     }
 
     /// Both SAs' counters now, as this end sees them (`--interval` reads them as it goes).
