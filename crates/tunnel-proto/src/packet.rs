@@ -1,11 +1,22 @@
 //! The data-channel packet format and per-packet processing.
 //!
-//! Every datagram starts with a 64-bit big-endian packet id (never 0, never reused under one
-//! key). A multi-queue tunnel shares one key among its queues, so each queue sends from its
-//! own slice of the id space: the top byte of every id is the queue's number
-//! ([`Endpoint::for_queue`]). Ids stay unique under the key (GCM nonces never repeat), each
-//! queue's replay window sees only its own sequence, and a datagram carried to another
-//! queue's socket is refused ([`DropReason::WrongQueue`]) before it can move that window.
+//! Every datagram starts with a 64-bit big-endian packet id, `queue[1] | epoch[1] |
+//! counter[6]` (never 0, never reused under one key):
+//!
+//! * **queue**: a multi-queue tunnel shares one key among its queues, so each queue sends
+//!   from its own slice of the id space, its number in the top byte
+//!   ([`Endpoint::for_queue`]; a single-queue end sends 0 and accepts any). Ids stay unique
+//!   under the key (GCM nonces never repeat), each queue's replay window sees only its own
+//!   sequence, and a datagram carried to another queue's socket is refused
+//!   ([`DropReason::WrongQueue`]) before it can move that window.
+//! * **epoch**: which key sealed the packet, mod 256 ([`crate::epoch`]); 0 is the run's
+//!   initial key, so a tunnel that never rekeys sends the ids it always sent. A packet of an
+//!   epoch the receiver does not hold is refused ([`DropReason::UnknownEpoch`]); each epoch
+//!   has its own replay window.
+//! * **counter**: 1, 2, ... up to [`MAX_COUNTER`] (2^48 − 1) per epoch; a sender that has
+//!   used them all refuses to send ([`EncapError::PacketIdExhausted`]) until it switches to
+//!   a new epoch.
+//!
 //! After the id, per suite:
 //!
 //! | suite               | datagram                                                       |
@@ -28,9 +39,10 @@ use std::ops::Range;
 use crypto::CbcMessage;
 use model::CipherSuite;
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::EngineError;
+use crate::epoch::{Epochs, KeyEpochs, RekeyError, MAX_COUNTER};
 use crate::keys::{KeyDirection, StaticKey};
-use crate::replay::{ReplayError, ReplayWindow};
+use crate::replay::ReplayError;
 
 pub use crate::engine::Implementation;
 
@@ -65,6 +77,9 @@ pub enum DropReason {
     BadPacketId,
     /// Packet id from another queue's slice of the id space (multi-queue tunnels).
     WrongQueue,
+    /// Packet id naming a key epoch this end does not hold: retired, or not yet installed
+    /// ([`Endpoint::retire_previous`], [`Endpoint::install_next`]).
+    UnknownEpoch,
     /// Decrypted, but not a well-formed IPv4 or IPv6 packet: too short for its header, or
     /// its length fields disagree with its length ([`crate::InnerAddresses`]).
     BadInnerHeader,
@@ -75,7 +90,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 11] = [
         DropReason::ShortPacket,
         DropReason::BadLength,
         DropReason::BadMac,
@@ -84,6 +99,7 @@ impl DropReason {
         DropReason::TooOld,
         DropReason::BadPacketId,
         DropReason::WrongQueue,
+        DropReason::UnknownEpoch,
         DropReason::BadInnerHeader,
         DropReason::WrongInnerAddress,
     ];
@@ -98,6 +114,7 @@ impl DropReason {
             DropReason::TooOld => "too_old",
             DropReason::BadPacketId => "bad_packet_id",
             DropReason::WrongQueue => "wrong_queue",
+            DropReason::UnknownEpoch => "unknown_epoch",
             DropReason::BadInnerHeader => "bad_inner_header",
             DropReason::WrongInnerAddress => "wrong_inner_address",
         }
@@ -125,6 +142,7 @@ pub struct DropCounters {
     pub too_old: u64,
     pub bad_packet_id: u64,
     pub wrong_queue: u64,
+    pub unknown_epoch: u64,
     pub bad_inner_header: u64,
     pub wrong_inner_address: u64,
 }
@@ -144,6 +162,7 @@ impl DropCounters {
             DropReason::TooOld => self.too_old,
             DropReason::BadPacketId => self.bad_packet_id,
             DropReason::WrongQueue => self.wrong_queue,
+            DropReason::UnknownEpoch => self.unknown_epoch,
             DropReason::BadInnerHeader => self.bad_inner_header,
             DropReason::WrongInnerAddress => self.wrong_inner_address,
         }
@@ -159,6 +178,7 @@ impl DropCounters {
             DropReason::TooOld => &mut self.too_old,
             DropReason::BadPacketId => &mut self.bad_packet_id,
             DropReason::WrongQueue => &mut self.wrong_queue,
+            DropReason::UnknownEpoch => &mut self.unknown_epoch,
             DropReason::BadInnerHeader => &mut self.bad_inner_header,
             DropReason::WrongInnerAddress => &mut self.wrong_inner_address,
         }
@@ -180,34 +200,21 @@ impl DropCounters {
 /// the kernel allows no more queues on one TUN device (`MAX_TAP_QUEUES`).
 pub const MAX_QUEUES: usize = 256;
 const QUEUE_SHIFT: u32 = 56;
+const EPOCH_SHIFT: u32 = 48;
 
-/// The packet ids one endpoint sends from and accepts: `first..end`.
-#[derive(Debug, Clone, Copy)]
-struct IdSpace {
-    first: u64,
-    /// One past the last id (`u64::MAX` for the whole space: that id is never sent).
-    end: u64,
+/// The packet id of `counter` (1..=[`MAX_COUNTER`]) in `epoch` on `queue`.
+fn packet_id(queue: u8, epoch: u8, counter: u64) -> u64 {
+    debug_assert!((1..=MAX_COUNTER).contains(&counter));
+    u64::from(queue) << QUEUE_SHIFT | u64::from(epoch) << EPOCH_SHIFT | counter
 }
 
-impl IdSpace {
-    const WHOLE: IdSpace = IdSpace {
-        first: 1,
-        end: u64::MAX,
-    };
-
-    /// Queue `q`'s slice: ids whose top byte is `q`, counted from 1 in the low 56 bits like
-    /// the whole space, less the slice's last id.
-    fn queue(q: u8) -> IdSpace {
-        let base = u64::from(q) << QUEUE_SHIFT;
-        IdSpace {
-            first: base | 1,
-            end: base | ((1u64 << QUEUE_SHIFT) - 1),
-        }
-    }
-
-    fn contains(&self, id: u64) -> bool {
-        (self.first..self.end).contains(&id)
-    }
+/// A packet id's queue, epoch and counter.
+fn split_id(id: u64) -> (u8, u8, u64) {
+    (
+        (id >> QUEUE_SHIFT) as u8,
+        (id >> EPOCH_SHIFT) as u8,
+        id & MAX_COUNTER,
+    )
 }
 
 /// Why a payload could not be sent.
@@ -215,7 +222,7 @@ impl IdSpace {
 pub enum EncapError {
     #[error("buffer of {have} bytes cannot hold a {payload}-byte payload with headroom {HEADROOM} and tailroom {TAILROOM}")]
     BufferTooSmall { have: usize, payload: usize },
-    #[error("packet ids exhausted: this key has sent every id of its space and must not send more")]
+    #[error("packet ids exhausted: this epoch's key has sent all {MAX_COUNTER} of its packet ids and must not send more (switch to a new epoch)")]
     PacketIdExhausted,
     #[error("reading random IVs from the operating system: {0}")]
     Random(getrandom::Error),
@@ -257,15 +264,15 @@ impl IvPool {
     }
 }
 
-/// One end of a tunnel: its send keys, receive keys, packet counter and replay window.
+/// One end of a tunnel: its send keys, receive keys, packet counter and replay window, per
+/// key epoch ([`crate::epoch`]).
 pub struct Endpoint {
     suite: CipherSuite,
     implementation: Implementation,
-    tx: Engine,
-    rx: Engine,
-    next_id: u64,
-    ids: IdSpace,
-    window: ReplayWindow,
+    /// The queue whose slice of the id space this end sends from and accepts; `None`: a
+    /// single-queue end, which sends queue 0 and accepts any.
+    queue: Option<u8>,
+    keys: KeyEpochs,
     ivs: IvPool,
 }
 
@@ -278,7 +285,7 @@ impl Endpoint {
         key: &StaticKey,
         key_direction: KeyDirection,
     ) -> Result<Endpoint, SetupError> {
-        Endpoint::with_ids(suite, implementation, key, key_direction, IdSpace::WHOLE)
+        Endpoint::with_queue(suite, implementation, key, key_direction, None)
     }
 
     /// Queue `queue` of a multi-queue end: sends, and accepts, only ids whose top byte is
@@ -290,26 +297,51 @@ impl Endpoint {
         key_direction: KeyDirection,
         queue: u8,
     ) -> Result<Endpoint, SetupError> {
-        Endpoint::with_ids(suite, implementation, key, key_direction, IdSpace::queue(queue))
+        Endpoint::with_queue(suite, implementation, key, key_direction, Some(queue))
     }
 
-    fn with_ids(
+    fn with_queue(
         suite: CipherSuite,
         implementation: Implementation,
         key: &StaticKey,
         key_direction: KeyDirection,
-        ids: IdSpace,
+        queue: Option<u8>,
     ) -> Result<Endpoint, SetupError> {
         Ok(Endpoint {
             suite,
             implementation,
-            tx: Engine::new(suite, implementation, key.send(key_direction))?,
-            rx: Engine::new(suite, implementation, key.receive(key_direction))?,
-            next_id: ids.first,
-            ids,
-            window: ReplayWindow::new(),
+            queue,
+            keys: KeyEpochs::new(suite, implementation, key, key_direction)?,
             ivs: IvPool::new(),
         })
+    }
+
+    /// Builds the next epoch's engines from `key` (this end's key direction, as for the
+    /// first key) and returns its number. From now on packets of that epoch are accepted,
+    /// but this end still sends with the current one until [`switch_send`](Self::switch_send).
+    /// Refused while two epochs are live (after [`retire_previous`](Self::retire_previous)
+    /// only one is). See [`crate::epoch`] for the order both ends follow.
+    pub fn install_next(&mut self, key: &StaticKey) -> Result<u8, RekeyError> {
+        self.keys.install_next(key)
+    }
+
+    /// Sends with the newest installed epoch from now on (its counter starts at 1); returns
+    /// its number. Refused when no newer epoch is installed.
+    pub fn switch_send(&mut self) -> Result<u8, RekeyError> {
+        self.keys.switch_send()
+    }
+
+    /// Stops accepting the previous epoch: its packets are dropped as
+    /// [`DropReason::UnknownEpoch`] from now on, and its keys are dropped. Returns its
+    /// number. Refused when only one epoch is live, or before [`switch_send`](Self::switch_send)
+    /// (that would retire the epoch this end sends with).
+    pub fn retire_previous(&mut self) -> Result<u8, RekeyError> {
+        self.keys.retire_previous()
+    }
+
+    /// The epoch this end sends with and those it accepts.
+    pub fn epochs(&self) -> Epochs {
+        self.keys.epochs()
     }
 
     pub fn suite(&self) -> CipherSuite {
@@ -360,7 +392,9 @@ impl Endpoint {
             }
             CipherSuite::AesCbc { .. } => {
                 let ct_end = cbc_frame(buf, id, iv, payload_len);
-                self.tx
+                self.keys
+                    .tx
+                    .engine
                     .cbc_encrypt(iv, &mut buf[HEADROOM..ct_end])
                     .map_err(EncapError::Crypto)?;
                 Ok(self.cbc_tag(buf, ct_end))
@@ -370,7 +404,9 @@ impl Endpoint {
                 let id_bytes = id.to_be_bytes();
                 buf[start..HEADROOM].copy_from_slice(&id_bytes);
                 let tag = self
+                    .keys
                     .tx
+                    .engine
                     .gcm_seal(&id_bytes, &mut buf[HEADROOM..payload_end])
                     .map_err(EncapError::Crypto)?;
                 buf[payload_end..payload_end + TAG_LEN].copy_from_slice(&tag);
@@ -444,7 +480,7 @@ impl Endpoint {
                 Err(e) => Err(e),
             };
         }
-        let encrypted = self.tx.cbc_encrypt_batch(&mut messages);
+        let encrypted = self.keys.tx.engine.cbc_encrypt_batch(&mut messages);
         drop(messages);
         for (buf, out) in bufs.iter_mut().zip(sealed.iter_mut()) {
             if let Ok(framed) = out {
@@ -457,7 +493,7 @@ impl Endpoint {
     }
 
     /// Checks that `buf` holds a `payload_len`-byte payload with its headroom and tailroom,
-    /// and takes the next packet id.
+    /// and takes the next packet id of the epoch this end sends with.
     fn take_id(&mut self, buf: &[u8], payload_len: usize) -> Result<u64, EncapError> {
         if buf.len() < HEADROOM + payload_len + TAILROOM {
             return Err(EncapError::BufferTooSmall {
@@ -465,11 +501,12 @@ impl Endpoint {
                 payload: payload_len,
             });
         }
-        if self.next_id >= self.ids.end {
+        let tx = &mut self.keys.tx;
+        if tx.next_counter > MAX_COUNTER {
             return Err(EncapError::PacketIdExhausted);
         }
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = packet_id(self.queue.unwrap_or(0), tx.number, tx.next_counter);
+        tx.next_counter += 1;
         Ok(id)
     }
 
@@ -480,7 +517,7 @@ impl Endpoint {
                 hmac: model::Hmac::Sha256,
                 ..
             } => {
-                let tag = self.tx.mac(&buf[..ct_end]);
+                let tag = self.keys.tx.engine.mac(&buf[..ct_end]);
                 buf[ct_end..ct_end + MAC_LEN].copy_from_slice(&tag);
                 0..ct_end + MAC_LEN
             }
@@ -503,16 +540,25 @@ impl Endpoint {
         }
         let id_bytes: [u8; ID_LEN] = buf[..ID_LEN].try_into().expect("8 bytes");
         let id = u64::from_be_bytes(id_bytes);
-        if id != 0 && !self.ids.contains(id) {
+        if id == 0 {
+            return Err(DropReason::BadPacketId);
+        }
+        let (queue, epoch, counter) = split_id(id);
+        if self.queue.is_some_and(|q| q != queue) {
             return Err(DropReason::WrongQueue);
         }
-        self.window.check(id)?;
+        // Each epoch has its own engine and replay window: a packet is judged only by its own.
+        let rx = self.keys.rx_mut(epoch).ok_or(DropReason::UnknownEpoch)?;
+        if counter == 0 {
+            return Err(DropReason::BadPacketId);
+        }
+        rx.window.check(id)?;
         let payload = match self.suite {
             CipherSuite::None => ID_LEN..buf.len(),
             CipherSuite::AesCbc { hmac, .. } => {
                 let ct_end = if hmac == model::Hmac::Sha256 {
                     let (authed, tag) = buf.split_at(buf.len() - MAC_LEN);
-                    if !self.rx.verify_mac(authed, tag.try_into().expect("32 bytes")) {
+                    if !rx.engine.verify_mac(authed, tag.try_into().expect("32 bytes")) {
                         return Err(DropReason::BadMac);
                     }
                     authed.len()
@@ -523,7 +569,7 @@ impl Endpoint {
                     return Err(DropReason::BadLength);
                 }
                 let iv: [u8; IV_LEN] = buf[ID_LEN..HEADROOM].try_into().expect("16 bytes");
-                self.rx
+                rx.engine
                     .cbc_decrypt(&iv, &mut buf[HEADROOM..ct_end])
                     .map_err(|_| DropReason::BadLength)?;
                 let pad = usize::from(buf[ct_end - 1]);
@@ -537,13 +583,13 @@ impl Endpoint {
                 let body_end = buf.len() - TAG_LEN;
                 let (body, tag) = buf[ID_LEN..].split_at_mut(body_end - ID_LEN);
                 let tag: &[u8; TAG_LEN] = (&*tag).try_into().expect("16 bytes");
-                if !self.rx.gcm_open(&id_bytes, body, tag) {
+                if !rx.engine.gcm_open(&id_bytes, body, tag) {
                     return Err(DropReason::BadMac);
                 }
                 ID_LEN..body_end
             }
         };
-        self.window.record(id);
+        rx.window.record(id);
         Ok(payload)
     }
 }
@@ -557,4 +603,68 @@ fn cbc_frame(buf: &mut [u8], id: u64, iv: &[u8; IV_LEN], payload_len: usize) -> 
     let pad = BLOCK - payload_len % BLOCK;
     buf[payload_end..payload_end + pad].fill(pad as u8);
     payload_end + pad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::CryptoChoice;
+
+    fn pair(suite: CipherSuite) -> (Endpoint, Endpoint) {
+        let key = StaticKey::generate().unwrap();
+        let imp = Implementation::new(CryptoChoice::Auto).unwrap();
+        (
+            Endpoint::for_queue(suite, imp, &key, KeyDirection::Normal, 7).unwrap(),
+            Endpoint::for_queue(suite, imp, &key, KeyDirection::Inverse, 7).unwrap(),
+        )
+    }
+
+    fn seal(ep: &mut Endpoint) -> Result<Vec<u8>, EncapError> {
+        let mut buf = vec![0u8; HEADROOM + 4 + TAILROOM];
+        let r = ep.encap(&mut buf, 4)?;
+        Ok(buf[r].to_vec())
+    }
+
+    #[test]
+    fn ids_are_queue_epoch_counter() {
+        assert_eq!(packet_id(7, 0, 1), 0x0700_0000_0000_0001);
+        assert_eq!(packet_id(0, 0, 1), 1);
+        assert_eq!(packet_id(0xab, 0xcd, MAX_COUNTER), 0xabcd_ffff_ffff_ffff);
+        assert_eq!(split_id(0xabcd_0000_0000_0102), (0xab, 0xcd, 0x102));
+    }
+
+    /// The last counter of an epoch is sent, with the epoch byte intact (no carry into it);
+    /// the next send is refused, not wrapped; a new epoch starts again from 1.
+    #[test]
+    fn an_epoch_refuses_to_send_past_its_counter_space() {
+        for suite in [
+            CipherSuite::None,
+            CipherSuite::AesGcm {
+                key: model::KeyBits::Aes256,
+            },
+        ] {
+            let (mut a, mut b) = pair(suite);
+            a.keys.tx.next_counter = MAX_COUNTER;
+            let last = seal(&mut a).unwrap();
+            assert_eq!(last[..8], 0x0700_ffff_ffff_ffffu64.to_be_bytes(), "{suite}");
+            let mut opened = last.clone();
+            assert!(b.decap(&mut opened).is_ok(), "{suite}");
+            assert!(
+                matches!(seal(&mut a), Err(EncapError::PacketIdExhausted)),
+                "{suite}"
+            );
+            assert!(
+                matches!(seal(&mut a), Err(EncapError::PacketIdExhausted)),
+                "{suite}"
+            );
+            let next = StaticKey::generate().unwrap();
+            a.install_next(&next).unwrap();
+            b.install_next(&next).unwrap();
+            a.switch_send().unwrap();
+            let first = seal(&mut a).unwrap();
+            assert_eq!(first[..8], 0x0701_0000_0000_0001u64.to_be_bytes(), "{suite}");
+            let mut opened = first.clone();
+            assert!(b.decap(&mut opened).is_ok(), "{suite}");
+        }
+    }
 }
