@@ -1,4 +1,5 @@
-//! `ipsec-lab report FILE --format markdown|csv|svg|html`: renders a matrix JSON result.
+//! `ipsec-lab report FILE --format markdown|csv|svg|html`: renders a matrix JSON result, or
+//! a rekey run's rekeys and timeline.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,8 @@ use lab::{LabError, LabResult};
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// A JSON result of `ipsec-lab matrix`, or `-` to read it from stdin.
+    /// A JSON result of `ipsec-lab matrix` or of a `run --rekey-every` (its rekeys and
+    /// timeline), or `-` to read it from stdin.
     pub file: PathBuf,
     /// Output format: markdown, csv, svg or html.
     #[arg(long, short = 'f', default_value = "markdown", value_parser = crate::values::report_format(), hide_possible_values = true)]
@@ -68,7 +70,7 @@ fn read_json(path: &Path) -> LabResult<(String, serde_json::Value)> {
 fn matrix(name: &str, value: serde_json::Value) -> LabResult<MatrixReport> {
     if let Some(what) = not_a_matrix(&value) {
         return Err(LabError::usage(anyhow::anyhow!(
-            "{name} is {what}; `report` reads `ipsec-lab matrix` results, `compare` those or two `run --json` reports"
+            "{name} is {what}; `report` reads `ipsec-lab matrix` results and `run --rekey-every` reports, `compare` matrix results or two `run --json` reports"
         )));
     }
     serde_json::from_value(value)
@@ -104,7 +106,18 @@ fn not_a_matrix(value: &serde_json::Value) -> Option<String> {
 pub fn run(args: ReportArgs) -> LabResult<()> {
     let output = args.output.unwrap_or_else(|| PathBuf::from("-"));
     crate::output::check_writable(&output, "-o")?;
-    let matrix = load(&args.file)?;
+    let (name, value) = read_json(&args.file)?;
+    // A rekey run (`run --rekey-every … --json`) renders as its rekeys and timeline.
+    if value.get("transfers").is_some() && value.get("rekey").is_some_and(|r| !r.is_null()) {
+        let run: RunReport = serde_json::from_value(value).map_err(|e| {
+            LabError::usage(anyhow::anyhow!("{name}: not a valid `ipsec-lab run --json` report: {e}"))
+        })?;
+        let text = report::rekey::render(&run, args.format)
+            .expect("a run with rekeys")
+            .map_err(LabError::failed)?;
+        return crate::output::write_text(&output, &text);
+    }
+    let matrix = matrix(&name, value)?;
     let text = report::render(&matrix, args.format).map_err(LabError::failed)?;
     crate::output::write_text(&output, &text)
 }

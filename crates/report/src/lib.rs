@@ -28,6 +28,7 @@ pub mod escape;
 pub mod html;
 pub mod markdown;
 pub mod packets;
+pub mod rekey;
 pub mod run;
 mod shared;
 pub mod significance;

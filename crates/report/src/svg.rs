@@ -24,6 +24,7 @@
 mod draw;
 mod packets;
 mod panel;
+pub mod rekey;
 mod scale;
 mod style;
 
