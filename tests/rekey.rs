@@ -84,12 +84,21 @@ fn xfrm_sas_are_replaced_under_load_and_each_rekey_is_reported() {
     assert_eq!(svg.status.code(), Some(0), "{}", text(&svg));
     let svg = String::from_utf8(svg.stdout).unwrap();
     let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{e}: {svg}"));
-    let labels: Vec<&str> = doc.descendants().filter_map(|n| n.text()).map(str::trim).collect();
+    let labels: Vec<&str> = doc
+        .descendants()
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
     for n in ["1", "2", "3"] {
         assert!(labels.contains(&n), "rekey {n} marked: {labels:?}");
     }
     let csv = run_lab(&["report", file, "-f", "csv"]);
-    assert_eq!(String::from_utf8_lossy(&csv.stdout).lines().count(), 4, "{}", text(&csv));
+    assert_eq!(
+        String::from_utf8_lossy(&csv.stdout).lines().count(),
+        4,
+        "{}",
+        text(&csv)
+    );
     let table = Sandbox::default().run(&[
         "run",
         "--vm",

@@ -110,7 +110,9 @@ pub fn run(args: ReportArgs) -> LabResult<()> {
     // A rekey run (`run --rekey-every … --json`) renders as its rekeys and timeline.
     if value.get("transfers").is_some() && value.get("rekey").is_some_and(|r| !r.is_null()) {
         let run: RunReport = serde_json::from_value(value).map_err(|e| {
-            LabError::usage(anyhow::anyhow!("{name}: not a valid `ipsec-lab run --json` report: {e}"))
+            LabError::usage(anyhow::anyhow!(
+                "{name}: not a valid `ipsec-lab run --json` report: {e}"
+            ))
         })?;
         let text = report::rekey::render(&run, args.format)
             .expect("a run with rekeys")

@@ -281,11 +281,7 @@ pub async fn transfer(
     let unix_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let mut ways = Vec::new();
     let mut threads = Vec::new();
-    // Made before the data flows: a backend that cannot rekey fails the run before it starts.
-    let rekey = match plan.workload().rekey {
-        Some(_) => Some(crate::backend::rekey(plan, ends)?),
-        None => None,
-    };
+    let rekey = crate::rekey::prepare(plan, ends)?;
     for direction in directions(plan) {
         let mut counter = traffic::Progress::new(timeline, epoch);
         if rekey.is_some() {
@@ -301,13 +297,10 @@ pub async fn transfer(
         None => plan.workload().bytes.0 * ways.len() as u64,
     };
     progress.transfer_started(&label, total);
-    let rekeyer = match (plan.workload().rekey, rekey) {
-        (Some(schedule), Some(rekey)) => {
-            let seconds = plan.workload().modes.time_s.unwrap_or_default();
-            Some(crate::rekey::Rekeyer::start(schedule, epoch, seconds, rekey)?)
-        }
-        _ => None,
-    };
+    let seconds = plan.workload().modes.time_s.unwrap_or_default();
+    let rekeyer = rekey
+        .map(|r| crate::rekey::Rekeyer::start(r, epoch, seconds))
+        .transpose()?;
     let mut recorder = Recorder {
         plan,
         attempt,

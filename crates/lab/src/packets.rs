@@ -181,10 +181,7 @@ pub fn trial(
     let sender_done = CancellationToken::new();
     // A rekey run's timeline starts here, on the clock the datagrams carry.
     let (epoch, origin_ns) = (std::time::Instant::now(), udp::monotonic_ns());
-    let rekey = match plan.workload().rekey {
-        Some(_) => Some(crate::backend::rekey(plan, rekeys.ends)?),
-        None => None,
-    };
+    let rekey = crate::rekey::prepare(plan, rekeys.ends)?;
     let mut tally = Tally::new(
         seed,
         workload.packet_size,
@@ -212,10 +209,7 @@ pub fn trial(
             sender.run_counted(&config, &stop, counted)
         })
     };
-    let rekeyer = match (plan.workload().rekey, rekey) {
-        (Some(schedule), Some(rekey)) => Some(crate::rekey::Rekeyer::start(schedule, epoch, seconds, rekey)),
-        _ => None,
-    };
+    let rekeyer = rekey.map(|r| crate::rekey::Rekeyer::start(r, epoch, seconds));
     let sent = match sending {
         Ok(thread) => joined(thread, "UDP sender"),
         Err(e) => Err(e.into()),

@@ -25,6 +25,18 @@ pub trait Rekey: Send {
     fn grace(&self) -> Duration;
 }
 
+/// The rekey `plan` asks for, made before its data flows, so a backend that cannot rekey
+/// fails the run before it starts: its schedule and the backend's [`Rekey`].
+pub fn prepare(
+    plan: &model::RunPlan,
+    ends: &[crate::backend::End],
+) -> LabResult<Option<(RekeySchedule, Box<dyn Rekey>)>> {
+    match plan.workload().rekey {
+        Some(schedule) => Ok(Some((schedule, crate::backend::rekey(plan, ends)?))),
+        None => Ok(None),
+    }
+}
+
 /// The rekey thread of one transfer. Dropping it stops the thread (Ctrl-C, an error).
 pub struct Rekeyer {
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -36,10 +48,9 @@ impl Rekeyer {
     /// [`Rekeyer::finish`], at most as often as fits in a transfer of `seconds` (none at or
     /// after its end: the sender has stopped by then).
     pub fn start(
-        schedule: RekeySchedule,
+        (schedule, mut rekey): (RekeySchedule, Box<dyn Rekey>),
         epoch: Instant,
         seconds: f64,
-        mut rekey: Box<dyn Rekey>,
     ) -> LabResult<Rekeyer> {
         let count = schedule.count_in(seconds) as usize;
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -154,7 +165,7 @@ mod tests {
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
         };
         let epoch = Instant::now();
-        let rekeyer = Rekeyer::start(schedule, epoch, 60.0, Box::new(log)).unwrap();
+        let rekeyer = Rekeyer::start((schedule, Box::new(log)), epoch, 60.0).unwrap();
         while events.lock().unwrap().iter().filter(|e| **e == "switch").count() < 3 {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -179,7 +190,7 @@ mod tests {
             every_s: 0.1,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
         };
-        let rekeyer = Rekeyer::start(schedule, Instant::now(), 0.35, Box::new(log)).unwrap();
+        let rekeyer = Rekeyer::start((schedule, Box::new(log)), Instant::now(), 0.35).unwrap();
         std::thread::sleep(Duration::from_millis(600));
         assert_eq!(rekeyer.finish().unwrap().len(), 3);
         assert_eq!(events.lock().unwrap().len(), 6);
@@ -195,7 +206,7 @@ mod tests {
             order: model::rekey::RekeyOrder::Naive,
         };
         let started = Instant::now();
-        drop(Rekeyer::start(schedule, Instant::now(), 7200.0, Box::new(log)).unwrap());
+        drop(Rekeyer::start((schedule, Box::new(log)), Instant::now(), 7200.0).unwrap());
         assert!(started.elapsed() < Duration::from_secs(60));
         assert!(events.lock().unwrap().is_empty());
     }
