@@ -53,7 +53,8 @@ fn rows(r: &RekeyReport) -> Vec<[String; 9]> {
         .collect()
 }
 
-fn title(run: &RunReport, r: &RekeyReport) -> String {
+/// What the run rekeyed and how: `xfrm aes-256-gcm: make-before-break rekey every 1 s`.
+pub(crate) fn title(run: &RunReport, r: &RekeyReport) -> String {
     format!(
         "{} {}: {} rekey every {} s",
         run.plan.backend(),

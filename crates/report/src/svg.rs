@@ -136,26 +136,9 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
         sections.push(text_section("notes", &layout, &notes)?);
     }
 
-    let height: i32 = sections.iter().map(|s| s.height).sum();
-    let size = match placement {
-        Placement::Standalone => format!("width=\"{}\" height=\"{height}\"", layout.width),
-        Placement::Inline => "width=\"100%\"".to_string(),
-    };
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {} {height}\" {size}>\n",
-        layout.width
-    );
-    let mut y = 0;
-    for s in sections {
-        out.push_str(&format!(
-            "<g id=\"{}\" class=\"{}\" transform=\"translate(0,{y})\">\n{}</g>\n",
-            s.id, s.class, s.svg
-        ));
-        y += s.height;
-    }
-    out.push_str("</svg>\n");
-    Ok(out)
+    Ok(draw::stack(sections, layout.width, placement))
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

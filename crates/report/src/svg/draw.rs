@@ -200,6 +200,28 @@ pub(super) fn section(
     })
 }
 
+/// The sections one under the other in one `<svg>` with a `viewBox`, each in a `<g>` whose
+/// id names it; standalone at its size, inline as wide as the page.
+pub(super) fn stack(sections: Vec<Section>, width: i32, placement: super::Placement) -> String {
+    let height: i32 = sections.iter().map(|s| s.height).sum();
+    let size = match placement {
+        super::Placement::Standalone => format!("width=\"{width}\" height=\"{height}\""),
+        super::Placement::Inline => "width=\"100%\"".to_string(),
+    };
+    let mut out =
+        format!("<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width} {height}\" {size}>\n");
+    let mut y = 0;
+    for s in sections {
+        out.push_str(&format!(
+            "<g id=\"{}\" class=\"{}\" transform=\"translate(0,{y})\">\n{}</g>\n",
+            s.id, s.class, s.svg
+        ));
+        y += s.height;
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 /// Lines of text, each in its style, wrapped to the chart's width, as a section.
 pub(super) fn text_section(
     id: &str,

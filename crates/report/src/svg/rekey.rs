@@ -8,7 +8,7 @@ use plotters::prelude::*;
 use model::rekey::RekeyRun;
 use model::RunReport;
 
-use super::draw::{chart_error, line, section, text_section, write, Layout, RenderError, Section};
+use super::draw::{chart_error, line, section, stack, text_section, write, Layout, RenderError, Section};
 use super::style::{
     Type, BODY, EMULATED_BAR, EMULATED_MARK, HEADING, HOST_BAR, MARGIN, MUTED, SMALL, WARNING,
 };
@@ -40,13 +40,7 @@ fn draw(run: &RunReport, rekey: &model::rekey::RekeyReport) -> Result<String, Re
     let mut head = vec![
         (
             HEADING,
-            format!(
-                "ipsec-lab rekey under load: {} {}, {} every {} s",
-                run.plan.backend(),
-                run.plan.suite(),
-                rekey.schedule.order,
-                rekey.schedule.every_s
-            ),
+            format!("ipsec-lab rekey under load: {}", crate::rekey::title(run, rekey)),
         ),
         (
             SMALL,
@@ -84,20 +78,7 @@ fn draw(run: &RunReport, rekey: &model::rekey::RekeyReport) -> Result<String, Re
         )
         .collect();
     sections.push(text_section("rekeys", &layout, &lines)?);
-    let height: i32 = sections.iter().map(|s| s.height).sum();
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\">\n"
-    );
-    let mut y = 0;
-    for s in sections {
-        out.push_str(&format!(
-            "<g id=\"{}\" class=\"{}\" transform=\"translate(0,{y})\">\n{}</g>\n",
-            s.id, s.class, s.svg
-        ));
-        y += s.height;
-    }
-    out.push_str("</svg>\n");
-    Ok(out)
+    Ok(stack(sections, WIDTH, super::Placement::Standalone))
 }
 
 /// One transfer's buckets as a line, its rekeys as numbered vertical marks.
