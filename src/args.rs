@@ -86,7 +86,8 @@ pub struct RekeyArgs {
     /// Replace the tunnel's keys every SECONDS while the data flows (0.1 to 3600), and report
     /// what each rekey cost: the longest gap with no byte delivered, the dip in 10 ms buckets
     /// and, with --udp, the datagrams lost, reordered and duplicated around it [default run
-    /// length: 3.5 periods].
+    /// length: 3.5 periods]. `matrix`: the TCP cells of every backend that can rekey, in a
+    /// rekey table of their own.
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub rekey_every: Option<f64>,
     /// xfrm: make-before-break (new inbound SAs first, RFC 7296's order) or naive (the old SAs
@@ -96,6 +97,20 @@ pub struct RekeyArgs {
 }
 
 impl RekeyArgs {
+    /// `matrix`'s schedule: each rekey cell's plan checks it again against its backend.
+    pub fn schedule(&self) -> Result<Option<model::rekey::RekeySchedule>, model::PlanError> {
+        match (self.rekey_every, self.rekey_order) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(model::PlanError::Rekey(
+                "--rekey-order says how --rekey-every rekeys: add --rekey-every SECONDS".into(),
+            )),
+            (Some(every_s), order) => Ok(Some(model::rekey::RekeySchedule {
+                every_s,
+                order: order.unwrap_or_default(),
+            })),
+        }
+    }
+
     pub fn request(&self) -> model::plan::RekeyRequest {
         model::plan::RekeyRequest {
             every_s: self.rekey_every,

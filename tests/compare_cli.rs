@@ -33,6 +33,7 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
         }),
         packets: None,
         latency: None,
+        rekey: None,
     }
 }
 

@@ -145,3 +145,65 @@ fn a_make_before_break_rekey_loses_no_datagram_and_the_naive_order_is_reported_a
         assert_eq!(r["plan"]["rekey"]["order"], order);
     }
 }
+
+/// `matrix --rekey-every`: the xfrm cells rekey and the report has their table in every
+/// format; `compare` shows the rekeys of two results side by side.
+#[test]
+fn a_matrix_rekey_sweep_has_a_rekey_table_in_every_format() {
+    let test = "a_matrix_rekey_sweep_has_a_rekey_table_in_every_format";
+    if !uml_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let dir = private_dir("ipl-rekey-matrix-");
+    let out = dir.path().join("out");
+    let out_s = out.to_str().unwrap();
+    let run = Sandbox::default().run(&[
+        "matrix",
+        "--vm",
+        "uml",
+        "--backends",
+        "xfrm",
+        "--ciphers",
+        "aes-256-gcm",
+        "--repeat",
+        "1",
+        "--no-ceiling",
+        "--no-progress",
+        "--rekey-every",
+        "0.5",
+        "--out",
+        out_s,
+    ]);
+    assert_eq!(run.out.status.code(), Some(0), "{}", text(&run.out));
+    let md = std::fs::read_to_string(out.join("matrix.md")).unwrap();
+    let table: Vec<&str> = md
+        .split("#### Rekey under load (every 0.5 s, xfrm make-before-break)")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{md}"))
+        .lines()
+        .filter(|l| l.starts_with("| xfrm"))
+        .collect();
+    assert!(!table.is_empty(), "{md}");
+    for line in &table {
+        assert!(line.contains(", 3 rekeys |"), "{line}");
+    }
+    let csv = std::fs::read_to_string(out.join("matrix.csv")).unwrap();
+    // The rekey fields are the last seven, numbers only: counted from the end, past the
+    // quoted text fields before them.
+    let header: Vec<&str> = csv.lines().next().unwrap().rsplit(',').collect();
+    let rekeys = header.iter().position(|h| *h == "rekeys").unwrap();
+    assert!(
+        csv.lines().any(|l| l.rsplit(',').nth(rekeys) == Some("3")),
+        "{csv}"
+    );
+    for file in ["matrix.svg", "matrix.html"] {
+        let text = std::fs::read_to_string(out.join(file)).unwrap();
+        assert!(text.contains("Rekey under load"), "{file}");
+    }
+    let json = out.join("matrix.json");
+    let json = json.to_str().unwrap();
+    let compared = run_lab(&["compare", json, json]);
+    let said = text(&compared);
+    assert!(said.contains("Rekeys, side by side and not judged"), "{said}");
+}

@@ -136,6 +136,8 @@ pub struct SweepArgs {
     pub trial_time: f64,
     #[command(flatten)]
     pub measure: crate::args::MeasureArgs,
+    #[command(flatten)]
+    pub rekey: crate::args::RekeyArgs,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -204,6 +206,7 @@ impl SweepArgs {
             trial_seconds: self.trial_time,
             find_ndr: self.measure.find_ndr(),
             latency: self.measure.latency,
+            rekey: self.rekey.schedule()?,
             seed: seed_from_clock(),
             ceiling: !self.measure.no_ceiling,
             started_unix_s,

@@ -255,6 +255,10 @@ pub struct Cell {
     /// A measured cell's round trips per phase (`matrix --latency`), CDF points included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<LatencyReport>,
+    /// A measured cell's rekeys (`matrix --rekey-every`): the worst gap around one against
+    /// the flow's own, the slowest switch, the datagrams lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rekey: Option<crate::rekey::RekeyCell>,
 }
 
 impl Cell {
@@ -273,6 +277,7 @@ impl Cell {
             },
             packets: None,
             latency: None,
+            rekey: None,
         }
     }
 
@@ -283,6 +288,7 @@ impl Cell {
             outcome: CellOutcome::Measured(measurement),
             packets: None,
             latency: None,
+            rekey: None,
         }
     }
 }
@@ -487,6 +493,7 @@ mod tests {
             outcome,
             packets: None,
             latency: None,
+            rekey: None,
         }
     }
 

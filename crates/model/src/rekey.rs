@@ -200,6 +200,50 @@ pub struct Worst {
     pub baseline_gap_ms: f64,
 }
 
+/// A matrix cell's rekeys (`matrix --rekey-every`), in a few figures: the worst of every
+/// rekey of the cell's transfers and the flow's own worst away from them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RekeyCell {
+    pub schedule: RekeySchedule,
+    pub rekeys: u32,
+    /// The longest gap around any rekey, and the longest away from all of them.
+    pub gap_ms: f64,
+    pub baseline_gap_ms: f64,
+    /// The slowest switch.
+    pub took_ms: f64,
+    /// The lowest 10 ms bucket around any rekey against the median.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dip: Option<f64>,
+    /// UDP: datagrams lost around the rekeys, all together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<u64>,
+}
+
+impl RekeyCell {
+    /// None where the run made no rekey.
+    pub fn of(report: &RekeyReport) -> Option<RekeyCell> {
+        let w = report.worst()?;
+        Some(RekeyCell {
+            schedule: report.schedule,
+            rekeys: w.rekeys,
+            gap_ms: w.gap_ms,
+            baseline_gap_ms: w.baseline_gap_ms,
+            took_ms: w.took_ms,
+            dip: w.dip,
+            lost: w.lost,
+        })
+    }
+
+    /// `gap 36 ms (22 away), 3 rekeys`, and the datagrams lost where counted.
+    pub fn text(&self) -> String {
+        let lost = self.lost.map_or(String::new(), |l| format!(", {l} lost"));
+        format!(
+            "gap {:.0} ms ({:.0} away), {} rekeys{lost}",
+            self.gap_ms, self.baseline_gap_ms, self.rekeys
+        )
+    }
+}
+
 /// A transfer's timeline as the receiver saw it: per bucket, the bytes delivered and the
 /// longest gap (in µs) that ended in it; for UDP, per bucket of *send* time, the datagrams
 /// sent, received, reordered and duplicated.

@@ -140,6 +140,9 @@ pub struct CellDelta {
     pub verdict: Verdict,
     /// What the reader should doubt about the cell's numbers, whatever the verdict.
     pub marks: Vec<String>,
+    /// Each side's rekeys (`--rekey-every`), shown side by side and never judged: a worst
+    /// case over a few rekeys has no confidence interval.
+    pub rekey: [Option<model::rekey::RekeyCell>; 2],
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -219,6 +222,28 @@ impl Comparison {
             self.options.threshold * 100.0,
             repeats_needed(self.options.confidence),
         );
+        let rekeyed: Vec<&CellDelta> = self
+            .cells
+            .iter()
+            .filter(|c| c.rekey.iter().any(Option::is_some))
+            .collect();
+        if !rekeyed.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nRekeys, side by side and not judged (the worst of a few rekeys has no confidence interval):"
+            );
+            let side = |r: &Option<model::rekey::RekeyCell>| r.map_or("no rekey".into(), |r| r.text());
+            for c in rekeyed {
+                let _ = writeln!(
+                    out,
+                    "* {} {}: {} → {}",
+                    escape::markdown(&c.row.label()),
+                    c.suite.short_label(),
+                    side(&c.rekey[0]),
+                    side(&c.rekey[1])
+                );
+            }
+        }
         for n in &self.notes {
             let _ = writeln!(out, "note: {}", escape::markdown(n));
         }
@@ -386,6 +411,7 @@ pub fn compare(
             interval,
             verdict,
             marks: cell_marks,
+            rekey: [b.and_then(|c| c.rekey), a.and_then(|c| c.rekey)],
         });
     }
     let mut notes: Vec<String> = changes.iter().map(|c| format!("not comparable: {c}")).collect();
@@ -441,7 +467,10 @@ pub fn run_as_matrix(run: &model::RunReport) -> MatrixReport {
     matrix.environments.insert(HOST.into(), run.environment.clone());
     matrix.rows.push(Row {
         key: RowKey::new(plan.backend(), variant, HOST),
-        cells: vec![Cell::measured(suite, measurement)],
+        cells: vec![Cell {
+            rekey: run.rekey.as_ref().and_then(model::rekey::RekeyCell::of),
+            ..Cell::measured(suite, measurement)
+        }],
         notes: vec![],
     });
     matrix
@@ -956,6 +985,20 @@ mod tests {
             c.notes.iter().any(|n| n.contains("packets/s ratio")),
             "{:?}",
             c.notes
+        );
+    }
+
+    /// Two rekey runs compare their throughput as any two runs, and show their rekeys side
+    /// by side, unjudged.
+    #[test]
+    fn two_rekey_runs_show_their_rekeys_side_by_side() {
+        let run = crate::svg::rekey::tests_support::run_with_rekeys("host", "h");
+        let m = run_as_matrix(&run);
+        let c = compare(&m, &m, CompareOptions::default()).unwrap();
+        let text = c.render();
+        assert!(
+            text.contains(": gap 12 ms (3 away), 2 rekeys → gap 12 ms (3 away), 2 rekeys"),
+            "{text}"
         );
     }
 }

@@ -10,7 +10,7 @@ use crate::shared::{fmt_field, split_notes};
 /// Between the notes of one field: notes hold `;` and `,` themselves.
 const NOTE_SEPARATOR: &str = " | ";
 
-pub const HEADER: [&str; 50] = [
+pub const HEADER: [&str; 57] = [
     "environment",
     "virtualization",
     "backend",
@@ -71,6 +71,16 @@ pub const HEADER: [&str; 50] = [
     "latency_loaded_p99_ms",
     "latency_loaded_max_ms",
     "latency_phases",
+    // `matrix --rekey-every`: the schedule, the rekeys made, the longest gap around one and
+    // away from all of them, the slowest switch, the lowest 10 ms bucket around one (% of
+    // the median) and the datagrams lost around them (UDP); empty where the cell did not rekey.
+    "rekey_every_s",
+    "rekeys",
+    "rekey_gap_ms",
+    "rekey_baseline_gap_ms",
+    "rekey_switch_ms",
+    "rekey_dip_percent",
+    "rekey_lost",
 ];
 
 /// The packet fields, in [`HEADER`]'s order.
@@ -124,6 +134,22 @@ fn packet_fields(row: &model::matrix::Row, cell: &model::matrix::Cell) -> Vec<St
         None => f.extend(std::iter::repeat_n(String::new(), 8)),
     }
     f
+}
+
+/// The rekey fields, in [`HEADER`]'s order.
+fn rekey_fields(r: Option<&model::rekey::RekeyCell>) -> [String; 7] {
+    let Some(r) = r else {
+        return Default::default();
+    };
+    [
+        fmt_field(r.schedule.every_s, 3),
+        r.rekeys.to_string(),
+        fmt_field(r.gap_ms, 1),
+        fmt_field(r.baseline_gap_ms, 1),
+        fmt_field(r.took_ms, 2),
+        r.dip.map(|d| fmt_field(d * 100.0, 1)).unwrap_or_default(),
+        r.lost.map(|l| l.to_string()).unwrap_or_default(),
+    ]
 }
 
 /// The ceiling's fields, in [`HEADER`]'s order.
@@ -223,6 +249,7 @@ pub fn render(report: &MatrixReport) -> String {
             f.push(warnings.join(NOTE_SEPARATOR));
             f.push(notes.join(NOTE_SEPARATOR));
             f.extend(packet_fields(row, cell));
+            f.extend(rekey_fields(cell.rekey.as_ref()));
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
             out.push('\n');
         }

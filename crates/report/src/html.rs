@@ -166,6 +166,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
         );
     }
     packet_tables(&mut out, report, &reasons);
+    rekey_table(&mut out, report);
     if !warnings.is_empty() {
         let _ = writeln!(
             out,
@@ -322,6 +323,35 @@ fn packet_tables(out: &mut String, report: &MatrixReport, reasons: &[&str]) {
         out,
         "</tbody>\n</table>\n</div>\n<p>{}.</p>",
         escape(LATENCY_EXPLAINED)
+    );
+}
+
+/// `matrix --rekey-every`: per row that rekeyed, each column's worst gap around a rekey
+/// against the flow's own, and the datagrams lost.
+fn rekey_table(out: &mut String, report: &MatrixReport) {
+    let Some((schedule, rows)) = crate::shared::rekey_table(report) else {
+        return;
+    };
+    let _ = write!(
+        out,
+        "<h2>Rekey under load (every {} s, xfrm {})</h2>\n<div class=\"table\">\n<table class=\"rekey\">\n<thead><tr><th>backend</th>",
+        schedule.every_s, schedule.order
+    );
+    for s in &report.suites {
+        let _ = write!(out, "<th>{}</th>", escape(&s.short_label()));
+    }
+    let _ = writeln!(out, "</tr></thead>\n<tbody>");
+    for (label, cells) in rows {
+        let _ = write!(out, "<tr><th>{}</th>", escape(&label));
+        for c in cells {
+            let _ = write!(out, "<td>{}</td>", escape(&c));
+        }
+        let _ = writeln!(out, "</tr>");
+    }
+    let _ = writeln!(
+        out,
+        "</tbody>\n</table>\n</div>\n<p>{}.</p>",
+        escape(crate::shared::REKEY_EXPLAINED)
     );
 }
 

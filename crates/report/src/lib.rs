@@ -39,7 +39,8 @@ use model::matrix::MatrixReport;
 pub use compare::{compare, CompareOptions, Comparison, Verdict};
 pub use shared::{
     cell_for, columns_explained, conditions, environment_summary, environment_title, fmt_field, fmt_rate,
-    is_warning, method, not_run_reasons, suite_explained, Warnings, WARNING_MARK,
+    is_warning, method, not_run_reasons, rekey_table, suite_explained, Warnings, REKEY_EXPLAINED,
+    WARNING_MARK,
 };
 pub use svg::RenderError;
 
@@ -133,6 +134,7 @@ pub(crate) mod fixture {
             outcome,
             packets: None,
             latency: None,
+            rekey: None,
         }
     }
 
@@ -530,5 +532,60 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing in {text}");
         }
+    }
+
+    /// `matrix --rekey-every`: every format has the rekey table, the rows the lab can rekey
+    /// with each cell's figures, and a report without rekeys has none.
+    #[test]
+    fn a_rekey_sweep_has_its_table_in_every_format() {
+        let mut r = fixture::report();
+        assert!(rekey_table(&r).is_none());
+        let schedule = model::rekey::RekeySchedule {
+            every_s: 1.0,
+            order: model::rekey::RekeyOrder::MakeBeforeBreak,
+        };
+        let xfrm = r
+            .rows
+            .iter_mut()
+            .find(|row| row.key.backend == model::Backend::Xfrm)
+            .unwrap();
+        let first = xfrm.cells[0].suite;
+        xfrm.cells[0] = model::matrix::Cell {
+            rekey: Some(model::rekey::RekeyCell {
+                schedule,
+                rekeys: 3,
+                gap_ms: 36.0,
+                baseline_gap_ms: 22.0,
+                took_ms: 17.5,
+                dip: Some(0.0),
+                lost: None,
+            }),
+            ..fixture::cell(first, fixture::measured(&[100.0, 110.0]))
+        };
+        let (_, rows) = rekey_table(&r).unwrap();
+        let xfrm_row = rows.iter().find(|(l, _)| l == "xfrm").unwrap();
+        assert_eq!(xfrm_row.1[0], "gap 36 ms (22 away), 3 rekeys");
+        assert_eq!(xfrm_row.1[1], "not run");
+        assert!(rows.iter().all(|(l, _)| !l.starts_with("plain")));
+        let md = markdown::render(&r);
+        assert!(
+            md.contains("#### Rekey under load (every 1 s, xfrm make-before-break)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| xfrm | gap 36 ms (22 away), 3 rekeys | not run |"),
+            "{md}"
+        );
+        let csv = csv::render(&r);
+        let column = csv::HEADER.iter().position(|h| *h == "rekey_gap_ms").unwrap();
+        assert!(
+            csv.lines().any(|l| l.split(',').nth(column) == Some("36.0")),
+            "{csv}"
+        );
+        let html = html::render(&r).unwrap();
+        assert!(html.contains("<table class=\"rekey\">"));
+        let svg = svg::render(&r).unwrap();
+        assert!(svg.contains("id=\"rekey\""));
+        assert!(svg.contains("gap 36 ms (22 away)"));
     }
 }

@@ -139,6 +139,26 @@ pub fn render(report: &MatrixReport) -> String {
 
     packet_tables(&mut out, report, &mut reasons);
     latency_table(&mut out, report);
+    if let Some((schedule, rows)) = crate::shared::rekey_table(report) {
+        let _ = writeln!(
+            out,
+            "\n#### Rekey under load (every {} s, xfrm {})\n\n{}.\n",
+            schedule.every_s,
+            schedule.order,
+            crate::shared::REKEY_EXPLAINED
+        );
+        let mut header = vec!["backend".to_string()];
+        header.extend(report.suites.iter().map(|s| s.short_label()));
+        let _ = writeln!(
+            out,
+            "| {} |\n|{}",
+            header.join(" | "),
+            " --- |".repeat(header.len())
+        );
+        for (label, cells) in rows {
+            let _ = writeln!(out, "| {} | {} |", escape(&label), cells.join(" | "));
+        }
+    }
 
     let served: Vec<(String, Vec<String>)> = report
         .rows

@@ -75,6 +75,45 @@ pub fn has_ceilings(report: &MatrixReport) -> bool {
         .any(|c| c.measurement().is_some_and(|m| m.ceiling.is_some()))
 }
 
+/// A row's label and its cells' text, a column each.
+pub type LabelledCells = (String, Vec<String>);
+
+/// A rekey sweep's (`matrix --rekey-every`) table: its schedule, and per row with a rekey
+/// cell (rows whose backend the lab cannot rekey, the baseline and UDP rows have none) its
+/// label and each column's text. None where no cell rekeyed.
+pub fn rekey_table(report: &MatrixReport) -> Option<(model::rekey::RekeySchedule, Vec<LabelledCells>)> {
+    let schedule = report
+        .rows
+        .iter()
+        .flat_map(|r| r.cells.iter())
+        .find_map(|c| c.rekey)?
+        .schedule;
+    let rows = report
+        .rows
+        .iter()
+        .filter(|r| r.key.packet_size.is_none() && r.key.backend.describe().rekey.is_some())
+        .map(|row| {
+            let cells = report
+                .suites
+                .iter()
+                .map(|s| match cell_for(row, *s) {
+                    Some(c) => match (&c.outcome, c.rekey) {
+                        (_, Some(r)) => r.text(),
+                        (model::matrix::CellOutcome::Measured(_), None) => "no rekey".into(),
+                        (model::matrix::CellOutcome::NotRun { .. }, None) => "not run".into(),
+                    },
+                    None => "—".into(),
+                })
+                .collect();
+            (row.label(), cells)
+        })
+        .collect();
+    Some((schedule, rows))
+}
+
+/// What the rekey table's cells mean, in one sentence for every format.
+pub const REKEY_EXPLAINED: &str = "each TCP cell's keys were replaced on the schedule while the data flowed (docs/lifecycle.md): gap = the longest stretch with no byte delivered around a rekey, (away) = the longest away from every rekey, the flow's own; the datagrams lost around the rekeys where the cell sent UDP";
+
 /// What the ceiling columns mean, in one sentence for every format.
 pub const CEILING_EXPLAINED: &str = "crypto ceiling: the suite's speed at the packet size the row sent, timed right after the cell in the same environment with what the row used (userspace: its implementation; kernel rows: a per-byte bound through AF_ALG in the same kernel, in user-mode Linux its own tcrypt where it has one; openvpn: openssl speed; boringtun: ring), per CPU-second of the timing thread, the slower of encrypt and decrypt";
 

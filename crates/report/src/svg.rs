@@ -113,6 +113,28 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
     if latency {
         sections.extend(packets::latency_sections(report, &layout)?);
     }
+    if let Some((schedule, rows)) = crate::shared::rekey_table(report) {
+        let mut lines = vec![
+            (
+                HEADING,
+                format!(
+                    "Rekey under load (every {} s, xfrm {})",
+                    schedule.every_s, schedule.order
+                ),
+            ),
+            (SMALL, format!("{}.", crate::shared::REKEY_EXPLAINED)),
+        ];
+        for (label, cells) in rows {
+            let each: Vec<String> = layout
+                .columns
+                .iter()
+                .zip(&cells)
+                .map(|(c, t)| format!("{c}: {t}"))
+                .collect();
+            lines.push((BODY, format!("{label} — {}", each.join(" · "))));
+        }
+        sections.push(text_section("rekey", &layout, &lines)?);
+    }
     let mut notes: Vec<(Type, String)> = footnotes
         .cited
         .iter()

@@ -194,6 +194,7 @@ mod tests {
             trial_seconds: plan::DEFAULT_TRIAL_SECONDS,
             find_ndr: None,
             latency: false,
+            rekey: None,
             seed: 1,
             ceiling: true,
             started_unix_s: 0,

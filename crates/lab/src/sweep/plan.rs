@@ -66,6 +66,10 @@ pub struct SweepPlan {
     /// `--latency`: every cell measures round trips idle and under its load.
     #[serde(default)]
     pub latency: bool,
+    /// `--rekey-every`: the TCP cells of every backend that can rekey replace their keys on
+    /// this schedule, for at least 3.5 periods (the matrix's rekey table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rekey: Option<model::rekey::RekeySchedule>,
     pub seed: u64,
     /// Time each tunnel cell's crypto ceiling after its transfers (`--no-ceiling`: off).
     pub ceiling: bool,
@@ -216,13 +220,33 @@ impl SweepPlan {
             latency: self.latency,
         };
         match packet_size {
-            None => RunRequest {
-                packets,
-                modes: ModesRequest {
-                    time_s: self.time_s,
-                    ..Default::default()
+            // A rekey cell is timed, long enough for three rekeys and half a period.
+            None => match self.rekey.filter(|_| backend.describe().rekey.is_some()) {
+                Some(schedule) => RunRequest {
+                    packets,
+                    modes: ModesRequest {
+                        time_s: Some(
+                            self.time_s
+                                .unwrap_or(DEFAULT_CELL_SECONDS)
+                                .max(3.5 * schedule.every_s),
+                        ),
+                        ..Default::default()
+                    },
+                    rekey: model::plan::RekeyRequest {
+                        every_s: Some(schedule.every_s),
+                        // xfrm's own choice; the others rekey in their own order.
+                        order: (backend.describe().options == OwnOptions::Xfrm).then_some(schedule.order),
+                    },
+                    ..request
                 },
-                ..request
+                None => RunRequest {
+                    packets,
+                    modes: ModesRequest {
+                        time_s: self.time_s,
+                        ..Default::default()
+                    },
+                    ..request
+                },
             },
             Some(_) => RunRequest {
                 packets,
@@ -323,5 +347,42 @@ mod tests {
         );
         let sized = crate::sweep::tests::plan().validate().unwrap();
         assert_eq!(cell(&sized, None), None);
+    }
+
+    /// `matrix --rekey-every`: the TCP cells of the backends that rekey get the schedule
+    /// and a time of at least 3.5 periods (xfrm its order too); the others and the UDP
+    /// cells run as without it.
+    #[test]
+    fn a_rekey_sweep_rekeys_the_tcp_cells_of_the_backends_that_can() {
+        let schedule = model::rekey::RekeySchedule {
+            every_s: 1.0,
+            order: model::rekey::RekeyOrder::Naive,
+        };
+        let plan = SweepPlan {
+            rekey: Some(schedule),
+            time_s: Some(DEFAULT_CELL_SECONDS),
+            ..crate::sweep::tests::plan()
+        }
+        .validate()
+        .unwrap();
+        let gcm = CipherSuite::AesGcm {
+            key: model::KeyBits::Aes256,
+        };
+        let cell = |backend: Backend, size| {
+            plan.cell_request(backend, gcm, CryptoChoice::Auto, 1, size)
+                .validate()
+                .unwrap()
+        };
+        let xfrm = cell(Backend::Xfrm, None);
+        assert_eq!(xfrm.workload().rekey, Some(schedule));
+        assert_eq!(xfrm.workload().modes.time_s, Some(3.5));
+        for b in Backend::ALL.into_iter().filter(|b| !b.is_wireguard()) {
+            let c = cell(b, None);
+            assert_eq!(c.workload().rekey.is_some(), b.describe().rekey.is_some(), "{b}");
+        }
+        assert_eq!(
+            cell(Backend::Xfrm, Some(PacketSize::Fixed(512))).workload().rekey,
+            None
+        );
     }
 }
