@@ -281,7 +281,7 @@ pub async fn transfer(
     let unix_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let mut ways = Vec::new();
     let mut threads = Vec::new();
-    let rekey = crate::rekey::prepare(plan, ends)?;
+    let rekey = crate::backend::rekey(plan, ends)?;
     for direction in directions(plan) {
         let mut counter = traffic::Progress::new(timeline, epoch);
         if rekey.is_some() {

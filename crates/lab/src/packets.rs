@@ -181,7 +181,7 @@ pub fn trial(
     let sender_done = CancellationToken::new();
     // A rekey run's timeline starts here, on the clock the datagrams carry.
     let (epoch, origin_ns) = (std::time::Instant::now(), udp::monotonic_ns());
-    let rekey = crate::rekey::prepare(plan, rekeys.ends)?;
+    let rekey = crate::backend::rekey(plan, rekeys.ends)?;
     let mut tally = Tally::new(
         seed,
         workload.packet_size,

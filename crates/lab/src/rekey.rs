@@ -25,18 +25,6 @@ pub trait Rekey: Send {
     fn grace(&self) -> Duration;
 }
 
-/// The rekey `plan` asks for, made before its data flows, so a backend that cannot rekey
-/// fails the run before it starts: its schedule and the backend's [`Rekey`].
-pub fn prepare(
-    plan: &model::RunPlan,
-    ends: &[crate::backend::End],
-) -> LabResult<Option<(RekeySchedule, Box<dyn Rekey>)>> {
-    match plan.workload().rekey {
-        Some(schedule) => Ok(Some((schedule, crate::backend::rekey(plan, ends)?))),
-        None => Ok(None),
-    }
-}
-
 /// The rekey thread of one transfer. Dropping it stops the thread (Ctrl-C, an error).
 pub struct Rekeyer {
     stop: Arc<(Mutex<bool>, Condvar)>,

@@ -53,17 +53,6 @@ fn rows(r: &RekeyReport) -> Vec<[String; 9]> {
         .collect()
 }
 
-/// What the run rekeyed and how: `xfrm aes-256-gcm: make-before-break rekey every 1 s`.
-pub(crate) fn title(run: &RunReport, r: &RekeyReport) -> String {
-    format!(
-        "{} {}: {} rekey every {} s",
-        run.plan.backend(),
-        run.plan.suite(),
-        r.schedule.order,
-        r.schedule.every_s
-    )
-}
-
 /// The run rendered as `format`; None where the run has no rekeys to show.
 pub fn render(run: &RunReport, format: Format) -> Option<Result<String, RenderError>> {
     let r = run.rekey.as_ref()?;
@@ -79,7 +68,10 @@ pub fn render(run: &RunReport, format: Format) -> Option<Result<String, RenderEr
 }
 
 fn markdown(run: &RunReport, r: &RekeyReport) -> String {
-    let mut out = format!("# Rekey under load: {}\n\n", escape::markdown(&title(run, r)));
+    let mut out = format!(
+        "# Rekey under load: {}\n\n",
+        escape::markdown(&crate::run::rekey::title(run, r))
+    );
     let _ = writeln!(out, "| {} |", COLUMNS.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(COLUMNS.len()));
     for row in rows(r) {
@@ -144,7 +136,7 @@ fn csv(r: &RekeyReport) -> String {
 }
 
 fn html(run: &RunReport, r: &RekeyReport, svg: &str) -> String {
-    let title = escape::xml(&title(run, r));
+    let title = escape::xml(&crate::run::rekey::title(run, r));
     let mut out = format!(
         "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\">\
          <head><meta charset=\"utf-8\"/><title>ipsec-lab rekey: {title}</title>\

@@ -33,22 +33,14 @@ use std::collections::BTreeSet;
 use model::matrix::MatrixReport;
 
 use crate::shared::{columns_explained, not_run_reasons, row_and_report_notes, Warnings};
-pub use draw::RenderError;
 use draw::{text_section, Layout};
+pub use draw::{Placement, RenderError};
 use panel::{panel_section, panels, Footnotes};
 use style::{Type, BODY, HEADING, SMALL, WARNING_TEXT};
 pub use style::{
     AXIS_LABEL, BASELINE_BAR, EMULATED_BAR, EMULATED_MARK, HOST_BAR, LATENCY_AXIS_LABEL, PACKETS_AXIS_LABEL,
     TITLE,
 };
-
-/// Where the chart goes: a file of its own (fixed size, with its title), or inside the
-/// HTML page (as wide as the page, under the page's heading).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    Standalone,
-    Inline,
-}
 
 pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
     chart(report, Placement::Standalone)

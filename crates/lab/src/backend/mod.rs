@@ -268,11 +268,15 @@ pub async fn local_evidence(plan: &RunPlan, ends: &mut [End], secrets: &RunSecre
     })
 }
 
-/// The rekey of a local run's two ends (`--rekey-every`), for the backends whose
-/// description says how they rekey; the plan refused it for the others.
-pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Rekey>> {
+/// The rekey `plan` asks for (`--rekey-every`) of a local run's two ends, made before its
+/// data flows so a backend that cannot rekey fails the run before it starts: the schedule
+/// and the backend's switch. The plan refused it for backends that cannot.
+pub fn rekey(
+    plan: &RunPlan,
+    ends: &[End],
+) -> LabResult<Option<(model::rekey::RekeySchedule, Box<dyn crate::rekey::Rekey>)>> {
     let Some(schedule) = plan.workload().rekey else {
-        return Err(LabError::usage(anyhow::anyhow!("the plan asks for no rekey")));
+        return Ok(None);
     };
     let cannot = || {
         LabError::usage(anyhow::anyhow!(
@@ -280,10 +284,10 @@ pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Re
             plan.backend()
         ))
     };
-    match plan.backend() {
+    let rekey: Box<dyn crate::rekey::Rekey> = match plan.backend() {
         Backend::Xfrm => match ends {
-            [End::Xfrm(a), End::Xfrm(b)] => Ok(Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?)),
-            _ => Err(cannot()),
+            [End::Xfrm(a), End::Xfrm(b)] => Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?),
+            _ => return Err(cannot()),
         },
         Backend::Plain
         | Backend::Userspace
@@ -291,6 +295,7 @@ pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Re
         | Backend::Strongswan
         | Backend::Wireguard
         | Backend::WireguardGo
-        | Backend::Boringtun => Err(cannot()),
-    }
+        | Backend::Boringtun => return Err(cannot()),
+    };
+    Ok(Some((schedule, rekey)))
 }

@@ -2,6 +2,18 @@
 //! cost the flow, and the flow's own longest gap away from the rekeys to judge them by.
 
 use model::rekey::{RekeyMark, RekeyReport};
+use model::RunReport;
+
+/// What the run rekeyed and how: `xfrm aes-256-gcm: make-before-break rekey every 1 s`.
+pub fn title(run: &RunReport, r: &RekeyReport) -> String {
+    format!(
+        "{} {}: {} rekey every {} s",
+        run.plan.backend(),
+        run.plan.suite(),
+        r.schedule.order,
+        r.schedule.every_s
+    )
+}
 
 /// A rekey's figures in a line.
 fn mark_line(m: &RekeyMark) -> String {

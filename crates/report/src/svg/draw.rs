@@ -99,6 +99,14 @@ pub(super) fn line(
         .map_err(chart_error)
 }
 
+/// Where the chart goes: a file of its own (fixed size, with its title), or inside the
+/// HTML page (as wide as the page, under the page's heading).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    Standalone,
+    Inline,
+}
+
 /// Measures shared by every section.
 pub(super) struct Layout {
     pub(super) width: i32,
@@ -202,11 +210,11 @@ pub(super) fn section(
 
 /// The sections one under the other in one `<svg>` with a `viewBox`, each in a `<g>` whose
 /// id names it; standalone at its size, inline as wide as the page.
-pub(super) fn stack(sections: Vec<Section>, width: i32, placement: super::Placement) -> String {
+pub(super) fn stack(sections: Vec<Section>, width: i32, placement: Placement) -> String {
     let height: i32 = sections.iter().map(|s| s.height).sum();
     let size = match placement {
-        super::Placement::Standalone => format!("width=\"{width}\" height=\"{height}\""),
-        super::Placement::Inline => "width=\"100%\"".to_string(),
+        Placement::Standalone => format!("width=\"{width}\" height=\"{height}\""),
+        Placement::Inline => "width=\"100%\"".to_string(),
     };
     let mut out =
         format!("<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {width} {height}\" {size}>\n");

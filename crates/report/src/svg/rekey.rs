@@ -40,7 +40,10 @@ fn draw(run: &RunReport, rekey: &model::rekey::RekeyReport) -> Result<String, Re
     let mut head = vec![
         (
             HEADING,
-            format!("ipsec-lab rekey under load: {}", crate::rekey::title(run, rekey)),
+            format!(
+                "ipsec-lab rekey under load: {}",
+                crate::run::rekey::title(run, rekey)
+            ),
         ),
         (
             SMALL,
@@ -78,7 +81,7 @@ fn draw(run: &RunReport, rekey: &model::rekey::RekeyReport) -> Result<String, Re
         )
         .collect();
     sections.push(text_section("rekeys", &layout, &lines)?);
-    Ok(stack(sections, WIDTH, super::Placement::Standalone))
+    Ok(stack(sections, WIDTH, super::draw::Placement::Standalone))
 }
 
 /// One transfer's buckets as a line, its rekeys as numbered vertical marks.
