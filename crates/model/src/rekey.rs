@@ -166,11 +166,20 @@ impl RekeyReport {
         notes
     }
 
-    /// The worst of every rekey: the longest gap, the deepest dip, the datagrams lost.
-    pub fn worst(&self) -> Option<Worst> {
+    /// The worst of every rekey: the longest gap, the deepest dip, the datagrams lost; None
+    /// where no rekey was made.
+    pub fn worst(&self) -> Option<RekeyCell> {
         let mut marks = self.marks().peekable();
         marks.peek()?;
-        let mut worst = Worst::default();
+        let mut worst = RekeyCell {
+            schedule: self.schedule,
+            rekeys: 0,
+            gap_ms: 0.0,
+            baseline_gap_ms: 0.0,
+            took_ms: 0.0,
+            dip: None,
+            lost: None,
+        };
         for m in marks {
             worst.rekeys += 1;
             worst.gap_ms = worst.gap_ms.max(m.gap_ms);
@@ -188,20 +197,8 @@ impl RekeyReport {
     }
 }
 
-/// A rekey report in one line's worth of figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Worst {
-    pub rekeys: u32,
-    pub gap_ms: f64,
-    pub took_ms: f64,
-    pub dip: Option<f64>,
-    /// UDP: datagrams lost around all rekeys together.
-    pub lost: Option<u64>,
-    pub baseline_gap_ms: f64,
-}
-
-/// A matrix cell's rekeys (`matrix --rekey-every`), in a few figures: the worst of every
-/// rekey of the cell's transfers and the flow's own worst away from them.
+/// A run's rekeys in a few figures (a matrix cell's, `matrix --rekey-every`): the worst of
+/// every rekey of its transfers and the flow's own worst away from them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RekeyCell {
     pub schedule: RekeySchedule,
@@ -220,20 +217,6 @@ pub struct RekeyCell {
 }
 
 impl RekeyCell {
-    /// None where the run made no rekey.
-    pub fn of(report: &RekeyReport) -> Option<RekeyCell> {
-        let w = report.worst()?;
-        Some(RekeyCell {
-            schedule: report.schedule,
-            rekeys: w.rekeys,
-            gap_ms: w.gap_ms,
-            baseline_gap_ms: w.baseline_gap_ms,
-            took_ms: w.took_ms,
-            dip: w.dip,
-            lost: w.lost,
-        })
-    }
-
     /// `gap 36 ms (22 away), 3 rekeys`, and the datagrams lost where counted.
     pub fn text(&self) -> String {
         let lost = self.lost.map_or(String::new(), |l| format!(", {l} lost"));
@@ -302,16 +285,18 @@ impl Timeline {
         }
     }
 
-    /// Each switch's window: from its bucket to [`WINDOW_S`] after it, or to the next switch.
+    /// Each switch's window: from its bucket to [`WINDOW_S`] after it, or to the next
+    /// switch's bucket (windows never overlap: nothing is counted for two rekeys).
     fn windows(&self, switches: &[Switch]) -> Vec<std::ops::Range<usize>> {
         switches
             .iter()
             .enumerate()
             .map(|(i, s)| {
+                let end = self.bucket_of(s.at_s + WINDOW_S) + 1;
                 let end = switches
                     .get(i + 1)
-                    .map_or(s.at_s + WINDOW_S, |next| next.at_s.min(s.at_s + WINDOW_S));
-                self.bucket_of(s.at_s)..self.bucket_of(end) + 1
+                    .map_or(end, |next| end.min(self.bucket_of(next.at_s)));
+                self.bucket_of(s.at_s)..end
             })
             .collect()
     }
@@ -331,7 +316,8 @@ impl Timeline {
         let rekeys = switches
             .iter()
             .zip(&windows)
-            .map(|(s, w)| {
+            .enumerate()
+            .map(|(i, (s, w))| {
                 let full = self.full();
                 let lowest = (w.start.max(full.start)..w.end.min(full.end))
                     .map(|b| self.delivered[b])
@@ -341,10 +327,14 @@ impl Timeline {
                     took_ms: s.took_ms,
                     gap_ms: gap_ms(w.clone()),
                     dip: lowest.filter(|_| median > 0.0).map(|l| l as f64 / median),
-                    datagrams: self
-                        .datagrams
-                        .as_ref()
-                        .map(|d| d.around(w.start.saturating_sub(1)..w.end)),
+                    // From the bucket before (in flight when it came), up to the bucket
+                    // before the next rekey's, which is that one's.
+                    datagrams: self.datagrams.as_ref().map(|d| {
+                        let end = windows
+                            .get(i + 1)
+                            .map_or(w.end, |next| w.end.min(next.start.saturating_sub(1)));
+                        d.around(w.start.saturating_sub(1)..end)
+                    }),
                 }
             })
             .collect();

@@ -468,7 +468,7 @@ pub fn run_as_matrix(run: &model::RunReport) -> MatrixReport {
     matrix.rows.push(Row {
         key: RowKey::new(plan.backend(), variant, HOST),
         cells: vec![Cell {
-            rekey: run.rekey.as_ref().and_then(model::rekey::RekeyCell::of),
+            rekey: run.rekey.as_ref().and_then(model::rekey::RekeyReport::worst),
             ..Cell::measured(suite, measurement)
         }],
         notes: vec![],

@@ -466,7 +466,7 @@ async fn run_cell(
             Cell {
                 packets: report.udp.as_ref().and_then(PacketRates::of),
                 latency: report.latency.clone(),
-                rekey: report.rekey.as_ref().and_then(model::rekey::RekeyCell::of),
+                rekey: report.rekey.as_ref().and_then(model::rekey::RekeyReport::worst),
                 ..Cell::measured(suite, m)
             }
         }
