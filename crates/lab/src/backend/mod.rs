@@ -285,9 +285,12 @@ pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Re
             [End::Xfrm(a), End::Xfrm(b)] => Ok(Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?)),
             _ => Err(cannot()),
         },
+        Backend::Openvpn => match ends {
+            [End::Openvpn(a), End::Openvpn(_)] => Ok(Box::new(openvpn::OpenvpnEnd::rekey(a))),
+            _ => Err(cannot()),
+        },
         Backend::Plain
         | Backend::Userspace
-        | Backend::Openvpn
         | Backend::Strongswan
         | Backend::Wireguard
         | Backend::WireguardGo
