@@ -23,8 +23,9 @@
 //! carry timestamps (`--machine-readable-output`); each renegotiation is read off end a's
 //! ([`OpenvpnRekey`]): it starts at "TLS: soft reset" and its switch ends when the new TLS
 //! session is up ("Control Channel: ..."), when the data moves to the new key. OpenVPN's
-//! timer counts from the key's handshake on a one-second tick, so the periods come out a
-//! little longer than N.
+//! timer counts from the key's handshake, so the periods come out a little longer than N.
+//! The first renegotiation, as the tunnel comes up, is awaited before the transfer (see
+//! [`OpenvpnEnd::wait_ready`]).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -285,6 +286,9 @@ impl Material {
 pub struct OpenvpnEnd {
     process: Process,
     started: Instant,
+    /// A rekey run's end a: how long [`OpenvpnEnd::wait_ready`] waits for the first
+    /// renegotiation, done before the transfer starts.
+    first_renegotiation: Option<Duration>,
 }
 
 impl OpenvpnEnd {
@@ -315,14 +319,35 @@ impl OpenvpnEnd {
                 record,
             },
             started: Instant::now(),
+            first_renegotiation: match (plan.workload().rekey, site.side) {
+                (Some(schedule), Side::A) => {
+                    Some(Duration::from_secs_f64(schedule.every_s) + RENEGOTIATION_TIMEOUT + READY_TIMEOUT)
+                }
+                _ => None,
+            },
         };
         recorded?;
         Ok(me)
     }
 
-    /// Waits until OpenVPN says it is up (both ends must be started for that).
+    /// Waits until OpenVPN says it is up (both ends must be started for that); a rekey run's
+    /// end a also until its first renegotiation is done. That one starts as the tunnel comes
+    /// up, often before the other end is ready for it ("key IDs out of sync"), and is then
+    /// retried a second or so later: not what a rekey under load costs, and it would shift
+    /// every later one; after it OpenVPN keeps its period.
     pub fn wait_ready(&mut self) -> LabResult<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
+        self.wait_for(READY_TIMEOUT, "ready", |p| p.ready())?;
+        if let Some(limit) = self.first_renegotiation {
+            self.wait_for(limit, "done with its first renegotiation", |p| {
+                Log::parse(&std::fs::read_to_string(&p.log).unwrap_or_default()).renegotiations() >= 1
+            })?;
+        }
+        self.started = Instant::now();
+        Ok(())
+    }
+
+    fn wait_for(&mut self, limit: Duration, what: &str, done: impl Fn(&Process) -> bool) -> LabResult<()> {
+        let deadline = Instant::now() + limit;
         let p = &mut self.process;
         loop {
             if let Ok(Some(status)) = p.child.try_wait() {
@@ -332,8 +357,7 @@ impl OpenvpnEnd {
                     p.log_tail()
                 )));
             }
-            if p.ready() {
-                self.started = Instant::now();
+            if done(p) {
                 return Ok(());
             }
             // This wait blocks the task that would see Ctrl-C: it looks for itself.
@@ -342,7 +366,7 @@ impl OpenvpnEnd {
             }
             if Instant::now() > deadline {
                 return Err(failed(format!(
-                    "openvpn not ready after {READY_TIMEOUT:?}:\n[{}]\n{}",
+                    "openvpn not {what} after {limit:?}:\n[{}]\n{}",
                     p.end,
                     p.log_tail()
                 )));
