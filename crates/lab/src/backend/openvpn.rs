@@ -571,7 +571,12 @@ fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Comma
             "0",
         ])
         // Timestamps to the microsecond on every line: a renegotiation's time is read off them.
-        .args(["--verb", "3", "--machine-readable-output", "--mute-replay-warnings"])
+        .args([
+            "--verb",
+            "3",
+            "--machine-readable-output",
+            "--mute-replay-warnings",
+        ])
         .arg("--log")
         .arg(log)
         .stdin(Stdio::null())
@@ -629,10 +634,16 @@ not a machine-readable line
     fn the_observed_switches_are_timed_from_the_epoch_and_wait_for_nothing_before_it() {
         let dir = tempfile_dir();
         let log = dir.join("openvpn-a.log");
-        std::fs::write(&log, INITIATOR.replace("1796523949.957455 14000003 TLS: soft reset", "x")).unwrap();
+        std::fs::write(
+            &log,
+            INITIATOR.replace("1796523949.957455 14000003 TLS: soft reset", "x"),
+        )
+        .unwrap();
         let mut rekey = OpenvpnRekey { log };
         let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(1796523947.0);
-        let got = crate::rekey::Rekey::observed(&mut rekey, epoch, 3.5).unwrap().unwrap();
+        let got = crate::rekey::Rekey::observed(&mut rekey, epoch, 3.5)
+            .unwrap()
+            .unwrap();
         assert_eq!(got.len(), 2, "{got:?}");
         assert!((got[0].at_s - 0.529282).abs() < 1e-5, "{got:?}");
         assert!((got[1].took_ms - 6.696).abs() < 1e-2, "{got:?}");

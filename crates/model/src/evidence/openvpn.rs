@@ -87,11 +87,19 @@ mod tests {
         let e = evidence(3);
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["ends"]["a"]["renegotiations"], 3);
-        assert!(e.lines()[1].ends_with("(75 % of a core), 3 renegotiations"), "{:?}", e.lines());
+        assert!(
+            e.lines()[1].ends_with("(75 % of a core), 3 renegotiations"),
+            "{:?}",
+            e.lines()
+        );
         let mut old = json.clone();
         old["ends"]["a"].as_object_mut().unwrap().remove("renegotiations");
         let back: OpenvpnEvidence = serde_json::from_value(old).unwrap();
         assert_eq!(back.ends["a"].renegotiations, 0);
-        assert!(evidence(0).lines()[1].ends_with("of a core)"), "{:?}", evidence(0).lines());
+        assert!(
+            evidence(0).lines()[1].ends_with("of a core)"),
+            "{:?}",
+            evidence(0).lines()
+        );
     }
 }

@@ -208,9 +208,11 @@ fn openvpn_rekey(every_s: f64, order: Option<RekeyOrder>, suite: CipherSuite) ->
         ));
     }
     if order.is_some() {
-        return Err("OpenVPN switches keys in its own order (the old key serves packets in flight for \
+        return Err(
+            "OpenVPN switches keys in its own order (the old key serves packets in flight for \
              its --tran-window after a renegotiation): leave out --rekey-order"
-            .into());
+                .into(),
+        );
     }
     if every_s < 1.0 || every_s.fract() != 0.0 {
         return Err(format!(
