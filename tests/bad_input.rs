@@ -41,6 +41,52 @@ fn bad_values_exit_2_and_create_nothing() {
             &["run", "--rekey-every", "1", "--bytes", "10MB"][..],
             "give --time SECONDS",
         ),
+        // OpenVPN's static-key mode has no renegotiation; its timer counts whole seconds;
+        // it keeps the old key in its own order.
+        (
+            &[
+                "run",
+                "--backend",
+                "openvpn",
+                "--cipher",
+                "aes-256-cbc",
+                "--rekey-every",
+                "1",
+                "--time",
+                "3",
+            ][..],
+            "use --cipher aes-256-gcm",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "openvpn",
+                "--cipher",
+                "aes-256-gcm",
+                "--rekey-every",
+                "0.5",
+                "--time",
+                "3",
+            ][..],
+            "whole seconds",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "openvpn",
+                "--cipher",
+                "aes-256-gcm",
+                "--rekey-every",
+                "1",
+                "--rekey-order",
+                "naive",
+                "--time",
+                "3",
+            ][..],
+            "leave out --rekey-order",
+        ),
     ]);
 }
 

@@ -4,6 +4,9 @@
 //! the SA counters span every generation; make-before-break loses no datagram, and the
 //! naive order's report agrees with the trial's own count, whatever it lost. Needs root and
 //! user-mode Linux (`make setup`); under CI=true a missing one fails the test.
+//!
+//! And real OpenVPN 2.6 renegotiating its TLS-mode data channel key under load, on this host
+//! (root and openvpn; likewise under CI=true).
 
 mod common;
 
@@ -206,4 +209,59 @@ fn a_matrix_rekey_sweep_has_a_rekey_table_in_every_format() {
     let compared = run_lab(&["compare", json, json]);
     let said = text(&compared);
     assert!(said.contains("Rekeys, side by side and not judged"), "{said}");
+}
+
+/// OpenVPN renegotiates on its own timer (`--reneg-sec 1 1` on end a): each renegotiation in
+/// the transfer is in the report with its true time off end a's log, and both ends' logs
+/// show it in the evidence, with the one done as the tunnel came up (before the transfer)
+/// and any between the transfer's end and the tunnel's.
+#[test]
+fn openvpn_renegotiates_under_load_and_each_renegotiation_is_reported() {
+    let test = "openvpn_renegotiates_under_load_and_each_renegotiation_is_reported";
+    if !root_or_skip(test) || !openvpn_or_skip(test) {
+        return;
+    }
+    let _lock = lab_lock();
+    let out = own::run_lab_leaving_nothing(&[
+        "run",
+        "--backend",
+        "openvpn",
+        "--cipher",
+        "aes-256-gcm",
+        "--rekey-every",
+        "1",
+        "--time",
+        "3.5",
+        "--no-ceiling",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let t = &r["transfers"][0];
+    assert_eq!(t["verified"].as_bool(), Some(true), "{r}");
+    let seconds = t["seconds"].as_f64().unwrap_or(3.5).max(3.5);
+    let rekeys = r["rekey"]["runs"][0]["rekeys"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    // Every second from wherever OpenVPN's timer stood: three or four in 3.5 s.
+    assert!(rekeys.len() >= 2, "{r}");
+    let mut last = -1.0;
+    for m in rekeys {
+        let (at, took) = (m["at_s"].as_f64().unwrap(), m["took_ms"].as_f64().unwrap());
+        assert!(at >= 0.0 && at < seconds && at > last, "{m}");
+        assert!((0.0..5_000.0).contains(&took), "{m}");
+        last = at;
+    }
+    assert!(r["rekey"]["how"].as_str().unwrap().contains("--reneg-sec"), "{r}");
+    let ends = &r["backend_details"]["openvpn"]["ends"];
+    let (a, b) = (
+        ends["a"]["renegotiations"].as_u64().unwrap(),
+        ends["b"]["renegotiations"].as_u64().unwrap(),
+    );
+    // Each renegotiation is a handshake in both ends' logs.
+    assert_eq!(a, b, "{r}");
+    let n = rekeys.len() as u64;
+    assert!(a > n && a <= n + 3, "{n} in the transfer, {a} in the logs: {r}");
 }

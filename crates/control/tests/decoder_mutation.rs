@@ -79,6 +79,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 side: "a".into(),
                 pid: 7,
                 cpu: model::CpuUsage::new(0.1, 0.2, 1.0),
+                renegotiations: 0,
             }),
         },
         Message::Busy,

@@ -3,13 +3,17 @@
 //! how long it took. What a rekey *does* is the backend's ([`Rekey`]); what it cost the flow
 //! is read afterwards off the transfer's 10 ms timeline (model::rekey).
 //!
+//! A backend that rekeys on its own timer (OpenVPN's `--reneg-sec`: nothing outside it can
+//! start a renegotiation) does nothing on the schedule and says afterwards when it switched
+//! ([`Rekey::observed`], read from its log): its true times replace the scheduled ones.
+//!
 //! A thread of its own, not a task: the switch must happen on time while the runtime's
 //! workers are busy with the transfer, and a backend's switch may block (netlink, a
 //! daemon's command).
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use model::rekey::{RekeySchedule, Switch};
 
@@ -23,6 +27,14 @@ pub trait Rekey: Send {
     fn retire(&mut self) -> LabResult<()>;
     /// How long after a switch [`Rekey::retire`] is due.
     fn grace(&self) -> Duration;
+    /// A backend that rekeys on its own timer (its switch and retire do nothing): the
+    /// switches it made, once the transfer of `seconds` is over, timed since `epoch` (its
+    /// start on the wall clock, which the backend's own record uses); those outside the
+    /// transfer are left out by the caller. None: the scheduled switches are the switches.
+    fn observed(&mut self, epoch: SystemTime, seconds: f64) -> LabResult<Option<Vec<Switch>>> {
+        let _ = (epoch, seconds);
+        Ok(None)
+    }
 }
 
 /// The rekey thread of one transfer. Dropping it stops the thread (Ctrl-C, an error).
@@ -41,6 +53,10 @@ impl Rekeyer {
         seconds: f64,
     ) -> LabResult<Rekeyer> {
         let count = schedule.count_in(seconds) as usize;
+        // The wall clock's reading at the epoch, for a backend that times its own switches.
+        let wall_epoch = SystemTime::now()
+            .checked_sub(epoch.elapsed())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stopped = stop.clone();
         let every = Duration::from_secs_f64(schedule.every_s);
@@ -87,6 +103,13 @@ impl Rekeyer {
                 }
                 if retire_at.is_some() {
                     rekey.retire()?;
+                }
+                // Its own switches, as far as they fall in the transfer (not those while
+                // the tunnel waited for it, or after it).
+                if let Some(mut observed) = rekey.observed(wall_epoch, seconds)? {
+                    observed.retain(|s| (0.0..seconds).contains(&s.at_s));
+                    observed.sort_by(|x, y| x.at_s.total_cmp(&y.at_s));
+                    return Ok(observed);
                 }
                 Ok(switches)
             })
@@ -182,6 +205,49 @@ mod tests {
         std::thread::sleep(Duration::from_millis(600));
         assert_eq!(rekeyer.finish().unwrap().len(), 3);
         assert_eq!(events.lock().unwrap().len(), 6);
+    }
+
+    /// A backend on its own timer: four switches it saw, one before the transfer and one
+    /// after it.
+    struct OwnTimer(Arc<Mutex<Option<SystemTime>>>);
+
+    impl Rekey for OwnTimer {
+        fn switch(&mut self) -> LabResult<()> {
+            Ok(())
+        }
+        fn retire(&mut self) -> LabResult<()> {
+            Ok(())
+        }
+        fn grace(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn observed(&mut self, epoch: SystemTime, _seconds: f64) -> LabResult<Option<Vec<Switch>>> {
+            *self.0.lock().unwrap() = Some(epoch);
+            let at = |at_s| Switch { at_s, took_ms: 4.0 };
+            Ok(Some(vec![at(0.3), at(-0.5), at(0.12), at(10.0)]))
+        }
+    }
+
+    /// What a backend on its own timer saw replaces the schedule, as far as it falls in the
+    /// transfer, in time order; its epoch is the transfer's start on the wall clock.
+    #[test]
+    fn a_backend_on_its_own_timer_reports_its_switches_within_the_transfer() {
+        let seen = Arc::new(Mutex::new(None));
+        let schedule = RekeySchedule {
+            every_s: 0.1,
+            order: model::rekey::RekeyOrder::MakeBeforeBreak,
+        };
+        let epoch = Instant::now() - Duration::from_millis(50);
+        let wall = SystemTime::now() - Duration::from_millis(50);
+        let rekeyer = Rekeyer::start(schedule, epoch, 0.35, Box::new(OwnTimer(seen.clone()))).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let switches = rekeyer.finish().unwrap();
+        let at: Vec<f64> = switches.iter().map(|s| s.at_s).collect();
+        assert_eq!(at, [0.12, 0.3]);
+        assert_eq!(switches[0].took_ms, 4.0);
+        let told = seen.lock().unwrap().unwrap();
+        let off = told.duration_since(wall).unwrap_or_else(|e| e.duration());
+        assert!(off < Duration::from_millis(20), "{off:?}");
     }
 
     /// Dropped without finish (an error, Ctrl-C): the thread stops and is joined.

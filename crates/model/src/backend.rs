@@ -146,6 +146,12 @@ const XFRM_REKEY: &str = "a fresh SA pair (new SPIs and keys, same reqid) replac
                           outbound SAs (the switch) and the old inbound ones 200 ms later; naive deletes the old pair \
                           before adding the new";
 
+const OPENVPN_REKEY: &str = "OpenVPN renegotiates on its own timer, the lab cannot trigger one: end a (the TLS server) \
+                             runs with --reneg-sec N N (end b with 0, so one end starts them), and each renegotiation \
+                             is read off end a's log: at its \"TLS: soft reset\", the switch lasting until the new TLS \
+                             session is up (\"Control Channel:\"), when data moves to the new key; the old key serves \
+                             packets in flight for --tran-window";
+
 const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Plain,
@@ -205,7 +211,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::Openssl,
         threads: Threads::None("OpenVPN 2.6 moves all of a tunnel's packets on its one thread"),
         tunnelled: true,
-        rekey: None,
+        rekey: Some(OPENVPN_REKEY),
     },
     Description {
         backend: Backend::Strongswan,

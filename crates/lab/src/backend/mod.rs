@@ -289,9 +289,12 @@ pub fn rekey(
             [End::Xfrm(a), End::Xfrm(b)] => Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?),
             _ => return Err(cannot()),
         },
+        Backend::Openvpn => match ends {
+            [End::Openvpn(a), End::Openvpn(_)] => Box::new(openvpn::OpenvpnEnd::rekey(a)),
+            _ => return Err(cannot()),
+        },
         Backend::Plain
         | Backend::Userspace
-        | Backend::Openvpn
         | Backend::Strongswan
         | Backend::Wireguard
         | Backend::WireguardGo

@@ -12,14 +12,28 @@
 //!
 //! Evidence (`backend_details.openvpn`, [`OpenvpnEvidence`]): `version`, `mode` (static-key or
 //! tls-p2p), `cipher`, `auth`, `tun_mtu`, and per end `cpu` (`user_s`, `system_s`,
-//! `percent_of_core`) of its openvpn process over its life, from /proc.
+//! `percent_of_core`) of its openvpn process over its life, from /proc, and `renegotiations`,
+//! the TLS handshakes after the first its log shows.
+//!
+//! Rekeying (`--rekey-every N`, TLS mode only): OpenVPN offers no way to start a
+//! renegotiation from outside (its management interface has none; SIGUSR1 restarts the
+//! whole connection), so it renegotiates on its own timer: end a, the TLS server, with
+//! `--reneg-sec N N` (max and min the same: 2.6 otherwise draws each period between them),
+//! end b with `--reneg-sec 0`, so only one end starts them and they never cross. The logs
+//! carry timestamps (`--machine-readable-output`); each renegotiation is read off end a's
+//! ([`OpenvpnRekey`]): it starts at "TLS: soft reset" and its switch ends when the new TLS
+//! session is up ("Control Channel: ..."), when the data moves to the new key. OpenVPN's
+//! timer counts from the key's handshake, so the periods come out a little longer than N.
+//! The first renegotiation, as the tunnel comes up, is awaited before the transfer (see
+//! [`OpenvpnEnd::wait_ready`]).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use model::evidence::{OpenvpnEvidence, OpenvpnProcess};
+use model::rekey::Switch;
 use model::{CipherSuite, Hmac, KeyBits, RunPlan};
 use netns::Namespace;
 use procstat::CpuTime;
@@ -32,6 +46,12 @@ use crate::error::{LabError, LabResult};
 const PORT: u16 = 1194;
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 const READY_LINE: &str = "Initialization Sequence Completed";
+/// The initiator's line as a renegotiation starts.
+const SOFT_RESET: &str = "TLS: soft reset";
+/// Each end's line as a TLS handshake completes, the first one's and each renegotiation's.
+const HANDSHAKE_DONE: &str = "Control Channel: ";
+/// How long a renegotiation that started within the transfer may take to show its end.
+const RENEGOTIATION_TIMEOUT: Duration = Duration::from_secs(5);
 const INSTALL: &str =
     "openvpn is not installed: install it with `apt-get install openvpn` (Debian/Ubuntu) or `dnf install openvpn`";
 
@@ -266,6 +286,9 @@ impl Material {
 pub struct OpenvpnEnd {
     process: Process,
     started: Instant,
+    /// A rekey run's end a: how long [`OpenvpnEnd::wait_ready`] waits for the first
+    /// renegotiation, done before the transfer starts.
+    first_renegotiation: Option<Duration>,
 }
 
 impl OpenvpnEnd {
@@ -282,6 +305,7 @@ impl OpenvpnEnd {
         let child = openvpn_command(site.namespace, &format!("ipl-ovpn-{end}"), material.tun_mtu, &log)
             .args(addresses(inner, inner_peer, ad.prefix_len, outer, outer_peer))
             .args(args)
+            .args(renegotiation(plan, site.side))
             .spawn()
             .map_err(|e| failed(format!("start openvpn in {}: {e}", site.namespace.name())))?;
         let record = owner::Record::process(child.id(), "openvpn");
@@ -295,14 +319,35 @@ impl OpenvpnEnd {
                 record,
             },
             started: Instant::now(),
+            first_renegotiation: match (plan.workload().rekey, site.side) {
+                (Some(schedule), Side::A) => {
+                    Some(Duration::from_secs_f64(schedule.every_s) + RENEGOTIATION_TIMEOUT + READY_TIMEOUT)
+                }
+                _ => None,
+            },
         };
         recorded?;
         Ok(me)
     }
 
-    /// Waits until OpenVPN says it is up (both ends must be started for that).
+    /// Waits until OpenVPN says it is up (both ends must be started for that); a rekey run's
+    /// end a also until its first renegotiation is done. That one starts as the tunnel comes
+    /// up, often before the other end is ready for it ("key IDs out of sync"), and is then
+    /// retried a second or so later: not what a rekey under load costs, and it would shift
+    /// every later one; after it OpenVPN keeps its period.
     pub fn wait_ready(&mut self) -> LabResult<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
+        self.wait_for(READY_TIMEOUT, "ready", |p| p.ready())?;
+        if let Some(limit) = self.first_renegotiation {
+            self.wait_for(limit, "done with its first renegotiation", |p| {
+                Log::parse(&std::fs::read_to_string(&p.log).unwrap_or_default()).renegotiations() >= 1
+            })?;
+        }
+        self.started = Instant::now();
+        Ok(())
+    }
+
+    fn wait_for(&mut self, limit: Duration, what: &str, done: impl Fn(&Process) -> bool) -> LabResult<()> {
+        let deadline = Instant::now() + limit;
         let p = &mut self.process;
         loop {
             if let Ok(Some(status)) = p.child.try_wait() {
@@ -312,8 +357,7 @@ impl OpenvpnEnd {
                     p.log_tail()
                 )));
             }
-            if p.ready() {
-                self.started = Instant::now();
+            if done(p) {
                 return Ok(());
             }
             // This wait blocks the task that would see Ctrl-C: it looks for itself.
@@ -322,7 +366,7 @@ impl OpenvpnEnd {
             }
             if Instant::now() > deadline {
                 return Err(failed(format!(
-                    "openvpn not ready after {READY_TIMEOUT:?}:\n[{}]\n{}",
+                    "openvpn not {what} after {limit:?}:\n[{}]\n{}",
                     p.end,
                     p.log_tail()
                 )));
@@ -331,13 +375,156 @@ impl OpenvpnEnd {
         }
     }
 
-    /// The process's CPU since it was up.
+    /// The process's CPU since it was up, and the renegotiations its log shows.
     pub fn finish(&self) -> OpenvpnProcess {
         let cpu = self.process.cpu();
+        let log = std::fs::read_to_string(&self.process.log).unwrap_or_default();
         OpenvpnProcess {
             side: self.process.end.into(),
             pid: self.process.child.id(),
             cpu: model::CpuUsage::new(cpu.user_s, cpu.system_s, self.started.elapsed().as_secs_f64()),
+            renegotiations: Log::parse(&log).renegotiations(),
+        }
+    }
+
+    /// The rekey of a local run (`--rekey-every`): end a starts every renegotiation, its log
+    /// says when.
+    pub fn rekey(a: &OpenvpnEnd) -> OpenvpnRekey {
+        OpenvpnRekey {
+            log: a.process.log.clone(),
+        }
+    }
+}
+
+/// `--reneg-sec` for a rekey run: end a renegotiates every period exactly, end b never of
+/// its own accord; none otherwise (OpenVPN's default hour).
+fn renegotiation(plan: &RunPlan, side: Side) -> Vec<String> {
+    let Some(schedule) = plan.workload().rekey else {
+        return Vec::new();
+    };
+    // The plan allows whole seconds only.
+    let every = format!("{}", schedule.every_s.round() as u64);
+    match side {
+        Side::A => vec!["--reneg-sec".into(), every.clone(), every],
+        Side::B => vec!["--reneg-sec".into(), "0".into()],
+    }
+}
+
+/// What an OpenVPN log (`--machine-readable-output`: each line starts `SECONDS.MICROS FLAGS`)
+/// says of its TLS handshakes: when each renegotiation started (the initiator's soft reset)
+/// and when each handshake completed, in Unix seconds.
+#[derive(Debug, Default, PartialEq)]
+struct Log {
+    soft_resets: Vec<f64>,
+    handshakes: Vec<f64>,
+}
+
+impl Log {
+    fn parse(text: &str) -> Log {
+        let mut log = Log::default();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ' ');
+            let (Some(time), Some(_flags), Some(message)) = (parts.next(), parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(time) = time.parse::<f64>() else {
+                continue;
+            };
+            if message.starts_with(SOFT_RESET) {
+                log.soft_resets.push(time);
+            } else if message.starts_with(HANDSHAKE_DONE) {
+                log.handshakes.push(time);
+            }
+        }
+        log
+    }
+
+    /// Handshakes after the first: the renegotiations that completed.
+    fn renegotiations(&self) -> u32 {
+        self.handshakes.len().saturating_sub(1) as u32
+    }
+
+    /// Each soft reset with the first handshake that completed after it (None: not yet); a
+    /// soft reset followed by another before any handshake was given up and is left out.
+    fn switches(&self) -> Vec<(f64, Option<f64>)> {
+        let mut out = Vec::new();
+        for (k, &start) in self.soft_resets.iter().enumerate() {
+            let next_reset = self.soft_resets.get(k + 1).copied().unwrap_or(f64::INFINITY);
+            let done = self.handshakes.iter().copied().find(|&h| h >= start);
+            match done {
+                Some(done) if done <= next_reset => out.push((start, Some(done))),
+                Some(_) => {}
+                None if next_reset.is_infinite() => out.push((start, None)),
+                None => {}
+            }
+        }
+        out
+    }
+}
+
+/// OpenVPN's renegotiations, read off end a's log when the transfer is over: the scheduled
+/// switch does nothing (OpenVPN offers no way to start one).
+pub struct OpenvpnRekey {
+    log: PathBuf,
+}
+
+impl crate::rekey::Rekey for OpenvpnRekey {
+    fn switch(&mut self) -> LabResult<()> {
+        Ok(())
+    }
+
+    fn retire(&mut self) -> LabResult<()> {
+        Ok(())
+    }
+
+    fn grace(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn observed(&mut self, epoch: SystemTime, seconds: f64) -> LabResult<Option<Vec<Switch>>> {
+        let epoch_s = epoch
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_err(|e| failed(format!("the clock is before 1970: {e}")))?
+            .as_secs_f64();
+        let now_s = || {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        let deadline = Instant::now() + RENEGOTIATION_TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(&self.log)
+                .map_err(|e| failed(format!("read {}: {e}", self.log.display())))?;
+            let switches = Log::parse(&text).switches();
+            // One that started within the transfer and is still under way: its end is due in
+            // the log shortly.
+            let pending = switches
+                .iter()
+                .find(|(start, done)| done.is_none() && (epoch_s..epoch_s + seconds).contains(start));
+            match pending {
+                Some((start, _)) if Instant::now() >= deadline => {
+                    return Err(failed(format!(
+                        "a renegotiation started {:.2} s into the transfer did not complete within {:.0} s of its end (at {:.2} s)",
+                        start - epoch_s,
+                        RENEGOTIATION_TIMEOUT.as_secs_f64(),
+                        now_s() - epoch_s
+                    )));
+                }
+                Some(_) => std::thread::sleep(Duration::from_millis(50)),
+                None => {
+                    return Ok(Some(
+                        switches
+                            .into_iter()
+                            .filter_map(|(start, done)| {
+                                Some(Switch {
+                                    at_s: start - epoch_s,
+                                    took_ms: (done? - start).max(0.0) * 1e3,
+                                })
+                            })
+                            .collect(),
+                    ))
+                }
+            }
         }
     }
 }
@@ -383,11 +570,89 @@ fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Comma
             "--mssfix",
             "0",
         ])
-        .args(["--verb", "3", "--suppress-timestamps", "--mute-replay-warnings"])
+        // Timestamps to the microsecond on every line: a renegotiation's time is read off them.
+        .args([
+            "--verb",
+            "3",
+            "--machine-readable-output",
+            "--mute-replay-warnings",
+        ])
         .arg("--log")
         .arg(log)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// End a's log of a run with `--reneg-sec 1 1` (OpenVPN 2.6.14, trimmed).
+    const INITIATOR: &str = "\
+1796523946.474113 14000003 TLS: Initial packet from [AF_INET]10.99.0.2:1194, sid=29fc1718 548ab9df
+1796523946.475863 14000002 Control Channel: TLSv1.3, cipher TLSv1.3 TLS_AES_256_GCM_SHA384, peer certificate: 256 bits ECprime256v1
+1796523946.475870 1 [b] Peer Connection Initiated with [AF_INET]10.99.0.2:1194
+1796523947.529251 1 Initialization Sequence Completed
+1796523947.529277 14000002 Data Channel: cipher 'AES-256-GCM', peer-id: 0
+1796523947.529282 14000003 TLS: soft reset sec=1/1 bytes=0/-1 pkts=0/0
+1796523947.531000 14000002 VERIFY OK: depth=0, CN=b
+1796523947.531401 14000002 Control Channel: TLSv1.3, cipher TLSv1.3 TLS_AES_256_GCM_SHA384
+1796523948.691576 14000003 TLS: soft reset sec=1/1 bytes=0/-1 pkts=0/0
+1796523948.698272 14000002 Control Channel: TLSv1.3, cipher TLSv1.3 TLS_AES_256_GCM_SHA384
+1796523949.957455 14000003 TLS: soft reset sec=1/1 bytes=140/-1 pkts=2/0
+not a machine-readable line
+";
+
+    #[test]
+    fn each_soft_reset_is_paired_with_the_handshake_that_completed_it() {
+        let log = Log::parse(INITIATOR);
+        assert_eq!(log.soft_resets.len(), 3);
+        assert_eq!(log.renegotiations(), 2);
+        let switches = log.switches();
+        assert_eq!(switches.len(), 3);
+        let (start, done) = switches[0];
+        assert_eq!(start, 1796523947.529282);
+        assert!((done.unwrap() - start - 0.002119).abs() < 1e-6, "{switches:?}");
+        assert!((switches[1].1.unwrap() - switches[1].0 - 0.006696).abs() < 1e-6);
+        // The last is still under way.
+        assert_eq!(switches[2], (1796523949.957455, None));
+    }
+
+    /// A soft reset given up (another came before any handshake) is no switch.
+    #[test]
+    fn a_renegotiation_given_up_is_left_out() {
+        let log = Log::parse(
+            "10.0 3 TLS: soft reset sec=1/1\n11.0 3 TLS: soft reset sec=1/1\n11.5 2 Control Channel: TLSv1.3\n",
+        );
+        assert_eq!(log.switches(), [(11.0, Some(11.5))]);
+        assert_eq!(log.renegotiations(), 0);
+    }
+
+    #[test]
+    fn the_observed_switches_are_timed_from_the_epoch_and_wait_for_nothing_before_it() {
+        let dir = tempfile_dir();
+        let log = dir.join("openvpn-a.log");
+        std::fs::write(
+            &log,
+            INITIATOR.replace("1796523949.957455 14000003 TLS: soft reset", "x"),
+        )
+        .unwrap();
+        let mut rekey = OpenvpnRekey { log };
+        let epoch = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(1796523947.0);
+        let got = crate::rekey::Rekey::observed(&mut rekey, epoch, 3.5)
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!((got[0].at_s - 0.529282).abs() < 1e-5, "{got:?}");
+        assert!((got[1].took_ms - 6.696).abs() < 1e-2, "{got:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ipl-openvpn-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 }

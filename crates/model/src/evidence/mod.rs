@@ -246,6 +246,7 @@ mod tests {
             side: String::new(),
             pid: 42,
             cpu: CpuUsage::new(1.0, 0.5, 2.0),
+            renegotiations: 0,
         };
         let openvpn = OpenvpnEvidence {
             version: "OpenVPN 2.6.3".into(),

@@ -1,4 +1,5 @@
-//! OpenVPN's evidence: its version and configuration, and each end's process and its CPU.
+//! OpenVPN's evidence: its version and configuration, and each end's process, its CPU and
+//! the renegotiations its log shows.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,10 @@ pub struct OpenvpnProcess {
     pub side: String,
     pub pid: u32,
     pub cpu: CpuUsage,
+    /// TLS renegotiations of the data channel's key this end's log shows over its life
+    /// (handshakes after the first; static-key mode has none). Older reports: 0.
+    #[serde(default)]
+    pub renegotiations: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,11 +45,61 @@ impl OpenvpnEvidence {
             if self.dco { "on" } else { "off" }
         )];
         for (side, p) in &self.ends {
+            let renegotiated = match p.renegotiations {
+                0 => String::new(),
+                n => format!(", {n} renegotiation{}", if n == 1 { "" } else { "s" }),
+            };
             lines.push(format!(
-                "openvpn end {side} (pid {}): {:.2} s user + {:.2} s system ({:.0} % of a core)",
+                "openvpn end {side} (pid {}): {:.2} s user + {:.2} s system ({:.0} % of a core){renegotiated}",
                 p.pid, p.cpu.user_s, p.cpu.system_s, p.cpu.percent_of_core
             ));
         }
         lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence(renegotiations: u32) -> OpenvpnEvidence {
+        let end = OpenvpnProcess {
+            side: String::new(),
+            pid: 7,
+            cpu: CpuUsage::new(1.0, 0.5, 2.0),
+            renegotiations,
+        };
+        OpenvpnEvidence {
+            version: "OpenVPN 2.6.14".into(),
+            mode: "tls-p2p".into(),
+            cipher: "AES-256-GCM".into(),
+            auth: "none (AEAD)".into(),
+            tun_mtu: 1400,
+            dco: false,
+            ends: BTreeMap::from([("a".to_string(), end.clone()), ("b".to_string(), end)]),
+        }
+    }
+
+    /// The renegotiations are in the JSON and in each end's line; a report from before the
+    /// field reads as none, and a run without them says nothing of them.
+    #[test]
+    fn renegotiations_are_shown_per_end_and_default_to_none() {
+        let e = evidence(3);
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["ends"]["a"]["renegotiations"], 3);
+        assert!(
+            e.lines()[1].ends_with("(75 % of a core), 3 renegotiations"),
+            "{:?}",
+            e.lines()
+        );
+        let mut old = json.clone();
+        old["ends"]["a"].as_object_mut().unwrap().remove("renegotiations");
+        let back: OpenvpnEvidence = serde_json::from_value(old).unwrap();
+        assert_eq!(back.ends["a"].renegotiations, 0);
+        assert!(
+            evidence(0).lines()[1].ends_with("of a core)"),
+            "{:?}",
+            evidence(0).lines()
+        );
     }
 }

@@ -198,6 +198,31 @@ impl Default for RunRequest {
     }
 }
 
+/// What OpenVPN can do of a rekey schedule: renegotiate a TLS-mode (AEAD) tunnel every whole
+/// number of seconds (`--reneg-sec` counts seconds), in its own order.
+fn openvpn_rekey(every_s: f64, order: Option<RekeyOrder>, suite: CipherSuite) -> Result<(), String> {
+    if !matches!(suite, CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305) {
+        return Err(format!(
+            "OpenVPN runs {suite} in static-key mode (--secret), which has no renegotiation: \
+             use --cipher aes-256-gcm (TLS mode, which renegotiates its data channel key)"
+        ));
+    }
+    if order.is_some() {
+        return Err(
+            "OpenVPN switches keys in its own order (the old key serves packets in flight for \
+             its --tran-window after a renegotiation): leave out --rekey-order"
+                .into(),
+        );
+    }
+    if every_s < 1.0 || every_s.fract() != 0.0 {
+        return Err(format!(
+            "--rekey-every {every_s} with OpenVPN: its --reneg-sec counts whole seconds; \
+             give a whole number of seconds, 1 or more"
+        ));
+    }
+    Ok(())
+}
+
 impl RunRequest {
     pub fn validate(self) -> Result<RunPlan, PlanError> {
         let mut ignored = Vec::new();
@@ -278,7 +303,7 @@ impl RunRequest {
             one_way_policies,
         })?;
         let (udp, ndr) = self.packets.validate(&self, &modes)?;
-        let rekey = self.rekey(&modes, peer.is_some())?;
+        let rekey = self.rekey(&modes, peer.is_some(), suite)?;
         let udp_run = udp.is_some();
         Ok(RunPlan {
             backend,
@@ -313,7 +338,12 @@ impl RunRequest {
 
     /// `--rekey-every`/`--rekey-order`, checked against what a rekey run can report: one
     /// timed way whose timeline the rekeys are read off.
-    fn rekey(&self, modes: &crate::modes::Modes, peer: bool) -> Result<Option<RekeySchedule>, PlanError> {
+    fn rekey(
+        &self,
+        modes: &crate::modes::Modes,
+        peer: bool,
+        suite: CipherSuite,
+    ) -> Result<Option<RekeySchedule>, PlanError> {
         let refuse = |s: String| Err(PlanError::Rekey(s));
         let Some(every_s) = self.rekey.every_s else {
             if self.rekey.order.is_some() {
@@ -335,6 +365,9 @@ impl RunRequest {
             return refuse(format!(
                 "--rekey-every {every_s} is out of range: give {MIN_EVERY_S} to {MAX_REKEY_RUN_S} seconds"
             ));
+        }
+        if b == Backend::Openvpn {
+            openvpn_rekey(every_s, self.rekey.order, suite).map_err(PlanError::Rekey)?;
         }
         if peer {
             return refuse(
@@ -1081,5 +1114,46 @@ mod tests {
         let mut bidir = rekey_request(1.0, Some(3.0));
         bidir.modes.bidir = true;
         refused(bidir, "leave out --find-ndr and --bidir");
+    }
+
+    /// OpenVPN renegotiates in TLS mode only, every whole number of seconds, in its own order.
+    #[test]
+    fn openvpn_rekeys_refuse_static_key_suites_fractions_and_an_order() {
+        let openvpn = |cipher: Option<CipherSuite>, every_s: f64, order: Option<RekeyOrder>| RunRequest {
+            backend: Backend::Openvpn,
+            cipher,
+            rekey: RekeyRequest {
+                every_s: Some(every_s),
+                order,
+            },
+            ..rekey_request(every_s, Some(3.5))
+        };
+        let gcm = Some(CipherSuite::AesGcm { key: KeyBits::Aes256 });
+        let refused = |r: RunRequest, says: &[&str]| {
+            let e = r.validate().unwrap_err().to_string();
+            for s in says {
+                assert!(e.contains(s), "{e:?} should say {s:?}");
+            }
+        };
+        let cbc = Some(CipherSuite::AesCbc {
+            key: KeyBits::Aes256,
+            hmac: Hmac::Sha256,
+        });
+        refused(
+            openvpn(cbc, 1.0, None),
+            &["static-key mode", "no renegotiation", "use --cipher aes-256-gcm"],
+        );
+        // The backend's default suite is CBC too.
+        refused(openvpn(None, 1.0, None), &["use --cipher aes-256-gcm"]);
+        refused(openvpn(Some(CipherSuite::None), 1.0, None), &["static-key mode"]);
+        refused(
+            openvpn(gcm, 1.0, Some(RekeyOrder::MakeBeforeBreak)),
+            &["--tran-window", "leave out --rekey-order"],
+        );
+        refused(openvpn(gcm, 0.5, None), &["whole seconds", "1 or more"]);
+        refused(openvpn(gcm, 1.5, None), &["whole seconds"]);
+        let plan = openvpn(gcm, 1.0, None).validate().unwrap();
+        let schedule = plan.workload().rekey.unwrap();
+        assert_eq!(schedule.every_s, 1.0);
     }
 }
