@@ -239,7 +239,7 @@ mod tests {
         };
         let epoch = Instant::now() - Duration::from_millis(50);
         let wall = SystemTime::now() - Duration::from_millis(50);
-        let rekeyer = Rekeyer::start(schedule, epoch, 0.35, Box::new(OwnTimer(seen.clone()))).unwrap();
+        let rekeyer = Rekeyer::start((schedule, Box::new(OwnTimer(seen.clone()))), epoch, 0.35).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         let switches = rekeyer.finish().unwrap();
         let at: Vec<f64> = switches.iter().map(|s| s.at_s).collect();
