@@ -220,10 +220,20 @@ impl SweepPlan {
             latency: self.latency,
         };
         match packet_size {
-            // A rekey cell is timed, long enough for three rekeys and half a period.
-            None => match self.rekey.filter(|_| backend.describe().rekey.is_some()) {
-                Some(schedule) => RunRequest {
+            None => {
+                let plain = RunRequest {
                     packets,
+                    modes: ModesRequest {
+                        time_s: self.time_s,
+                        ..Default::default()
+                    },
+                    ..request
+                };
+                let Some(schedule) = self.rekey else {
+                    return plain;
+                };
+                // A rekey cell is timed, long enough for three rekeys and half a period.
+                let rekeyed = RunRequest {
                     modes: ModesRequest {
                         time_s: Some(
                             self.time_s
@@ -237,17 +247,16 @@ impl SweepPlan {
                         // xfrm's own choice; the others rekey in their own order.
                         order: (backend.describe().options == OwnOptions::Xfrm).then_some(schedule.order),
                     },
-                    ..request
-                },
-                None => RunRequest {
-                    packets,
-                    modes: ModesRequest {
-                        time_s: self.time_s,
-                        ..Default::default()
-                    },
-                    ..request
-                },
-            },
+                    ..plain.clone()
+                };
+                // Where this backend cannot rekey this cell (none at all, or not this suite:
+                // OpenVPN's static-key mode), the cell runs as without --rekey-every and
+                // its rekey column says so.
+                match rekeyed.clone().validate() {
+                    Err(model::PlanError::Rekey(_)) => plain,
+                    _ => rekeyed,
+                }
+            }
             Some(_) => RunRequest {
                 packets,
                 parallel: 1,
@@ -380,6 +389,10 @@ mod tests {
             let c = cell(b, None);
             assert_eq!(c.workload().rekey.is_some(), b.describe().rekey.is_some(), "{b}");
         }
+        // OpenVPN's static-key (CBC) cells cannot renegotiate: they run without rekeys.
+        let cbc = CipherSuite::cbc(model::KeyBits::Aes128, model::Hmac::None);
+        let openvpn_cbc = plan.cell_request(Backend::Openvpn, cbc, CryptoChoice::Auto, 1, None);
+        assert_eq!(openvpn_cbc.validate().unwrap().workload().rekey, None);
         assert_eq!(
             cell(Backend::Xfrm, Some(PacketSize::Fixed(512))).workload().rekey,
             None
