@@ -90,9 +90,14 @@ pub struct RekeyArgs {
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub rekey_every: Option<f64>,
     /// xfrm: make-before-break (new inbound SAs first, RFC 7296's order) or naive (the old SAs
-    /// deleted before the new ones are added) [default: make-before-break].
+    /// deleted before the new ones are added) [default: make-before-break]. strongswan: charon
+    /// rekeys in its own order (make-before-break).
     #[arg(long, value_name = "ORDER", value_parser = crate::values::rekey_order(), hide_possible_values = true)]
     pub rekey_order: Option<model::rekey::RekeyOrder>,
+    /// strongswan: the SA charon rekeys, child (the CHILD_SA that carries the data) or ike
+    /// (the IKE_SA; the CHILD_SA moves to the new one) [default: child].
+    #[arg(long, value_name = "SA", value_parser = crate::values::rekey_sa(), hide_possible_values = true)]
+    pub rekey_sa: Option<model::rekey::RekeyTarget>,
 }
 
 impl RekeyArgs {
@@ -100,6 +105,7 @@ impl RekeyArgs {
         model::plan::RekeyRequest {
             every_s: self.rekey_every,
             order: self.rekey_order,
+            sa: self.rekey_sa,
         }
     }
 }

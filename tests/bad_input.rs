@@ -41,6 +41,30 @@ fn bad_values_exit_2_and_create_nothing() {
             &["run", "--rekey-every", "1", "--bytes", "10MB"][..],
             "give --time SECONDS",
         ),
+        (
+            &["run", "--rekey-sa", "esp"][..],
+            "use child or ike",
+        ),
+        (
+            &["run", "--rekey-every", "1", "--time", "3.5", "--rekey-sa", "ike"][..],
+            "only the strongswan backend has",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "strongswan",
+                "--cipher",
+                "aes-256-gcm",
+                "--rekey-every",
+                "1",
+                "--time",
+                "3.5",
+                "--rekey-order",
+                "naive",
+            ][..],
+            "make-before-break per RFC 7296",
+        ),
     ]);
 }
 

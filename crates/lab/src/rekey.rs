@@ -152,6 +152,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 0.1,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
+            sa: model::rekey::RekeyTarget::Child,
         };
         let epoch = Instant::now();
         let rekeyer = Rekeyer::start(schedule, epoch, 60.0, Box::new(log)).unwrap();
@@ -178,6 +179,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 0.1,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
+            sa: model::rekey::RekeyTarget::Child,
         };
         let rekeyer = Rekeyer::start(schedule, Instant::now(), 0.35, Box::new(log)).unwrap();
         std::thread::sleep(Duration::from_millis(600));
@@ -193,6 +195,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 3600.0,
             order: model::rekey::RekeyOrder::Naive,
+            sa: model::rekey::RekeyTarget::Child,
         };
         let started = Instant::now();
         drop(Rekeyer::start(schedule, Instant::now(), 7200.0, Box::new(log)).unwrap());

@@ -25,7 +25,7 @@ fn mark_line(m: &RekeyMark) -> String {
 pub fn lines(r: &RekeyReport) -> Vec<String> {
     let mut out = vec![format!(
         "rekeys ({}, every {} s): {}",
-        r.schedule.order,
+        r.schedule.label(),
         r.schedule.every_s,
         r.marks().count()
     )];
@@ -58,6 +58,7 @@ mod tests {
             schedule: RekeySchedule {
                 every_s: 1.0,
                 order: RekeyOrder::Naive,
+                sa: model::rekey::RekeyTarget::Child,
             },
             how: String::new(),
             runs: vec![RekeyRun {
