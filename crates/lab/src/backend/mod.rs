@@ -285,10 +285,17 @@ pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Re
             [End::Xfrm(a), End::Xfrm(b)] => Ok(Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?)),
             _ => Err(cannot()),
         },
+        Backend::Strongswan => match ends {
+            [End::Strongswan(a), End::Strongswan(b)] => Ok(Box::new(strongswan::StrongswanEnd::rekey(
+                a,
+                b,
+                schedule.sa,
+            )?)),
+            _ => Err(cannot()),
+        },
         Backend::Plain
         | Backend::Userspace
         | Backend::Openvpn
-        | Backend::Strongswan
         | Backend::Wireguard
         | Backend::WireguardGo
         | Backend::Boringtun => Err(cannot()),

@@ -26,7 +26,7 @@ use crate::backend::Backend;
 
 pub use common::{Batching, Flow, ImplementationInfo, IoErrors, Library, SaCounters, ThreadTime};
 pub use openvpn::{OpenvpnEvidence, OpenvpnProcess};
-pub use strongswan::{Algorithm, NegotiatedSa, StrongswanEvidence};
+pub use strongswan::{Algorithm, CharonRekeys, NegotiatedSa, StrongswanEvidence};
 pub use userspace::{
     CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
 };
@@ -278,6 +278,7 @@ mod tests {
             }],
             lab_xfrm_installs: vec![algorithm],
             differences: vec![],
+            rekeys: None,
         };
         let wg_end = WireguardEnd {
             side: String::new(),
