@@ -146,6 +146,11 @@ pub struct Swanctl {
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Swanctl {
+    /// The charon's VICI socket, for a session of its own ([`super::vici::Vici`]).
+    pub fn socket(&self) -> PathBuf {
+        Paths { dir: &self.dir }.vici()
+    }
+
     /// Runs `swanctl ARGS --uri THIS-CHARON` (at most `timeout`). Returns its output; a
     /// failure as a sentence with the end of it.
     pub fn run(&self, args: &[&str], timeout: Duration) -> Result<String, String> {

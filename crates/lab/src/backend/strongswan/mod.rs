@@ -25,6 +25,7 @@ mod charon;
 mod config;
 mod negotiated;
 pub mod rekey;
+mod vici;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,13 +1,16 @@
-//! Rekeying under load (`--rekey-every`) by charon itself: each switch is `swanctl --rekey`
-//! to the initiator's charon (end b), then a bounded wait until the rekey is done, so the
-//! switch's time is the rekey's own:
+//! Rekeying under load (`--rekey-every`) by charon itself: each switch is VICI's `rekey`
+//! command (what `swanctl --rekey` sends) to the initiator's charon (end b), then a bounded
+//! wait until the rekey is done, so the switch's time is the rekey's own:
 //!
 //! * a CHILD_SA: a CREATE_CHILD_SA exchange; done when end b's kernel holds an SA each way
 //!   with an SPI it did not hold before (charon installs the new inbound SA first and
 //!   deletes the old outbound one once the new outbound one is in: RFC 7296's
 //!   make-before-break, in charon's own order);
-//! * the IKE_SA: done when charon lists an established IKE_SA whose SPIs are new (the
-//!   CHILD_SA moves to it with its keys).
+//! * the IKE_SA: done when charon reports the new IKE_SA established (VICI's `ike-rekey`
+//!   event; the CHILD_SA moves to it with its keys).
+//!
+//! Over one VICI session of its own, not `swanctl` processes: in a one-CPU guest each
+//! process would take CPU from the transfer being measured.
 //!
 //! Nothing to retire: charon deletes the old SAs itself. Each rekey seen done is counted
 //! for the evidence (end a's [`Rekeys`]).
@@ -23,6 +26,7 @@ use xfrm::XfrmHandle;
 
 use super::charon::{failed, Swanctl};
 use super::config::CONN;
+use super::vici::{Packet, Vici};
 use crate::error::{LabError, LabResult};
 use crate::rekey::Rekey;
 
@@ -44,7 +48,7 @@ pub struct CharonRekey {
     /// Drives the netlink handle's socket (its own: the rekey thread blocks on it).
     runtime: tokio::runtime::Runtime,
     handle: XfrmHandle,
-    initiator: Swanctl,
+    initiator: Vici,
     /// End a's outer address, then end b's.
     outer: [IpAddr; 2],
     sa: RekeyTarget,
@@ -68,6 +72,11 @@ impl CharonRekey {
             let _entered = runtime.enter();
             XfrmHandle::open_in(namespace)?
         };
+        let events: &[&str] = match sa {
+            RekeyTarget::Child => &[],
+            RekeyTarget::Ike => &["ike-rekey"],
+        };
+        let initiator = Vici::connect(&initiator.socket(), events, REKEY_TIMEOUT).map_err(failed)?;
         Ok(CharonRekey {
             runtime,
             handle,
@@ -93,13 +102,41 @@ impl CharonRekey {
         Ok(out)
     }
 
-    fn swanctl(&self, args: &[&str]) -> LabResult<String> {
-        self.initiator.run(args, REKEY_TIMEOUT).map_err(failed)
+    /// Has charon start rekeying `what` (`child` or `ike`); with `event`, waits for it too
+    /// (it may come before the command's response).
+    fn rekey(&mut self, what: &str, event: Option<&str>) -> LabResult<()> {
+        self.initiator
+            .request("rekey", &[(what, CONN)])
+            .map_err(failed)?;
+        let deadline = Instant::now() + REKEY_TIMEOUT;
+        let (mut answered, mut seen) = (false, event.is_none());
+        while !(answered && seen) {
+            match self.initiator.next(deadline) {
+                Ok(Packet::Response(kv)) => {
+                    let get = |k: &str| kv.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+                    if get("success") != Some("yes") {
+                        return Err(failed(format!(
+                            "charon refused to rekey the {what} SA {CONN:?}: {}",
+                            get("errmsg").unwrap_or("no reason given")
+                        )));
+                    }
+                    answered = true;
+                }
+                Ok(Packet::Event(name)) => seen |= event == Some(name.as_str()),
+                Err(e) => {
+                    return Err(failed(format!(
+                        "rekeying the {what} SA (answered: {answered}, {} seen: {seen}): {e}",
+                        event.unwrap_or("event")
+                    )))
+                }
+            }
+        }
+        Ok(())
     }
 
     fn rekey_child(&mut self) -> LabResult<()> {
         let before = self.spis()?;
-        self.swanctl(&["--rekey", "--child", CONN])?;
+        self.rekey("child", None)?;
         let deadline = Instant::now() + REKEY_TIMEOUT;
         loop {
             let now = self.spis()?;
@@ -120,33 +157,10 @@ impl CharonRekey {
         }
     }
 
-    fn ike_sas(&self) -> LabResult<Vec<IkeSa>> {
-        Ok(ike_sas(&self.swanctl(&["--list-sas", "--ike", CONN, "--noblock"])?))
-    }
-
     fn rekey_ike(&mut self) -> LabResult<()> {
-        let before: HashSet<String> = self.ike_sas()?.into_iter().map(|s| s.spis).collect();
-        self.swanctl(&["--rekey", "--ike", CONN])?;
-        let deadline = Instant::now() + REKEY_TIMEOUT;
-        loop {
-            let now = self.ike_sas()?;
-            if now
-                .iter()
-                .any(|s| s.state == "ESTABLISHED" && !before.contains(&s.spis))
-            {
-                self.counted.ike_sa.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let listed: Vec<String> = now.iter().map(|s| format!("{} {}", s.state, s.spis)).collect();
-                return Err(failed(format!(
-                    "charon listed no new established IKE_SA {REKEY_TIMEOUT:?} after `swanctl --rekey --ike` \
-                     (listed: {})",
-                    listed.join("; ")
-                )));
-            }
-            std::thread::sleep(POLL);
-        }
+        self.rekey("ike", Some("ike-rekey"))?;
+        self.counted.ike_sa.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -166,30 +180,6 @@ impl Rekey for CharonRekey {
     fn grace(&self) -> Duration {
         Duration::ZERO
     }
-}
-
-/// An IKE_SA as `swanctl --list-sas` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IkeSa {
-    /// `ESTABLISHED`, `REKEYING`, `DELETING`, ...
-    pub state: String,
-    /// Both SPIs as listed (`…_i* …_r`, the star on this end's role removed).
-    pub spis: String,
-}
-
-/// The IKE_SAs in `swanctl --list-sas` output: the unindented lines, `NAME: #ID, STATE,
-/// IKEv2, SPI_i[*] SPI_r[*]`.
-pub fn ike_sas(listing: &str) -> Vec<IkeSa> {
-    listing
-        .lines()
-        .filter(|l| !l.starts_with(char::is_whitespace) && l.contains(", IKEv"))
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split(", ").collect();
-            let state = fields.get(1)?.trim().to_string();
-            let spis = fields.get(3)?.replace('*', "").trim().to_string();
-            Some(IkeSa { state, spis })
-        })
-        .collect()
 }
 
 /// The SPIs of the installed CHILD_SAs in `swanctl --list-sas` output: the `in`/`out` lines
@@ -221,8 +211,7 @@ pub fn installed_child_spis(listing: &str) -> HashSet<u32> {
 mod tests {
     use super::*;
 
-    /// Between two rekeys: the new IKE_SA established, the old one deleting; the new CHILD_SA
-    /// installed, the old one rekeyed.
+    /// Between two rekeys: the new CHILD_SA installed, the old one rekeyed.
     const LISTING: &str = "\
 lab: #3, ESTABLISHED, IKEv2, 5d1e0c2f4a6b7d89_i* 0f1e2d3c4b5a6978_r
   local  'ipl-b' @ 198.18.0.2[500]
@@ -240,24 +229,6 @@ lab: #3, ESTABLISHED, IKEv2, 5d1e0c2f4a6b7d89_i* 0f1e2d3c4b5a6978_r
     out c2222222, 9000000 bytes,  6000 packets
 lab: #1, DELETING, IKEv2, 1234567890abcdef_i* fedcba0987654321_r
 ";
-
-    #[test]
-    fn ike_sas_are_read_with_their_state_and_spis() {
-        assert_eq!(
-            ike_sas(LISTING),
-            [
-                IkeSa {
-                    state: "ESTABLISHED".into(),
-                    spis: "5d1e0c2f4a6b7d89_i 0f1e2d3c4b5a6978_r".into()
-                },
-                IkeSa {
-                    state: "DELETING".into(),
-                    spis: "1234567890abcdef_i fedcba0987654321_r".into()
-                },
-            ]
-        );
-        assert!(ike_sas("no IKE_SAs\n").is_empty());
-    }
 
     #[test]
     fn only_the_installed_child_sas_spis_are_current() {
