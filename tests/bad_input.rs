@@ -41,10 +41,7 @@ fn bad_values_exit_2_and_create_nothing() {
             &["run", "--rekey-every", "1", "--bytes", "10MB"][..],
             "give --time SECONDS",
         ),
-        (
-            &["run", "--rekey-sa", "esp"][..],
-            "use child or ike",
-        ),
+        (&["run", "--rekey-sa", "esp"][..], "use child or ike"),
         (
             &["run", "--rekey-every", "1", "--time", "3.5", "--rekey-sa", "ike"][..],
             "only the strongswan backend has",

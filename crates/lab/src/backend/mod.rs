@@ -286,11 +286,9 @@ pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Re
             _ => Err(cannot()),
         },
         Backend::Strongswan => match ends {
-            [End::Strongswan(a), End::Strongswan(b)] => Ok(Box::new(strongswan::StrongswanEnd::rekey(
-                a,
-                b,
-                schedule.sa,
-            )?)),
+            [End::Strongswan(a), End::Strongswan(b)] => {
+                Ok(Box::new(strongswan::StrongswanEnd::rekey(a, b, schedule.sa)?))
+            }
             _ => Err(cannot()),
         },
         Backend::Plain

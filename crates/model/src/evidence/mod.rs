@@ -159,10 +159,14 @@ impl Evidence {
                 None => return Some(format!("tunnel CPU: not read for {}", w.implementation)),
             },
             Evidence::Xfrm(_) => return Some(KERNEL_TUNNEL_CPU.into()),
-            Evidence::Strongswan(_) => {
+            Evidence::Strongswan(s) => {
+                let when = match s.rekeys {
+                    Some(_) => "before the transfer and at each rekey during it (its CPU is not counted)",
+                    None => "before the transfer",
+                };
                 return Some(format!(
-                    "{KERNEL_TUNNEL_CPU}; charon only negotiated the SAs (IKE), before the transfer"
-                ))
+                    "{KERNEL_TUNNEL_CPU}; charon only negotiated the SAs (IKE), {when}"
+                ));
             }
             Evidence::None | Evidence::TwoHosts { .. } => return None,
         };

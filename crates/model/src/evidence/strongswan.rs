@@ -97,7 +97,8 @@ impl StrongswanEvidence {
         if let Some(r) = self.rekeys {
             lines.push(format!(
                 "charon rekeyed the CHILD_SA {} times and the IKE_SA {} times on the lab's command; \
-                 the SAs above are the current CHILD_SA's ({} SAs of earlier ones were still in the kernel)",
+                 the SAs above are the current CHILD_SA's, their counters since it was made \
+                 ({} SAs of earlier ones were still in the kernel)",
                 r.child_sa, r.ike_sa, r.earlier_sas
             ));
         }

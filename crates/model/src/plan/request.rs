@@ -323,9 +323,7 @@ impl RunRequest {
                 );
             }
             if self.rekey.sa.is_some() {
-                return refuse(
-                    "--rekey-sa says what --rekey-every rekeys: add --rekey-every SECONDS".into(),
-                );
+                return refuse("--rekey-sa says what --rekey-every rekeys: add --rekey-every SECONDS".into());
             }
             return Ok(None);
         };
@@ -1119,7 +1117,10 @@ mod tests {
             },
             ..rekey_request(1.0, Some(3.5))
         };
-        let e = swan(Some(RekeyOrder::Naive), None).validate().unwrap_err().to_string();
+        let e = swan(Some(RekeyOrder::Naive), None)
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("charon rekeys") && e.contains("make-before-break per RFC 7296"),
             "{e}"

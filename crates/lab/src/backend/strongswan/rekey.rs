@@ -105,9 +105,7 @@ impl CharonRekey {
     /// Has charon start rekeying `what` (`child` or `ike`); with `event`, waits for it too
     /// (it may come before the command's response).
     fn rekey(&mut self, what: &str, event: Option<&str>) -> LabResult<()> {
-        self.initiator
-            .request("rekey", &[(what, CONN)])
-            .map_err(failed)?;
+        self.initiator.request("rekey", &[(what, CONN)]).map_err(failed)?;
         let deadline = Instant::now() + REKEY_TIMEOUT;
         let (mut answered, mut seen) = (false, event.is_none());
         while !(answered && seen) {

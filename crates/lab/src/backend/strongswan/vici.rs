@@ -44,7 +44,11 @@ impl Vici {
             match vici.receive(deadline)? {
                 (EVENT_CONFIRM, _) => {}
                 (EVENT_UNKNOWN, _) => return Err(format!("charon has no VICI event {event:?}")),
-                (t, _) => return Err(format!("VICI: packet type {t} in answer to registering {event:?}")),
+                (t, _) => {
+                    return Err(format!(
+                        "VICI: packet type {t} in answer to registering {event:?}"
+                    ))
+                }
             }
         }
         Ok(vici)
@@ -75,7 +79,9 @@ impl Vici {
     fn send(&mut self, payload: &[u8]) -> Result<(), String> {
         let mut packet = (payload.len() as u32).to_be_bytes().to_vec();
         packet.extend_from_slice(payload);
-        self.stream.write_all(&packet).map_err(|e| format!("VICI write: {e}"))
+        self.stream
+            .write_all(&packet)
+            .map_err(|e| format!("VICI write: {e}"))
     }
 
     fn receive(&mut self, deadline: Instant) -> Result<(u8, Vec<u8>), String> {
