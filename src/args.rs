@@ -91,22 +91,28 @@ pub struct RekeyArgs {
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub rekey_every: Option<f64>,
     /// xfrm: make-before-break (new inbound SAs first, RFC 7296's order) or naive (the old SAs
-    /// deleted before the new ones are added) [default: make-before-break].
+    /// deleted before the new ones are added) [default: make-before-break]. strongswan: charon
+    /// rekeys in its own order (make-before-break).
     #[arg(long, value_name = "ORDER", value_parser = crate::values::rekey_order(), hide_possible_values = true)]
     pub rekey_order: Option<model::rekey::RekeyOrder>,
+    /// strongswan: the SA charon rekeys, child (the CHILD_SA that carries the data) or ike
+    /// (the IKE_SA; the CHILD_SA moves to the new one) [default: child].
+    #[arg(long, value_name = "SA", value_parser = crate::values::rekey_sa(), hide_possible_values = true)]
+    pub rekey_sa: Option<model::rekey::RekeyTarget>,
 }
 
 impl RekeyArgs {
     /// `matrix`'s schedule: each rekey cell's plan checks it again against its backend.
     pub fn schedule(&self) -> Result<Option<model::rekey::RekeySchedule>, model::PlanError> {
-        match (self.rekey_every, self.rekey_order) {
-            (None, None) => Ok(None),
-            (None, Some(_)) => Err(model::PlanError::Rekey(
-                "--rekey-order says how --rekey-every rekeys: add --rekey-every SECONDS".into(),
+        match self.rekey_every {
+            None if self.rekey_order.is_some() || self.rekey_sa.is_some() => Err(model::PlanError::Rekey(
+                "--rekey-order and --rekey-sa say how --rekey-every rekeys: add --rekey-every SECONDS".into(),
             )),
-            (Some(every_s), order) => Ok(Some(model::rekey::RekeySchedule {
+            None => Ok(None),
+            Some(every_s) => Ok(Some(model::rekey::RekeySchedule {
                 every_s,
-                order: order.unwrap_or_default(),
+                order: self.rekey_order.unwrap_or_default(),
+                sa: self.rekey_sa.unwrap_or_default(),
             })),
         }
     }
@@ -115,6 +121,7 @@ impl RekeyArgs {
         model::plan::RekeyRequest {
             every_s: self.rekey_every,
             order: self.rekey_order,
+            sa: self.rekey_sa,
         }
     }
 }

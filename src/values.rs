@@ -119,6 +119,10 @@ pub fn rekey_order() -> Listed<model::rekey::RekeyOrder> {
     listed(model::rekey::RekeyOrder::ALL.map(model::rekey::RekeyOrder::name))
 }
 
+pub fn rekey_sa() -> Listed<model::rekey::RekeyTarget> {
+    listed(model::rekey::RekeyTarget::ALL.map(model::rekey::RekeyTarget::name))
+}
+
 pub fn encap() -> Listed<model::EncapKind> {
     listed(["udp"])
 }

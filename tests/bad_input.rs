@@ -87,6 +87,25 @@ fn bad_values_exit_2_and_create_nothing() {
             ][..],
             "leave out --rekey-order",
         ),
+        (&["run", "--rekey-sa", "esp"][..], "use child or ike"),
+        (
+            &["run", "--rekey-every", "1", "--time", "3.5", "--rekey-sa", "ike"][..],
+            "only the strongswan backend has",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "strongswan",
+                "--rekey-every",
+                "1",
+                "--time",
+                "3.5",
+                "--rekey-order",
+                "naive",
+            ][..],
+            "make-before-break per RFC 7296",
+        ),
     ]);
 }
 

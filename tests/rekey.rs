@@ -265,3 +265,45 @@ fn openvpn_renegotiates_under_load_and_each_renegotiation_is_reported() {
     let n = rekeys.len() as u64;
     assert!(a > n && a <= n + 3, "{n} in the transfer, {a} in the logs: {r}");
 }
+
+/// strongswan: charon rekeys the CHILD_SA on the lab's command, three times in 3.5 s while
+/// the payload flows; each switch lasts until the new SAs are in the kernel, and the
+/// evidence shows the current CHILD_SA's SAs and the three rekeys. Then the IKE_SA once a
+/// second: the CHILD_SA moves to the new one. Skips without strongSwan.
+#[test]
+fn charon_rekeys_the_child_sa_and_the_ike_sa_under_load() {
+    let test = "charon_rekeys_the_child_sa_and_the_ike_sa_under_load";
+    if !uml_or_skip(test) {
+        return;
+    }
+    let found = ["/usr/sbin/charon-systemd", "/usr/sbin/swanctl"]
+        .iter()
+        .all(|p| std::path::Path::new(p).is_file());
+    if !found {
+        testcap::skip(
+            test,
+            "strongSwan is not installed (apt-get install charon-systemd strongswan-swanctl)",
+        );
+        return;
+    }
+    let _lock = lab_lock();
+    for (sa, child, ike) in [("child", 3, 0), ("ike", 0, 3)] {
+        let r = report_of(&["--backend", "strongswan", "--rekey-sa", sa]);
+        assert_eq!(r["transfers"][0]["verified"].as_bool(), Some(true), "{r}");
+        let run = &r["rekey"]["runs"][0];
+        let rekeys = run["rekeys"].as_array().unwrap_or_else(|| panic!("{r}"));
+        assert_eq!(rekeys.len(), 3, "{r}");
+        for (k, m) in rekeys.iter().enumerate() {
+            let at = m["at_s"].as_f64().unwrap();
+            assert!(at >= (k + 1) as f64 && at < (k + 1) as f64 + 0.5, "{sa}: {m}");
+            assert!(m["took_ms"].as_f64().unwrap() > 0.0, "{sa}: {m}");
+        }
+        assert_eq!(r["plan"]["rekey"]["sa"], sa);
+        let swan = &r["backend_details"]["strongswan"];
+        assert_eq!(swan["rekeys"]["child_sa"], child, "{swan}");
+        assert_eq!(swan["rekeys"]["ike_sa"], ike, "{swan}");
+        // The current CHILD_SA's two SAs, as charon negotiated them.
+        assert_eq!(swan["sas"].as_array().unwrap().len(), 2, "{swan}");
+        assert_eq!(swan["differences"].as_array().unwrap().len(), 0, "{swan}");
+    }
+}

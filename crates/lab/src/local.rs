@@ -268,6 +268,7 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     if let Some(schedule) = plan.workload().rekey {
         let rekey = model::rekey::RekeyReport {
             schedule,
+            label: schedule.label(plan.backend()).to_string(),
             how: plan.backend().describe().rekey.unwrap_or_default().to_string(),
             runs: rekey_runs,
         };

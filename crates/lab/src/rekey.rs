@@ -174,6 +174,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 0.1,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
+            sa: model::rekey::RekeyTarget::Child,
         };
         let epoch = Instant::now();
         let rekeyer = Rekeyer::start((schedule, Box::new(log)), epoch, 60.0).unwrap();
@@ -200,6 +201,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 0.1,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
+            sa: model::rekey::RekeyTarget::Child,
         };
         let rekeyer = Rekeyer::start((schedule, Box::new(log)), Instant::now(), 0.35).unwrap();
         std::thread::sleep(Duration::from_millis(600));
@@ -236,6 +238,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 0.1,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
+            sa: Default::default(),
         };
         let epoch = Instant::now() - Duration::from_millis(50);
         let wall = SystemTime::now() - Duration::from_millis(50);
@@ -258,6 +261,7 @@ mod tests {
         let schedule = RekeySchedule {
             every_s: 3600.0,
             order: model::rekey::RekeyOrder::Naive,
+            sa: model::rekey::RekeyTarget::Child,
         };
         let started = Instant::now();
         drop(Rekeyer::start((schedule, Box::new(log)), Instant::now(), 7200.0).unwrap());

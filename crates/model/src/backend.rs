@@ -152,6 +152,12 @@ const OPENVPN_REKEY: &str = "OpenVPN renegotiates on its own timer, the lab cann
                              session is up (\"Control Channel:\"), when data moves to the new key; the old key serves \
                              packets in flight for --tran-window";
 
+const STRONGSWAN_REKEY: &str = "charon rekeys on the lab's command (`swanctl --rekey` to the initiator): \
+                                a CREATE_CHILD_SA exchange makes a new CHILD_SA (new SPIs and keys, its SAs \
+                                installed before the old ones go, RFC 7296's make-before-break), timed until the new \
+                                SAs are in the kernel; with --rekey-sa ike the IKE_SA is replaced instead, timed until \
+                                charon lists the new one";
+
 const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Plain,
@@ -227,7 +233,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::KernelCrypto,
         threads: Threads::None(KERNEL_THREADS),
         tunnelled: true,
-        rekey: None,
+        rekey: Some(STRONGSWAN_REKEY),
     },
     Description {
         backend: Backend::Wireguard,

@@ -68,14 +68,82 @@ impl FromStr for RekeyOrder {
     }
 }
 
-/// What a run asks for: a rekey every `every_s` seconds of each transfer, in `order`.
+/// Which SA a rekey replaces (`--rekey-sa`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RekeyTarget {
+    /// The SA pair that carries the data (an IKE daemon's CHILD_SA).
+    #[default]
+    Child,
+    /// The IKE_SA itself (strongswan only): the CHILD_SAs move to the new one, their keys stay.
+    Ike,
+}
+
+impl RekeyTarget {
+    pub const ALL: [RekeyTarget; 2] = [RekeyTarget::Child, RekeyTarget::Ike];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RekeyTarget::Child => "child",
+            RekeyTarget::Ike => "ike",
+        }
+    }
+
+    /// IKEv2's name for the SA, as a report says it.
+    pub fn sa_name(self) -> &'static str {
+        match self {
+            RekeyTarget::Child => "CHILD_SA",
+            RekeyTarget::Ike => "IKE_SA",
+        }
+    }
+}
+
+impl fmt::Display for RekeyTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown SA to rekey {0:?}: use child or ike")]
+pub struct UnknownRekeyTarget(String);
+
+impl FromStr for RekeyTarget {
+    type Err = UnknownRekeyTarget;
+    fn from_str(s: &str) -> Result<Self, UnknownRekeyTarget> {
+        let t = s.trim().to_ascii_lowercase();
+        RekeyTarget::ALL
+            .into_iter()
+            .find(|o| o.name() == t || o.sa_name().eq_ignore_ascii_case(&t))
+            .ok_or_else(|| UnknownRekeyTarget(s.to_string()))
+    }
+}
+
+/// What a run asks for: a rekey of `sa` every `every_s` seconds of each transfer, in
+/// `order` (the lab's own order, xfrm's; an IKE daemon rekeys in its own).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RekeySchedule {
     pub every_s: f64,
     pub order: RekeyOrder,
+    /// Absent from plans written before there was a choice: the CHILD_SA.
+    #[serde(default)]
+    pub sa: RekeyTarget,
 }
 
 impl RekeySchedule {
+    /// What a report calls `backend`'s rekeys: the order of the lab's own xfrm rekey, the
+    /// SA charon rekeyed, or the backend's own way.
+    pub fn label(&self, backend: crate::Backend) -> &'static str {
+        use crate::Backend::*;
+        match (backend, self.sa) {
+            (Strongswan, RekeyTarget::Ike) => "charon's IKE_SA rekey",
+            (Strongswan, RekeyTarget::Child) => "charon's CHILD_SA rekey",
+            (Openvpn, _) => "OpenVPN's renegotiation",
+            (Userspace, _) => "new key epoch, make-before-break",
+            (Xfrm | Plain | Wireguard | WireguardGo | Boringtun, _) => self.order.name(),
+        }
+    }
+
     /// The rekeys of a transfer of `seconds`: at every multiple of the period before its end.
     pub fn count_in(&self, seconds: f64) -> u32 {
         let n = (seconds / self.every_s).ceil() as u32;
@@ -131,6 +199,8 @@ pub struct RekeyRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RekeyReport {
     pub schedule: RekeySchedule,
+    /// What the rekeys are, in a few words ([`RekeySchedule::label`]).
+    pub label: String,
     /// What one rekey does on this backend, in a line.
     pub how: String,
     pub runs: Vec<RekeyRun>,
@@ -402,10 +472,24 @@ mod tests {
     }
 
     #[test]
+    fn rekey_targets_parse_by_name_and_a_plan_without_one_rekeys_the_child_sa() {
+        for t in RekeyTarget::ALL {
+            assert_eq!(t.name().parse::<RekeyTarget>().unwrap(), t);
+            assert_eq!(t.sa_name().parse::<RekeyTarget>().unwrap(), t);
+            assert_eq!(serde_json::to_value(t).unwrap(), t.name());
+        }
+        let e = "esp".parse::<RekeyTarget>().unwrap_err().to_string();
+        assert!(e.contains("use child or ike"), "{e}");
+        let old: RekeySchedule = serde_json::from_str(r#"{"every_s":1.0,"order":"naive"}"#).unwrap();
+        assert_eq!(old.sa, RekeyTarget::Child);
+    }
+
+    #[test]
     fn a_schedule_rekeys_at_each_period_before_the_end() {
         let s = |every_s| RekeySchedule {
             every_s,
             order: RekeyOrder::Naive,
+            sa: RekeyTarget::Child,
         };
         assert_eq!(s(1.0).count_in(3.5), 3);
         assert_eq!(s(1.0).count_in(3.0), 2);
@@ -449,7 +533,9 @@ mod tests {
             schedule: RekeySchedule {
                 every_s: 1.0,
                 order: RekeyOrder::MakeBeforeBreak,
+                sa: RekeyTarget::Child,
             },
+            label: "make-before-break".into(),
             how: String::new(),
             runs: vec![run],
         };
@@ -517,7 +603,9 @@ mod tests {
             schedule: RekeySchedule {
                 every_s: 1.0,
                 order: RekeyOrder::Naive,
+                sa: RekeyTarget::Child,
             },
+            label: "make-before-break".into(),
             how: String::new(),
             runs: vec![steady(2, 5).report(1, &[])],
         };

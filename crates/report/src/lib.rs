@@ -543,6 +543,7 @@ mod tests {
         let schedule = model::rekey::RekeySchedule {
             every_s: 1.0,
             order: model::rekey::RekeyOrder::MakeBeforeBreak,
+            sa: Default::default(),
         };
         let xfrm = r
             .rows

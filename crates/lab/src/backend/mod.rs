@@ -293,9 +293,14 @@ pub fn rekey(
             [End::Openvpn(a), End::Openvpn(_)] => Box::new(openvpn::OpenvpnEnd::rekey(a)),
             _ => return Err(cannot()),
         },
+        Backend::Strongswan => match ends {
+            [End::Strongswan(a), End::Strongswan(b)] => {
+                Box::new(strongswan::StrongswanEnd::rekey(a, b, schedule.sa)?)
+            }
+            _ => return Err(cannot()),
+        },
         Backend::Plain
         | Backend::Userspace
-        | Backend::Strongswan
         | Backend::Wireguard
         | Backend::WireguardGo
         | Backend::Boringtun => return Err(cannot()),

@@ -246,6 +246,8 @@ impl SweepPlan {
                         every_s: Some(schedule.every_s),
                         // xfrm's own choice; the others rekey in their own order.
                         order: (backend.describe().options == OwnOptions::Xfrm).then_some(schedule.order),
+                        // Only strongSwan has an IKE_SA; the others rekey what they have.
+                        sa: (backend == Backend::Strongswan).then_some(schedule.sa),
                     },
                     ..plain.clone()
                 };
@@ -366,6 +368,7 @@ mod tests {
         let schedule = model::rekey::RekeySchedule {
             every_s: 1.0,
             order: model::rekey::RekeyOrder::Naive,
+            sa: Default::default(),
         };
         let plan = SweepPlan {
             rekey: Some(schedule),

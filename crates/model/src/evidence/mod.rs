@@ -26,7 +26,7 @@ use crate::backend::Backend;
 
 pub use common::{Batching, Flow, ImplementationInfo, IoErrors, Library, SaCounters, ThreadTime};
 pub use openvpn::{OpenvpnEvidence, OpenvpnProcess};
-pub use strongswan::{Algorithm, NegotiatedSa, StrongswanEvidence};
+pub use strongswan::{Algorithm, CharonRekeys, NegotiatedSa, StrongswanEvidence};
 pub use userspace::{
     CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
 };
@@ -159,10 +159,14 @@ impl Evidence {
                 None => return Some(format!("tunnel CPU: not read for {}", w.implementation)),
             },
             Evidence::Xfrm(_) => return Some(KERNEL_TUNNEL_CPU.into()),
-            Evidence::Strongswan(_) => {
+            Evidence::Strongswan(s) => {
+                let when = match s.rekeys {
+                    Some(_) => "before the transfer and at each rekey during it (its CPU is not counted)",
+                    None => "before the transfer",
+                };
                 return Some(format!(
-                    "{KERNEL_TUNNEL_CPU}; charon only negotiated the SAs (IKE), before the transfer"
-                ))
+                    "{KERNEL_TUNNEL_CPU}; charon only negotiated the SAs (IKE), {when}"
+                ));
             }
             Evidence::None | Evidence::TwoHosts { .. } => return None,
         };
@@ -279,6 +283,7 @@ mod tests {
             }],
             lab_xfrm_installs: vec![algorithm],
             differences: vec![],
+            rekeys: None,
         };
         let wg_end = WireguardEnd {
             side: String::new(),

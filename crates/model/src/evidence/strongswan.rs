@@ -17,13 +17,29 @@ pub struct StrongswanEvidence {
     /// The only ESP proposal both ends offered (the run's suite).
     pub esp_proposal: String,
     pub auth: String,
-    /// The ESP SAs between the two ends, read back over netlink after the transfers.
+    /// The ESP SAs between the two ends, read back over netlink after the transfers: the
+    /// current CHILD_SA's (charon keeps a rekeyed one's inbound SA a few seconds; those are
+    /// left out).
     pub sas: Vec<NegotiatedSa>,
     /// What the lab's xfrm backend installs for this suite (the same attributes it sends,
     /// read the way the SAs above were).
     pub lab_xfrm_installs: Vec<Algorithm>,
     /// How the SAs differ from the lab's; empty when they match.
     pub differences: Vec<String>,
+    /// `--rekey-every`: the rekeys charon did on the lab's command, each seen done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rekeys: Option<CharonRekeys>,
+}
+
+/// The rekeys of a run, counted as each was seen done (new SPIs in the kernel, a new
+/// IKE_SA listed by charon).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CharonRekeys {
+    pub child_sa: u32,
+    pub ike_sa: u32,
+    /// SAs of earlier CHILD_SAs still in the kernel when the SAs were read (charon deletes a
+    /// rekeyed inbound SA some seconds later), left out of `sas`.
+    pub earlier_sas: u32,
 }
 
 /// An SA someone else negotiated, as the kernel reports it.
@@ -76,6 +92,14 @@ impl StrongswanEvidence {
                 c.bytes,
                 c.replay_drops,
                 c.integrity_failures
+            ));
+        }
+        if let Some(r) = self.rekeys {
+            lines.push(format!(
+                "charon rekeyed the CHILD_SA {} times and the IKE_SA {} times on the lab's command; \
+                 the SAs above are the current CHILD_SA's, their counters since it was made \
+                 ({} SAs of earlier ones were still in the kernel)",
+                r.child_sa, r.ike_sa, r.earlier_sas
             ));
         }
         let lab: Vec<String> = self.lab_xfrm_installs.iter().map(|a| a.to_string()).collect();

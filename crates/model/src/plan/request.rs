@@ -14,7 +14,7 @@ use crate::packets::{self, NdrSearch, PacketSize, Rate, UdpWorkload};
 use crate::plan::limits::{
     MAX_MTU, MAX_PAYLOAD, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
 };
-use crate::rekey::{RekeyOrder, RekeySchedule, MAX_REKEY_RUN_S, MIN_EVERY_S};
+use crate::rekey::{RekeyOrder, RekeySchedule, RekeyTarget, MAX_REKEY_RUN_S, MIN_EVERY_S};
 use crate::size::ByteSize;
 use crate::suite::{CipherSuite, Hmac, KeyBits};
 
@@ -63,7 +63,7 @@ pub struct RunRequest {
     pub no_ceiling: bool,
     /// `--udp`, `--packet-size`, `--rate`, `--find-ndr`, `--latency`.
     pub packets: PacketsRequest,
-    /// `--rekey-every`, `--rekey-order`.
+    /// `--rekey-every`, `--rekey-order`, `--rekey-sa`.
     pub rekey: RekeyRequest,
 }
 
@@ -72,6 +72,7 @@ pub struct RunRequest {
 pub struct RekeyRequest {
     pub every_s: Option<f64>,
     pub order: Option<RekeyOrder>,
+    pub sa: Option<RekeyTarget>,
 }
 
 /// The packet and latency options as typed.
@@ -351,6 +352,9 @@ impl RunRequest {
                     "--rekey-order says how --rekey-every rekeys: add --rekey-every SECONDS".into(),
                 );
             }
+            if self.rekey.sa.is_some() {
+                return refuse("--rekey-sa says what --rekey-every rekeys: add --rekey-every SECONDS".into());
+            }
             return Ok(None);
         };
         let b = self.backend;
@@ -361,13 +365,29 @@ impl RunRequest {
                 Backend::names_where(|d| d.rekey.is_some())
             ));
         }
+        // OpenVPN's own refusals (its order among them) say what OpenVPN does instead.
+        if b == Backend::Openvpn {
+            openvpn_rekey(every_s, self.rekey.order, suite).map_err(PlanError::Rekey)?;
+        }
+        if self.rekey.order.is_some() && description.options != OwnOptions::Xfrm {
+            let own = match b {
+                Backend::Strongswan => "charon rekeys its SAs make-before-break per RFC 7296",
+                _ => "it switches make-before-break",
+            };
+            return refuse(format!(
+                "--rekey-order is the order of the lab's own xfrm rekey; the {b} backend rekeys in its own order ({own}): leave out --rekey-order"
+            ));
+        }
+        let sa = self.rekey.sa.unwrap_or_default();
+        if sa == RekeyTarget::Ike && b != Backend::Strongswan {
+            return refuse(format!(
+                "--rekey-sa ike rekeys an IKE_SA, which only the strongswan backend has (the {b} backend has none); use --backend strongswan or leave out --rekey-sa"
+            ));
+        }
         if !(MIN_EVERY_S..=MAX_REKEY_RUN_S).contains(&every_s) {
             return refuse(format!(
                 "--rekey-every {every_s} is out of range: give {MIN_EVERY_S} to {MAX_REKEY_RUN_S} seconds"
             ));
-        }
-        if b == Backend::Openvpn {
-            openvpn_rekey(every_s, self.rekey.order, suite).map_err(PlanError::Rekey)?;
         }
         if peer {
             return refuse(
@@ -402,6 +422,7 @@ impl RunRequest {
         Ok(Some(RekeySchedule {
             every_s,
             order: self.rekey.order.unwrap_or_default(),
+            sa,
         }))
     }
 
@@ -1049,6 +1070,7 @@ mod tests {
             rekey: RekeyRequest {
                 every_s: Some(every_s),
                 order: Some(RekeyOrder::Naive),
+                sa: None,
             },
             ..Default::default()
         }
@@ -1106,6 +1128,7 @@ mod tests {
                 rekey: RekeyRequest {
                     every_s: None,
                     order: Some(RekeyOrder::Naive),
+                    sa: None,
                 },
                 ..Default::default()
             },
@@ -1125,6 +1148,7 @@ mod tests {
             rekey: RekeyRequest {
                 every_s: Some(every_s),
                 order,
+                sa: None,
             },
             ..rekey_request(every_s, Some(3.5))
         };
@@ -1155,5 +1179,43 @@ mod tests {
         let plan = openvpn(gcm, 1.0, None).validate().unwrap();
         let schedule = plan.workload().rekey.unwrap();
         assert_eq!(schedule.every_s, 1.0);
+    }
+
+    /// strongswan rekeys in charon's order, the CHILD_SA or the IKE_SA; an IKE_SA only
+    /// strongswan has, the order only the lab's own xfrm rekey takes.
+    #[test]
+    fn charon_rekeys_in_its_own_order_and_only_strongswan_has_an_ike_sa() {
+        let swan = |order, sa| RunRequest {
+            backend: Backend::Strongswan,
+            cipher: Some(crate::CipherSuite::AesGcm {
+                key: crate::KeyBits::Aes256,
+            }),
+            rekey: RekeyRequest {
+                every_s: Some(1.0),
+                order,
+                sa,
+            },
+            ..rekey_request(1.0, Some(3.5))
+        };
+        let e = swan(Some(RekeyOrder::Naive), None)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("charon rekeys") && e.contains("make-before-break per RFC 7296"),
+            "{e}"
+        );
+        for sa in [None, Some(RekeyTarget::Child), Some(RekeyTarget::Ike)] {
+            let plan = swan(None, sa).validate().unwrap();
+            assert_eq!(plan.workload().rekey.unwrap().sa, sa.unwrap_or_default());
+        }
+        let mut xfrm = rekey_request(1.0, Some(3.5));
+        xfrm.rekey.sa = Some(RekeyTarget::Ike);
+        let e = xfrm.validate().unwrap_err().to_string();
+        assert!(e.contains("only the strongswan backend has"), "{e}");
+        let mut no_every = RunRequest::default();
+        no_every.rekey.sa = Some(RekeyTarget::Ike);
+        let e = no_every.validate().unwrap_err().to_string();
+        assert!(e.contains("add --rekey-every"), "{e}");
     }
 }

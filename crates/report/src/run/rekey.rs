@@ -7,10 +7,10 @@ use model::RunReport;
 /// What the run rekeyed and how: `xfrm aes-256-gcm: make-before-break rekey every 1 s`.
 pub fn title(run: &RunReport, r: &RekeyReport) -> String {
     format!(
-        "{} {}: {} rekey every {} s",
+        "{} {}: {} every {} s",
         run.plan.backend(),
         run.plan.suite(),
-        r.schedule.order,
+        r.label,
         r.schedule.every_s
     )
 }
@@ -37,7 +37,7 @@ fn mark_line(m: &RekeyMark) -> String {
 pub fn lines(r: &RekeyReport) -> Vec<String> {
     let mut out = vec![format!(
         "rekeys ({}, every {} s): {}",
-        r.schedule.order,
+        r.label,
         r.schedule.every_s,
         r.marks().count()
     )];
@@ -70,7 +70,9 @@ mod tests {
             schedule: RekeySchedule {
                 every_s: 1.0,
                 order: RekeyOrder::Naive,
+                sa: model::rekey::RekeyTarget::Child,
             },
+            label: "naive".into(),
             how: String::new(),
             runs: vec![RekeyRun {
                 transfer: 1,

@@ -170,7 +170,9 @@ pub(crate) mod tests_support {
             schedule: RekeySchedule {
                 every_s: 1.0,
                 order: RekeyOrder::MakeBeforeBreak,
+                sa: Default::default(),
             },
+            label: "make-before-break".into(),
             how: String::new(),
             runs: vec![RekeyRun {
                 transfer: 1,

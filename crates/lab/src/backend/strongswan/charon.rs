@@ -42,7 +42,7 @@ pub struct Charon {
     child: Child,
     dir: PathBuf,
     log: PathBuf,
-    uri: String,
+    ctl: Swanctl,
     /// Its record in the state file, forgotten once it has exited.
     record: owner::Record,
 }
@@ -69,7 +69,10 @@ impl Charon {
             child,
             dir: paths.dir.to_path_buf(),
             log: paths.log(),
-            uri: paths.vici_uri(),
+            ctl: Swanctl {
+                dir: paths.dir.to_path_buf(),
+                uri: paths.vici_uri(),
+            },
             record,
         };
         recorded?;
@@ -105,13 +108,55 @@ impl Charon {
     /// Runs `swanctl ARGS --uri THIS-CHARON` (at most `timeout`), its configuration from this
     /// end's directory only. Returns its output; a failure carries the end of it.
     pub fn swanctl(&self, args: &[&str], timeout: Duration) -> LabResult<String> {
-        self.try_swanctl(args, timeout).map_err(failed)
+        self.ctl.run(args, timeout).map_err(failed)
     }
 
     /// [`Charon::swanctl`], its failure as a sentence for the caller to put in context.
     pub fn try_swanctl(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
+        self.ctl.run(args, timeout)
+    }
+
+    /// How to reach this charon's VICI socket from another thread (the rekey's).
+    pub fn control(&self) -> Swanctl {
+        self.ctl.clone()
+    }
+
+    /// The daemon's own version line (`swanctl --version --daemon`), e.g. `strongSwan 5.9.8
+    /// charon-systemd (Linux, 6.1.0-57-amd64, x86_64)`.
+    pub fn daemon_version(&self) -> String {
+        self.try_swanctl(&["--version", "--daemon"], Duration::from_secs(10))
+            .ok()
+            .and_then(|out| {
+                out.lines()
+                    .find(|l| l.starts_with("strongSwan"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| format!("{DAEMON} (version unknown)"))
+    }
+}
+
+/// `swanctl` against one charon's VICI socket, with that end's configuration only.
+#[derive(Debug, Clone)]
+pub struct Swanctl {
+    dir: PathBuf,
+    uri: String,
+}
+
+/// Tells apart the output files of calls that overlap (the rekey thread's and the run's).
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Swanctl {
+    /// The charon's VICI socket, for a session of its own ([`super::vici::Vici`]).
+    pub fn socket(&self) -> PathBuf {
+        Paths { dir: &self.dir }.vici()
+    }
+
+    /// Runs `swanctl ARGS --uri THIS-CHARON` (at most `timeout`). Returns its output; a
+    /// failure as a sentence with the end of it.
+    pub fn run(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
         let swanctl = find_program(SWANCTL).ok_or_else(|| format!("{SWANCTL} not found"))?;
-        let out_path = self.dir.join("swanctl.out");
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let out_path = self.dir.join(format!("swanctl-{call}.out"));
         let io = |e: std::io::Error| format!("{SWANCTL} output file {}: {e}", out_path.display());
         let out = File::create(&out_path).map_err(io)?;
         let err = out.try_clone().map_err(io)?;
@@ -135,9 +180,10 @@ impl Charon {
                 let _ = child.wait();
                 break None;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         };
         let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&out_path);
         match status {
             Some(s) if s.success() => Ok(output),
             _ => {
@@ -149,19 +195,6 @@ impl Charon {
                 ))
             }
         }
-    }
-
-    /// The daemon's own version line (`swanctl --version --daemon`), e.g. `strongSwan 5.9.8
-    /// charon-systemd (Linux, 6.1.0-57-amd64, x86_64)`.
-    pub fn daemon_version(&self) -> String {
-        self.try_swanctl(&["--version", "--daemon"], Duration::from_secs(10))
-            .ok()
-            .and_then(|out| {
-                out.lines()
-                    .find(|l| l.starts_with("strongSwan"))
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| format!("{DAEMON} (version unknown)"))
     }
 }
 

@@ -14,15 +14,24 @@
 //! `packets`, `bytes`, `replay_drops`, `integrity_failures`, `reqid`, `mode`, `algorithms`
 //! (`name`, `key_bits`, `icv_bits`), then `lab_xfrm_installs` and `differences`.
 //!
+//! With `--rekey-every` charon itself rekeys the CHILD_SA (or with `--rekey-sa ike` the
+//! IKE_SA) on the lab's command ([`rekey`]); the evidence then shows the current CHILD_SA's
+//! SAs and `rekeys`: how many of each charon did, and how many SAs of earlier CHILD_SAs
+//! were still in the kernel (charon deletes a rekeyed inbound SA some seconds later).
+//!
 //! Local runs only: between two hosts it is refused when the plan is validated.
 
 mod charon;
 mod config;
 mod negotiated;
+pub mod rekey;
+mod vici;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model::evidence::{Algorithm, StrongswanEvidence};
+use model::evidence::{Algorithm, CharonRekeys, StrongswanEvidence};
 use model::RunPlan;
 use netns::Topology;
 use xfrm::{AuthTrunc, Protection, XfrmHandle};
@@ -135,6 +144,12 @@ pub struct StrongswanEnd {
     esp: String,
     suite: model::CipherSuite,
     version: String,
+    /// The end's lab namespace, where its SAs are.
+    namespace: std::path::PathBuf,
+    /// Whether the run rekeys (`--rekey-every`): the evidence then says how it went.
+    rekeying: bool,
+    /// The rekeys seen done (counted on end a's, which gives the evidence).
+    rekeys: Arc<rekey::Rekeys>,
 }
 
 impl StrongswanEnd {
@@ -181,6 +196,9 @@ impl StrongswanEnd {
             esp: material.esp.clone(),
             suite: material.suite,
             version,
+            namespace: site.namespace.path(),
+            rekeying: plan.workload().rekey.is_some(),
+            rekeys: Arc::default(),
         };
         if site.side == Side::B {
             end.initiate(material).await?;
@@ -221,11 +239,42 @@ impl StrongswanEnd {
         }
     }
 
+    /// charon's rekeys of a local run (`--rekey-every`): commanded on end b's charon (the
+    /// initiator), seen done in end b's kernel or charon's list, counted on end a's evidence.
+    pub fn rekey(
+        a: &StrongswanEnd,
+        b: &StrongswanEnd,
+        sa: model::rekey::RekeyTarget,
+    ) -> LabResult<rekey::CharonRekey> {
+        rekey::CharonRekey::new(
+            &b.namespace,
+            b.charon.control(),
+            [a.hosts.a, a.hosts.b],
+            sa,
+            a.rekeys.clone(),
+        )
+    }
+
     /// What charon installed in this end's kernel, beside what the lab's xfrm backend
     /// installs for the same suite; read after the transfers, so the counters show them.
+    /// The current CHILD_SA's SAs only, as charon lists it (all of them where it lists none).
     pub async fn evidence(&self) -> LabResult<StrongswanEvidence> {
-        let dump = self.handle.list_sas().await?;
+        let mut dump = self.handle.list_sas().await?;
+        let all = negotiated::negotiated_sas(&dump, self.hosts.a, self.hosts.b).len();
+        let current = self
+            .charon
+            .try_swanctl(&["--list-sas", "--noblock"], Duration::from_secs(10))
+            .map(|listing| rekey::installed_child_spis(&listing))
+            .unwrap_or_default();
+        if !current.is_empty() {
+            dump.retain(|sa| current.contains(&sa.id.spi.0));
+        }
         let sas = negotiated::negotiated_sas(&dump, self.hosts.a, self.hosts.b);
+        let rekeys = self.rekeying.then(|| CharonRekeys {
+            child_sa: self.rekeys.child_sa.load(Ordering::Relaxed),
+            ike_sa: self.rekeys.ike_sa.load(Ordering::Relaxed),
+            earlier_sas: (all - sas.len()) as u32,
+        });
         let lab = Protection::generate(self.suite, AuthTrunc::Bits128).map_err(LabError::failed)?;
         let lab_xfrm_installs: Vec<Algorithm> = xfrm::lab_algorithms(&lab)
             .iter()
@@ -241,6 +290,7 @@ impl StrongswanEnd {
             sas,
             lab_xfrm_installs,
             differences,
+            rekeys,
         })
     }
 }
