@@ -146,6 +146,10 @@ const XFRM_REKEY: &str = "a fresh SA pair (new SPIs and keys, same reqid) replac
                           outbound SAs (the switch) and the old inbound ones 200 ms later; naive deletes the old pair \
                           before adding the new";
 
+const USERSPACE_REKEY: &str = "a fresh static key becomes the next key epoch: both ends (every queue) install it, then \
+                               both switch sending to it, and the old epoch is retired 200 ms later; the epoch travels \
+                               in each packet id";
+
 const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Plain,
@@ -190,7 +194,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::LabCrypto,
         threads: Threads::TunnelThreads,
         tunnelled: true,
-        rekey: None,
+        rekey: Some(USERSPACE_REKEY),
     },
     Description {
         backend: Backend::Openvpn,

@@ -285,8 +285,11 @@ pub fn rekey(plan: &RunPlan, ends: &[End]) -> LabResult<Box<dyn crate::rekey::Re
             [End::Xfrm(a), End::Xfrm(b)] => Ok(Box::new(xfrm::XfrmEnd::rekey(a, b, schedule.order)?)),
             _ => Err(cannot()),
         },
+        Backend::Userspace => match ends {
+            [End::Userspace(a), End::Userspace(b)] => Ok(Box::new(userspace::UserspaceRekey::new(a, b)?)),
+            _ => Err(cannot()),
+        },
         Backend::Plain
-        | Backend::Userspace
         | Backend::Openvpn
         | Backend::Strongswan
         | Backend::Wireguard

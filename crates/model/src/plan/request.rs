@@ -331,6 +331,11 @@ impl RunRequest {
                 Backend::names_where(|d| d.rekey.is_some())
             ));
         }
+        if self.rekey.order.is_some() && b != Backend::Xfrm {
+            return refuse(format!(
+                "--rekey-order chooses how xfrm's SAs are replaced: the {b} tunnel always switches make-before-break (both ends install the new key, then both switch sending to it, then the old key is retired); leave out --rekey-order"
+            ));
+        }
         if !(MIN_EVERY_S..=MAX_REKEY_RUN_S).contains(&every_s) {
             return refuse(format!(
                 "--rekey-every {every_s} is out of range: give {MIN_EVERY_S} to {MAX_REKEY_RUN_S} seconds"
@@ -1035,6 +1040,26 @@ mod tests {
         assert_eq!(plan.line_rate().workload().rekey, None);
     }
 
+    /// The lab's own tunnel rekeys too, in its one order.
+    #[test]
+    fn the_userspace_tunnel_rekeys_make_before_break() {
+        let plan = RunRequest {
+            backend: Backend::Userspace,
+            rekey: RekeyRequest {
+                every_s: Some(1.0),
+                order: None,
+            },
+            ..rekey_request(1.0, Some(3.5))
+        }
+        .validate()
+        .unwrap();
+        let schedule = plan.workload().rekey.unwrap();
+        assert_eq!(
+            (schedule.every_s, schedule.order),
+            (1.0, RekeyOrder::MakeBeforeBreak)
+        );
+    }
+
     /// Every rekey option that could not act is refused with what to do instead.
     #[test]
     fn rekey_options_that_cannot_act_are_refused_with_the_fix() {
@@ -1077,6 +1102,13 @@ mod tests {
                 ..Default::default()
             },
             "add --rekey-every",
+        );
+        refused(
+            RunRequest {
+                backend: Backend::Userspace,
+                ..rekey_request(1.0, Some(3.0))
+            },
+            "always switches make-before-break",
         );
         let mut bidir = rekey_request(1.0, Some(3.0));
         bidir.modes.bidir = true;
