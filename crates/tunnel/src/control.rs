@@ -28,7 +28,8 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A key command for one tunnel thread.
 enum Command {
-    InstallNext(StaticKey),
+    /// Boxed: 256 bytes of key in a queue of otherwise empty commands.
+    InstallNext(Box<StaticKey>),
     SwitchSend,
     RetirePrevious,
 }
@@ -171,13 +172,14 @@ impl Drop for CloseOnExit<'_> {
 /// Why a key command did not happen on a tunnel thread.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyControlError {
-    /// The endpoint refused the step (wrong order); it is unchanged.
+    /// The endpoint refused the step (wrong order); it is unchanged. Boxed: a
+    /// `RekeyError` is large and this path is rare.
     #[error("tunnel {tun}: {command} refused: {source}")]
     Refused {
         tun: String,
         command: &'static str,
         #[source]
-        source: RekeyError,
+        source: Box<RekeyError>,
     },
     #[error("tunnel {tun}: no answer to {command} within {waited:?}: the thread is stuck")]
     NoAnswer {
@@ -220,7 +222,7 @@ impl KeyControl {
     /// Installs `key` as the next epoch on every thread: accepted from now on, not yet sent
     /// with ([`Endpoint::install_next`]). Returns the new epoch's number.
     pub fn install_next(&self, key: &StaticKey) -> Result<u8, KeyControlError> {
-        self.ask(|| Command::InstallNext(key.clone()))
+        self.ask(|| Command::InstallNext(Box::new(key.clone())))
     }
 
     /// Every thread sends with the newest epoch from now on ([`Endpoint::switch_send`]).
@@ -255,7 +257,7 @@ impl KeyControl {
                     return Err(KeyControlError::Refused {
                         tun: tun.clone(),
                         command: name,
-                        source,
+                        source: Box::new(source),
                     })
                 }
                 Err(RecvTimeoutError::Timeout) => {
