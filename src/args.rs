@@ -91,8 +91,8 @@ pub struct RekeyArgs {
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub rekey_every: Option<f64>,
     /// xfrm: make-before-break (new inbound SAs first, RFC 7296's order) or naive (the old SAs
-    /// deleted before the new ones are added) [default: make-before-break]. strongswan: charon
-    /// rekeys in its own order (make-before-break).
+    /// deleted before the new ones are added) [default: make-before-break]. The other
+    /// backends rekey in their own order and refuse this option.
     #[arg(long, value_name = "ORDER", value_parser = crate::values::rekey_order(), hide_possible_values = true)]
     pub rekey_order: Option<model::rekey::RekeyOrder>,
     /// strongswan: the SA charon rekeys, child (the CHILD_SA that carries the data) or ike

@@ -158,6 +158,10 @@ const STRONGSWAN_REKEY: &str = "charon rekeys on the lab's command (`swanctl --r
                                 SAs are in the kernel; with --rekey-sa ike the IKE_SA is replaced instead, timed until \
                                 charon lists the new one";
 
+const USERSPACE_REKEY: &str = "a fresh static key becomes the next key epoch: both ends (every queue) install it, then \
+                               both switch sending to it, and the old epoch is retired 200 ms later; the epoch travels \
+                               in each packet id";
+
 const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Plain,
@@ -202,7 +206,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::LabCrypto,
         threads: Threads::TunnelThreads,
         tunnelled: true,
-        rekey: None,
+        rekey: Some(USERSPACE_REKEY),
     },
     Description {
         backend: Backend::Openvpn,

@@ -1,22 +1,24 @@
 //! The thread of one tunnel end: its set-up (CPU pinning, the connected UDP socket, the TUN
 //! device, which batching the kernel grants), then one loop that runs the send path and the
 //! receive path in turn until both are idle, and only then sleeps in `poll` on the TUN
-//! device, the socket and the stop request. One thread per end by default: the lab shows the
+//! device, the socket and the control's eventfd. Between batches it serves key commands
+//! (`control`: install the next epoch, switch sending, retire the previous) on its endpoint,
+//! which no other thread touches. One thread per end by default: the lab shows the
 //! single-core limit of userspace tunnels. A multi-queue end runs one such loop per queue,
 //! each with its own queue fd, socket and endpoint, sharing nothing.
 //!
-//! Leaves out: what each path does (`send`, `receive`), the thread's start and stop from
-//! outside ([`crate::Tunnel`]), the counters' meaning (`stats`).
+//! Leaves out: what each path does (`send`, `receive`), the thread's start, stop and key
+//! commands from outside ([`crate::Tunnel`], `control`), the counters' meaning (`stats`).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use procstat::CpuTime;
 use tunnel_proto::{Endpoint, InnerAddresses};
 
 use crate::config::{Batching, TunnelConfig, TunnelError};
+use crate::control::{CloseOnExit, Control};
 use crate::cpu::pin_current_thread;
 use crate::receive::ReceivePath;
 use crate::send::SendPath;
@@ -26,38 +28,6 @@ use udpbatch::Udp;
 
 const SOCKET_BUFFER: usize = 8 << 20;
 const TXQUEUELEN: u32 = 1000;
-
-/// Stop request: a flag checked every loop, plus an eventfd that wakes a sleeping `poll`.
-pub(crate) struct Stop {
-    flag: AtomicBool,
-    wake: OwnedFd,
-}
-
-impl Stop {
-    pub fn new() -> io::Result<Stop> {
-        // SAFETY: eventfd(2) returns a new fd or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Stop {
-            flag: AtomicBool::new(false),
-            // SAFETY: fresh fd.
-            wake: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
-    }
-
-    pub fn request(&self) {
-        self.flag.store(true, Ordering::Release);
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a u64 on the stack to an eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    fn requested(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-}
 
 /// The thread's state: its device, its socket, its endpoint, its two paths and its counts.
 pub(crate) struct Loop {
@@ -161,7 +131,9 @@ impl Loop {
         self.stats.batching
     }
 
-    pub fn run(self, stop: &Stop) -> Result<TunnelStats, TunnelError> {
+    pub fn run(self, control: &Control) -> Result<TunnelStats, TunnelError> {
+        // However the loop ends, key commands are refused from then on, not left waiting.
+        let _closed = CloseOnExit(control);
         let Loop {
             tun_name,
             tun,
@@ -189,9 +161,13 @@ impl Loop {
         let mut fds = [
             pollfd(tun.as_raw_fd()),
             pollfd(udp.as_raw_fd()),
-            pollfd(stop.wake.as_raw_fd()),
+            pollfd(control.wake_fd()),
         ];
-        while !stop.requested() {
+        while !control.stop_requested() {
+            // Key commands between batches: one relaxed load when there are none.
+            if control.pending() {
+                control.serve(&mut endpoint, || stats.key_switches += 1);
+            }
             // Work until both sides are empty, only then sleep: under load `poll` is skipped.
             let from_tun = send
                 .pump(&tun, &mut udp, &mut endpoint, &inner, &mut stats)
@@ -208,6 +184,9 @@ impl Loop {
                     if e.kind() != io::ErrorKind::Interrupted {
                         return Err(io_error("poll", e));
                     }
+                } else if fds[2].revents & libc::POLLIN != 0 {
+                    // A stop or a command: the flags say which, checked at the loop's top.
+                    control.drain_wake();
                 }
                 stats.lap(Phase::Idle);
             }

@@ -15,7 +15,10 @@
 //! # Layout
 //!
 //! * `lib.rs`: the public face: [`Tunnel`] (start a thread, stop it, get its
-//!   [`TunnelStats`]).
+//!   [`TunnelStats`], rekey it through its [`KeyControl`]).
+//! * `control`: the thread's control block (stop flag, key commands, the eventfd that wakes
+//!   its `poll`) and [`KeyControl`], which asks the thread to install, switch to and retire
+//!   key epochs while it runs and waits for its answer.
 //! * `multi`: [`MultiQueue`], N [`Tunnel`]s serving the queues of one TUN device;
 //!   `steer`: the eBPF program that spreads the lab's flows over the queues by port.
 //! * `event_loop`: the thread's set-up and its loop, which runs the two paths in turn and
@@ -32,6 +35,7 @@
 //! veth (`netns`), and the traffic that flows through (`traffic`).
 
 mod config;
+mod control;
 mod cpu;
 mod event_loop;
 mod multi;
@@ -46,11 +50,13 @@ use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use event_loop::{Loop, Stop};
+use control::Control;
+use event_loop::Loop;
 use netns::Namespace;
 use tunnel_proto::Endpoint;
 
 pub use config::{inner_mtu, inner_mtu_over, largest_batch, Batching, TunnelConfig, TunnelError, BATCH};
+pub use control::{KeyControl, KeyControlError, ANSWER_TIMEOUT};
 pub use cpu::pin_current_thread;
 pub use multi::MultiQueue;
 pub use stats::{Flow, IoErrors, TunnelStats};
@@ -61,7 +67,7 @@ pub use tun::Tun;
 pub struct Tunnel {
     tun_name: String,
     batching: Batching,
-    stop: Arc<Stop>,
+    control: Arc<Control>,
     thread: Option<JoinHandle<Result<TunnelStats, TunnelError>>>,
 }
 
@@ -69,14 +75,14 @@ impl Tunnel {
     /// Starts an end in `ns`: returns once its TUN device is up and its socket bound, or with
     /// the reason it could not be set up.
     pub fn start(ns: &Namespace, config: TunnelConfig, endpoint: Endpoint) -> Result<Tunnel, TunnelError> {
-        let stop = Arc::new(Stop::new().map_err(|source| TunnelError::Setup {
+        let control = Arc::new(Control::new().map_err(|source| TunnelError::Setup {
             step: "create eventfd".into(),
             tun: config.tun_name.clone(),
             source,
         })?);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Batching, TunnelError>>();
         let tun_name = config.tun_name.clone();
-        let thread_stop = stop.clone();
+        let thread_control = control.clone();
         let thread = ns.spawn(&config.thread_name(), move || {
             let lp = match Loop::set_up(config, endpoint) {
                 Ok(lp) => lp,
@@ -91,12 +97,12 @@ impl Tunnel {
                 }
             };
             let _ = ready_tx.send(Ok(lp.batching()));
-            lp.run(&thread_stop)
+            lp.run(&thread_control)
         })?;
         let mut tunnel = Tunnel {
             tun_name: tun_name.clone(),
             batching: Batching::Mmsg,
-            stop,
+            control,
             thread: Some(thread),
         };
         match ready_rx.recv() {
@@ -124,10 +130,15 @@ impl Tunnel {
         self.batching
     }
 
+    /// The thread's key commands (see [`KeyControl`]); valid while it runs, refused after.
+    pub fn keys(&self) -> KeyControl {
+        KeyControl::new(vec![(self.tun_name.clone(), self.control.clone())])
+    }
+
     /// Stops the thread, waits for it, and returns what it did. Its TUN device is removed
     /// when the thread closes it.
     pub fn stop(mut self) -> Result<TunnelStats, TunnelError> {
-        self.stop.request();
+        self.control.request_stop();
         let thread = self.thread.take().expect("a tunnel is stopped once");
         thread.join().unwrap_or_else(|_| {
             Err(TunnelError::Panicked {
@@ -140,7 +151,7 @@ impl Tunnel {
 impl Drop for Tunnel {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
-            self.stop.request();
+            self.control.request_stop();
             let _ = thread.join();
         }
     }

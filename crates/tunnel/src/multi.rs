@@ -17,6 +17,7 @@ use netns::Namespace;
 use tunnel_proto::{Endpoint, MAX_QUEUES};
 
 use crate::config::{TunnelConfig, TunnelError};
+use crate::control::KeyControl;
 use crate::stats::TunnelStats;
 use crate::Tunnel;
 
@@ -72,6 +73,11 @@ impl MultiQueue {
 
     pub fn is_empty(&self) -> bool {
         self.queues.is_empty()
+    }
+
+    /// The key commands of every queue, in queue order: each step goes to all of them.
+    pub fn keys(&self) -> KeyControl {
+        KeyControl::join(self.queues.iter().map(Tunnel::keys))
     }
 
     /// Stops every queue and returns their statistics in queue order, or the first error

@@ -42,6 +42,9 @@ pub struct TunnelStats {
     pub tun_writes: u64,
     /// Receive buffers the socket filled (with GRO, several datagrams each).
     pub recv_buffers: u64,
+    /// Times the thread switched sending to a new key epoch (one per rekey): it went through
+    /// this many epochs after the run's first.
+    pub key_switches: u64,
     /// Where the thread's wall time went, phase by phase.
     pub time: ThreadTime,
     /// When the phase now running began.
@@ -94,6 +97,7 @@ impl TunnelStats {
             tun_reads: 0,
             tun_writes: 0,
             recv_buffers: 0,
+            key_switches: 0,
             time: ThreadTime::default(),
             phase_start: Instant::now(),
             cpu: CpuTime::default(),
@@ -162,6 +166,8 @@ impl TunnelStats {
             total.tun_writes += q.tun_writes;
             total.recv_buffers += q.recv_buffers;
             total.time = total.time.plus(&q.time);
+            // The queues switch together: an end went through what every queue went through.
+            total.key_switches = total.key_switches.min(q.key_switches);
             total.cpu.user_s += q.cpu.user_s;
             total.cpu.system_s += q.cpu.system_s;
             total.wall_s = total.wall_s.max(q.wall_s);

@@ -1,6 +1,7 @@
 //! The tunnel between two real namespaces (root and /dev/net/tun needed; skipped with a
 //! reason otherwise): verified TCP through every suite, crafted datagrams injected on the
-//! veth, a key holder reaching for other addresses of b's host, and nothing left behind.
+//! veth, a key holder reaching for other addresses of b's host, a running pair rekeyed through its
+//! key control, and nothing left behind.
 
 mod common;
 
@@ -509,4 +510,51 @@ fn an_impossible_inner_pair_is_refused_before_anything_is_created() {
         assert!(e.to_string().contains(&peer_inner.to_string()), "{e}");
         assert!(!link_exists(&topo.a, "ipl-acl-bad"));
     }
+}
+
+/// Key commands reach the real loop, asleep in `poll` or moving data: both ends install a
+/// fresh key, switch to it and retire the old one between two verified transfers, and each
+/// counts its switch with nothing dropped.
+#[test]
+fn a_running_tunnel_is_rekeyed_through_its_key_control() {
+    if !capable("a_running_tunnel_is_rekeyed_through_its_key_control") {
+        return;
+    }
+    let topo = topology();
+    let suite = CipherSuite::AesGcm { key: KeyBits::Aes256 };
+    let pair = start_pair(
+        &topo,
+        "ipl-tkc",
+        suite,
+        &StaticKey::generate().unwrap(),
+        Batching::Offload,
+    );
+    let (ka, kb) = (pair.a.keys(), pair.b.keys());
+    assert!(tcp_transfer(&topo, 1_000_000));
+    for epoch in 1..=2u8 {
+        let key = StaticKey::generate().unwrap();
+        assert_eq!(ka.install_next(&key).unwrap(), epoch);
+        assert_eq!(kb.install_next(&key).unwrap(), epoch);
+        assert_eq!(ka.switch_send().unwrap(), epoch);
+        assert_eq!(kb.switch_send().unwrap(), epoch);
+        assert!(
+            tcp_transfer(&topo, 1_000_000),
+            "epoch {epoch}: payload corrupted or short"
+        );
+        assert_eq!(ka.retire_previous().unwrap(), epoch - 1);
+        assert_eq!(kb.retire_previous().unwrap(), epoch - 1);
+    }
+    // Out of order: refused with the endpoint's reason, the tunnel unharmed.
+    let e = ka.retire_previous().unwrap_err();
+    assert!(e.to_string().contains("nothing to retire"), "{e}");
+    let (a, b) = (pair.a.stop().unwrap(), pair.b.stop().unwrap());
+    for s in [&a, &b] {
+        assert_eq!(s.key_switches, 2, "{}", s.tun_name);
+        assert_eq!(s.drops.total(), 0, "{}: {:?}", s.tun_name, s.drops);
+    }
+    // Stopped: a command is refused at once.
+    assert!(matches!(
+        kb.switch_send(),
+        Err(tunnel::KeyControlError::Stopped { .. })
+    ));
 }

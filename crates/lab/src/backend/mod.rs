@@ -299,11 +299,13 @@ pub fn rekey(
             }
             _ => return Err(cannot()),
         },
-        Backend::Plain
-        | Backend::Userspace
-        | Backend::Wireguard
-        | Backend::WireguardGo
-        | Backend::Boringtun => return Err(cannot()),
+        Backend::Userspace => match ends {
+            [End::Userspace(a), End::Userspace(b)] => Box::new(userspace::UserspaceRekey::new(a, b)?),
+            _ => return Err(cannot()),
+        },
+        Backend::Plain | Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
+            return Err(cannot())
+        }
     };
     Ok(Some((schedule, rekey)))
 }

@@ -8,6 +8,10 @@
 //! queue i on UDP port 1194 + i with its own packet-id space (`tunnel::MultiQueue`); the
 //! kernel spreads the flows over the queues.
 //!
+//! `--rekey-every` ([`UserspaceRekey`]): a fresh key installed as the next key epoch on both
+//! ends' threads, then sent with, the old epoch retired [`REKEY_GRACE`] later; each end's
+//! `key_switches` counts the epochs it went through.
+//!
 //! Evidence (`backend_details.userspace`, [`UserspaceEvidence`]): `suite`, `implementation` (`choice`,
 //! `library`, `hardware_aes`, `label`), `inner_mtu`, `batching` (offload, gso or mmsg, as
 //! used), per end (`a` encrypts the payload, `b` decrypts it) `cpu` (`user_s`, `system_s`,
@@ -32,11 +36,12 @@ use model::evidence::{
 };
 use model::{CipherSuite, Hmac, RunPlan};
 use procstat::CpuTime;
-use tunnel::{inner_mtu_over, Batching, MultiQueue, TunnelConfig, TunnelStats};
+use tunnel::{inner_mtu_over, Batching, KeyControl, MultiQueue, TunnelConfig, TunnelStats};
 use tunnel_proto::{DropReason, Endpoint, KeyDirection, StaticKey, STATIC_KEY_LEN};
 
 use super::site::{Side, Site};
 use crate::error::{LabError, LabResult};
+use crate::rekey::Rekey;
 
 /// UDP port of the tunnel on both outer addresses (OpenVPN's registered port).
 pub const TUNNEL_PORT: u16 = 1194;
@@ -131,6 +136,11 @@ impl UserspaceEnd {
         Ok(UserspaceEnd { tunnel: Some(tunnel) })
     }
 
+    /// The key commands of every thread of this end (None once stopped).
+    pub fn keys(&self) -> Option<KeyControl> {
+        self.tunnel.as_ref().map(MultiQueue::keys)
+    }
+
     /// Stops the threads and returns what they counted: one thread's counts, or the
     /// queues' sums with each queue's own.
     pub fn finish(&mut self) -> LabResult<UserspaceEndEvidence> {
@@ -155,6 +165,54 @@ impl UserspaceEnd {
             };
         }
         Ok(end)
+    }
+}
+
+/// How long the old key epoch is still accepted after both ends switched: far longer than
+/// anything is in flight between two namespaces (xfrm's old inbound SAs get as long).
+pub const REKEY_GRACE: Duration = Duration::from_millis(200);
+
+/// `--rekey-every` on the lab's tunnel: both ends' threads rekeyed through their
+/// [`KeyControl`]s, make-before-break (`tunnel_proto::epoch`'s lossless order). The control
+/// channel is the confirmation the order asks for: each install is answered before either
+/// end switches.
+pub struct UserspaceRekey {
+    /// End a's threads, then end b's.
+    ends: [KeyControl; 2],
+}
+
+impl UserspaceRekey {
+    pub fn new(a: &UserspaceEnd, b: &UserspaceEnd) -> LabResult<UserspaceRekey> {
+        let stopped = || LabError::failed(anyhow::anyhow!("rekeying a userspace tunnel that has stopped"));
+        Ok(UserspaceRekey {
+            ends: [a.keys().ok_or_else(stopped)?, b.keys().ok_or_else(stopped)?],
+        })
+    }
+}
+
+impl Rekey for UserspaceRekey {
+    fn switch(&mut self) -> LabResult<()> {
+        // Never a key used before: each rekey's packet ids start again from 1.
+        let key = StaticKey::generate().map_err(LabError::failed)?;
+        // Both ends accept the new epoch before either sends with it.
+        for end in &self.ends {
+            end.install_next(&key).map_err(LabError::failed)?;
+        }
+        for end in &self.ends {
+            end.switch_send().map_err(LabError::failed)?;
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self) -> LabResult<()> {
+        for end in &self.ends {
+            end.retire_previous().map_err(LabError::failed)?;
+        }
+        Ok(())
+    }
+
+    fn grace(&self) -> Duration {
+        REKEY_GRACE
     }
 }
 
@@ -213,6 +271,7 @@ fn tunnel_end(s: &TunnelStats) -> TunnelEnd {
         tun_reads: s.tun_reads,
         tun_writes: s.tun_writes,
         recv_buffers: s.recv_buffers,
+        key_switches: s.key_switches,
         time: s.time,
         queues: Vec::new(),
         steering: None,

@@ -33,6 +33,10 @@ pub struct TunnelEnd {
     /// Receive buffers the socket filled (with UDP GRO, each holds several datagrams).
     #[serde(default)]
     pub recv_buffers: u64,
+    /// Times the end switched sending to a new key epoch (`--rekey-every`: one per rekey;
+    /// a multi-queue end: what every queue went through). 0: the run's one key throughout.
+    #[serde(default)]
+    pub key_switches: u64,
     /// Where the thread's wall time went.
     #[serde(default)]
     pub time: ThreadTime,
@@ -139,8 +143,12 @@ impl UserspaceEvidence {
                 .map(|(reason, n)| format!("{reason} {n}"))
                 .collect();
             let queue = s.queue.map(|q| format!("/{q}")).unwrap_or_default();
+            let rekeyed = match s.key_switches {
+                0 => String::new(),
+                n => format!(", {n} key switches"),
+            };
             notes.push(format!(
-                "{role} thread {}{queue}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s ({} sent, {} delivered), drops: {}",
+                "{role} thread {}{queue}: {:.2} s user + {:.2} s system ({:.0} % of a core), {:.0} packets/s ({} sent, {} delivered), drops: {}{rekeyed}",
                 s.tun,
                 s.cpu.user_s,
                 s.cpu.system_s,
@@ -148,7 +156,7 @@ impl UserspaceEvidence {
                 s.packets_per_s,
                 s.sent.packets,
                 s.delivered.packets,
-                if drops.is_empty() { "none".into() } else { drops.join(", ") }
+                if drops.is_empty() { "none".into() } else { drops.join(", ") },
             ));
             notes.push(format!(
                 "  its time: {}; out {} packets per TUN read and {} per UDP send, in {} datagrams per receive buffer and {} packets per TUN write",
@@ -202,6 +210,7 @@ pub(crate) mod tests {
             tun_reads: 900,
             tun_writes: 3,
             recv_buffers: 2,
+            key_switches: 0,
             time: ThreadTime {
                 crypto_s: 0.5,
                 udp_send_s: 0.3,

@@ -372,6 +372,9 @@ impl RunRequest {
         if self.rekey.order.is_some() && description.options != OwnOptions::Xfrm {
             let own = match b {
                 Backend::Strongswan => "charon rekeys its SAs make-before-break per RFC 7296",
+                Backend::Userspace => {
+                    "it always switches make-before-break: both ends install the new key, then both switch sending to it, then the old key is retired"
+                }
                 _ => "it switches make-before-break",
             };
             return refuse(format!(
@@ -1090,6 +1093,27 @@ mod tests {
         assert_eq!(plan.line_rate().workload().rekey, None);
     }
 
+    /// The lab's own tunnel rekeys too, in its one order.
+    #[test]
+    fn the_userspace_tunnel_rekeys_make_before_break() {
+        let plan = RunRequest {
+            backend: Backend::Userspace,
+            rekey: RekeyRequest {
+                every_s: Some(1.0),
+                order: None,
+                sa: None,
+            },
+            ..rekey_request(1.0, Some(3.5))
+        }
+        .validate()
+        .unwrap();
+        let schedule = plan.workload().rekey.unwrap();
+        assert_eq!(
+            (schedule.every_s, schedule.order),
+            (1.0, RekeyOrder::MakeBeforeBreak)
+        );
+    }
+
     /// Every rekey option that could not act is refused with what to do instead.
     #[test]
     fn rekey_options_that_cannot_act_are_refused_with_the_fix() {
@@ -1133,6 +1157,13 @@ mod tests {
                 ..Default::default()
             },
             "add --rekey-every",
+        );
+        refused(
+            RunRequest {
+                backend: Backend::Userspace,
+                ..rekey_request(1.0, Some(3.0))
+            },
+            "always switches make-before-break",
         );
         let mut bidir = rekey_request(1.0, Some(3.0));
         bidir.modes.bidir = true;
