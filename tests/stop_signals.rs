@@ -240,6 +240,38 @@ fn sigint_stops_a_timed_userspace_transfer() {
     }
 }
 
+/// While the tunnel's keys are being replaced five times a second (`--rekey-every`), over
+/// TCP and over UDP: the rekey thread stops with the transfer.
+#[test]
+fn sigterm_stops_a_userspace_transfer_that_is_rekeying() {
+    if root_or_skip("sigterm_stops_a_userspace_transfer_that_is_rekeying") {
+        for (udp, movers) in [(None, TCP_MOVERS), (Some("--udp"), UDP_MOVERS)] {
+            let mut args = vec![
+                "run",
+                "--backend",
+                "userspace",
+                "--cipher",
+                "aes-256-gcm",
+                "--rekey-every",
+                "0.2",
+                "--time",
+                "60",
+                "--json",
+                "-",
+                "--no-progress",
+            ];
+            args.extend(udp);
+            interrupt_local_after(
+                "userspace --rekey-every",
+                &args,
+                movers,
+                Duration::from_millis(700),
+                Signal::SIGTERM,
+            );
+        }
+    }
+}
+
 #[test]
 fn sigint_stops_a_timed_openvpn_transfer() {
     let test = "sigint_stops_a_timed_openvpn_transfer";
