@@ -275,17 +275,7 @@ fn openvpn_renegotiates_under_load_and_each_renegotiation_is_reported() {
 #[test]
 fn charon_rekeys_the_child_sa_and_the_ike_sa_under_load() {
     let test = "charon_rekeys_the_child_sa_and_the_ike_sa_under_load";
-    if !uml_or_skip(test) {
-        return;
-    }
-    let found = ["/usr/sbin/charon-systemd", "/usr/sbin/swanctl"]
-        .iter()
-        .all(|p| std::path::Path::new(p).is_file());
-    if !found {
-        testcap::skip(
-            test,
-            "strongSwan is not installed (apt-get install charon-systemd strongswan-swanctl)",
-        );
+    if !uml_or_skip(test) || !strongswan_or_skip(test) {
         return;
     }
     let _lock = lab_lock();

@@ -93,6 +93,21 @@ pub fn openvpn_or_skip(test: &str) -> bool {
     found
 }
 
+/// True when a test may run charon (strongSwan's daemon and swanctl); otherwise says why it
+/// is skipped (under CI=true a missing one fails instead).
+pub fn strongswan_or_skip(test: &str) -> bool {
+    let found = ["/usr/sbin/charon-systemd", "/usr/sbin/swanctl"]
+        .iter()
+        .all(|p| std::path::Path::new(p).is_file());
+    if !found {
+        testcap::skip(
+            test,
+            "strongSwan is not installed (apt-get install charon-systemd strongswan-swanctl)",
+        );
+    }
+    found
+}
+
 /// A `vng` first in PATH (in `dir/bin`) that runs `body`, a shell script: shows what the
 /// lab hands to the real one, or plays a VM. Returns the PATH to run the lab with.
 pub fn fake_vng(dir: &std::path::Path, body: &str) -> String {

@@ -23,19 +23,6 @@ use serde_json::Value;
 
 const PAYLOAD: &str = "2MB";
 
-fn strongswan_or_skip(test: &str) -> bool {
-    let found = ["/usr/sbin/charon-systemd", "/usr/sbin/swanctl"]
-        .iter()
-        .all(|p| std::path::Path::new(p).is_file());
-    if !found {
-        testcap::skip(
-            test,
-            "strongSwan is not installed (apt-get install charon-systemd strongswan-swanctl)",
-        );
-    }
-    found
-}
-
 /// charon processes now (by the kernel's name for them; only looked at, never signalled).
 fn charon_pids() -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -82,7 +69,7 @@ fn assert_nothing_left(after: &str) {
 #[test]
 fn bad_input_no_esp_and_no_strongswan_are_refused_before_anything_is_made() {
     let test = "bad_input_no_esp_and_no_strongswan_are_refused_before_anything_is_made";
-    if !common::root_or_skip(test) || !strongswan_or_skip(test) {
+    if !common::root_or_skip(test) || !common::strongswan_or_skip(test) {
         return;
     }
     let _lock = common::lab_lock();
@@ -310,7 +297,7 @@ fn guest_checks() {
         eprintln!("skipped: guest_checks only runs inside the VM started by the in_vm_ tests of main.rs");
         return;
     }
-    if !strongswan_or_skip("strongswan::guest_checks") {
+    if !common::strongswan_or_skip("strongswan::guest_checks") {
         return;
     }
     let out = PathBuf::from(std::env::var("IPSEC_LAB_VM_OUT").unwrap());
