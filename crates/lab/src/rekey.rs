@@ -23,10 +23,15 @@ use crate::error::{LabError, LabResult};
 pub trait Rekey: Send {
     /// Puts new keys in use: when it returns, data travels under them.
     fn switch(&mut self) -> LabResult<()>;
-    /// Removes what the last switch kept for packets still in flight under the old keys.
-    fn retire(&mut self) -> LabResult<()>;
+    /// Removes what the last switch kept for packets still in flight under the old keys; a
+    /// backend whose daemon retires them itself (charon, OpenVPN) keeps nothing to remove.
+    fn retire(&mut self) -> LabResult<()> {
+        Ok(())
+    }
     /// How long after a switch [`Rekey::retire`] is due.
-    fn grace(&self) -> Duration;
+    fn grace(&self) -> Duration {
+        Duration::ZERO
+    }
     /// A backend that rekeys on its own timer (its switch and retire do nothing): the
     /// switches it made, once the transfer of `seconds` is over, timed since `epoch` (its
     /// start on the wall clock, which the backend's own record uses); those outside the
@@ -148,6 +153,14 @@ impl Drop for Rekeyer {
 mod tests {
     use super::*;
 
+    fn schedule(every_s: f64, order: model::rekey::RekeyOrder) -> RekeySchedule {
+        RekeySchedule {
+            every_s,
+            order,
+            sa: model::rekey::RekeyTarget::Child,
+        }
+    }
+
     #[derive(Default)]
     struct Log(Arc<Mutex<Vec<&'static str>>>);
 
@@ -171,11 +184,7 @@ mod tests {
     fn each_switch_is_retired_and_recorded_on_the_schedule() {
         let log = Log::default();
         let events = log.0.clone();
-        let schedule = RekeySchedule {
-            every_s: 0.1,
-            order: model::rekey::RekeyOrder::MakeBeforeBreak,
-            sa: model::rekey::RekeyTarget::Child,
-        };
+        let schedule = schedule(0.1, model::rekey::RekeyOrder::MakeBeforeBreak);
         let epoch = Instant::now();
         let rekeyer = Rekeyer::start((schedule, Box::new(log)), epoch, 60.0).unwrap();
         while events.lock().unwrap().iter().filter(|e| **e == "switch").count() < 3 {
@@ -198,11 +207,7 @@ mod tests {
     fn rekeys_stop_before_the_transfer_ends() {
         let log = Log::default();
         let events = log.0.clone();
-        let schedule = RekeySchedule {
-            every_s: 0.1,
-            order: model::rekey::RekeyOrder::MakeBeforeBreak,
-            sa: model::rekey::RekeyTarget::Child,
-        };
+        let schedule = schedule(0.1, model::rekey::RekeyOrder::MakeBeforeBreak);
         let rekeyer = Rekeyer::start((schedule, Box::new(log)), Instant::now(), 0.35).unwrap();
         std::thread::sleep(Duration::from_millis(600));
         assert_eq!(rekeyer.finish().unwrap().len(), 3);
@@ -217,12 +222,6 @@ mod tests {
         fn switch(&mut self) -> LabResult<()> {
             Ok(())
         }
-        fn retire(&mut self) -> LabResult<()> {
-            Ok(())
-        }
-        fn grace(&self) -> Duration {
-            Duration::ZERO
-        }
         fn observed(&mut self, epoch: SystemTime, _seconds: f64) -> LabResult<Option<Vec<Switch>>> {
             *self.0.lock().unwrap() = Some(epoch);
             let at = |at_s| Switch { at_s, took_ms: 4.0 };
@@ -235,11 +234,7 @@ mod tests {
     #[test]
     fn a_backend_on_its_own_timer_reports_its_switches_within_the_transfer() {
         let seen = Arc::new(Mutex::new(None));
-        let schedule = RekeySchedule {
-            every_s: 0.1,
-            order: model::rekey::RekeyOrder::MakeBeforeBreak,
-            sa: Default::default(),
-        };
+        let schedule = schedule(0.1, model::rekey::RekeyOrder::MakeBeforeBreak);
         let epoch = Instant::now() - Duration::from_millis(50);
         let wall = SystemTime::now() - Duration::from_millis(50);
         let rekeyer = Rekeyer::start((schedule, Box::new(OwnTimer(seen.clone()))), epoch, 0.35).unwrap();
@@ -258,11 +253,7 @@ mod tests {
     fn dropping_the_rekeyer_stops_it() {
         let log = Log::default();
         let events = log.0.clone();
-        let schedule = RekeySchedule {
-            every_s: 3600.0,
-            order: model::rekey::RekeyOrder::Naive,
-            sa: model::rekey::RekeyTarget::Child,
-        };
+        let schedule = schedule(3600.0, model::rekey::RekeyOrder::Naive);
         let started = Instant::now();
         drop(Rekeyer::start((schedule, Box::new(log)), Instant::now(), 7200.0).unwrap());
         assert!(started.elapsed() < Duration::from_secs(60));

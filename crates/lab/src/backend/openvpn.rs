@@ -473,14 +473,6 @@ impl crate::rekey::Rekey for OpenvpnRekey {
         Ok(())
     }
 
-    fn retire(&mut self) -> LabResult<()> {
-        Ok(())
-    }
-
-    fn grace(&self) -> Duration {
-        Duration::ZERO
-    }
-
     fn observed(&mut self, epoch: SystemTime, seconds: f64) -> LabResult<Option<Vec<Switch>>> {
         let epoch_s = epoch
             .duration_since(SystemTime::UNIX_EPOCH)

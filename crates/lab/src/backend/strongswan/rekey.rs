@@ -169,15 +169,7 @@ impl Rekey for CharonRekey {
             RekeyTarget::Ike => self.rekey_ike(),
         }
     }
-
-    /// charon deletes the old SAs itself.
-    fn retire(&mut self) -> LabResult<()> {
-        Ok(())
-    }
-
-    fn grace(&self) -> Duration {
-        Duration::ZERO
-    }
+    // Nothing to retire: charon deletes the old SAs itself.
 }
 
 /// The SPIs of the installed CHILD_SAs in `swanctl --list-sas` output: the `in`/`out` lines
