@@ -19,6 +19,11 @@ use model::rekey::{RekeySchedule, Switch};
 
 use crate::error::{LabError, LabResult};
 
+/// How long old keys are still accepted after a make-before-break switch (xfrm's old
+/// inbound SAs, the userspace tunnel's old epoch): far longer than anything is in flight
+/// between two namespaces or in a VM.
+pub const GRACE: Duration = Duration::from_millis(200);
+
 /// One backend's way to replace its keys.
 pub trait Rekey: Send {
     /// Puts new keys in use: when it returns, data travels under them.

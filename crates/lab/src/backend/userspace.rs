@@ -9,7 +9,7 @@
 //! kernel spreads the flows over the queues.
 //!
 //! `--rekey-every` ([`UserspaceRekey`]): a fresh key installed as the next key epoch on both
-//! ends' threads, then sent with, the old epoch retired [`REKEY_GRACE`] later; each end's
+//! ends' threads, then sent with, the old epoch retired [`crate::rekey::GRACE`] later; each end's
 //! `key_switches` counts the epochs it went through.
 //!
 //! Evidence (`backend_details.userspace`, [`UserspaceEvidence`]): `suite`, `implementation` (`choice`,
@@ -168,10 +168,6 @@ impl UserspaceEnd {
     }
 }
 
-/// How long the old key epoch is still accepted after both ends switched: far longer than
-/// anything is in flight between two namespaces (xfrm's old inbound SAs get as long).
-pub const REKEY_GRACE: Duration = Duration::from_millis(200);
-
 /// `--rekey-every` on the lab's tunnel: both ends' threads rekeyed through their
 /// [`KeyControl`]s, make-before-break (`tunnel_proto::epoch`'s lossless order). The control
 /// channel is the confirmation the order asks for: each install is answered before either
@@ -212,7 +208,7 @@ impl Rekey for UserspaceRekey {
     }
 
     fn grace(&self) -> Duration {
-        REKEY_GRACE
+        crate::rekey::GRACE
     }
 }
 

@@ -23,11 +23,7 @@ use xfrm::{AuthTrunc, Protection, SaId, SaSpec, Spi, UdpEncap, XfrmHandle};
 
 use super::installed::{add_counters, SaBook};
 use crate::error::{LabError, LabResult};
-use crate::rekey::Rekey;
-
-/// How long an old inbound SA outlives the switch: far longer than anything is in flight
-/// between two namespaces or in a VM.
-pub const GRACE: Duration = Duration::from_millis(200);
+use crate::rekey::{Rekey, GRACE};
 
 /// What the rekey needs of one end.
 pub struct EndSas {
