@@ -86,8 +86,9 @@ pub struct RekeyArgs {
     /// Replace the tunnel's keys every SECONDS while the data flows (0.1 to 3600), and report
     /// what each rekey cost: the longest gap with no byte delivered, the dip in 10 ms buckets
     /// and, with --udp, the datagrams lost, reordered and duplicated around it [default run
-    /// length: 3.5 periods]. `matrix`: the TCP cells of every backend that can rekey, in a
-    /// rekey table of their own.
+    /// length: 3.5 periods]. WireGuard rekeys only on its own schedule: 120, with a --time
+    /// above it. `matrix`: the TCP cells of every backend that can rekey, in a rekey table of
+    /// their own.
     #[arg(long, value_name = "SECONDS", value_parser = model::modes::parse_seconds)]
     pub rekey_every: Option<f64>,
     /// xfrm: make-before-break (new inbound SAs first, RFC 7296's order) or naive (the old SAs

@@ -106,6 +106,18 @@ fn bad_values_exit_2_and_create_nothing() {
             ][..],
             "make-before-break per RFC 7296",
         ),
+        (
+            &[
+                "run",
+                "--backend",
+                "boringtun",
+                "--rekey-every",
+                "1",
+                "--time",
+                "3.5",
+            ][..],
+            "give --rekey-every 120",
+        ),
     ]);
 }
 

@@ -7,24 +7,8 @@
 
 mod common;
 
+use common::wireguard::wireguard_go_or_skip;
 use common::*;
-
-fn wireguard_go_or_skip(test: &str) -> bool {
-    if !root_or_skip(test) {
-        return false;
-    }
-    let found = std::process::Command::new("wireguard-go")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if !found {
-        testcap::skip(
-            test,
-            "wireguard-go is not installed (apt-get install wireguard-go)",
-        );
-    }
-    found
-}
 
 /// UAPI sockets of this test process's own lab devices (`ipl-wg{PID}-*`, as the lab names
 /// them) in wireguard-go's socket directory: never another run's on the machine.

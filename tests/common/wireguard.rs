@@ -2,6 +2,25 @@
 
 use super::*;
 
+/// True when a test may run wireguard-go (root, the binary); otherwise prints why it is
+/// skipped (under CI=true a missing one fails instead).
+pub fn wireguard_go_or_skip(test: &str) -> bool {
+    if !root_or_skip(test) {
+        return false;
+    }
+    let found = std::process::Command::new("wireguard-go")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        testcap::skip(
+            test,
+            "wireguard-go is not installed (apt-get install wireguard-go)",
+        );
+    }
+    found
+}
+
 /// End b given a peer key that is not a's: no handshake, so b's start fails (a failed run,
 /// exit 1) and both ends' processes and devices are gone once dropped. Needs root and the
 /// backend's capability.

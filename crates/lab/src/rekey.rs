@@ -107,7 +107,7 @@ impl Rekeyer {
                     rekey.switch()?;
                     switches.push(Switch {
                         at_s: started.saturating_duration_since(epoch).as_secs_f64(),
-                        took_ms: started.elapsed().as_secs_f64() * 1e3,
+                        took_ms: Some(started.elapsed().as_secs_f64() * 1e3),
                     });
                     retire_at = Some(Instant::now() + rekey.grace());
                 }
@@ -229,7 +229,10 @@ mod tests {
         }
         fn observed(&mut self, epoch: SystemTime, _seconds: f64) -> LabResult<Option<Vec<Switch>>> {
             *self.0.lock().unwrap() = Some(epoch);
-            let at = |at_s| Switch { at_s, took_ms: 4.0 };
+            let at = |at_s| Switch {
+                at_s,
+                took_ms: Some(4.0),
+            };
             Ok(Some(vec![at(0.3), at(-0.5), at(0.12), at(10.0)]))
         }
     }
@@ -247,7 +250,7 @@ mod tests {
         let switches = rekeyer.finish().unwrap();
         let at: Vec<f64> = switches.iter().map(|s| s.at_s).collect();
         assert_eq!(at, [0.12, 0.3]);
-        assert_eq!(switches[0].took_ms, 4.0);
+        assert_eq!(switches[0].took_ms, Some(4.0));
         let told = seen.lock().unwrap().unwrap();
         let off = told.duration_since(wall).unwrap_or_else(|e| e.duration());
         assert!(off < Duration::from_millis(20), "{off:?}");

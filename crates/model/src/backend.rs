@@ -162,6 +162,12 @@ const USERSPACE_REKEY: &str = "a fresh static key becomes the next key epoch: bo
                                both switch sending to it, and the old epoch is retired 200 ms later; the epoch travels \
                                in each packet id";
 
+const WIREGUARD_REKEY: &str = "WireGuard rekeys on its own, the lab cannot start a handshake without dropping the \
+                                session: the end that began the session starts a new handshake once its keys are 120 s \
+                                old (REKEY_AFTER_TIME), and the responder keeps the old keys until data arrives under \
+                                the new (make-before-break); the lab watches both devices' last handshake and reports \
+                                each new one, when it completed (how long it took is not reported)";
+
 const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Plain,
@@ -253,7 +259,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::KernelCrypto,
         threads: Threads::None(KERNEL_THREADS),
         tunnelled: true,
-        rekey: None,
+        rekey: Some(WIREGUARD_REKEY),
     },
     Description {
         backend: Backend::WireguardGo,
@@ -271,7 +277,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ),
         threads: Threads::None(OWN_WORKERS),
         tunnelled: true,
-        rekey: None,
+        rekey: Some(WIREGUARD_REKEY),
     },
     Description {
         backend: Backend::Boringtun,
@@ -286,7 +292,7 @@ const DESCRIPTIONS: [Description; 8] = [
         ceiling: CeilingSource::Ring,
         threads: Threads::None(OWN_WORKERS),
         tunnelled: true,
-        rekey: None,
+        rekey: Some(WIREGUARD_REKEY),
     },
 ];
 

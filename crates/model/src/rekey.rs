@@ -21,6 +21,9 @@ pub const BUCKET_MS: u32 = 10;
 pub const WINDOW_S: f64 = 1.0;
 /// The most often a run rekeys: every 100 ms still leaves buckets between two rekeys.
 pub const MIN_EVERY_S: f64 = 0.1;
+/// WireGuard's REKEY_AFTER_TIME: the only period its rekeys come at (the protocol's
+/// constant; nothing outside a device starts a handshake on a live session).
+pub const WIREGUARD_EVERY_S: f64 = 120.0;
 /// The longest a rekey run records its timeline (an hour is 360,000 buckets).
 pub const MAX_REKEY_RUN_S: f64 = 3600.0;
 
@@ -140,7 +143,8 @@ impl RekeySchedule {
             (Strongswan, RekeyTarget::Child) => "charon's CHILD_SA rekey",
             (Openvpn, _) => "OpenVPN's renegotiation",
             (Userspace, _) => "new key epoch, make-before-break",
-            (Xfrm | Plain | Wireguard | WireguardGo | Boringtun, _) => self.order.name(),
+            (Wireguard | WireguardGo | Boringtun, _) => "WireGuard's own rekey (REKEY_AFTER_TIME)",
+            (Xfrm | Plain, _) => self.order.name(),
         }
     }
 
@@ -156,8 +160,11 @@ impl RekeySchedule {
 pub struct RekeyMark {
     /// Since the transfer started.
     pub at_s: f64,
-    /// How long the backend's switch took (the netlink calls, the daemon's command).
-    pub took_ms: f64,
+    /// How long the backend's switch took (the netlink calls, the daemon's command); None
+    /// where the backend does not say (WireGuard's devices tell when a handshake completed,
+    /// not when it began).
+    #[serde(default)]
+    pub took_ms: Option<f64>,
     /// The longest stretch with no byte delivered that ended within the window.
     pub gap_ms: f64,
     /// The window's lowest full bucket against the run's median bucket (0: a bucket with
@@ -246,14 +253,16 @@ impl RekeyReport {
             rekeys: 0,
             gap_ms: 0.0,
             baseline_gap_ms: 0.0,
-            took_ms: 0.0,
+            took_ms: None,
             dip: None,
             lost: None,
         };
         for m in marks {
             worst.rekeys += 1;
             worst.gap_ms = worst.gap_ms.max(m.gap_ms);
-            worst.took_ms = worst.took_ms.max(m.took_ms);
+            if let Some(t) = m.took_ms {
+                worst.took_ms = Some(worst.took_ms.map_or(t, |w: f64| w.max(t)));
+            }
             if let Some(d) = m.dip {
                 worst.dip = Some(worst.dip.map_or(d, |w: f64| w.min(d)));
             }
@@ -276,8 +285,9 @@ pub struct RekeyCell {
     /// The longest gap around any rekey, and the longest away from all of them.
     pub gap_ms: f64,
     pub baseline_gap_ms: f64,
-    /// The slowest switch.
-    pub took_ms: f64,
+    /// The slowest switch, where the backend says how long its switches take.
+    #[serde(default)]
+    pub took_ms: Option<f64>,
     /// The lowest 10 ms bucket around any rekey against the median.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dip: Option<f64>,
@@ -317,12 +327,12 @@ pub struct DatagramBuckets {
     pub duplicates: Vec<u64>,
 }
 
-/// When a backend switched keys, and how long its switch took.
+/// When a backend switched keys, and how long its switch took (None: not known).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Switch {
     /// Since the transfer started.
     pub at_s: f64,
-    pub took_ms: f64,
+    pub took_ms: Option<f64>,
 }
 
 impl Timeline {
@@ -513,11 +523,11 @@ mod tests {
             &[
                 Switch {
                     at_s: 1.0,
-                    took_ms: 3.0,
+                    took_ms: Some(3.0),
                 },
                 Switch {
                     at_s: 2.0,
-                    took_ms: 2.0,
+                    took_ms: Some(2.0),
                 },
             ],
         );
@@ -542,7 +552,7 @@ mod tests {
         let worst = report.worst().unwrap();
         assert_eq!(
             (worst.rekeys, worst.gap_ms, worst.took_ms, worst.dip),
-            (2, 45.0, 3.0, Some(0.0))
+            (2, 45.0, Some(3.0), Some(0.0))
         );
         assert_eq!(worst.lost, None);
     }
@@ -557,11 +567,11 @@ mod tests {
             &[
                 Switch {
                     at_s: 0.2,
-                    took_ms: 1.0,
+                    took_ms: Some(1.0),
                 },
                 Switch {
                     at_s: 0.3,
-                    took_ms: 1.0,
+                    took_ms: Some(1.0),
                 },
             ],
         );
@@ -589,7 +599,7 @@ mod tests {
             1,
             &[Switch {
                 at_s: 1.0,
-                took_ms: 1.0,
+                took_ms: Some(1.0),
             }],
         );
         let got = run.rekeys[0].datagrams.unwrap();
@@ -614,7 +624,7 @@ mod tests {
             1,
             &[Switch {
                 at_s: 0.0,
-                took_ms: 1.0,
+                took_ms: Some(1.0),
             }],
         );
         assert_eq!(short.rekeys[0].dip, None);

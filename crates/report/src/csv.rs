@@ -146,7 +146,7 @@ fn rekey_fields(r: Option<&model::rekey::RekeyCell>) -> [String; 7] {
         r.rekeys.to_string(),
         fmt_field(r.gap_ms, 1),
         fmt_field(r.baseline_gap_ms, 1),
-        fmt_field(r.took_ms, 2),
+        r.took_ms.map(|t| fmt_field(t, 2)).unwrap_or_default(),
         r.dip.map(|d| fmt_field(d * 100.0, 1)).unwrap_or_default(),
         r.lost.map(|l| l.to_string()).unwrap_or_default(),
     ]

@@ -557,7 +557,7 @@ mod tests {
                 rekeys: 3,
                 gap_ms: 36.0,
                 baseline_gap_ms: 22.0,
-                took_ms: 17.5,
+                took_ms: Some(17.5),
                 dip: Some(0.0),
                 lost: None,
             }),

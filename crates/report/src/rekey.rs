@@ -31,7 +31,7 @@ fn cells(transfer: u32, number: usize, m: &RekeyMark) -> [String; 9] {
         transfer.to_string(),
         number.to_string(),
         format!("{:.2}", m.at_s),
-        format!("{:.1}", m.took_ms),
+        m.took_ms.map_or(String::new(), |t| format!("{t:.1}")),
         format!("{:.0}", m.gap_ms),
         m.dip.map_or(String::new(), |d| format!("{:.0}", d * 100.0)),
         d.map_or(String::new(), |d| d.sent.to_string()),
@@ -119,10 +119,10 @@ fn csv(r: &RekeyReport) -> String {
             let opt = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
             let _ = writeln!(
                 out,
-                "{},{n},{:.3},{:.3},{:.1},{},{},{},{},{}",
+                "{},{n},{:.3},{},{:.1},{},{},{},{},{}",
                 run.transfer,
                 m.at_s,
-                m.took_ms,
+                m.took_ms.map_or(String::new(), |t| format!("{t:.3}")),
                 m.gap_ms,
                 m.dip.map_or(String::new(), |d| format!("{:.1}", d * 100.0)),
                 opt(d.map(|d| d.sent)),

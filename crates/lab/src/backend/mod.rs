@@ -303,9 +303,17 @@ pub fn rekey(
             [End::Userspace(a), End::Userspace(b)] => Box::new(userspace::UserspaceRekey::new(a, b)?),
             _ => return Err(cannot()),
         },
-        Backend::Plain | Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
-            return Err(cannot())
+        // WireGuard's own rekey, watched: nothing outside a device starts one.
+        Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
+            let asks: [wireguard::rekey::Ask; 2] = match ends {
+                [End::Wireguard(a), End::Wireguard(b)] => [a.last_handshake()?, b.last_handshake()?],
+                [End::WireguardGo(a), End::WireguardGo(b)] => [a.last_handshake(), b.last_handshake()],
+                [End::Boringtun(a), End::Boringtun(b)] => [a.last_handshake(), b.last_handshake()],
+                _ => return Err(cannot()),
+            };
+            Box::new(wireguard::rekey::Handshakes::watch(asks)?)
         }
+        Backend::Plain => return Err(cannot()),
     };
     Ok(Some((schedule, rekey)))
 }

@@ -14,7 +14,7 @@ use crate::packets::{self, NdrSearch, PacketSize, Rate, UdpWorkload};
 use crate::plan::limits::{
     MAX_MTU, MAX_PAYLOAD, MAX_REPEAT, MAX_SA_PAIRS, MAX_STREAMS, MAX_TUNNEL_THREADS, MIN_MTU, MIN_PAYLOAD,
 };
-use crate::rekey::{RekeyOrder, RekeySchedule, RekeyTarget, MAX_REKEY_RUN_S, MIN_EVERY_S};
+use crate::rekey::{RekeyOrder, RekeySchedule, RekeyTarget, MAX_REKEY_RUN_S, MIN_EVERY_S, WIREGUARD_EVERY_S};
 use crate::size::ByteSize;
 use crate::suite::{CipherSuite, Hmac, KeyBits};
 
@@ -369,12 +369,20 @@ impl RunRequest {
         if b == Backend::Openvpn {
             openvpn_rekey(every_s, self.rekey.order, suite).map_err(PlanError::Rekey)?;
         }
+        if b.is_wireguard() && every_s != WIREGUARD_EVERY_S {
+            return refuse(format!(
+                "--rekey-every {every_s} with {b}: WireGuard rekeys on its own, every {WIREGUARD_EVERY_S} s (the \
+                 protocol's REKEY_AFTER_TIME), and nothing outside a device can start a new handshake without \
+                 dropping the session; give --rekey-every {WIREGUARD_EVERY_S} and a --time above it (e.g. --time 125)"
+            ));
+        }
         if self.rekey.order.is_some() && description.options != OwnOptions::Xfrm {
             let own = match b {
                 Backend::Strongswan => "charon rekeys its SAs make-before-break per RFC 7296",
                 Backend::Userspace => {
                     "it always switches make-before-break: both ends install the new key, then both switch sending to it, then the old key is retired"
                 }
+                b if b.is_wireguard() => "the responder keeps the old keys until data arrives under the new",
                 _ => "it switches make-before-break",
             };
             return refuse(format!(
@@ -1112,6 +1120,38 @@ mod tests {
             (schedule.every_s, schedule.order),
             (1.0, RekeyOrder::MakeBeforeBreak)
         );
+    }
+
+    /// Each WireGuard rekeys on its own, every 120 s: that period is watched, any other
+    /// refused with the reason, and so is an order.
+    #[test]
+    fn wireguard_rekeys_only_on_its_own_schedule() {
+        for backend in [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun] {
+            let wireguard = |every_s: f64, order: Option<RekeyOrder>| RunRequest {
+                backend,
+                rekey: RekeyRequest {
+                    every_s: Some(every_s),
+                    order,
+                    sa: None,
+                },
+                ..rekey_request(every_s, Some(125.0))
+            };
+            let plan = wireguard(120.0, None).validate().unwrap();
+            assert_eq!(plan.workload().rekey.unwrap().every_s, 120.0, "{backend}");
+            let e = wireguard(1.0, None).validate().unwrap_err().to_string();
+            for says in [
+                "rekeys on its own, every 120 s",
+                "REKEY_AFTER_TIME",
+                "--rekey-every 120",
+            ] {
+                assert!(e.contains(says), "{backend}: {e:?} should say {says:?}");
+            }
+            let e = wireguard(120.0, Some(RekeyOrder::Naive))
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("keeps the old keys"), "{backend}: {e:?}");
+        }
     }
 
     /// Every rekey option that could not act is refused with what to do instead.

@@ -28,9 +28,11 @@ fn mark_line(m: &RekeyMark) -> String {
         ),
         None => String::new(),
     };
+    // A backend that does not say how long its switch took (WireGuard) says when only.
+    let switch = m.took_ms.map_or(String::new(), |t| format!("switch {t:.1} ms, "));
     format!(
-        "  {:>7.2} s  switch {:.1} ms, longest gap {:.0} ms{dip}{datagrams}",
-        m.at_s, m.took_ms, m.gap_ms
+        "  {:>7.2} s  {switch}longest gap {:.0} ms{dip}{datagrams}",
+        m.at_s, m.gap_ms
     )
 }
 
@@ -83,7 +85,7 @@ mod tests {
                 baseline_dip: Some(0.5),
                 rekeys: vec![RekeyMark {
                     at_s: 1.0,
-                    took_ms: 2.25,
+                    took_ms: Some(2.25),
                     gap_ms: 30.0,
                     dip: Some(0.0),
                     datagrams: Some(RekeyDatagrams {

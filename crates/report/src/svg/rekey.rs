@@ -184,7 +184,7 @@ pub(crate) mod tests_support {
                 rekeys: [1.0, 2.0]
                     .map(|at_s| RekeyMark {
                         at_s,
-                        took_ms: 2.0,
+                        took_ms: Some(2.0),
                         gap_ms: 12.0,
                         dip: Some(0.5),
                         datagrams: None,

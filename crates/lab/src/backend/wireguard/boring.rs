@@ -111,6 +111,12 @@ impl BoringEnd {
         (threads.len(), cpu)
     }
 
+    /// Its peer's last handshake, asked anew at each call (`--rekey-every`).
+    pub fn last_handshake(&self) -> super::rekey::Ask {
+        let what = format!("boringtun end {}", self.side.name());
+        uapi::last_handshake(&self.socket, what, boringtun_times)
+    }
+
     /// The peer's counters and the device threads' CPU since the handshake.
     pub fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let what = format!("boringtun end {}", self.side.name());

@@ -184,6 +184,12 @@ impl GoEnd {
         Ok(end)
     }
 
+    /// Its peer's last handshake, asked anew at each call (`--rekey-every`).
+    pub fn last_handshake(&self) -> super::rekey::Ask {
+        let what = format!("wireguard-go end {}", self.side.name());
+        uapi::last_handshake(&self.socket, what, |peers| peers)
+    }
+
     fn wait_for_socket(&mut self, what: &str) -> LabResult<()> {
         let deadline = Instant::now() + START_TIMEOUT;
         while !self.socket.exists() {

@@ -110,6 +110,27 @@ impl KernelEnd {
         Ok(end)
     }
 
+    /// Its peer's last handshake, asked anew at each call (`--rekey-every`), over a netlink
+    /// socket of its own in the end's namespace, driven by a runtime of its own: the caller
+    /// is a thread outside the run's runtime.
+    pub fn last_handshake(&self) -> LabResult<super::rekey::Ask> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(LabError::failed)?;
+        let entered = runtime.handle().clone();
+        let (conn, mut handle) = Namespace::open(&self.namespace)?.run(move || {
+            let _guard = entered.enter();
+            WgHandle::connect()
+        })??;
+        runtime.spawn(conn);
+        let ifname = self.ifname.clone();
+        Ok(Box::new(move || {
+            let peers = runtime.block_on(handle.peers(&ifname))?;
+            Ok(peers.first().and_then(|p| p.last_handshake))
+        }))
+    }
+
     /// The peer's counters as the kernel has them now.
     pub async fn evidence(&mut self) -> LabResult<WireguardEnd> {
         let peers = self.handle.peers(&self.ifname).await?;

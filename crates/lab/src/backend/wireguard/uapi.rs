@@ -80,6 +80,21 @@ pub(super) fn peers(socket: &Path, what: &str) -> LabResult<Vec<PeerStats>> {
     wgnl::uapi::peers(&reply).map_err(|e| LabError::failed(anyhow::anyhow!("{what}: UAPI get: {e}")))
 }
 
+/// The peer's last handshake, as the device behind `socket` reports it, asked anew at each
+/// call; `times` turns a reply's times into times of the handshake (boringtun's are ages).
+pub(super) fn last_handshake(
+    socket: &Path,
+    what: String,
+    times: fn(Vec<PeerStats>) -> Vec<PeerStats>,
+) -> super::rekey::Ask {
+    let socket = socket.to_path_buf();
+    Box::new(move || {
+        Ok(times(peers(&socket, &what)?)
+            .first()
+            .and_then(|p| p.last_handshake))
+    })
+}
+
 /// Sizes, addresses and raises the device; end b then starts the handshake and returns
 /// how long it took (None for a).
 async fn bring_up(
