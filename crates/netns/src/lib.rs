@@ -53,6 +53,12 @@ pub enum NetnsError {
     },
     #[error("{what} not found in namespace {namespace}")]
     NotFound { what: String, namespace: String },
+    #[error("link {device} in namespace {namespace} did not come up within {waited:?}")]
+    NotUp {
+        device: String,
+        namespace: String,
+        waited: std::time::Duration,
+    },
     #[error("a thread running in namespace {name} panicked")]
     ThreadPanicked { name: String },
     #[error("recording a namespace in the state file: {0}")]

@@ -78,7 +78,8 @@ impl Topology {
         let ad = self.addressing;
         configure_end(&ha, &self.a, &self.veth_a, ad.outer_a, ad.prefix_len, self.mtu).await?;
         configure_end(&hb, &self.b, &self.veth_b, ad.outer_b, ad.prefix_len, self.mtu).await?;
-        Ok(())
+        wait_up(&ha, &self.a, &self.veth_a).await?;
+        wait_up(&hb, &self.b, &self.veth_b).await
     }
 
     /// Adds `address/prefix` on `device` inside `ns` (`ip -n NS addr add ... dev DEVICE`).
@@ -196,6 +197,42 @@ async fn configure_end(
         .map_err(|e| netlink(ns, format!("set mtu {mtu} on {device}"), e))?;
     add_address(h, ns, index, address, prefix_len).await?;
     set_up(h, ns, index, device).await
+}
+
+/// How long a veth end may take to come up: the kernel's link watch runs at most once a
+/// second, so a second and a margin.
+const UP_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Waits until `device` is operationally up. Why: a link set up is not yet carrying; its
+/// qdisc stays the one that drops everything until the kernel's link watch activates it,
+/// on a busy machine later than the run's first packet. A lost first SYN (or ARP reply)
+/// costs a whole 1 s retransmission: a plain run's first byte was seen at 1028 ms instead
+/// of 2 ms on a loaded machine.
+async fn wait_up(h: &Handle, ns: &Namespace, device: &str) -> Result<(), NetnsError> {
+    use rtnetlink::packet_route::link::{LinkAttribute, State};
+    let began = std::time::Instant::now();
+    loop {
+        let mut links = h.link().get().match_name(device.to_string()).execute();
+        let link = links
+            .try_next()
+            .await
+            .map_err(|e| netlink(ns, format!("get {device}"), e))?
+            .ok_or_else(|| NetnsError::NotFound {
+                what: format!("link {device}"),
+                namespace: ns.name().to_string(),
+            })?;
+        if link.attributes.contains(&LinkAttribute::OperState(State::Up)) {
+            return Ok(());
+        }
+        if began.elapsed() > UP_WITHIN {
+            return Err(NetnsError::NotUp {
+                device: device.to_string(),
+                namespace: ns.name().to_string(),
+                waited: UP_WITHIN,
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
 }
 
 async fn set_up(h: &Handle, ns: &Namespace, index: u32, device: &str) -> Result<(), NetnsError> {
