@@ -34,6 +34,7 @@ fn cell(suite: CipherSuite, samples: &[f64]) -> Cell {
         packets: None,
         latency: None,
         rekey: None,
+        first_packet: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn openvpn_aes_256_cbc_sha256_verified_and_nothing_left() {
         return;
     }
     let _lock = lab_lock();
+    let began = std::time::Instant::now();
     let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
@@ -41,6 +42,7 @@ fn openvpn_aes_256_cbc_sha256_verified_and_nothing_left() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
     assert_eq!(report["plan"]["suite"], "aes-256-cbc-hmac-sha256");
     assert_eq!(report["transfers"][0]["verified"], true);
+    assert_first_packet(&report, began.elapsed());
     let d = &report["backend_details"]["openvpn"];
     assert_eq!(d["mode"], "static-key");
     assert_eq!(d["cipher"], "AES-256-CBC");

@@ -14,6 +14,7 @@ fn plain_run_json_verified_and_nothing_left() {
         return;
     }
     let _lock = lab_lock();
+    let began = std::time::Instant::now();
     let out = own::run_lab_leaving_nothing(&[
         "run",
         "--backend",
@@ -41,6 +42,7 @@ fn plain_run_json_verified_and_nothing_left() {
     }
     assert!(report["mb_per_s"]["median"].as_f64().unwrap() > 0.0);
     assert!(report["environment"]["kernel_release"].as_str().unwrap().len() > 1);
+    assert_first_packet(&report, began.elapsed());
 }
 
 #[test]

@@ -23,9 +23,12 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     ];
     all.extend_from_slice(args);
     // In a namespace of its own: what is counted afterwards is this run's alone.
+    let began = std::time::Instant::now();
     let out = own::run_lab_leaving_nothing(&all);
     assert!(out.status.success(), "{args:?}: {}", text(&out));
-    serde_json::from_slice(&out.stdout).expect("stdout is JSON only")
+    let report = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
+    assert_first_packet(&report, began.elapsed());
+    report
 }
 
 /// The run against its crypto ceiling (the implementation the tunnel ran, at the packet

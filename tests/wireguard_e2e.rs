@@ -110,6 +110,7 @@ fn userspace_wireguard_run(backend: &str, implementation: &str) -> serde_json::V
     let _lock = lab_lock();
     // In namespaces and a socket directory of its own: what is counted afterwards is this
     // run's alone.
+    let began = std::time::Instant::now();
     let run = own::Sandbox::default()
         .setup(OWN_SOCKET_DIR)
         .after(SOCKETS_LEFT)
@@ -129,6 +130,7 @@ fn userspace_wireguard_run(backend: &str, implementation: &str) -> serde_json::V
     assert_eq!(report["plan"]["backend"], backend);
     assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
     assert_eq!(report["transfers"][0]["verified"], true);
+    assert_first_packet(&report, began.elapsed());
     let d = &report["backend_details"][backend];
     assert!(
         d["implementation"].as_str().unwrap().starts_with(implementation),

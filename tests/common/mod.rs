@@ -431,3 +431,20 @@ impl GuestGroups {
         );
     }
 }
+
+/// A local TCP run's time to first packet (issue 46): there, above zero, below the run's
+/// own wall time `wall` (measured around it by the test), and its two parts adding up.
+pub fn assert_first_packet(report: &serde_json::Value, wall: std::time::Duration) {
+    let f = &report["first_packet"];
+    let part = |k: &str| {
+        f[k].as_f64()
+            .unwrap_or_else(|| panic!("first_packet.{k} missing: {report}"))
+    };
+    let (ttfp, setup, first_byte) = (part("ttfp_ms"), part("setup_ms"), part("first_byte_ms"));
+    assert!(
+        ttfp > 0.0 && ttfp < wall.as_secs_f64() * 1e3,
+        "ttfp {ttfp} ms, wall {wall:?}: {f}"
+    );
+    assert!(setup >= 0.0 && first_byte > 0.0, "{f}");
+    assert!((setup + first_byte - ttfp).abs() < 1e-6, "{f}");
+}

@@ -19,6 +19,7 @@ fn guest_checks() {
         "guest_checks runs inside the VM (its in_vm_ test in main.rs boots it)"
     );
     let before = lab_namespaces();
+    let began = std::time::Instant::now();
     let out = run_lab(&[
         "run",
         "--backend",
@@ -33,6 +34,7 @@ fn guest_checks() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON only");
     assert_eq!(report["plan"]["suite"], "chacha20-poly1305");
     assert_eq!(report["transfers"][0]["verified"], true);
+    assert_first_packet(&report, began.elapsed());
     let d = &report["backend_details"]["wireguard"];
     assert!(
         d["implementation"]

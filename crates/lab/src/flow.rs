@@ -41,6 +41,8 @@ pub struct Measured {
     pub omitted: Vec<Omitted>,
     /// `--rekey-every`: this transfer's rekeys, read off its 10 ms timeline.
     pub rekey: Option<model::rekey::RekeyRun>,
+    /// When the first verified byte arrived, of either way, since the transfer started.
+    pub first_byte: Option<Duration>,
 }
 
 /// The ways a plan's data takes.
@@ -392,12 +394,14 @@ pub async fn transfer(
         (Some(switches), Some(timeline)) => Some(timeline.report(attempt, &switches)),
         _ => None,
     };
+    let first_byte = each.iter().filter_map(|(_, t)| t.first_byte).min();
     Ok(Measured {
         transfer,
         ways,
         intervals: recorder.records,
         omitted,
         rekey,
+        first_byte,
     })
 }
 

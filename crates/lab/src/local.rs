@@ -1,6 +1,8 @@
 //! A run between two namespaces of this host: plan → topology → backend → verified
 //! transfers → report → teardown.
 
+use std::time::Instant;
+
 use model::ceiling::{LineRate, RunCeiling};
 use model::evidence::Evidence;
 use model::{Environment, RunPlan, RunReport};
@@ -14,6 +16,10 @@ use crate::flow::{self, Bench};
 use crate::packets;
 use crate::progress::Progress;
 use crate::reference;
+
+/// A first byte slower than this after the transfer started is a first packet lost, not a
+/// tunnel's connection (one round trip through it, milliseconds even in a TCG VM).
+const SLOW_FIRST_BYTE_MS: f64 = 500.0;
 
 /// Whether this kernel can install an ESP SA (probed in a throw-away namespace).
 pub fn host_has_esp() -> bool {
@@ -190,6 +196,9 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     // stop before their directory goes.
     let secrets = RunSecrets::generate(plan)?;
     let mut ends = Vec::new();
+    // The setup's first step: from here to both ends ready is the time to first packet's
+    // first part (the secrets above are the lab's, made before any tunnel work).
+    let setup_began = Instant::now();
     let started = async {
         for site in &sites {
             // An error drops `ends`, which tears down the end already up.
@@ -198,6 +207,7 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         ends.iter_mut().try_for_each(End::wait_ready)
     }
     .await;
+    let setup = setup_began.elapsed();
     progress.backend_started();
     started?;
     let target = data_addr(plan, hosts, Side::B);
@@ -255,6 +265,12 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
             );
         }
     }
+    // The first transfer's first byte ends the time to first packet (a UDP run's trials
+    // time no first byte).
+    let first_packet = measured
+        .first()
+        .and_then(|m| m.first_byte)
+        .map(|first_byte| model::startup::FirstPacket::new(setup, first_byte));
     let latency = latency.map(|l| packets::blocking(|| l.finish())).transpose()?;
     let evidence = backend::local_evidence(plan, &mut ends, &secrets).await?;
     drop(ends);
@@ -265,6 +281,15 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     }
     report.udp = udp;
     report.latency = latency;
+    if let Some(f) = first_packet.filter(|f| f.first_byte_ms > SLOW_FIRST_BYTE_MS) {
+        report.notes.push(format!(
+            "the first verified byte came {} after the transfer started: a first packet lost waits out a \
+             retransmission timeout (1 s for TCP's SYN), so the time to first packet says more of that loss \
+             than of the tunnel",
+            model::startup::ms(f.first_byte_ms)
+        ));
+    }
+    report.first_packet = first_packet;
     if let Some(schedule) = plan.workload().rekey {
         let rekey = model::rekey::RekeyReport {
             schedule,

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod rekey;
 pub mod report;
 pub mod size;
+pub mod startup;
 pub mod stats;
 pub mod suite;
 pub mod transfer;

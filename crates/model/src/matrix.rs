@@ -259,6 +259,9 @@ pub struct Cell {
     /// the flow's own, the slowest switch, the datagrams lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rekey: Option<crate::rekey::RekeyCell>,
+    /// A measured TCP cell's time to first packet (its setup, then its first byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_packet: Option<crate::startup::FirstPacket>,
 }
 
 impl Cell {
@@ -278,6 +281,7 @@ impl Cell {
             packets: None,
             latency: None,
             rekey: None,
+            first_packet: None,
         }
     }
 
@@ -289,6 +293,7 @@ impl Cell {
             packets: None,
             latency: None,
             rekey: None,
+            first_packet: None,
         }
     }
 }
@@ -494,6 +499,7 @@ mod tests {
             packets: None,
             latency: None,
             rekey: None,
+            first_packet: None,
         }
     }
 

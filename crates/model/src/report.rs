@@ -57,6 +57,10 @@ pub struct RunReport {
     /// timeline it is read from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rekey: Option<crate::rekey::RekeyReport>,
+    /// A local run's time to first packet: its setup, then its first transfer's first
+    /// verified byte (absent for two-host and UDP runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_packet: Option<crate::startup::FirstPacket>,
 }
 
 /// Why no report can be made of a run's transfers.
@@ -106,6 +110,7 @@ impl RunReport {
             udp: None,
             latency: None,
             rekey: None,
+            first_packet: None,
         })
     }
 }

@@ -143,6 +143,8 @@ pub struct CellDelta {
     /// Each side's rekeys (`--rekey-every`), shown side by side and never judged: a worst
     /// case over a few rekeys has no confidence interval.
     pub rekey: [Option<model::rekey::RekeyCell>; 2],
+    /// Each side's time to first packet, likewise unjudged: one start a side.
+    pub first_packet: [Option<model::startup::FirstPacket>; 2],
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -241,6 +243,36 @@ impl Comparison {
                     c.suite.short_label(),
                     side(&c.rekey[0]),
                     side(&c.rekey[1])
+                );
+            }
+        }
+        let started: Vec<&CellDelta> = self
+            .cells
+            .iter()
+            .filter(|c| c.first_packet.iter().any(Option::is_some))
+            .collect();
+        if !started.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nTime to first packet, side by side and not judged (one start a side):"
+            );
+            let side = |f: &Option<model::startup::FirstPacket>| {
+                f.map_or("—".into(), |f| {
+                    format!(
+                        "{} (setup {})",
+                        model::startup::ms(f.ttfp_ms),
+                        model::startup::ms(f.setup_ms)
+                    )
+                })
+            };
+            for c in started {
+                let _ = writeln!(
+                    out,
+                    "* {} {}: {} → {}",
+                    escape::markdown(&c.row.label()),
+                    c.suite.short_label(),
+                    side(&c.first_packet[0]),
+                    side(&c.first_packet[1])
                 );
             }
         }
@@ -411,7 +443,8 @@ pub fn compare(
             interval,
             verdict,
             marks: cell_marks,
-            rekey: [b.and_then(|c| c.rekey), a.and_then(|c| c.rekey)],
+            rekey: [b.as_ref().and_then(|c| c.rekey), a.as_ref().and_then(|c| c.rekey)],
+            first_packet: [b.and_then(|c| c.first_packet), a.and_then(|c| c.first_packet)],
         });
     }
     let mut notes: Vec<String> = changes.iter().map(|c| format!("not comparable: {c}")).collect();
@@ -469,6 +502,7 @@ pub fn run_as_matrix(run: &model::RunReport) -> MatrixReport {
         key: RowKey::new(plan.backend(), variant, HOST),
         cells: vec![Cell {
             rekey: run.rekey.as_ref().and_then(model::rekey::RekeyReport::worst),
+            first_packet: run.first_packet,
             ..Cell::measured(suite, measurement)
         }],
         notes: vec![],
@@ -1000,5 +1034,29 @@ mod tests {
             text.contains(": gap 12 ms (3 away), 2 rekeys → gap 12 ms (3 away), 2 rekeys"),
             "{text}"
         );
+    }
+
+    /// Two runs' times to first packet are listed side by side, unjudged; none, no list.
+    #[test]
+    fn two_runs_show_their_times_to_first_packet_side_by_side() {
+        let mut run = crate::svg::rekey::tests_support::run_with_rekeys("host", "h");
+        let before = run_as_matrix(&run);
+        assert!(!compare(&before, &before, CompareOptions::default())
+            .unwrap()
+            .render()
+            .contains("Time to first packet"));
+        run.first_packet = Some(model::startup::FirstPacket::new(
+            std::time::Duration::from_millis(40),
+            std::time::Duration::from_millis(2),
+        ));
+        let after = run_as_matrix(&run);
+        let text = compare(&before, &after, CompareOptions::default())
+            .unwrap()
+            .render();
+        assert!(
+            text.contains("Time to first packet, side by side and not judged"),
+            "{text}"
+        );
+        assert!(text.contains(": — → 42.0 ms (setup 40.0 ms)"), "{text}");
     }
 }

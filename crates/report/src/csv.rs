@@ -10,7 +10,7 @@ use crate::shared::{fmt_field, split_notes};
 /// Between the notes of one field: notes hold `;` and `,` themselves.
 const NOTE_SEPARATOR: &str = " | ";
 
-pub const HEADER: [&str; 57] = [
+pub const HEADER: [&str; 60] = [
     "environment",
     "virtualization",
     "backend",
@@ -81,6 +81,10 @@ pub const HEADER: [&str; 57] = [
     "rekey_switch_ms",
     "rekey_dip_percent",
     "rekey_lost",
+    // A TCP cell's time to first packet, its setup and its first byte.
+    "ttfp_ms",
+    "setup_ms",
+    "first_byte_ms",
 ];
 
 /// The packet fields, in [`HEADER`]'s order.
@@ -250,6 +254,10 @@ pub fn render(report: &MatrixReport) -> String {
             f.push(notes.join(NOTE_SEPARATOR));
             f.extend(packet_fields(row, cell));
             f.extend(rekey_fields(cell.rekey.as_ref()));
+            f.extend(match cell.first_packet {
+                Some(p) => [p.ttfp_ms, p.setup_ms, p.first_byte_ms].map(|v| fmt_field(v, 3)),
+                None => Default::default(),
+            });
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
             out.push('\n');
         }

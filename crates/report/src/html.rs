@@ -166,7 +166,9 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
         );
     }
     packet_tables(&mut out, report, &reasons);
-    rekey_table(&mut out, report);
+    for table in crate::shared::side_tables(report) {
+        side_table(&mut out, report, table);
+    }
     if !warnings.is_empty() {
         let _ = writeln!(
             out,
@@ -326,22 +328,19 @@ fn packet_tables(out: &mut String, report: &MatrixReport, reasons: &[&str]) {
     );
 }
 
-/// `matrix --rekey-every`: per row that rekeyed, each column's worst gap around a rekey
-/// against the flow's own, and the datagrams lost.
-fn rekey_table(out: &mut String, report: &MatrixReport) {
-    let Some((schedule, rows)) = crate::shared::rekey_table(report) else {
-        return;
-    };
+/// A side table (rekeys, time to first packet): a row per backend, a column per cipher.
+fn side_table(out: &mut String, report: &MatrixReport, table: crate::shared::SideTable) {
     let _ = write!(
         out,
-        "<h2>Rekey under load (every {} s, xfrm {})</h2>\n<div class=\"table\">\n<table class=\"rekey\">\n<thead><tr><th>backend</th>",
-        schedule.every_s, schedule.order
+        "<h2>{}</h2>\n<div class=\"table\">\n<table class=\"{}\">\n<thead><tr><th>backend</th>",
+        escape(&table.title),
+        table.id
     );
     for s in &report.suites {
         let _ = write!(out, "<th>{}</th>", escape(&s.short_label()));
     }
     let _ = writeln!(out, "</tr></thead>\n<tbody>");
-    for (label, cells) in rows {
+    for (label, cells) in table.rows {
         let _ = write!(out, "<tr><th>{}</th>", escape(&label));
         for c in cells {
             let _ = write!(out, "<td>{}</td>", escape(&c));
@@ -351,7 +350,7 @@ fn rekey_table(out: &mut String, report: &MatrixReport) {
     let _ = writeln!(
         out,
         "</tbody>\n</table>\n</div>\n<p>{}.</p>",
-        escape(crate::shared::REKEY_EXPLAINED)
+        escape(table.explained)
     );
 }
 

@@ -135,6 +135,7 @@ pub(crate) mod fixture {
             packets: None,
             latency: None,
             rekey: None,
+            first_packet: None,
         }
     }
 
@@ -588,5 +589,38 @@ mod tests {
         let svg = svg::render(&r).unwrap();
         assert!(svg.contains("id=\"rekey\""));
         assert!(svg.contains("gap 36 ms (22 away)"));
+    }
+
+    /// Cells with a time to first packet get its table in every format and its columns in
+    /// CSV; a report without any has none.
+    #[test]
+    fn the_time_to_first_packet_has_its_table_in_every_format() {
+        let mut r = fixture::report();
+        assert!(shared::first_packet_table(&r).is_none());
+        assert!(!markdown::render(&r).contains("Time to first packet"));
+        let xfrm = r
+            .rows
+            .iter_mut()
+            .find(|row| row.key.backend == model::Backend::Xfrm)
+            .unwrap();
+        xfrm.cells[0].first_packet = Some(model::startup::FirstPacket::new(
+            std::time::Duration::from_micros(23_900),
+            std::time::Duration::from_micros(1_200),
+        ));
+        let md = markdown::render(&r);
+        assert!(md.contains("#### Time to first packet"), "{md}");
+        assert!(md.contains("| xfrm | 25.1 ms (setup 23.9 ms) | — |"), "{md}");
+        let csv = csv::render(&r);
+        let column = csv::HEADER.iter().position(|h| *h == "ttfp_ms").unwrap();
+        assert!(
+            csv.lines().any(|l| l.split(',').nth(column) == Some("25.100")),
+            "{csv}"
+        );
+        assert!(html::render(&r)
+            .unwrap()
+            .contains("<table class=\"first-packet\">"));
+        let svg = svg::render(&r).unwrap();
+        assert!(svg.contains("id=\"first-packet\""), "{svg}");
+        assert!(svg.contains("25.1 ms (setup 23.9 ms)"));
     }
 }

@@ -139,14 +139,8 @@ pub fn render(report: &MatrixReport) -> String {
 
     packet_tables(&mut out, report, &mut reasons);
     latency_table(&mut out, report);
-    if let Some((schedule, rows)) = crate::shared::rekey_table(report) {
-        let _ = writeln!(
-            out,
-            "\n#### Rekey under load (every {} s, xfrm {})\n\n{}.\n",
-            schedule.every_s,
-            schedule.order,
-            crate::shared::REKEY_EXPLAINED
-        );
+    for table in crate::shared::side_tables(report) {
+        let _ = writeln!(out, "\n#### {}\n\n{}.\n", table.title, table.explained);
         let mut header = vec!["backend".to_string()];
         header.extend(report.suites.iter().map(|s| s.short_label()));
         let _ = writeln!(
@@ -155,7 +149,7 @@ pub fn render(report: &MatrixReport) -> String {
             header.join(" | "),
             " --- |".repeat(header.len())
         );
-        for (label, cells) in rows {
+        for (label, cells) in table.rows {
             let _ = writeln!(out, "| {} | {} |", escape(&label), cells.join(" | "));
         }
     }

@@ -111,6 +111,67 @@ pub fn rekey_table(report: &MatrixReport) -> Option<(model::rekey::RekeySchedule
     Some((schedule, rows))
 }
 
+/// A table beside the matrix's (rekeys, time to first packet): a row per backend, a column
+/// per cipher, its heading and what its cells mean, rendered alike by every format.
+pub struct SideTable {
+    /// The class HTML gives it and the name SVG gives its section.
+    pub id: &'static str,
+    pub title: String,
+    pub explained: &'static str,
+    pub rows: Vec<LabelledCells>,
+}
+
+/// The matrix's side tables, where it has them.
+pub fn side_tables(report: &MatrixReport) -> Vec<SideTable> {
+    let rekey = rekey_table(report).map(|(schedule, rows)| SideTable {
+        id: "rekey",
+        title: format!(
+            "Rekey under load (every {} s, xfrm {})",
+            schedule.every_s, schedule.order
+        ),
+        explained: REKEY_EXPLAINED,
+        rows,
+    });
+    rekey.into_iter().chain(first_packet_table(report)).collect()
+}
+
+/// Each TCP cell's time to first packet, and its setup; None where no cell has one.
+pub fn first_packet_table(report: &MatrixReport) -> Option<SideTable> {
+    let has = |row: &Row| row.cells.iter().any(|c| c.first_packet.is_some());
+    if !report.rows.iter().any(has) {
+        return None;
+    }
+    let rows = report
+        .rows
+        .iter()
+        .filter(|r| has(r))
+        .map(|row| {
+            let cells = report
+                .suites
+                .iter()
+                .map(|s| match cell_for(row, *s).and_then(|c| c.first_packet) {
+                    Some(f) => format!(
+                        "{} (setup {})",
+                        model::startup::ms(f.ttfp_ms),
+                        model::startup::ms(f.setup_ms)
+                    ),
+                    None => "—".into(),
+                })
+                .collect();
+            (row.label(), cells)
+        })
+        .collect();
+    Some(SideTable {
+        id: "first-packet",
+        title: "Time to first packet".into(),
+        explained: FIRST_PACKET_EXPLAINED,
+        rows,
+    })
+}
+
+/// What the time-to-first-packet table's cells mean, in one sentence for every format.
+pub const FIRST_PACKET_EXPLAINED: &str = "from the tunnel's first setup step to the first verified byte through it (docs/lifecycle.md): the setup (both ends up, the key exchange included), then the first transfer's connection and first data; one start per cell, not a distribution";
+
 /// What the rekey table's cells mean, in one sentence for every format.
 pub const REKEY_EXPLAINED: &str = "each TCP cell's keys were replaced on the schedule while the data flowed (docs/lifecycle.md): gap = the longest stretch with no byte delivered around a rekey, (away) = the longest away from every rekey, the flow's own; the datagrams lost around the rekeys where the cell sent UDP";
 

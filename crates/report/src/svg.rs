@@ -105,18 +105,9 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
     if latency {
         sections.extend(packets::latency_sections(report, &layout)?);
     }
-    if let Some((schedule, rows)) = crate::shared::rekey_table(report) {
-        let mut lines = vec![
-            (
-                HEADING,
-                format!(
-                    "Rekey under load (every {} s, xfrm {})",
-                    schedule.every_s, schedule.order
-                ),
-            ),
-            (SMALL, format!("{}.", crate::shared::REKEY_EXPLAINED)),
-        ];
-        for (label, cells) in rows {
+    for table in crate::shared::side_tables(report) {
+        let mut lines = vec![(HEADING, table.title), (SMALL, format!("{}.", table.explained))];
+        for (label, cells) in table.rows {
             let each: Vec<String> = layout
                 .columns
                 .iter()
@@ -125,7 +116,7 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
                 .collect();
             lines.push((BODY, format!("{label} — {}", each.join(" · "))));
         }
-        sections.push(text_section("rekey", &layout, &lines)?);
+        sections.push(text_section(table.id, &layout, &lines)?);
     }
     let mut notes: Vec<(Type, String)> = footnotes
         .cited

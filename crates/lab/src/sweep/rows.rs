@@ -467,6 +467,7 @@ async fn run_cell(
                 packets: report.udp.as_ref().and_then(PacketRates::of),
                 latency: report.latency.clone(),
                 rekey: report.rekey.as_ref().and_then(model::rekey::RekeyReport::worst),
+                first_packet: report.first_packet,
                 ..Cell::measured(suite, m)
             }
         }

@@ -82,6 +82,9 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     for line in report.rekey.iter().flat_map(rekey::lines) {
         let _ = writeln!(out, "{line}");
     }
+    if let Some(f) = &report.first_packet {
+        let _ = writeln!(out, "{}", f.line());
+    }
     for (tool, reference) in &report.references {
         let ratio = s.median / reference.median;
         let ratio = if ratio.is_finite() {
