@@ -29,6 +29,11 @@ impl FirstPacket {
         }
     }
 
+    /// A table cell's: `25.1 ms (setup 23.9 ms)`.
+    pub fn cell_text(&self) -> String {
+        format!("{} (setup {})", ms(self.ttfp_ms), ms(self.setup_ms))
+    }
+
     /// `time to first packet 25.1 ms: setup 23.9 ms, then the first byte 1.2 ms after the
     /// transfer started`.
     pub fn line(&self) -> String {

@@ -224,62 +224,52 @@ impl Comparison {
             self.options.threshold * 100.0,
             repeats_needed(self.options.confidence),
         );
-        let rekeyed: Vec<&CellDelta> = self
-            .cells
-            .iter()
-            .filter(|c| c.rekey.iter().any(Option::is_some))
-            .collect();
-        if !rekeyed.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nRekeys, side by side and not judged (the worst of a few rekeys has no confidence interval):"
-            );
-            let side = |r: &Option<model::rekey::RekeyCell>| r.map_or("no rekey".into(), |r| r.text());
-            for c in rekeyed {
-                let _ = writeln!(
-                    out,
-                    "* {} {}: {} → {}",
-                    escape::markdown(&c.row.label()),
-                    c.suite.short_label(),
-                    side(&c.rekey[0]),
-                    side(&c.rekey[1])
-                );
-            }
-        }
-        let started: Vec<&CellDelta> = self
-            .cells
-            .iter()
-            .filter(|c| c.first_packet.iter().any(Option::is_some))
-            .collect();
-        if !started.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nTime to first packet, side by side and not judged (one start a side):"
-            );
-            let side = |f: &Option<model::startup::FirstPacket>| {
-                f.map_or("—".into(), |f| {
-                    format!(
-                        "{} (setup {})",
-                        model::startup::ms(f.ttfp_ms),
-                        model::startup::ms(f.setup_ms)
-                    )
-                })
-            };
-            for c in started {
-                let _ = writeln!(
-                    out,
-                    "* {} {}: {} → {}",
-                    escape::markdown(&c.row.label()),
-                    c.suite.short_label(),
-                    side(&c.first_packet[0]),
-                    side(&c.first_packet[1])
-                );
-            }
-        }
+        let rekey = |r: Option<model::rekey::RekeyCell>| r.map_or("no rekey".into(), |r| r.text());
+        unjudged(
+            &mut out,
+            "Rekeys, side by side and not judged (the worst of a few rekeys has no confidence interval)",
+            &self.cells,
+            |c| c.rekey.iter().any(Option::is_some).then(|| c.rekey.map(rekey)),
+        );
+        let first = |f: Option<model::startup::FirstPacket>| f.map_or("—".into(), |f| f.cell_text());
+        unjudged(
+            &mut out,
+            "Time to first packet, side by side and not judged (one start a side)",
+            &self.cells,
+            |c| {
+                c.first_packet
+                    .iter()
+                    .any(Option::is_some)
+                    .then(|| c.first_packet.map(first))
+            },
+        );
         for n in &self.notes {
             let _ = writeln!(out, "note: {}", escape::markdown(n));
         }
         out
+    }
+}
+
+/// Under `heading`, each cell whose `sides` has a figure on either side: before → after,
+/// listed and not judged.
+fn unjudged(
+    out: &mut String,
+    heading: &str,
+    cells: &[CellDelta],
+    sides: impl Fn(&CellDelta) -> Option<[String; 2]>,
+) {
+    let listed: Vec<(&CellDelta, [String; 2])> = cells.iter().filter_map(|c| Some((c, sides(c)?))).collect();
+    if listed.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n{heading}:");
+    for (c, [before, after]) in listed {
+        let _ = writeln!(
+            out,
+            "* {} {}: {before} → {after}",
+            escape::markdown(&c.row.label()),
+            c.suite.short_label(),
+        );
     }
 }
 

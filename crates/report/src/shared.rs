@@ -149,13 +149,10 @@ pub fn first_packet_table(report: &MatrixReport) -> Option<SideTable> {
             let cells = report
                 .suites
                 .iter()
-                .map(|s| match cell_for(row, *s).and_then(|c| c.first_packet) {
-                    Some(f) => format!(
-                        "{} (setup {})",
-                        model::startup::ms(f.ttfp_ms),
-                        model::startup::ms(f.setup_ms)
-                    ),
-                    None => "—".into(),
+                .map(|s| {
+                    cell_for(row, *s)
+                        .and_then(|c| c.first_packet)
+                        .map_or("—".into(), |f| f.cell_text())
                 })
                 .collect();
             (row.label(), cells)
