@@ -192,6 +192,9 @@ fn a_matrix_rekey_sweep_has_a_rekey_table_in_every_format() {
         .split("#### Rekey under load (every 0.5 s, xfrm make-before-break)")
         .nth(1)
         .unwrap_or_else(|| panic!("{md}"))
+        .split("\n#")
+        .next()
+        .unwrap()
         .lines()
         .filter(|l| l.starts_with("| xfrm"))
         .collect();
@@ -253,8 +256,11 @@ fn openvpn_renegotiates_under_load_and_each_renegotiation_is_reported() {
     let rekeys = r["rekey"]["runs"][0]["rekeys"]
         .as_array()
         .unwrap_or_else(|| panic!("{r}"));
-    // Every second from wherever OpenVPN's timer stood: three or four in 3.5 s.
-    assert!(rekeys.len() >= 2, "{r}");
+    // Every second from wherever OpenVPN's timer stood: three or four in 3.5 s when the
+    // control channel loses nothing, but one lost control packet waits for OpenVPN's 2 s
+    // retransmit (a loaded machine's CI saw one renegotiation take 2,004 ms), so only one
+    // is certain.
+    assert!(!rekeys.is_empty(), "{r}");
     let mut last = -1.0;
     for m in rekeys {
         let (at, took) = (m["at_s"].as_f64().unwrap(), m["took_ms"].as_f64().unwrap());
@@ -270,8 +276,15 @@ fn openvpn_renegotiates_under_load_and_each_renegotiation_is_reported() {
     );
     // Each renegotiation is a handshake in both ends' logs.
     assert_eq!(a, b, "{r}");
+    // Plus the ones outside the transfer: at most one a second while the tunnel came up and
+    // went down, and the transfer is most of the tunnel's life.
     let n = rekeys.len() as u64;
-    assert!(a > n && a <= n + 3, "{n} in the transfer, {a} in the logs: {r}");
+    let setup_s = r["first_packet"]["setup_ms"].as_f64().unwrap() / 1e3;
+    let outside = setup_s.ceil() as u64 + 3;
+    assert!(
+        a > n && a <= n + outside,
+        "{n} in the transfer, {a} in the logs: {r}"
+    );
 }
 
 /// strongswan: charon rekeys the CHILD_SA on the lab's command, three times in 3.5 s while
