@@ -27,6 +27,9 @@ pub enum Command {
     Clean(CleanArgs),
     /// Time ciphers per implementation (with and without hardware AES), like openssl speed.
     Speed(crate::commands::speed::SpeedArgs),
+    /// XFRM SAs and policies installed per second as the kernel's tables grow (1k, 10k,
+    /// 100k), in user-mode Linux.
+    SetupRate(crate::commands::setup_rate::SetupRateArgs),
     /// Serve runs to `ipsec-lab run --peer` on another machine (one at a time), over a
     /// control channel authenticated with a pre-shared key.
     Serve(ServeArgs),

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         cli::Command::Run(args) => commands::run::run(args),
         cli::Command::Clean(args) => commands::clean::run(args),
         cli::Command::Speed(args) => commands::speed::run(args),
+        cli::Command::SetupRate(args) => commands::setup_rate::run(args),
         cli::Command::Serve(args) => commands::serve::run(args),
         cli::Command::Psk(args) => commands::psk::run(args),
         cli::Command::Matrix(args) => commands::matrix::run(args),

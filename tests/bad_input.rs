@@ -363,3 +363,33 @@ fn every_refusal_names_the_flag_given_and_a_way_that_works() {
     ]));
     assert!(!out.contains("on the machines themselves"), "{out}");
 }
+
+/// `setup-rate`: a table size with an unknown suffix, of 0 or above what the guest's memory
+/// is sized for, a window of 0 or above 4096, a flow too short, a suite ESP cannot carry,
+/// a VM it cannot use, a JSON path that cannot be written: refused before any boot.
+#[test]
+fn setup_rate_refuses_bad_sizes_windows_and_flows_before_it_boots() {
+    assert_usage_errors(&[
+        (&["setup-rate", "--sizes", "10x"][..], "unknown suffix \"x\""),
+        (&["setup-rate", "--sizes", "1k,0"][..], "at least 1 SA, e.g. 1k"),
+        (&["setup-rate", "--sizes", "1m"][..], "above 200000 SAs"),
+        (&["setup-rate", "--sizes", "1.5"][..], "whole number"),
+        (
+            &["setup-rate", "--window", "0"][..],
+            "1 to 4096 (1 is one by one)",
+        ),
+        (&["setup-rate", "--window", "5000"][..], "1 to 4096"),
+        (&["setup-rate", "--window", "-1"][..], "--window"),
+        (&["setup-rate", "--flow-seconds", "0"][..], "0.05 to 60 s"),
+        (&["setup-rate", "--flow-seconds", "nan"][..], "0.05 to 60 s"),
+        (&["setup-rate", "--cipher", "none"][..], "ESP SAs the lab can key"),
+        (
+            &["setup-rate", "--vm", "/boot/vmlinuz"][..],
+            "--vm uml or uml:RELEASE",
+        ),
+        (
+            &["setup-rate", "--json", "/nonexistent/x.json"][..],
+            "/nonexistent/x.json",
+        ),
+    ]);
+}

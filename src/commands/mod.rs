@@ -7,4 +7,5 @@ pub mod psk;
 pub mod report;
 pub mod run;
 pub mod serve;
+pub mod setup_rate;
 pub mod speed;

@@ -363,6 +363,7 @@ pub fn boot_guest_groups_uml(
         kernel,
         shared: out.to_path_buf(),
         read_only,
+        memory_mib: lab::uml::MEMORY_MIB,
         // Under CI a group's missing capability fails in the guest too, not skips.
         env: vec![
             format!("{IN_VM}=1"),

@@ -38,6 +38,8 @@
 //! * [`reference`]: iperf3 over the lab's own data path.
 //! * [`rekey`]: `--rekey-every`'s thread, replacing a backend's keys on schedule while a
 //!   transfer runs (what a rekey does is the backend's: `backend::xfrm::rekey`).
+//! * [`setup_rate`]: `setup-rate`, XFRM SAs and policies installed per second as the
+//!   tables grow, in user-mode Linux.
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
 //! * Leaves: [`error`] (one error type, one mapping to exit codes), [`log`] (stderr lines
 //!   that survive a closed stderr), [`signal`] (SIGINT and
@@ -63,6 +65,7 @@ pub mod reference;
 pub mod rekey;
 pub mod remote;
 pub mod session;
+pub mod setup_rate;
 pub mod signal;
 pub mod speed;
 pub mod sweep;

@@ -36,8 +36,9 @@ pub const VIRT_UML: &str = "uml (user-mode Linux: native speed, 1 CPU, generic C
 /// runs too (a boot of `/bin/true`, about a second, at most 30).
 const PROBE: &str = include_str!("../../../lab/uml-probe.sh");
 
-/// Memory the guest gets; a run's sockets and the payload buffers fit in far less.
-const MEMORY: &str = "mem=1G";
+/// Memory a guest gets unless it asks for more; a run's sockets and the payload buffers fit
+/// in far less.
+pub const MEMORY_MIB: u64 = 1024;
 
 /// Modules a run may need; those built in or missing are skipped.
 const MODULES_TO_LOAD: &str =
@@ -229,6 +230,9 @@ pub struct Guest {
     pub read_only: Vec<PathBuf>,
     /// `NAME=value` pairs the command runs with, besides `IPSEC_LAB_VIRT` and `TMPDIR`.
     pub env: Vec<String>,
+    /// The guest's memory (`mem=`), in MiB: [`MEMORY_MIB`], or what `setup-rate`'s largest
+    /// table needs.
+    pub memory_mib: u64,
     /// Modules loaded besides those a run may need (a sweep's second `cbc(aes)` driver,
     /// `aes_ti`, which a run leaves out: loaded, it may serve the SAs in place of
     /// aes-generic, the driver a stock kernel uses).
@@ -321,8 +325,8 @@ impl Guest {
         let init = self.shared.join(INIT_FILE);
         write_init(&init, &self.init_script())?;
         let mut c = Command::new(&self.kernel.binary);
+        c.arg(format!("mem={}M", self.memory_mib));
         c.args([
-            MEMORY,
             "root=/dev/root",
             "rootfstype=hostfs",
             "rootflags=/",
@@ -350,6 +354,7 @@ impl Guest {
             kernel,
             shared: shared.to_path_buf(),
             read_only: exe.parent().map(Path::to_path_buf).into_iter().collect(),
+            memory_mib: MEMORY_MIB,
             env: Vec::new(),
             extra_modules: Vec::new(),
             command,
@@ -417,7 +422,21 @@ pub fn run_this_binary<T: serde::de::DeserializeOwned>(
     name: &str,
     timeout: Duration,
 ) -> LabResult<(T, Duration)> {
-    let guest = Guest::of_this_binary(kernel, outdir.path(), args)?;
+    run_guest(
+        Guest::of_this_binary(kernel, outdir.path(), args)?,
+        outdir,
+        name,
+        timeout,
+    )
+}
+
+/// [`run_this_binary`] for a guest made by [`Guest::of_this_binary`] and then changed.
+pub fn run_guest<T: serde::de::DeserializeOwned>(
+    guest: Guest,
+    outdir: &owner::PrivateDir,
+    name: &str,
+    timeout: Duration,
+) -> LabResult<(T, Duration)> {
     let mut child = guest.child(name)?;
     child.timeout = Some(timeout);
     let finished = crate::child::run_blocking(child, outdir)?;
@@ -482,6 +501,7 @@ mod tests {
             },
             shared: shared.into(),
             read_only: read_only.iter().map(PathBuf::from).collect(),
+            memory_mib: MEMORY_MIB,
             env: vec!["CI=true".into()],
             extra_modules: vec!["aes_ti"],
             command: [
@@ -540,6 +560,7 @@ mod tests {
         let c = g.command().unwrap();
         let args: Vec<_> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(args.contains(&"ro".to_string()), "{args:?}");
+        assert!(args.contains(&"mem=1024M".to_string()), "{args:?}");
         let init = shared.join(INIT_FILE);
         assert!(args.contains(&format!("init={}", init.display())), "{args:?}");
         assert!(std::fs::read_to_string(init).unwrap().ends_with("halt -f\n"));

@@ -18,6 +18,7 @@ pub mod packets;
 pub mod plan;
 pub mod rekey;
 pub mod report;
+pub mod setup_rate;
 pub mod size;
 pub mod startup;
 pub mod stats;

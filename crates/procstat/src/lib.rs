@@ -4,7 +4,8 @@
 //! Owns: parsing a `/proc/PID/stat` (or `/proc/self/task/TID/stat`) line into the fields
 //! the lab uses ([`Stat`]), listing this process's threads and the system's processes with
 //! their lines, and CPU time as user and system seconds ([`CpuTime`]), the calling thread's
-//! read with `getrusage`, and the time it waited for a CPU (`schedstat`).
+//! read with `getrusage`, and the time it waited for a CPU (`schedstat`); the machine's
+//! memory figures from `/proc/meminfo` ([`meminfo`]).
 //!
 //! Leaves out: the other stat fields, `/proc/stat` (the machine's CPU, read by the sweep),
 //! `/proc/PID/exe`, `status` and `comm` files, signalling processes, and pinning threads to
@@ -13,5 +14,29 @@
 mod cpu;
 mod stat;
 
+/// One `/proc/meminfo` field (`MemFree`, `MemAvailable`, …) in KiB.
+pub fn meminfo(field: &str) -> Option<u64> {
+    meminfo_field(&std::fs::read_to_string("/proc/meminfo").ok()?, field)
+}
+
+fn meminfo_field(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim().trim_end_matches("kB").trim().parse().ok())?
+    })
+}
+
 pub use cpu::{run_queue_wait_s, ticks_per_s, CpuTime};
 pub use stat::{own_threads, processes, Stat};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_meminfo_field_is_read_in_kib() {
+        let text = "MemTotal:       24563392 kB\nMemFree:        22020096 kB\nHugePages_Total:       0\n";
+        assert_eq!(super::meminfo_field(text, "MemFree"), Some(22_020_096));
+        assert_eq!(super::meminfo_field(text, "HugePages_Total"), Some(0));
+        assert_eq!(super::meminfo_field(text, "Mem"), None);
+        assert!(super::meminfo("MemAvailable").is_some_and(|kib| kib > 0));
+    }
+}

@@ -15,6 +15,7 @@
 //! * [`run`]: a single run's [`RunReport`](model::RunReport) as `ipsec-lab run` prints it:
 //!   its table, the lines under it, the interval lines ([`packets`] has its UDP and latency
 //!   text).
+//! * [`setup_rate`]: `ipsec-lab setup-rate`'s table.
 //!
 //! What every format shows the same way (the cell under a column, rates as printed, the
 //! conditions, what a column stands for) is in `shared`, below all of them.
@@ -30,6 +31,7 @@ pub mod markdown;
 pub mod packets;
 pub mod rekey;
 pub mod run;
+pub mod setup_rate;
 mod shared;
 pub mod significance;
 pub mod svg;

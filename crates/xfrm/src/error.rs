@@ -20,6 +20,8 @@ pub enum Operation {
     },
     DeletePolicy(PolicyId),
     ListPolicies,
+    FlushSas,
+    FlushPolicies,
     OpenSocket,
 }
 
@@ -35,6 +37,8 @@ impl fmt::Display for Operation {
             }
             Operation::DeletePolicy(id) => write!(f, "delete policy {id}"),
             Operation::ListPolicies => f.write_str("list policies"),
+            Operation::FlushSas => f.write_str("flush SAs"),
+            Operation::FlushPolicies => f.write_str("flush policies"),
             Operation::OpenSocket => f.write_str("open netlink XFRM socket"),
         }
     }

@@ -13,6 +13,7 @@
 //! Leaves out: namespaces and links (`netns`), traffic (`traffic`), and which SAs a run
 //! needs (crate `lab`'s xfrm backend).
 
+pub mod batch;
 pub mod config;
 pub mod crypto_user;
 pub mod driver;
@@ -24,6 +25,7 @@ pub mod pcrypt;
 pub mod probe;
 pub mod range;
 
+pub use batch::{Batch, BatchOutcome, Prepared, Refused};
 pub use config::{
     AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
     SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,

@@ -12,8 +12,14 @@ use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_xfrm::{
-    policy::{DelGetMessage as PolicyDelGetMessage, ModifyMessage as PolicyModifyMessage},
-    state::{DelGetMessage as SaDelGetMessage, GetDumpMessage, ModifyMessage as SaModifyMessage},
+    policy::{
+        DelGetMessage as PolicyDelGetMessage, FlushMessage as PolicyFlushMessage,
+        ModifyMessage as PolicyModifyMessage,
+    },
+    state::{
+        DelGetMessage as SaDelGetMessage, FlushMessage as SaFlushMessage, GetDumpMessage,
+        ModifyMessage as SaModifyMessage,
+    },
     Address, Alg, AlgAead, AlgAuth, Selector, UserPolicyId, UserPolicyInfo, UserSaId, UserSaInfo,
     UserTemplate, XfrmAttrs, XfrmMessage, AF_INET, AF_INET6, IPPROTO_ESP, XFRM_ALG_NAME_LEN,
 };
@@ -129,6 +135,16 @@ pub fn get_sa(id: &SaId) -> XfrmMessage {
 /// `ip xfrm state list` (as a dump request).
 pub fn dump_sa() -> XfrmMessage {
     XfrmMessage::GetDumpSa(GetDumpMessage::default())
+}
+
+/// `ip xfrm state flush`: every SA of the namespace (protocol 0: any).
+pub fn flush_sa() -> XfrmMessage {
+    XfrmMessage::FlushSa(SaFlushMessage::default())
+}
+
+/// `ip xfrm policy flush`: every main-type policy of the namespace.
+pub fn flush_policy() -> XfrmMessage {
+    XfrmMessage::FlushPolicy(PolicyFlushMessage::default())
 }
 
 /// `ip xfrm policy add … tmpl …`
@@ -527,6 +543,12 @@ mod tests {
             tmpl(a6(), b6(), 0x1a5001, IpsecMode::Transport),
         );
         assert_matches_iproute2("policy6_out_transport_tcp5201", add_policy(&port));
+    }
+
+    #[test]
+    fn flushes_match_iproute2() {
+        assert_matches_iproute2("sa_flush", flush_sa());
+        assert_matches_iproute2("policy_flush", flush_policy());
     }
 
     #[test]

@@ -120,3 +120,67 @@ async fn probe_agrees_with_what_an_sa_add_does() {
         }
     }
 }
+
+/// `setup-rate`'s batches against the running kernel, in a namespace of the test's own
+/// thread: a window of policies in one write each, every request acked; a repeat of some
+/// refused one by one with its place in the batch; the flush empties the table. SAs
+/// either all install (a kernel with ESP) or are each refused for lack of ESP.
+#[test]
+fn batches_install_each_request_report_each_refusal_and_flush_empties() {
+    require_root!();
+    std::thread::spawn(|| {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let never = || false;
+        let mut batch = xfrm::Batch::open(std::num::NonZeroUsize::new(64).unwrap()).unwrap();
+        let ids = RunIds::for_slot(11);
+        let policies: Vec<PolicySpec> = (0..1000u32)
+            .map(|i| {
+                let dst = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + i);
+                policy(ids.reqid, "198.18.9.1", &dst.to_string(), PolicyDirection::Out)
+            })
+            .collect();
+        let prepared = batch.policies(&policies);
+        let done = batch.send(&prepared, &never).unwrap();
+        assert_eq!((done.acked, done.refused.len(), done.stopped), (1000, 0, false));
+        let again = [
+            &policies[5..8],
+            &[policy(ids.reqid, "198.18.9.2", "198.19.0.1", PolicyDirection::In)],
+        ]
+        .concat();
+        let again = batch.policies(&again);
+        let done = batch.send(&again, &never).unwrap();
+        assert_eq!(done.acked, 1);
+        let refused: Vec<usize> = done.refused.iter().map(|r| r.index).collect();
+        assert_eq!(refused, [0, 1, 2]);
+        assert!(done
+            .refused
+            .iter()
+            .all(|r| matches!(r.error, XfrmError::PolicyExists { .. })));
+        let sas = [sa(ids), sa(RunIds::for_slot(12))];
+        let sas = batch.sas(&sas);
+        let done = batch.send(&sas, &never).unwrap();
+        match done.acked {
+            2 => {}
+            0 => assert!(
+                done.refused.iter().all(|r| r.error.is_no_esp()),
+                "{:?}",
+                done.refused
+            ),
+            _ => panic!("{done:?}"),
+        }
+        let stopped = batch.send(&prepared, &|| true).unwrap();
+        assert!(stopped.stopped && stopped.acked == 0);
+        batch.flush_sas().unwrap();
+        batch.flush_policies().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let h = rt.block_on(async { XfrmHandle::open() }).unwrap();
+        let (sas, policies) =
+            rt.block_on(async { (h.list_sas().await.unwrap(), h.list_policies().await.unwrap()) });
+        assert!(sas.is_empty() && policies.is_empty(), "{sas:?} {policies:?}");
+    })
+    .join()
+    .unwrap();
+}
