@@ -192,6 +192,7 @@ impl Tables<'_> {
         let free_after = free_memory();
         completed(self.batched.send(&policies, &stop)?, n)?;
         self.empty()?;
+        settle();
         let flow = self.add_flow()?;
         let mut alone = self.flows(&flow)?;
 
@@ -206,6 +207,7 @@ impl Tables<'_> {
         self.batched.flush_policies()?;
         let flush_policies_s = started.elapsed().as_secs_f64();
         self.check_empty()?;
+        settle();
         let flow = self.add_flow()?;
         alone.extend(self.flows(&flow)?);
         self.empty()?;
@@ -387,6 +389,22 @@ fn table_policies(n: usize) -> Vec<PolicySpec> {
             PolicySpec::new(TrafficSelector::hosts(src, dst), PolicyDirection::Out, template)
         })
         .collect()
+}
+
+/// Waits (at most 10 s) until the kernel has freed what a flush removed: it destroys
+/// flushed SAs later, in a work queue, which on user-mode Linux's one CPU would otherwise
+/// run inside the next flow and slow it. Done when MemFree grew by under 64 KiB in 50 ms.
+fn settle() {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = free_memory();
+    while Instant::now() < deadline && !stop() {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = free_memory();
+        if now.zip(last).is_none_or(|(now, last)| now < last + (64 << 10)) {
+            return;
+        }
+        last = now;
+    }
 }
 
 /// The kernel's free memory in bytes (`MemFree` of /proc/meminfo).

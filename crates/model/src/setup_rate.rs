@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CipherSuite, Environment};
+use crate::{CipherSuite, Environment, Summary};
 
 /// The largest table a step may build: `mem` of [`guest_memory_mib`] grows with it, and
 /// this keeps the guest within a few GiB of the host's memory.
@@ -151,33 +151,23 @@ pub struct LookupCost {
 
 impl LookupCost {
     pub fn new(alone_pps: Vec<f64>, loaded_pps: Vec<f64>) -> LookupCost {
-        let alone = median(&alone_pps);
-        let loaded = median(&loaded_pps);
-        let slowdown = (alone > 0.0 && loaded > 0.0).then(|| alone / loaded);
-        let max = alone_pps.iter().copied().fold(0.0, f64::max);
-        let min = alone_pps.iter().copied().fold(f64::INFINITY, f64::min);
-        let noise = if alone > 0.0 { (max - min) / alone } else { 0.0 };
+        let alone = Summary::of(&alone_pps);
+        let loaded = Summary::of(&loaded_pps);
+        let slowdown = match (alone, loaded) {
+            (Some(a), Some(l)) if a.median > 0.0 && l.median > 0.0 => Some(a.median / l.median),
+            _ => None,
+        };
         LookupCost {
             alone_pps,
             loaded_pps,
             slowdown,
-            noise,
+            noise: alone.map_or(0.0, |a| a.relative_spread()),
         }
     }
 
     /// Whether the slowdown is within the alone trials' own spread.
     pub fn within_noise(&self) -> bool {
         self.slowdown.is_none_or(|s| (s - 1.0).abs() <= self.noise)
-    }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

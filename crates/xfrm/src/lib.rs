@@ -2,7 +2,8 @@
 //! messages laid out byte for byte as iproute2 sends them ([`message`]), an async
 //! [`XfrmHandle`] that executes them inside one network namespace, and a capability
 //! [`probe`](probe::probe) that finds out whether the kernel has ESP and which crypto
-//! drivers serve each algorithm. [`driver`] makes one `cbc(aes)` driver serve the next SAs
+//! drivers serve each algorithm. [`batch`] sends many requests per socket write and
+//! matches each ack to its request (for timing installs). [`driver`] makes one `cbc(aes)` driver serve the next SAs
 //! for a driver sweep and names the driver that served one.
 //!
 //! Everything the lab installs is recognisable ([`range`]): SAs use reqids and SPIs from
