@@ -211,6 +211,7 @@ impl Tables<'_> {
         let flow = self.add_flow()?;
         alone.extend(self.flows(&flow)?);
         self.empty()?;
+        settle();
 
         eprintln!("ipsec-lab: installing {n} SAs and {n} policies one by one");
         let sas = self.one_by_one.sas(&sa_specs);
