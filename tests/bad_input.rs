@@ -342,6 +342,10 @@ fn every_refusal_names_the_flag_given_and_a_way_that_works() {
         (&["matrix", "--threads", "-1"][..], "-1 is not in 1..=256"),
         (&["speed", "--sizes", "0"][..], "e.g. 1400"),
         (
+            &["speed", "--mode", "stream", "--crypto", "kernel"][..],
+            "leave kernel out of --crypto",
+        ),
+        (
             &["run", "--peer", "192.0.2.1", "--vm"][..],
             "use --backend userspace",
         ),

@@ -134,6 +134,16 @@ fn bad_input_exits_2_with_a_clear_message() {
         (&["aes-512-cbc"][..], "unknown suite \"aes-512-cbc\""),
         (&["--seconds", "-1"][..], "positive number of seconds"),
         (&["--crypto", "nonsense"][..], "unknown implementation"),
+        (
+            &["--mode", "burst"][..],
+            "use packet (a new IV or nonce per block",
+        ),
+        (&["--clock", "tsc"][..], "use wall (elapsed time) or cpu"),
+        (
+            &["--mode", "stream", "--crypto", "auto,kernel"][..],
+            "leave kernel out of --crypto",
+        ),
+        (&["--clock", "cpu", "--multi", "2"][..], "leave out --multi"),
     ] {
         let out = speed(args);
         let t = text(&out);
@@ -141,6 +151,47 @@ fn bad_input_exits_2_with_a_clear_message() {
         assert!(t.contains(hint), "{args:?}: {t}");
         assert!(!t.contains("encrypt  auto"), "{args:?} measured something: {t}");
     }
+}
+
+/// Stream mode names its rows, times openssl the same way, and says what has no stream form.
+#[test]
+fn stream_mode_rows_are_named_and_what_cannot_stream_is_said() {
+    let out = speed(&[
+        "aes-128-cbc",
+        "aes-128-gcm",
+        "aes-128-cbc-hmac-sha256",
+        "--mode",
+        "stream",
+        "--clock",
+        "cpu",
+        "--crypto",
+        "auto,rustcrypto",
+        "--seconds",
+        "0.03",
+        "--sizes",
+        "16,1400",
+        "--json",
+        "-",
+    ]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for needle in [
+        "aes-128-cbc              encrypt  auto [stream]",
+        "[stream] rows = one cipher context, one update per block",
+        "per CPU-second of the timing thread",
+        "skipped rustcrypto aes-128-gcm encrypt: rustcrypto has no stream form of aes-128-gcm",
+        "skipped auto aes-128-cbc-hmac-sha256 encrypt: no stream form",
+    ] {
+        assert!(t.contains(needle), "missing {needle:?} in:\n{t}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is only JSON");
+    assert_eq!(v["clock"], "cpu");
+    let records = v["records"].as_array().unwrap();
+    // auto: CBC both ways + GCM; rustcrypto: CBC both ways; 2 sizes each.
+    assert_eq!(records.len(), 10, "{v:#}");
+    assert!(records
+        .iter()
+        .all(|r| r["mode"] == "stream" && r["mb_per_s"].as_f64().unwrap() > 0.0));
 }
 
 /// Starts `speed ARGS`, sends `signal` after `after`, and returns the output and how long

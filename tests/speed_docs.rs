@@ -21,3 +21,16 @@ fn speed_docs_and_help_name_the_same_default_vm_kernel() {
         );
     }
 }
+
+/// `--mode` and `--clock` are documented where `--help` lists them, with the same choices.
+#[test]
+fn speed_docs_and_help_name_the_same_modes_and_clocks() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/speed.md")).unwrap();
+    let help = text(&run_lab(&["speed", "--help"]));
+    for flag in ["--mode <packet|stream>", "--clock <wall|cpu>"] {
+        assert!(help.contains(flag), "--help lacks {flag}: {help}");
+    }
+    for flag in ["`--mode packet|stream`", "`--clock wall`", "`--clock cpu`"] {
+        assert!(docs.contains(flag), "docs/speed.md lacks {flag}");
+    }
+}

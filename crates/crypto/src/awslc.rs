@@ -18,8 +18,8 @@ use model::KeyBits;
 
 use crate::interleave;
 use crate::primitives::{
-    check_blocks, Aead, AeadAlgorithm, AesCbc, CbcMessage, CryptoError, HmacSha256, Library, AES_BLOCK_LEN,
-    HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
+    check_blocks, Aead, AeadAlgorithm, AesCbc, CbcMessage, CipherStream, CryptoError, HmacSha256, Library,
+    StreamCipher, AES_BLOCK_LEN, HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
 };
 
 fn library_error(operation: &'static str) -> CryptoError {
@@ -43,23 +43,67 @@ struct Cbc {
     enc: EncryptingKey,
     dec: DecryptingKey,
     /// For batches; locked once per batch (one tunnel thread owns each key, so never waited on).
-    ecb: Mutex<EcbEncryptor>,
+    ecb: Mutex<EvpContext>,
 }
 
-/// AWS-LC's raw ECB context for the key: one call encrypts many independent blocks with its
-/// AES-NI/VAES code, several in flight. aws-lc-rs's own ECB mode goes a block per call,
-/// which is no faster than a CBC chain, hence the EVP interface.
-struct EcbEncryptor(NonNull<aws_lc_sys::EVP_CIPHER_CTX>);
+/// An AWS-LC `EVP_CIPHER_CTX`, set up once and then updated in place: the interface
+/// `openssl speed -evp` times. CBC batches use it in ECB mode (one call encrypts many
+/// independent blocks with its AES-NI/VAES code, several in flight; aws-lc-rs's own ECB mode
+/// goes a block per call, no faster than a CBC chain); [`CipherStream`]s in CBC, GCM or
+/// ChaCha20-Poly1305 mode.
+struct EvpContext(NonNull<aws_lc_sys::EVP_CIPHER_CTX>);
 
 // SAFETY: the context is owned by this value alone and used only through `&mut self`;
 // AWS-LC contexts are not tied to the thread that made them.
-unsafe impl Send for EcbEncryptor {}
+unsafe impl Send for EvpContext {}
 
-impl EcbEncryptor {
-    fn new(bits: KeyBits, key: &[u8]) -> Result<EcbEncryptor, CryptoError> {
-        if key.len() != bits.bytes() {
-            return Err(library_error("AES-ECB key setup"));
+impl EvpContext {
+    /// `cipher` keyed with `key` from `iv` (none for ECB), to encrypt or to decrypt, padding
+    /// off: an update of whole blocks writes exactly its length (GCM and ChaCha20-Poly1305
+    /// write every byte they are given).
+    fn new(
+        cipher: *const aws_lc_sys::EVP_CIPHER,
+        key: &[u8],
+        iv: Option<&[u8]>,
+        encrypt: bool,
+        what: &'static str,
+    ) -> Result<EvpContext, CryptoError> {
+        // SAFETY: reads the lengths of a static cipher table.
+        let (key_len, iv_len) = unsafe {
+            (
+                aws_lc_sys::EVP_CIPHER_key_length(cipher) as usize,
+                aws_lc_sys::EVP_CIPHER_iv_length(cipher) as usize,
+            )
+        };
+        if key.len() != key_len || iv.map_or(0, <[u8]>::len) != iv_len {
+            return Err(library_error(what));
         }
+        // SAFETY: allocates a fresh context, or returns null.
+        let ctx =
+            NonNull::new(unsafe { aws_lc_sys::EVP_CIPHER_CTX_new() }).ok_or_else(|| library_error(what))?;
+        // Owned from here, so an error below frees it.
+        let owned = EvpContext(ctx);
+        let iv = iv.map_or(null(), <[u8]>::as_ptr);
+        // SAFETY: a valid context; `key` and `iv` hold the cipher's lengths (checked above).
+        let ready = unsafe {
+            aws_lc_sys::EVP_CipherInit_ex(
+                ctx.as_ptr(),
+                cipher,
+                null_mut(),
+                key.as_ptr(),
+                iv,
+                c_int::from(encrypt),
+            ) == 1
+                && aws_lc_sys::EVP_CIPHER_CTX_set_padding(ctx.as_ptr(), 0) == 1
+        };
+        if ready {
+            Ok(owned)
+        } else {
+            Err(library_error(what))
+        }
+    }
+
+    fn ecb(bits: KeyBits, key: &[u8]) -> Result<EvpContext, CryptoError> {
         aws_lc_rs::init();
         // SAFETY: accessors of static cipher tables; no arguments.
         let cipher = unsafe {
@@ -69,44 +113,73 @@ impl EcbEncryptor {
                 KeyBits::Aes256 => aws_lc_sys::EVP_aes_256_ecb(),
             }
         };
-        // SAFETY: allocates a fresh context, or returns null.
-        let ctx = NonNull::new(unsafe { aws_lc_sys::EVP_CIPHER_CTX_new() })
-            .ok_or_else(|| library_error("AES-ECB context"))?;
-        // Owned from here, so an error below frees it.
-        let ecb = EcbEncryptor(ctx);
-        // SAFETY: a valid context; `key` holds the cipher's key length (checked above); ECB
-        // takes no IV; padding off, so updates of whole blocks write exactly their length.
-        let ready = unsafe {
-            aws_lc_sys::EVP_EncryptInit_ex(ctx.as_ptr(), cipher, null_mut(), key.as_ptr(), null()) == 1
-                && aws_lc_sys::EVP_CIPHER_CTX_set_padding(ctx.as_ptr(), 0) == 1
-        };
-        if ready {
-            Ok(ecb)
+        EvpContext::new(cipher, key, None, true, "AES-ECB key setup")
+    }
+
+    /// `EVP_CipherUpdate` on `data`, in place.
+    fn update(&mut self, data: &mut [u8], what: &'static str) -> Result<(), CryptoError> {
+        let len = c_int::try_from(data.len()).map_err(|_| library_error(what))?;
+        let data = data.as_mut_ptr();
+        let mut written: c_int = 0;
+        // SAFETY: in and out are the same `len` bytes, which AWS-LC allows; with padding off
+        // and whole blocks (the callers check) it writes `len` bytes and buffers nothing.
+        let ok = unsafe { aws_lc_sys::EVP_CipherUpdate(self.0.as_ptr(), data, &mut written, data, len) };
+        if ok == 1 && written == len {
+            Ok(())
         } else {
-            Err(library_error("AES-ECB key setup"))
+            Err(library_error(what))
         }
     }
 
     fn encrypt_blocks(&mut self, blocks: &mut [[u8; AES_BLOCK_LEN]]) -> Result<(), CryptoError> {
-        let len =
-            c_int::try_from(blocks.len() * AES_BLOCK_LEN).map_err(|_| library_error("AES-ECB encrypt"))?;
-        let data = blocks.as_mut_ptr().cast::<u8>();
-        let mut written: c_int = 0;
-        // SAFETY: in and out are the same `len` bytes, which AWS-LC allows; with padding off
-        // and whole blocks it writes `len` bytes and buffers nothing.
-        let ok = unsafe { aws_lc_sys::EVP_EncryptUpdate(self.0.as_ptr(), data, &mut written, data, len) };
-        if ok == 1 && written == len {
-            Ok(())
-        } else {
-            Err(library_error("AES-ECB encrypt"))
-        }
+        self.update(blocks.as_flattened_mut(), "AES-ECB encrypt")
     }
 }
 
-impl Drop for EcbEncryptor {
+impl Drop for EvpContext {
     fn drop(&mut self) {
         // SAFETY: owned and freed once; AWS-LC cleanses the key schedule as it frees it.
         unsafe { aws_lc_sys::EVP_CIPHER_CTX_free(self.0.as_ptr()) };
+    }
+}
+
+/// A [`CipherStream`] on AWS-LC's EVP interface: the calls `openssl speed -evp` makes.
+struct EvpStream {
+    ctx: EvpContext,
+    cbc: bool,
+}
+
+pub(crate) fn cipher_stream(
+    kind: StreamCipher,
+    key: &[u8],
+    iv: &[u8],
+) -> Result<Box<dyn CipherStream>, CryptoError> {
+    aws_lc_rs::init();
+    let cbc = matches!(kind, StreamCipher::AesCbcEncrypt | StreamCipher::AesCbcDecrypt);
+    // SAFETY: accessors of static cipher tables; no arguments.
+    let cipher = unsafe {
+        match kind {
+            StreamCipher::Aead(AeadAlgorithm::Aes128Gcm) => aws_lc_sys::EVP_aes_128_gcm(),
+            StreamCipher::Aead(AeadAlgorithm::Aes256Gcm) => aws_lc_sys::EVP_aes_256_gcm(),
+            StreamCipher::Aead(AeadAlgorithm::ChaCha20Poly1305) => aws_lc_sys::EVP_chacha20_poly1305(),
+            _ => match key.len() {
+                16 => aws_lc_sys::EVP_aes_128_cbc(),
+                24 => aws_lc_sys::EVP_aes_192_cbc(),
+                _ => aws_lc_sys::EVP_aes_256_cbc(),
+            },
+        }
+    };
+    let encrypt = kind != StreamCipher::AesCbcDecrypt;
+    let ctx = EvpContext::new(cipher, key, Some(iv), encrypt, "cipher stream setup")?;
+    Ok(Box::new(EvpStream { ctx, cbc }))
+}
+
+impl CipherStream for EvpStream {
+    fn update(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        if self.cbc {
+            check_blocks(buf)?;
+        }
+        self.ctx.update(buf, "cipher stream update")
     }
 }
 
@@ -119,7 +192,7 @@ pub(crate) fn aes_cbc(bits: KeyBits, key: &[u8]) -> Result<Box<dyn AesCbc>, Cryp
     let unbound = || UnboundCipherKey::new(alg, key).map_err(|_| library_error("AES key setup"));
     let enc = EncryptingKey::cbc(unbound()?).map_err(|_| library_error("AES-CBC key setup"))?;
     let dec = DecryptingKey::cbc(unbound()?).map_err(|_| library_error("AES-CBC key setup"))?;
-    let ecb = Mutex::new(EcbEncryptor::new(bits, key)?);
+    let ecb = Mutex::new(EvpContext::ecb(bits, key)?);
     Ok(Box::new(Cbc { bits, enc, dec, ecb }))
 }
 

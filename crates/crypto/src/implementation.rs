@@ -5,7 +5,9 @@ use std::fmt;
 
 use model::{CryptoChoice, KeyBits};
 
-use crate::primitives::{Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library};
+use crate::primitives::{
+    Aead, AeadAlgorithm, AesCbc, CipherStream, CryptoError, HmacSha256, Library, StreamCipher,
+};
 use crate::{awslc, rustcrypto};
 
 pub use model::evidence::ImplementationInfo;
@@ -95,6 +97,23 @@ impl Implementation {
         match self.library {
             Library::RustCrypto => rustcrypto::aead(algorithm, key),
             Library::AwsLc => awslc::aead(algorithm, key),
+        }
+    }
+}
+
+impl Implementation {
+    /// A [`CipherStream`] of `kind` from `iv` (16 bytes for CBC, where the key length picks
+    /// AES-128/192/256; a 12-byte nonce for an AEAD). RustCrypto streams CBC only
+    /// ([`CryptoError::NoStream`] for its AEADs). A wrong key or IV length is an error.
+    pub fn cipher_stream(
+        &self,
+        kind: StreamCipher,
+        key: &[u8],
+        iv: &[u8],
+    ) -> Result<Box<dyn CipherStream>, CryptoError> {
+        match self.library {
+            Library::RustCrypto => rustcrypto::cipher_stream(kind, key, iv),
+            Library::AwsLc => awslc::cipher_stream(kind, key, iv),
         }
     }
 }

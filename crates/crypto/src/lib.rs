@@ -41,8 +41,8 @@ pub mod soft;
 
 pub use implementation::{Implementation, ImplementationInfo};
 pub use primitives::{
-    Aead, AeadAlgorithm, AesCbc, CbcMessage, CryptoError, HmacSha256, Library, SelfTestError, AES_BLOCK_LEN,
-    HMAC_SHA256_LEN, MIN_HMAC_TAG_LEN, NONCE_LEN, TAG_LEN,
+    Aead, AeadAlgorithm, AesCbc, CbcMessage, CipherStream, CryptoError, HmacSha256, Library, SelfTestError,
+    StreamCipher, AES_BLOCK_LEN, HMAC_SHA256_LEN, MIN_HMAC_TAG_LEN, NONCE_LEN, TAG_LEN,
 };
 
 /// Runs every known-answer test ([`kat`]) on `implementation`. Nothing should be timed or

@@ -96,6 +96,11 @@ pub enum CryptoError {
         "--crypto soft needs hardware AES masked before AWS-LC starts, but this process was not started with OPENSSL_ia32cap=~0x200000200000000; start it through crypto::soft::command() or crypto::soft::reexec_if_needed()"
     )]
     SoftNotActive,
+    #[error("{library} has no stream form of {algorithm}: its API seals or opens whole messages")]
+    NoStream {
+        library: Library,
+        algorithm: &'static str,
+    },
 }
 
 /// One message of a CBC batch ([`AesCbc::encrypt_batch`]): encrypted in place under its IV.
@@ -163,6 +168,35 @@ pub trait Aead: Send + Sync {
         buf: &mut [u8],
         tag: &[u8; TAG_LEN],
     ) -> Result<(), CryptoError>;
+}
+
+/// What a [`CipherStream`] computes: AES-CBC either way (the key length picks 128/192/256)
+/// or an AEAD's encryption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamCipher {
+    AesCbcEncrypt,
+    AesCbcDecrypt,
+    Aead(AeadAlgorithm),
+}
+
+impl StreamCipher {
+    /// Bytes of IV (CBC) or nonce (AEAD) the stream starts from.
+    pub fn iv_len(self) -> usize {
+        match self {
+            StreamCipher::AesCbcEncrypt | StreamCipher::AesCbcDecrypt => AES_BLOCK_LEN,
+            StreamCipher::Aead(_) => NONCE_LEN,
+        }
+    }
+}
+
+/// One cipher context set up once with a key and an IV or nonce, then fed piece by piece:
+/// each [`update`](Self::update) continues where the last one stopped (the CBC chain goes
+/// on, the AEAD's counter and MAC go on), so the pieces together are one message. This is
+/// how `openssl speed -evp` times a cipher (`EVP_EncryptUpdate` per block); a tunnel instead
+/// starts a new message per packet. The AEAD's tag is never computed: nothing here finishes.
+pub trait CipherStream: Send {
+    /// Processes `buf` in place; for CBC, `buf.len()` must be a multiple of 16.
+    fn update(&mut self, buf: &mut [u8]) -> Result<(), CryptoError>;
 }
 
 pub(crate) fn check_blocks(buf: &[u8]) -> Result<(), CryptoError> {

@@ -12,8 +12,8 @@ use sha2::Sha256;
 use model::KeyBits;
 
 use crate::primitives::{
-    check_blocks, Aead, AeadAlgorithm, AesCbc, CryptoError, HmacSha256, Library, AES_BLOCK_LEN,
-    HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
+    check_blocks, Aead, AeadAlgorithm, AesCbc, CipherStream, CryptoError, HmacSha256, Library, StreamCipher,
+    AES_BLOCK_LEN, HMAC_SHA256_LEN, NONCE_LEN, TAG_LEN,
 };
 
 type U16 = aes::cipher::consts::U16;
@@ -92,6 +92,76 @@ where
         let (blocks, _) = Array::<u8, U16>::slice_as_chunks_mut(buf);
         cbc::Decryptor::<D>::inner_iv_init(self.dec.clone(), &Array::from(*iv)).decrypt_blocks(blocks);
         Ok(())
+    }
+}
+
+/// A CBC chain kept across updates; each update encrypts (or decrypts) the next blocks.
+struct CbcStream<M>(M);
+
+impl<M: Send> CipherStream for CbcStream<cbc::Encryptor<M>>
+where
+    M: BlockCipherEncrypt + BlockSizeUser<BlockSize = U16>,
+{
+    fn update(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        check_blocks(buf)?;
+        self.0
+            .encrypt_blocks(Array::<u8, U16>::slice_as_chunks_mut(buf).0);
+        Ok(())
+    }
+}
+
+impl<M: Send> CipherStream for CbcStream<cbc::Decryptor<M>>
+where
+    M: BlockCipherDecrypt + BlockSizeUser<BlockSize = U16>,
+{
+    fn update(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        check_blocks(buf)?;
+        self.0
+            .decrypt_blocks(Array::<u8, U16>::slice_as_chunks_mut(buf).0);
+        Ok(())
+    }
+}
+
+/// CBC only: RustCrypto's `aes-gcm` and `chacha20poly1305` seal and open whole messages.
+pub(crate) fn cipher_stream(
+    kind: StreamCipher,
+    key: &[u8],
+    iv: &[u8],
+) -> Result<Box<dyn CipherStream>, CryptoError> {
+    fn build<E, D>(
+        kind: StreamCipher,
+        key: &[u8],
+        iv: &[u8; AES_BLOCK_LEN],
+    ) -> Result<Box<dyn CipherStream>, CryptoError>
+    where
+        E: KeyInit + BlockCipherEncrypt + BlockSizeUser<BlockSize = U16> + Send + 'static,
+        D: KeyInit + BlockCipherDecrypt + BlockSizeUser<BlockSize = U16> + Send + 'static,
+    {
+        let iv = Array::from(*iv);
+        let err = |_| library_error("AES key setup");
+        Ok(if kind == StreamCipher::AesCbcDecrypt {
+            Box::new(CbcStream(cbc::Decryptor::<D>::inner_iv_init(
+                D::new_from_slice(key).map_err(err)?,
+                &iv,
+            )))
+        } else {
+            Box::new(CbcStream(cbc::Encryptor::<E>::inner_iv_init(
+                E::new_from_slice(key).map_err(err)?,
+                &iv,
+            )))
+        })
+    }
+    if let StreamCipher::Aead(alg) = kind {
+        return Err(CryptoError::NoStream {
+            library: Library::RustCrypto,
+            algorithm: alg.name(),
+        });
+    }
+    let iv = iv.try_into().map_err(|_| library_error("AES-CBC IV setup"))?;
+    match key.len() {
+        16 => build::<aes::Aes128Enc, aes::Aes128Dec>(kind, key, iv),
+        24 => build::<aes::Aes192Enc, aes::Aes192Dec>(kind, key, iv),
+        _ => build::<aes::Aes256Enc, aes::Aes256Dec>(kind, key, iv),
     }
 }
 

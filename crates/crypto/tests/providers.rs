@@ -1,6 +1,8 @@
 //! Every provider against the standards' vectors, against each other, and against bad input.
 
-use crypto::{kat, AeadAlgorithm, CryptoChoice, CryptoError, Implementation, Library, AES_BLOCK_LEN};
+use crypto::{
+    kat, AeadAlgorithm, CryptoChoice, CryptoError, Implementation, Library, StreamCipher, AES_BLOCK_LEN,
+};
 
 /// Every choice that can run in this (unmasked) test process.
 fn hardware_choices() -> Vec<Implementation> {
@@ -87,6 +89,80 @@ fn providers_agree_on_every_length_the_benchmark_and_tunnel_use() {
             assert_eq!(a, pattern(len, 6));
         }
     }
+}
+
+/// A stream fed block by block gives the bytes of one message: the same as encrypting (or
+/// decrypting) the blocks joined, in one call of the per-message API, with the same IV or
+/// nonce. So stream mode times the real cipher, its chain or counter going on between blocks.
+#[test]
+fn a_stream_fed_block_by_block_equals_one_message_of_the_blocks_joined() {
+    let iv = [7u8; 16];
+    let nonce = [9u8; 12];
+    for imp in hardware_choices() {
+        for block in [16usize, 64, 1408] {
+            let message = pattern(block * 5, 3);
+            let streamed = |kind: StreamCipher, key: &[u8], iv: &[u8], input: &[u8]| {
+                let mut stream = imp.cipher_stream(kind, key, iv).unwrap();
+                let mut out = input.to_vec();
+                for chunk in out.chunks_mut(block) {
+                    stream.update(chunk).unwrap();
+                }
+                out
+            };
+            for key_len in [16, 24, 32] {
+                let key = pattern(key_len, 1);
+                let cbc = imp.aes_cbc(&key).unwrap();
+                let mut whole = message.clone();
+                cbc.encrypt(&iv, &mut whole).unwrap();
+                let ct = streamed(StreamCipher::AesCbcEncrypt, &key, &iv, &message);
+                assert_eq!(ct, whole, "{imp} CBC-{key_len} encrypt, {block} B blocks");
+                let pt = streamed(StreamCipher::AesCbcDecrypt, &key, &iv, &ct);
+                assert_eq!(pt, message, "{imp} CBC-{key_len} decrypt, {block} B blocks");
+            }
+            for alg in AeadAlgorithm::ALL {
+                let key = pattern(alg.key_len(), 2);
+                let kind = StreamCipher::Aead(alg);
+                if imp.library() == Library::RustCrypto {
+                    assert!(matches!(
+                        imp.cipher_stream(kind, &key, &nonce).err(),
+                        Some(CryptoError::NoStream { .. })
+                    ));
+                    continue;
+                }
+                let mut whole = message.clone();
+                imp.aead(alg, &key)
+                    .unwrap()
+                    .seal(&nonce, &[], &mut whole)
+                    .unwrap();
+                let ct = streamed(kind, &key, &nonce, &message);
+                assert_eq!(ct, whole, "{imp} {alg}, {block} B blocks");
+                assert_ne!(ct, message, "{imp} {alg} changed nothing");
+            }
+        }
+    }
+}
+
+#[test]
+fn streams_refuse_a_wrong_key_or_iv_length_and_cbc_a_partial_block() {
+    for imp in hardware_choices() {
+        assert!(imp
+            .cipher_stream(StreamCipher::AesCbcEncrypt, &[0; 20], &[0; 16])
+            .is_err());
+        assert!(imp
+            .cipher_stream(StreamCipher::AesCbcEncrypt, &[0; 16], &[0; 12])
+            .is_err());
+        let mut s = imp
+            .cipher_stream(StreamCipher::AesCbcEncrypt, &[0; 16], &[0; 16])
+            .unwrap();
+        assert_eq!(
+            s.update(&mut [0; 20]),
+            Err(CryptoError::NotBlockAligned { len: 20 })
+        );
+    }
+    let lc = Implementation::new(CryptoChoice::AwsLc).unwrap();
+    let gcm = StreamCipher::Aead(AeadAlgorithm::Aes256Gcm);
+    assert!(lc.cipher_stream(gcm, &[0; 16], &[0; 12]).is_err());
+    assert!(lc.cipher_stream(gcm, &[0; 32], &[0; 16]).is_err());
 }
 
 #[test]

@@ -29,8 +29,8 @@ use model::backend::{CeilingSource, KernelNeed};
 use model::ceiling::{Ceiling, CeilingOutcome, CryptoSpeed};
 use model::{Backend, CipherSuite, RunPlan};
 use speed::measure::{measure_cell, measure_cell_with, Method};
-use speed::openssl::Clock;
 use speed::ops::{Op, OpError};
+use speed::Clock;
 use speed::{CryptoOp, SpeedSuite};
 
 use model::evidence::Evidence;
@@ -384,7 +384,7 @@ fn openssl(suite: SpeedSuite, size: usize) -> Result<CryptoSpeed, String> {
     };
     let run = |s: SpeedSuite, dir: CryptoOp| -> Result<f64, String> {
         // Per CPU-second, as the other ceilings: openssl's own user-time clock.
-        let cells = speed::openssl::run_timed(s, dir, &[size], OPENSSL_SECONDS, 1, Clock::UserCpu)
+        let cells = speed::openssl::run_timed(s, dir, &[size], OPENSSL_SECONDS, 1, Clock::Cpu)
             .map_err(|e| e.to_string())?;
         cells
             .first()

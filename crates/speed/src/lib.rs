@@ -22,7 +22,7 @@ pub mod suite;
 pub mod tcrypt;
 
 pub use measure::single_core_mb_per_s;
-pub use plan::{SpeedImpl, SpeedPlan, SpeedRequest, UsageError, BLOCK_SIZES, SUBCOMMAND};
+pub use plan::{Clock, Mode, SpeedImpl, SpeedPlan, SpeedRequest, UsageError, BLOCK_SIZES, SUBCOMMAND};
 pub use report::{Interruption, Record, SpeedReport, Units};
 pub use run::{measure, measure_with, no_soft_rows, NoProgress, SpeedProgress};
 pub use suite::{CryptoOp, SpeedSuite};

@@ -7,8 +7,10 @@ use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use crypto::Implementation;
+use procstat::CpuTime;
 
 use crate::ops::{self, Op, OpError};
+use crate::plan::{Clock, Mode};
 use crate::suite::{CryptoOp, SpeedSuite};
 use crate::SpeedError;
 
@@ -22,11 +24,13 @@ pub struct Method {
     pub repeats: usize,
     /// Threads run at once, one per core, their bytes summed over one common window.
     pub threads: usize,
+    pub mode: Mode,
+    pub clock: Clock,
 }
 
 impl Method {
     /// Splits `seconds` per cell over `repeats`, with a warm-up of a quarter of a repeat
-    /// (at most 0.1 s).
+    /// (at most 0.1 s); packet mode, wall clock.
     pub fn new(seconds: f64, repeats: usize, threads: usize) -> Method {
         let repeat_duration = Duration::from_secs_f64(seconds / repeats as f64);
         Method {
@@ -34,6 +38,8 @@ impl Method {
             warmup: (repeat_duration / 4).min(Duration::from_millis(100)),
             repeats,
             threads,
+            mode: Mode::Packet,
+            clock: Clock::Wall,
         }
     }
 }
@@ -103,7 +109,8 @@ fn pin_current_thread(cpu: usize) {
 }
 
 /// One repeat per element: the MB/s of all threads together. `batch`: packets per call, as
-/// [`ops::build_batch`] takes them (1: one at a time, as `openssl speed` does).
+/// [`ops::build_batch`] takes them (1: one at a time, as `openssl speed` does); in
+/// [`Mode::Stream`] one block per call of [`ops::build_stream`], whatever `batch`.
 pub fn measure_cell(
     imp: &Implementation,
     suite: SpeedSuite,
@@ -112,7 +119,10 @@ pub fn measure_cell(
     batch: usize,
     method: &Method,
 ) -> Result<Vec<f64>, SpeedError> {
-    let build = || ops::build_batch(imp, suite, direction, block_bytes, batch).map_err(OpError::from);
+    let build = || match method.mode {
+        Mode::Packet => ops::build_batch(imp, suite, direction, block_bytes, batch).map_err(OpError::from),
+        Mode::Stream => ops::build_stream(imp, suite, direction, block_bytes),
+    };
     measure_cell_with(&build, method).map_err(|source| match source {
         OpError::Interrupted => SpeedError::Interrupted,
         source => SpeedError::Crypto {
@@ -123,9 +133,18 @@ pub fn measure_cell(
     })
 }
 
+/// What one thread did in a window: payload bytes, when it noticed the stop, and the CPU
+/// seconds it used.
+struct ThreadRun {
+    bytes: u64,
+    stopped: Instant,
+    cpu_s: f64,
+}
+
 /// Runs `op` until `stop` is set, checking it once per batch (batches sized as in
-/// [`timed_loop`], about 50 µs); returns the payload bytes and when it noticed the stop.
-fn loop_until(op: &mut Op, stop: &AtomicBool) -> Result<(u64, Instant), OpError> {
+/// [`timed_loop`], about 50 µs).
+fn loop_until(op: &mut Op, stop: &AtomicBool) -> Result<ThreadRun, OpError> {
+    let cpu_start = CpuTime::this_thread();
     let mut calls = 0u64;
     let mut batch = 1u64;
     loop {
@@ -136,7 +155,11 @@ fn loop_until(op: &mut Op, stop: &AtomicBool) -> Result<(u64, Instant), OpError>
         calls += batch;
         let now = Instant::now();
         if stop.load(Ordering::Relaxed) {
-            return Ok((calls * op.payload_bytes as u64, now));
+            return Ok(ThreadRun {
+                bytes: calls * op.payload_bytes as u64,
+                stopped: now,
+                cpu_s: CpuTime::this_thread().since(cpu_start).total_s(),
+            });
         }
         if now.duration_since(batch_start) < Duration::from_micros(50) && batch < 1 << 20 {
             batch *= 2;
@@ -152,7 +175,8 @@ fn loop_until(op: &mut Op, stop: &AtomicBool) -> Result<(u64, Instant), OpError>
 /// after `repeat_duration`, and the figure is all their bytes over that window, from the
 /// release to the last thread's stop. More threads than CPUs share the CPUs, so the figure
 /// stays the machine's, as openssl's `-multi` is (each thread timing its own window would
-/// count a thread's bytes again while the others waited their turn).
+/// count a thread's bytes again while the others waited their turn). With [`Clock::Cpu`] the
+/// figure is their bytes over the CPU seconds they used instead.
 pub fn measure_cell_with(
     build: &(dyn Fn() -> Result<Op, OpError> + Sync),
     method: &Method,
@@ -195,7 +219,7 @@ pub fn measure_cell_with(
             open();
             let interrupted = sleep_unless_stopped(method.repeat_duration);
             stop.store(true, Ordering::Relaxed);
-            let results: Vec<Result<(u64, Instant), OpError>> = handles
+            let results: Vec<Result<ThreadRun, OpError>> = handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
                 .collect();
@@ -204,17 +228,21 @@ pub fn measure_cell_with(
         if interrupted {
             return Err(OpError::Interrupted);
         }
-        let mut bytes = 0;
+        let (mut bytes, mut cpu_s) = (0, 0.0);
         let start = *released.get().expect("the barrier has a leader");
         let mut end = start;
         for r in results {
-            let (b, stopped) = r?;
-            bytes += b;
-            end = end.max(stopped);
+            let run = r?;
+            bytes += run.bytes;
+            cpu_s += run.cpu_s;
+            end = end.max(run.stopped);
         }
         let sample = Sample {
             bytes,
-            seconds: end.duration_since(start).as_secs_f64(),
+            seconds: match method.clock {
+                Clock::Wall => end.duration_since(start).as_secs_f64(),
+                Clock::Cpu => cpu_s,
+            },
         };
         repeats.push(sample.mb_per_s());
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::plan::Clock;
 use crate::suite::{CryptoOp, SpeedSuite};
 
 /// Block sizes one plain `openssl speed` run reports.
@@ -72,28 +73,8 @@ pub struct OpensslCell {
 }
 
 /// Runs openssl for `sizes`: one plain run covers the standard sizes, `-bytes N` each other
-/// one. `seconds` is per size (openssl takes whole seconds, at least 1).
-pub fn run(
-    suite: SpeedSuite,
-    direction: CryptoOp,
-    sizes: &[usize],
-    seconds: f64,
-    threads: usize,
-) -> Result<Vec<OpensslCell>, OpensslError> {
-    run_timed(suite, direction, sizes, seconds, threads, Clock::Elapsed)
-}
-
-/// What `openssl speed` divides by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Clock {
-    /// Wall-clock time (`-elapsed`), as the speed table's other rows are timed.
-    Elapsed,
-    /// The process's user CPU time (openssl's default): bytes per CPU-second, which a busy
-    /// machine does not shrink.
-    UserCpu,
-}
-
-/// [`run`] with the clock chosen.
+/// one. `seconds` is per size (openssl takes whole seconds, at least 1). [`Clock::Cpu`] is
+/// openssl's default, the process's user CPU time; [`Clock::Wall`] adds `-elapsed`.
 pub fn run_timed(
     suite: SpeedSuite,
     direction: CryptoOp,
@@ -128,7 +109,7 @@ pub fn run_timed(
     let mut cells = Vec::new();
     for bytes in runs {
         let mut args: Vec<String> = vec!["speed".into(), "-mr".into()];
-        if clock == Clock::Elapsed {
+        if clock == Clock::Wall {
             args.push("-elapsed".into());
         }
         args.extend(["-seconds".into(), secs.clone()]);
@@ -289,7 +270,7 @@ mod tests {
             eprintln!("skipped: openssl not installed");
             return;
         }
-        let cells = run(SpeedSuite::HmacSha256, CryptoOp::Mac, &[64], 1.0, 1).unwrap();
+        let cells = run_timed(SpeedSuite::HmacSha256, CryptoOp::Mac, &[64], 1.0, 1, Clock::Wall).unwrap();
         assert_eq!(cells.len(), 1);
         assert!(cells[0].bytes_per_s > 0.0);
     }

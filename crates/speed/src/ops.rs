@@ -7,7 +7,7 @@
 
 use std::hint::black_box;
 
-use crypto::{CbcMessage, CryptoError, Implementation, AES_BLOCK_LEN, NONCE_LEN};
+use crypto::{CbcMessage, CryptoError, Implementation, StreamCipher, AES_BLOCK_LEN, NONCE_LEN};
 
 use crate::af_alg::AfAlgError;
 use crate::suite::{CryptoOp, SpeedSuite};
@@ -22,6 +22,9 @@ pub enum OpError {
     Crypto(#[from] CryptoError),
     #[error(transparent)]
     Kernel(#[from] AfAlgError),
+    /// [`crate::Mode::Stream`] asked of an operation that starts anew per packet.
+    #[error("no stream form: {0}")]
+    NoStream(&'static str),
     /// SIGINT or SIGTERM came while the cell was timed ([`crate::stop`]).
     #[error("interrupted")]
     Interrupted,
@@ -169,6 +172,57 @@ pub fn build(
     })
 }
 
+/// The stream-mode operation ([`crate::Mode::Stream`]): one cipher context set up once (key,
+/// IV or nonce), then each call one update of `block_bytes` that continues it, as `openssl
+/// speed -evp` loops `EVP_EncryptUpdate` (CBC sizes that are not whole blocks are padded as in
+/// [`build`]). HMAC is [`build`]'s whole MAC per block, which is what `openssl speed -hmac`
+/// times too. Encrypt-then-MAC and the AEADs' receiving side start a new MAC per packet:
+/// they have no stream form.
+pub fn build_stream(
+    imp: &Implementation,
+    suite: SpeedSuite,
+    direction: CryptoOp,
+    block_bytes: usize,
+) -> Result<Op, OpError> {
+    let (kind, key, iv) = match (suite, direction) {
+        (SpeedSuite::HmacSha256, _) => return Ok(build(imp, suite, direction, block_bytes)?),
+        (SpeedSuite::AesCbc(bits), CryptoOp::Encrypt) => (
+            StreamCipher::AesCbcEncrypt,
+            bench_key(bits.bytes()),
+            counter_iv(0).to_vec(),
+        ),
+        (SpeedSuite::AesCbc(bits), _) => (
+            StreamCipher::AesCbcDecrypt,
+            bench_key(bits.bytes()),
+            counter_iv(0).to_vec(),
+        ),
+        (SpeedSuite::Aead(alg), CryptoOp::Encrypt) => (
+            StreamCipher::Aead(alg),
+            bench_key(alg.key_len()),
+            vec![1u8; NONCE_LEN],
+        ),
+        _ => {
+            return Err(OpError::NoStream(
+                "encrypt-then-MAC and an AEAD's open compute a new MAC per packet",
+            ))
+        }
+    };
+    let mut stream = imp.cipher_stream(kind, &key, &iv)?;
+    let len = match kind {
+        StreamCipher::Aead(_) => block_bytes,
+        _ => round_up_to_block(block_bytes),
+    };
+    let mut buf = vec![0u8; len];
+    Ok(Op::new(
+        Box::new(move || {
+            stream.update(&mut buf)?;
+            black_box(&buf);
+            Ok(())
+        }),
+        block_bytes,
+    ))
+}
+
 /// [`build`] for a batch of `batch` packets per call, as a tunnel's send path encrypts: CBC
 /// encryption goes through [`crypto::AesCbc::encrypt_batch`], the packets side by side (then
 /// each one's MAC, for CBC+HMAC). Everything else is per packet whatever the batch, so it is
@@ -272,6 +326,36 @@ mod tests {
                     && matches!(suite, SpeedSuite::AesCbc(_) | SpeedSuite::AesCbcHmacSha256(_));
                 let packets = if cbc_encrypt { 43 } else { 1 };
                 assert_eq!(op.payload_bytes, 1407 * packets, "{suite} {dir}");
+            }
+        }
+    }
+
+    /// Stream mode builds what openssl speed -evp can time, for every size, and refuses only
+    /// what starts anew per packet (and RustCrypto's AEADs, which have no stream API).
+    #[test]
+    fn stream_ops_run_or_say_why_they_cannot() {
+        for choice in [CryptoChoice::Auto, CryptoChoice::Rustcrypto] {
+            let imp = Implementation::new(choice).unwrap();
+            for suite in SpeedSuite::all() {
+                for &dir in suite.crypto_ops() {
+                    for size in crate::BLOCK_SIZES {
+                        match build_stream(&imp, suite, dir, size) {
+                            Ok(mut op) => {
+                                op.run().unwrap();
+                                op.run().unwrap();
+                                assert_eq!(op.payload_bytes, size);
+                            }
+                            Err(OpError::NoStream(_)) => {
+                                assert!(matches!(suite, SpeedSuite::AesCbcHmacSha256(_)), "{suite}")
+                            }
+                            Err(OpError::Crypto(CryptoError::NoStream { .. })) => assert!(
+                                choice == CryptoChoice::Rustcrypto && matches!(suite, SpeedSuite::Aead(_)),
+                                "{choice} {suite}"
+                            ),
+                            Err(e) => panic!("{choice} {suite} {dir} {size}: {e}"),
+                        }
+                    }
+                }
             }
         }
     }

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use crypto::CryptoChoice;
 use model::ByteSize;
+use serde::{Deserialize, Serialize};
 
 use crate::suite::{SpeedSuite, UnknownSuite};
 
@@ -21,6 +22,71 @@ pub const DEFAULT_SECONDS: f64 = 0.5;
 
 /// The subcommand name the binary registers; soft rows re-run it in a child process.
 pub const SUBCOMMAND: &str = "speed";
+
+/// What one timed call does to a block (`--mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Each block a message of its own: a fresh IV or nonce, the AEAD's tag, as a tunnel
+    /// pays per packet ([`crate::ops::build`]).
+    #[default]
+    Packet,
+    /// One cipher context set up once, then one update per block that continues it (the CBC
+    /// chain, the AEAD's counter and MAC): `openssl speed -evp`'s loop ([`crate::ops::build_stream`]).
+    Stream,
+}
+
+/// What a cell's bytes are divided by (`--clock`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// The wall-clock window (`openssl speed -elapsed`).
+    #[default]
+    Wall,
+    /// The timing thread's CPU time, user and system (`getrusage`); openssl's default counts
+    /// its user time. Bytes per CPU-second, which other work on a busy machine does not shrink.
+    Cpu,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 2] = [Mode::Packet, Mode::Stream];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Packet => "packet",
+            Mode::Stream => "stream",
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        let known = Mode::ALL.into_iter().find(|m| m.name() == s.trim());
+        known.ok_or_else(|| {
+            format!("{s:?}: use packet (a new IV or nonce per block, as a tunnel) or stream (one context, as openssl speed -evp)")
+        })
+    }
+}
+
+impl Clock {
+    pub const ALL: [Clock; 2] = [Clock::Wall, Clock::Cpu];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Wall => "wall",
+            Clock::Cpu => "cpu",
+        }
+    }
+}
+
+impl FromStr for Clock {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Clock, String> {
+        let known = Clock::ALL.into_iter().find(|c| c.name() == s.trim());
+        known.ok_or_else(|| format!("{s:?}: use wall (elapsed time) or cpu (the timing thread's CPU time)"))
+    }
+}
 
 /// An implementation row of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +133,12 @@ pub enum UsageError {
     BadSize(u64),
     #[error("--vm runs the kernel rows in a VM, but --crypto does not include kernel")]
     VmWithoutKernel,
+    #[error(
+        "--mode stream times a library's cipher context; the kernel rows (AF_ALG, tcrypt) are per packet: leave kernel out of --crypto"
+    )]
+    StreamKernel,
+    #[error("--clock cpu divides by the timing thread's CPU time, one thread's: leave out --multi, or use --clock wall")]
+    CpuClockThreads,
 }
 
 /// What the user asked for, unchecked; the defaults are the command line's.
@@ -91,6 +163,8 @@ pub struct SpeedRequest {
     pub vm: Option<Option<String>>,
     /// This process is a child run (soft rows, or kernel rows in the VM).
     pub child: bool,
+    pub mode: Mode,
+    pub clock: Clock,
 }
 
 impl Default for SpeedRequest {
@@ -105,6 +179,8 @@ impl Default for SpeedRequest {
             against_openssl: false,
             vm: None,
             child: false,
+            mode: Mode::Packet,
+            clock: Clock::Wall,
         }
     }
 }
@@ -123,6 +199,8 @@ pub struct SpeedPlan {
     /// As [`SpeedRequest::vm`].
     pub vm: Option<Option<String>>,
     pub child: bool,
+    pub mode: Mode,
+    pub clock: Clock,
 }
 
 /// Each name parsed once, in the order given.
@@ -145,15 +223,24 @@ impl SpeedRequest {
             parse_unique(&self.suites)?
         };
         let implementations = if self.crypto.is_empty() {
-            vec![
+            let mut v = vec![
                 SpeedImpl::Crypto(CryptoChoice::Auto),
                 SpeedImpl::Crypto(CryptoChoice::Rustcrypto),
                 SpeedImpl::Crypto(CryptoChoice::Soft),
-                SpeedImpl::Kernel,
-            ]
+            ];
+            if self.mode == Mode::Packet {
+                v.push(SpeedImpl::Kernel);
+            }
+            v
         } else {
             parse_unique(&self.crypto)?
         };
+        if self.mode == Mode::Stream && implementations.contains(&SpeedImpl::Kernel) {
+            return Err(UsageError::StreamKernel);
+        }
+        if self.clock == Clock::Cpu && self.threads > 1 {
+            return Err(UsageError::CpuClockThreads);
+        }
         if self.threads == 0 {
             return Err(UsageError::ZeroThreads);
         }
@@ -192,6 +279,8 @@ impl SpeedRequest {
             against_openssl: self.against_openssl,
             vm: self.vm.clone(),
             child: self.child,
+            mode: self.mode,
+            clock: self.clock,
         })
     }
 }
@@ -217,6 +306,10 @@ impl SpeedPlan {
                 &self.repeats.to_string(),
                 "--sizes",
                 &sizes.join(","),
+                "--mode",
+                self.mode.name(),
+                "--clock",
+                self.clock.name(),
             ]
             .map(String::from),
         );
@@ -264,6 +357,14 @@ mod tests {
             DEFAULT_SECONDS_ONE_SUITE
         );
         assert!(p.implementations.contains(&SpeedImpl::Crypto(CryptoChoice::Soft)));
+        assert!(p.implementations.contains(&SpeedImpl::Kernel));
+        let mut stream = request(&[]);
+        stream.mode = Mode::Stream;
+        let p = stream.validate().unwrap();
+        assert!(
+            !p.implementations.contains(&SpeedImpl::Kernel),
+            "the kernel has no stream rows"
+        );
     }
 
     #[test]
@@ -293,6 +394,14 @@ mod tests {
         let mut r = request(&[]);
         r.sizes = vec![ByteSize(0)];
         assert_eq!(r.validate(), Err(UsageError::BadSize(0)));
+        let mut r = request(&[]);
+        r.mode = Mode::Stream;
+        r.crypto = vec!["auto".into(), "kernel".into()];
+        assert_eq!(r.validate(), Err(UsageError::StreamKernel));
+        let mut r = request(&[]);
+        r.clock = Clock::Cpu;
+        r.threads = 2;
+        assert_eq!(r.validate(), Err(UsageError::CpuClockThreads));
         let err = SpeedError::from(UsageError::ZeroThreads);
         assert_eq!(err.exit_code(), 2);
     }
@@ -324,7 +433,8 @@ mod tests {
         assert_eq!(p.vm, Some(None));
         assert_eq!(
             p.child_args(SpeedImpl::Kernel).join(" "),
-            "speed aes-128-cbc hmac-sha256 --crypto kernel --child --seconds 0.05 --multi 1 --repeat 3 --sizes 64,1400"
+            "speed aes-128-cbc hmac-sha256 --crypto kernel --child --seconds 0.05 --multi 1 --repeat 3 --sizes 64,1400 \
+             --mode packet --clock wall"
         );
         r.crypto = vec!["auto".into()];
         assert_eq!(r.validate(), Err(UsageError::VmWithoutKernel));

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use model::{Environment, Summary};
 use serde::{Deserialize, Serialize};
 
+use crate::plan::{Clock, Mode};
 use crate::suite::CryptoOp;
 
 /// Bumped whenever a field is renamed or re-typed; fields are only ever added otherwise.
@@ -47,6 +48,10 @@ pub struct Record {
     /// means nothing and it is left out of ratios.
     #[serde(default)]
     pub emulated: bool,
+    /// `packet` (a new message per block) or `stream` (one context updated per block, as
+    /// openssl's rows always are).
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 impl Record {
@@ -71,19 +76,25 @@ impl Record {
             driver: head.driver,
             virtualization: head.virtualization,
             emulated: head.emulated,
+            mode: head.mode,
         })
     }
 }
 
 impl Record {
     /// The row's name in the table: the implementation, marked when it ran in a VM (or in
-    /// user-mode Linux) and again when that VM's CPU was emulated.
+    /// user-mode Linux) and again when that VM's CPU was emulated, and `[stream]` when timed
+    /// in stream mode.
     pub fn row_label(&self) -> String {
-        match (&self.virtualization, self.emulated) {
+        let place = match (&self.virtualization, self.emulated) {
             (Some(v), _) if v.starts_with("uml") => format!("{} [uml]", self.implementation),
             (Some(_), true) => format!("{} [vm, tcg]", self.implementation),
             (Some(_), false) => format!("{} [vm]", self.implementation),
             (None, _) => self.implementation.clone(),
+        };
+        match self.mode {
+            Mode::Packet => place,
+            Mode::Stream => format!("{place} [stream]"),
         }
     }
 }
@@ -101,6 +112,7 @@ pub struct RecordHead {
     pub driver: Option<String>,
     pub virtualization: Option<String>,
     pub emulated: bool,
+    pub mode: Mode,
 }
 
 /// An implementation (or one of its suites) that produced no number, and why.
@@ -125,6 +137,9 @@ pub struct SpeedReport {
     /// Present when a signal stopped the run: the records are the cells done before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interruption>,
+    /// What the records' bytes were divided by: `wall` or `cpu`.
+    #[serde(default)]
+    pub clock: Clock,
 }
 
 /// A run stopped by a signal before its last cell.
@@ -274,6 +289,7 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     for l in libs {
         let _ = writeln!(out, "{l}");
     }
+    let _ = writeln!(out, "{}", timing_line(report));
     let _ = write!(
         out,
         "{:<24} {:<8} {:<impl_width$}",
@@ -353,6 +369,24 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
     out
 }
 
+/// What a cell is: the modes of its rows and the clock.
+fn timing_line(report: &SpeedReport) -> String {
+    let mut modes = Vec::new();
+    for mode in Mode::ALL {
+        if report.records.iter().any(|r| r.mode == mode) {
+            modes.push(match mode {
+                Mode::Packet => "rows = a new message per block (fresh IV or nonce, the AEAD's tag), as a tunnel pays per packet",
+                Mode::Stream => "[stream] rows = one cipher context, one update per block, as openssl speed -evp times",
+            });
+        }
+    }
+    let clock = match report.clock {
+        Clock::Wall => "bytes per wall-clock second",
+        Clock::Cpu => "bytes per CPU-second of the timing thread (openssl: its user CPU time)",
+    };
+    format!("timed: {}; {clock}", modes.join("; "))
+}
+
 /// `first/other` for each implementation after the first, per suite and direction.
 fn ratio_lines(
     rows: &BTreeMap<RowKey, BTreeMap<usize, &Record>>,
@@ -430,6 +464,7 @@ mod tests {
                 driver: None,
                 virtualization: None,
                 emulated: false,
+                mode: Mode::Packet,
             },
             repeats,
             0.33,
@@ -455,6 +490,7 @@ mod tests {
             }],
             guest_environment: None,
             interrupted: None,
+            clock: Clock::Wall,
         }
     }
 
@@ -580,6 +616,30 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("skipped kernel: no AF_ALG"), "{t}");
+    }
+
+    #[test]
+    fn stream_rows_and_the_clock_are_named() {
+        let mut report = sample();
+        assert!(
+            render(&report, Units::MegabytesPerSecond)
+                .contains("timed: rows = a new message per block (fresh IV or nonce, the AEAD's tag), as a tunnel pays per packet; bytes per wall-clock second"),
+        );
+        let mut openssl = record("openssl", None, 16, vec![900.0]);
+        openssl.mode = Mode::Stream;
+        report.records.push(openssl);
+        report.clock = Clock::Cpu;
+        let t = render(&report, Units::MegabytesPerSecond);
+        assert!(t.contains("[stream] rows = one cipher context"), "{t}");
+        assert!(t.contains("per CPU-second of the timing thread"), "{t}");
+        assert!(t.contains("openssl [stream] = OpenSSL 3"), "{t}");
+        assert!(t.contains("auto/openssl [stream]"), "{t}");
+        let v = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            (v["records"][0]["mode"].as_str(), v["records"][4]["mode"].as_str()),
+            (Some("packet"), Some("stream"))
+        );
+        assert_eq!(v["clock"], "cpu");
     }
 
     #[test]

@@ -4,12 +4,12 @@
 //! Tells a [`SpeedProgress`] how far it got; leaves drawing that, and printing the report,
 //! to the binary.
 
-use crypto::{CryptoChoice, Implementation};
+use crypto::{CryptoChoice, CryptoError, Implementation, AES_BLOCK_LEN};
 use model::Environment;
 
 use crate::measure::{measure_cell, measure_cell_with, Method};
-use crate::ops::OpError;
-use crate::plan::{SpeedImpl, SpeedPlan};
+use crate::ops::{self, OpError};
+use crate::plan::{Mode, SpeedImpl, SpeedPlan};
 use crate::report::{Interruption, Record, RecordHead, Skipped, SpeedReport, SPEED_SCHEMA_VERSION};
 use crate::suite::CryptoOp;
 use crate::{kernel, openssl, stop, tcrypt, SpeedError};
@@ -65,7 +65,7 @@ fn measure_here(
     choice: CryptoChoice,
     plan: &SpeedPlan,
     method: &Method,
-    records: &mut Vec<Record>,
+    report: &mut SpeedReport,
     progress: &mut Tally,
 ) -> Result<(), SpeedError> {
     let imp = Implementation::new(choice).map_err(|source| SpeedError::Implementation {
@@ -76,6 +76,19 @@ fn measure_here(
     let info = imp.info();
     for &suite in &plan.suites {
         for &direction in suite.crypto_ops() {
+            if plan.mode == Mode::Stream {
+                // What has no stream form in this library is said once, not timed.
+                if let Err(e @ (OpError::NoStream(_) | OpError::Crypto(CryptoError::NoStream { .. }))) =
+                    ops::build_stream(&imp, suite, direction, AES_BLOCK_LEN)
+                {
+                    report.skipped.push(Skipped {
+                        implementation: choice.to_string(),
+                        suite: Some(format!("{suite} {direction}")),
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+            }
             for &size in &plan.sizes {
                 progress.timing(&format!("{choice} {suite} {direction} {size} B"));
                 let repeats = measure_cell(&imp, suite, direction, size, 1, method)?;
@@ -91,8 +104,9 @@ fn measure_here(
                     driver: None,
                     virtualization: None,
                     emulated: false,
+                    mode: plan.mode,
                 };
-                records.extend(Record::from_repeats(
+                report.records.extend(Record::from_repeats(
                     head,
                     repeats,
                     method.repeat_duration.as_secs_f64(),
@@ -123,8 +137,15 @@ fn openssl_records(
                 "openssl {suite} {direction}, {} sizes at once",
                 plan.sizes.len()
             ));
-            let result = openssl::run(suite, direction, &plan.sizes, plan.seconds, plan.threads);
-            // A stop kills openssl at once (openssl::run): what it left is no row.
+            let result = openssl::run_timed(
+                suite,
+                direction,
+                &plan.sizes,
+                plan.seconds,
+                plan.threads,
+                plan.clock,
+            );
+            // A stop kills openssl at once (openssl::run_timed): what it left is no row.
             go_on()?;
             progress.advance(plan.sizes.len());
             match result {
@@ -141,6 +162,8 @@ fn openssl_records(
                             driver: None,
                             virtualization: None,
                             emulated: false,
+                            // openssl speed -evp has one loop: one context, an update per block.
+                            mode: Mode::Stream,
                         };
                         let mb = c.bytes_per_s / 1e6;
                         report.records.extend(Record::from_repeats(
@@ -225,6 +248,7 @@ fn measure_kernel(
                     driver: Some(verified.driver.clone()),
                     virtualization: virtualization.clone(),
                     emulated: env.is_emulated(),
+                    mode: Mode::Packet,
                 };
                 report.records.extend(Record::from_repeats(
                     head,
@@ -289,6 +313,7 @@ fn measure_kernel_by_tcrypt(
                     driver: Some(timed.driver.clone()),
                     virtualization: virtualization.clone(),
                     emulated: false,
+                    mode: Mode::Packet,
                 };
                 report
                     .records
@@ -322,7 +347,11 @@ pub fn measure_with<E: From<SpeedError>>(
     soft_rows: &mut dyn FnMut(&SpeedPlan) -> Result<SpeedReport, E>,
     progress: &mut dyn SpeedProgress,
 ) -> Result<SpeedReport, E> {
-    let method = Method::new(plan.seconds, plan.repeats, plan.threads);
+    let method = Method {
+        mode: plan.mode,
+        clock: plan.clock,
+        ..Method::new(plan.seconds, plan.repeats, plan.threads)
+    };
     let mut report = SpeedReport {
         schema_version: SPEED_SCHEMA_VERSION,
         environment: Environment::detect(),
@@ -331,6 +360,7 @@ pub fn measure_with<E: From<SpeedError>>(
         skipped: Vec::new(),
         guest_environment: None,
         interrupted: None,
+        clock: plan.clock,
     };
     let total = plan.cells(guest.is_some());
     progress.started(total);
@@ -389,7 +419,7 @@ fn measure_rows<E: From<SpeedError>>(
                 report.skipped.extend(child.skipped);
             }
             SpeedImpl::Crypto(choice) => {
-                measure_here(choice, plan, method, &mut report.records, progress)?;
+                measure_here(choice, plan, method, report, progress)?;
             }
         }
         // Cells skipped (a kernel without a suite) or timed in the soft child count as done.

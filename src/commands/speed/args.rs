@@ -36,7 +36,7 @@ pub struct SpeedArgs {
     /// Print openssl's units (1000s of bytes per second) instead of MB/s.
     #[arg(long)]
     pub openssl_units: bool,
-    /// Also run `openssl speed -elapsed -evp` for the same suites and print it alongside.
+    /// Also run `openssl speed -evp` (-elapsed unless --clock cpu) for the same suites and print it alongside.
     #[arg(long)]
     pub against_openssl: bool,
     /// Write one JSON record per cell (plus the environment) to FILE, or `-` for stdout.
@@ -51,6 +51,15 @@ pub struct SpeedArgs {
     #[arg(long, value_name = "KERNEL[,KERNEL...]", num_args = 0..=1, default_missing_value = "",
           value_hint = clap::ValueHint::FilePath)]
     pub vm: Option<String>,
+    /// packet: each block a new message (a fresh IV or nonce, the AEAD's tag), as a tunnel
+    /// pays per packet. stream: one cipher context, one update per block that continues it,
+    /// as `openssl speed -evp` times (no kernel rows; RustCrypto streams CBC only).
+    #[arg(long, default_value = "packet", value_name = "packet|stream")]
+    pub mode: speed::Mode,
+    /// wall: bytes per elapsed second. cpu: bytes per CPU-second of the timing thread (one
+    /// thread; with --against-openssl, openssl's default user-CPU timing).
+    #[arg(long, default_value = "wall", value_name = "wall|cpu")]
+    pub clock: speed::Clock,
     /// Internal: this process is a child run (soft rows, or kernel rows in the VM); print
     /// only JSON.
     #[arg(long, hide = true)]
@@ -83,6 +92,8 @@ impl SpeedArgs {
                 .as_ref()
                 .map(|k| Some(k.clone()).filter(|k| !k.is_empty())),
             child: self.child,
+            mode: self.mode,
+            clock: self.clock,
         }
     }
 
@@ -131,38 +142,37 @@ mod tests {
     /// they must parse back into the plan they came from.
     #[test]
     fn a_child_runs_command_line_parses_back_to_its_plan() {
-        let host = parse(&["aes-128-cbc", "hmac-sha256", "--seconds", "0.05", "--multi", "2"])
-            .request()
-            .validate()
-            .unwrap();
-        for implementation in [
-            speed::SpeedImpl::Kernel,
-            speed::SpeedImpl::Crypto(crypto::CryptoChoice::Soft),
+        use speed::SpeedImpl::{Crypto, Kernel};
+        let soft = Crypto(crypto::CryptoChoice::Soft);
+        for (line, implementations) in [
+            (&["--multi", "2"][..], &[Kernel, soft][..]),
+            (&["--mode", "stream", "--clock", "cpu"][..], &[soft][..]),
         ] {
-            let args = host.child_args(implementation);
-            assert_eq!(args[0], speed::SUBCOMMAND);
-            let child = parse(&args[1..].iter().map(String::as_str).collect::<Vec<_>>())
-                .request()
-                .validate()
-                .unwrap();
-            assert_eq!(child.implementations, [implementation]);
-            assert!(child.child);
-            assert_eq!(
-                (
-                    &child.suites,
-                    &child.sizes,
-                    child.seconds,
-                    child.threads,
-                    child.repeats
-                ),
-                (
-                    &host.suites,
-                    &host.sizes,
-                    host.seconds,
-                    host.threads,
-                    host.repeats
-                )
-            );
+            let mut args = vec!["aes-128-cbc", "hmac-sha256", "--seconds", "0.05"];
+            args.extend(line);
+            let host = parse(&args).request().validate().unwrap();
+            for &implementation in implementations {
+                let args = host.child_args(implementation);
+                assert_eq!(args[0], speed::SUBCOMMAND);
+                let child = parse(&args[1..].iter().map(String::as_str).collect::<Vec<_>>())
+                    .request()
+                    .validate()
+                    .unwrap();
+                assert_eq!(child.implementations, [implementation]);
+                assert!(child.child);
+                let what = |p: &speed::SpeedPlan| {
+                    (
+                        p.suites.clone(),
+                        p.sizes.clone(),
+                        p.seconds,
+                        p.threads,
+                        p.repeats,
+                        p.mode,
+                        p.clock,
+                    )
+                };
+                assert_eq!(what(&child), what(&host));
+            }
         }
     }
 }
