@@ -6,10 +6,14 @@
 # `ipsec-lab run` on a fresh, identical namespace pair + veth, back to back in one invocation
 # of this script; the figures that matter are the ratios between rows of the same
 # invocation (the machines are noisy; absolute numbers move between runs). Each tunnel row
-# also shows where its threads' time went (the `time` of each end's evidence).
+# also shows where its threads' time went (the `time` of each end's evidence), and every
+# row what a gigabyte costs the whole machine: CPU-seconds of all CPUs (/proc/stat) per
+# extra GB, the slope between a BYTES run and a BIG_BYTES run of the row, so that set-up
+# and teardown cancel out; that figure does not move with the core count the way MB/s does.
 #
 #   lab/bench-userspace.sh                 # 500MB x 3 repeats per row
 #   BYTES=1GB REPEAT=5 lab/bench-userspace.sh
+#   BIG_BYTES=4GB lab/bench-userspace.sh   # the second point of the CPU-s/GB slope (default 2GB, once)
 #   ROUNDS=3 lab/bench-userspace.sh        # the whole set 3 times, then the median ratios
 #
 # Needs root, /dev/net/tun, openvpn, iperf3, wireguard-go (lab/wireguard-go.sh), a release
@@ -19,6 +23,7 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/ipsec-lab}
 BYTES=${BYTES:-500MB}
 REPEAT=${REPEAT:-3}
+BIG_BYTES=${BIG_BYTES:-2GB}
 ROUNDS=${ROUNDS:-1}
 [ -x "$BIN" ] || { echo "no $BIN: run 'cargo build --release' first" >&2; exit 3; }
 out=$(mktemp -d /tmp/ipl-bench-userspace.XXXXXX)
@@ -28,6 +33,8 @@ row() {
     local name=$1; shift
     echo "running $name (round $round of $ROUNDS) ..." >&2
     "$BIN" run --no-progress --bytes "$BYTES" --repeat "$REPEAT" --json "$out/r$round/$name.json" "$@" >/dev/null
+    echo "running $name with $BIG_BYTES, for the CPU-s/GB slope ..." >&2
+    "$BIN" run --no-progress --bytes "$BIG_BYTES" --repeat 1 --json "$out/r$round/$name.big.json" "$@" >/dev/null
 }
 
 SUITES="aes-256-gcm chacha20-poly1305 aes-256-cbc-hmac-sha256"
@@ -55,6 +62,19 @@ def mbs(r):
     return r["mb_per_s"]["median"]
 
 
+def per_transfer(r):
+    c = r["machine_cost"]
+    n = len(r["transfers"])
+    return c["bytes"] / n / 1e9, c["cpu_s"] / n, c
+
+
+def cpu_per_extra_gb(name, d):
+    """Machine CPU-seconds per extra GB: the slope between the row's two payload sizes."""
+    small = per_transfer(json.load(open(os.path.join(d, name + ".json"))))
+    big = per_transfer(json.load(open(os.path.join(d, name + ".big.json"))))
+    return (big[1] - small[1]) / (big[0] - small[0]), small[2]
+
+
 def time_line(end):
     t = end.get("time", {})
     phases = [("TUN read", "tun_read_s"), ("segmenting", "segmenting_s"), ("crypto", "crypto_s"),
@@ -77,14 +97,22 @@ def one_round(d):
     load = lambda name: json.load(open(os.path.join(d, name + ".json")))
     plain = load("plain")
     iperf3 = plain["references"]["iperf3"]["median"]
-    print(f"{'row':<44} {'MB/s':>8} {'% iperf3':>9}")
-    show = lambda name, v: print(f"{name:<44} {v:8.1f} {v / iperf3 * 100:9.1f}")
+    print(f"{'row':<44} {'MB/s':>8} {'% iperf3':>9} {'CPU-s/GB':>9}  machine CPU of a BYTES run: user/system/irq s")
+    cost = {}
+
+    def show(label, v, name=None):
+        line = f"{label:<44} {v:8.1f} {v / iperf3 * 100:9.1f}"
+        if name:
+            cost[name], c = cpu_per_extra_gb(name, d)
+            line += f" {cost[name]:9.2f}  ({c['cpu_s_per_gb']:.2f} per GB with set-up: {c['user_s']:.2f}/{c['system_s']:.2f}/{c['irq_s']:.2f})"
+        print(line)
+
     show("iperf3 (plain TCP)", iperf3)
-    show("plain (ipsec-lab's own sender/receiver)", mbs(plain))
+    show("plain (ipsec-lab's own sender/receiver)", mbs(plain), "plain")
     ratio("ipsec-lab plain / iperf3", mbs(plain) / iperf3, ">= 1")
     tunnel = {s: load(f"userspace-{s}") for s in suites}
     for s, r in tunnel.items():
-        show(f"userspace {s}", mbs(r))
+        show(f"userspace {s}", mbs(r), f"userspace-{s}")
         u = r["backend_details"]["userspace"]
         for side, role in [("a", "encrypting"), ("b", "decrypting")]:
             e = u[side]
@@ -94,17 +122,19 @@ def one_round(d):
     # The package version: Debian 13's offload-era build prints upstream's older snapshot
     # string for --version (crates/lab/src/backend/wireguard/go.rs says why).
     built = program.get("package") or program.get("version", "(version unknown)")
-    show(f"wireguard-go {built}", mbs(wg))
+    show(f"wireguard-go {built}", mbs(wg), "wireguard-go")
     ov = {s: load(f"openvpn-{s}") for s in ["aes-256-cbc-hmac-sha256", "aes-256-gcm"]}
     for s, r in ov.items():
-        show(f"openvpn {s}", mbs(r))
+        show(f"openvpn {s}", mbs(r), f"openvpn-{s}")
     soft = load("userspace-soft-aes-256-cbc-hmac-sha256")
-    show("userspace aes-256-cbc-hmac-sha256 --crypto soft", mbs(soft))
+    show("userspace aes-256-cbc-hmac-sha256 --crypto soft", mbs(soft), "userspace-soft-aes-256-cbc-hmac-sha256")
     ratio("userspace aes-256-gcm / iperf3", mbs(tunnel["aes-256-gcm"]) / iperf3, ">= 0.60")
     ratio("userspace chacha20-poly1305 / wireguard-go", mbs(tunnel["chacha20-poly1305"]) / mbs(wg), ">= 2")
     ratio("userspace aes-256-cbc-hmac-sha256 / openvpn", mbs(tunnel["aes-256-cbc-hmac-sha256"]) / mbs(ov["aes-256-cbc-hmac-sha256"]), ">= 6")
     ratio("userspace aes-256-gcm / openvpn", mbs(tunnel["aes-256-gcm"]) / mbs(ov["aes-256-gcm"]), ">= 3")
     ratio("userspace auto / soft, aes-256-cbc-hmac-sha256", mbs(tunnel["aes-256-cbc-hmac-sha256"]) / mbs(soft), "> 1")
+    ratio("CPU-s/GB: userspace aes-256-gcm / plain", cost["userspace-aes-256-gcm"] / cost["plain"], "<= 2")
+    ratio("CPU-s/GB: userspace chacha20-poly1305 / wireguard-go", cost["userspace-chacha20-poly1305"] / cost["wireguard-go"], "<= 0.4")
 
 
 for rnd in range(1, rounds + 1):

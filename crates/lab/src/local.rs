@@ -220,6 +220,8 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     let mut iperf3_runs = Vec::new();
     let mut udp = None;
     let mut rekey_runs = Vec::new();
+    // The machine's busy CPU over the lab's own transfers (not iperf3's), added up.
+    let mut machine = Some((procstat::MachineCpu::default(), 0.0));
     if plan.workload().udp.is_some() {
         let prober = latency.as_ref().map(|l| l.prober());
         let trial_rekeys = packets::Rekeys {
@@ -247,7 +249,11 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
             return Err(LabError::interrupted());
         }
         let label = format!("{} {}/{}", plan.backend(), attempt, plan.workload().repeat);
+        let before = procstat::MachineTimes::now();
         let m = flow::transfer(bench, plan, &ends, attempt, label).await?;
+        machine = machine
+            .zip(before.zip(procstat::MachineTimes::now()))
+            .map(|((cpu, s), (before, after))| (cpu.plus(before.busy_since(&after)), s + m.transfer.seconds));
         transfers.push(m.transfer.clone());
         rekey_runs.extend(m.rekey.clone());
         measured.push(m);
@@ -290,6 +296,12 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         ));
     }
     report.first_packet = first_packet;
+    if report.udp.is_none() {
+        report.machine_cost = machine.and_then(|(cpu, seconds)| {
+            let bytes = measured.iter().map(|m| m.transfer.bytes).sum();
+            model::MachineCost::new(bytes, seconds, cpu.user_s, cpu.system_s, cpu.irq_s)
+        });
+    }
     if let Some(schedule) = plan.workload().rekey {
         let rekey = model::rekey::RekeyReport {
             schedule,

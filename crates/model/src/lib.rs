@@ -50,7 +50,7 @@ pub use report::{ReportError, RunReport, SCHEMA_VERSION};
 pub use size::ByteSize;
 pub use stats::Summary;
 pub use suite::{CipherSuite, Hmac, KeyBits, SuiteError};
-pub use transfer::{CpuUsage, Transfer, TransferSide, LINE_RATE_SECONDS, MIN_STABLE_SECONDS};
+pub use transfer::{CpuUsage, MachineCost, Transfer, TransferSide, LINE_RATE_SECONDS, MIN_STABLE_SECONDS};
 
 #[cfg(test)]
 mod plural_tests {

@@ -61,6 +61,10 @@ pub struct RunReport {
     /// verified byte (absent for two-host and UDP runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_packet: Option<crate::startup::FirstPacket>,
+    /// What the run's own TCP transfers cost every CPU of the machine, per GB moved (a local
+    /// run; absent for UDP runs, two-host runs and where /proc/stat cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_cost: Option<crate::transfer::MachineCost>,
 }
 
 /// Why no report can be made of a run's transfers.
@@ -111,6 +115,7 @@ impl RunReport {
             latency: None,
             rekey: None,
             first_packet: None,
+            machine_cost: None,
         })
     }
 }

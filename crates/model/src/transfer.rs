@@ -56,6 +56,57 @@ impl CpuUsage {
     }
 }
 
+/// What the run's own transfers cost the whole machine: the busy time of every CPU (from
+/// /proc/stat, so the sender, the receiver, the tunnel and the kernel's network work on
+/// their behalf, and anything else that ran meanwhile), by kind, and per gigabyte moved.
+/// Setup and teardown are outside the transfers; each transfer's own connection set-up and
+/// checks are inside, which the slope between two payload sizes cancels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MachineCost {
+    /// Payload bytes of the transfers.
+    pub bytes: u64,
+    /// The transfers' wall-clock seconds, added up.
+    pub seconds: f64,
+    /// Busy CPU-seconds of all CPUs over the transfers: `user_s + system_s + irq_s`.
+    pub cpu_s: f64,
+    pub user_s: f64,
+    pub system_s: f64,
+    /// Interrupt and softirq time (much of the network stack's receive path).
+    pub irq_s: f64,
+    /// `cpu_s` per 10^9 payload bytes.
+    pub cpu_s_per_gb: f64,
+}
+
+impl MachineCost {
+    /// None without bytes (a cost per gigabyte of nothing is no figure).
+    pub fn new(bytes: u64, seconds: f64, user_s: f64, system_s: f64, irq_s: f64) -> Option<MachineCost> {
+        let cpu_s = user_s + system_s + irq_s;
+        (bytes > 0).then(|| MachineCost {
+            bytes,
+            seconds,
+            cpu_s,
+            user_s,
+            system_s,
+            irq_s,
+            cpu_s_per_gb: cpu_s / (bytes as f64 / 1e9),
+        })
+    }
+
+    /// The text report's line.
+    pub fn line(&self) -> String {
+        format!(
+            "machine CPU over the transfers: {:.2} CPU-s per GB (user {:.2}, system {:.2}, irq+softirq {:.2} CPU-s \
+             for {:.2} GB in {:.2} s; every CPU, /proc/stat)",
+            self.cpu_s_per_gb,
+            self.user_s,
+            self.system_s,
+            self.irq_s,
+            self.bytes as f64 / 1e9,
+            self.seconds
+        )
+    }
+}
+
 /// One verified transfer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Transfer {
@@ -108,5 +159,25 @@ impl From<Transfer> for TransferRecord {
             mbit_per_s: t.mbit_per_s(),
         };
         TransferRecord { transfer: t, rates }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_cost_is_per_gigabyte_and_none_without_bytes() {
+        assert_eq!(MachineCost::new(0, 1.0, 1.0, 1.0, 1.0), None);
+        let c = MachineCost::new(2_000_000_000, 4.0, 1.0, 1.5, 0.5).unwrap();
+        assert_eq!((c.cpu_s, c.cpu_s_per_gb), (3.0, 1.5));
+        assert!(
+            c.line()
+                .starts_with("machine CPU over the transfers: 1.50 CPU-s per GB (user 1.00"),
+            "{}",
+            c.line()
+        );
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<MachineCost>(&json).unwrap(), c);
     }
 }

@@ -4,14 +4,16 @@
 //! Owns: parsing a `/proc/PID/stat` (or `/proc/self/task/TID/stat`) line into the fields
 //! the lab uses ([`Stat`]), listing this process's threads and the system's processes with
 //! their lines, and CPU time as user and system seconds ([`CpuTime`]), the calling thread's
-//! read with `getrusage`, and the time it waited for a CPU (`schedstat`); the machine's
+//! read with `getrusage`, the time it waited for a CPU (`schedstat`), the machine's CPU
+//! time from `/proc/stat` ([`MachineTimes`]: what a run cost all CPUs, and steal), and its
 //! memory figures from `/proc/meminfo` ([`meminfo`]).
 //!
-//! Leaves out: the other stat fields, `/proc/stat` (the machine's CPU, read by the sweep),
+//! Leaves out: the other stat fields, /proc/stat's per-CPU lines,
 //! `/proc/PID/exe`, `status` and `comm` files, signalling processes, and pinning threads to
 //! CPUs. It depends on nothing but libc, so the lowest crates (traffic, owner) can use it.
 
 mod cpu;
+mod machine;
 mod stat;
 
 /// One `/proc/meminfo` field (`MemFree`, `MemAvailable`, …) in KiB.
@@ -27,6 +29,7 @@ fn meminfo_field(text: &str, field: &str) -> Option<u64> {
 }
 
 pub use cpu::{run_queue_wait_s, ticks_per_s, CpuTime};
+pub use machine::{MachineCpu, MachineTimes};
 pub use stat::{own_threads, processes, Stat};
 
 #[cfg(test)]

@@ -32,7 +32,6 @@ mod children;
 mod drivers;
 mod plan;
 mod rows;
-mod steal;
 
 pub use plan::{SweepPlan, DEFAULT_CELL_SECONDS, DEFAULT_TRIAL_SECONDS, MAX_TRIAL_SECONDS};
 

@@ -17,11 +17,11 @@ use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
 
 use super::plan::SweepPlan;
-use super::steal::CpuTimes;
 use crate::backend;
 use crate::backend::xfrm::ShowKeys;
 use crate::error::ExitKind;
 use crate::progress::Progress;
+use procstat::MachineTimes;
 use xfrm::driver::{cbc_aes_drivers, esp_served_by, pin_cbc_aes_driver};
 
 #[derive(Debug, Clone)]
@@ -393,7 +393,7 @@ async fn run_cell(
     topology: &Topology,
     cancel: &CancellationToken,
 ) -> Cell {
-    let times_before = CpuTimes::now();
+    let times_before = MachineTimes::now();
     let Dimensions { netem, packet_size } = dimensions;
     let result = async {
         let backend = row.backend;
@@ -461,7 +461,7 @@ async fn run_cell(
                 ));
             }
             m.cpu_steal_percent = times_before
-                .zip(CpuTimes::now())
+                .zip(MachineTimes::now())
                 .and_then(|(before, after)| before.steal_percent_since(&after));
             Cell {
                 packets: report.udp.as_ref().and_then(PacketRates::of),

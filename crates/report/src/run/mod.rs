@@ -85,6 +85,9 @@ pub fn table_for(report: &RunReport, width: Option<usize>) -> String {
     if let Some(f) = &report.first_packet {
         let _ = writeln!(out, "{}", f.line());
     }
+    if let Some(cost) = &report.machine_cost {
+        let _ = writeln!(out, "{}", cost.line());
+    }
     for (tool, reference) in &report.references {
         let ratio = s.median / reference.median;
         let ratio = if ratio.is_finite() {
