@@ -89,11 +89,10 @@ pub enum CryptoError {
         library: Library,
         operation: &'static str,
     },
-    /// The variable and mask are [`crate::soft::ENV_VAR`] and
-    /// [`crate::soft::MASK_HARDWARE_AES`], written out so this file stays below `soft`
-    /// (a test keeps them equal).
     #[error(
-        "--crypto soft needs hardware AES masked before AWS-LC starts, but this process was not started with OPENSSL_ia32cap=~0x200000200000000; start it through crypto::soft::command() or crypto::soft::reexec_if_needed()"
+        "--crypto soft needs hardware AES masked before AWS-LC starts, but this process was not started with {}={}; start it through crypto::soft::command() or crypto::soft::reexec_if_needed()",
+        model::env::HARDWARE_AES_OFF.var,
+        model::env::HARDWARE_AES_OFF.mask
     )]
     SoftNotActive,
     #[error("{library} has no stream form of {algorithm}: its API seals or opens whole messages")]

@@ -1,8 +1,9 @@
 //! Software AES chosen at run time: the "AES-NI off" row.
 //!
-//! AWS-LC reads `OPENSSL_ia32cap` once, when it initialises, and masks CPUID bits with it;
-//! `~0x200000200000000` clears AES-NI (bit 57) and PCLMULQDQ (bit 33), so AES and GHASH fall
-//! back to constant-time vector-permute code. Setting the variable from inside a running
+//! AWS-LC reads `OPENSSL_ia32cap` (on ARM `OPENSSL_armcap`) once, when it initialises, and
+//! masks CPUID bits with it; `~0x200000200000000` clears AES-NI (bit 57) and PCLMULQDQ (bit
+//! 33), `~0x24` ARMv8's AES and PMULL, so AES and GHASH fall back to constant-time vector
+//! code ([`model::env::HARDWARE_AES_OFF`]). Setting the variable from inside a running
 //! process is too late once AWS-LC has started (and `set_var` races other threads), so the
 //! process that does the crypto must be *started* with it:
 //!
@@ -21,11 +22,11 @@ use std::process::Command;
 use model::CryptoChoice;
 
 /// The variable AWS-LC (and OpenSSL) read.
-pub const ENV_VAR: &str = "OPENSSL_ia32cap";
-/// Mask that clears AES-NI and PCLMULQDQ: the value openssl's own documentation uses.
-pub const MASK_HARDWARE_AES: &str = "~0x200000200000000";
+pub const ENV_VAR: &str = model::env::HARDWARE_AES_OFF.var;
+/// Mask that clears hardware AES and carry-less multiply.
+pub const MASK_HARDWARE_AES: &str = model::env::HARDWARE_AES_OFF.mask;
 
-const AESNI_BIT: u64 = 1 << 57;
+const AES_BIT: u64 = model::env::HARDWARE_AES_OFF.aes_bit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SoftError {
@@ -48,7 +49,7 @@ pub fn active() -> bool {
     !crate::awslc::hardware_aes()
 }
 
-/// Whether the environment asks AWS-LC to mask AES-NI (parsing `OPENSSL_ia32cap` the way
+/// Whether the environment asks AWS-LC to mask hardware AES (parsing [`ENV_VAR`] the way
 /// AWS-LC does: `~X` clears the bits of X, `|X` sets them, plain `X` replaces CPUID).
 pub fn mask_requested() -> bool {
     std::env::var(ENV_VAR).is_ok_and(|v| value_masks_aes(&v))
@@ -66,9 +67,9 @@ fn value_masks_aes(value: &str) -> bool {
     };
     let Ok(bits) = parsed else { return false };
     match prefix {
-        Some('~') => bits & AESNI_BIT != 0,
+        Some('~') => bits & AES_BIT != 0,
         Some(_) => false,
-        None => bits & AESNI_BIT == 0,
+        None => bits & AES_BIT == 0,
     }
 }
 
@@ -120,6 +121,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn mask_values_are_parsed_like_aws_lc() {
         assert!(value_masks_aes(MASK_HARDWARE_AES));
         assert!(value_masks_aes("~0x200000000000000:0"));
@@ -128,5 +130,14 @@ mod tests {
         assert!(value_masks_aes("0"), "a plain value replaces CPUID");
         assert!(!value_masks_aes("nonsense"));
         assert!(!value_masks_aes(""));
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn arm_mask_values_are_parsed_like_aws_lc() {
+        assert!(value_masks_aes(MASK_HARDWARE_AES));
+        assert!(value_masks_aes("~0x4"));
+        assert!(!value_masks_aes("~0x20"), "only PMULL masked");
+        assert!(value_masks_aes("0"));
     }
 }

@@ -8,8 +8,36 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// CPU flags that decide crypto speed.
+pub mod arm;
+
+/// x86 CPU flags that decide crypto speed (ARM's: [`arm::CRYPTO_FEATURES`]).
 pub const CRYPTO_FLAGS: [&str; 7] = ["aes", "vaes", "pclmulqdq", "sha_ni", "avx2", "avx512f", "ssse3"];
+
+/// How hardware AES is turned off for a process on this binary's architecture: AWS-LC (and
+/// OpenSSL) read `var` once, when they initialise, and clear the capability bits of `mask`.
+pub struct HardwareAesOff {
+    pub var: &'static str,
+    pub mask: &'static str,
+    /// The AES instructions' bit, which a mask must clear to count as turning them off.
+    pub aes_bit: u64,
+}
+
+/// x86: AES-NI (bit 57) and PCLMULQDQ (bit 33), the value openssl's own documentation uses.
+#[cfg(not(target_arch = "aarch64"))]
+pub const HARDWARE_AES_OFF: HardwareAesOff = HardwareAesOff {
+    var: "OPENSSL_ia32cap",
+    mask: "~0x200000200000000",
+    aes_bit: 1 << 57,
+};
+
+/// 64-bit ARM: ARMV8_AES (bit 2) and ARMV8_PMULL (bit 5) of AWS-LC's `arm_arch.h`, so AES
+/// and GHASH fall back to NEON code, as on x86 to vector-permute code.
+#[cfg(target_arch = "aarch64")]
+pub const HARDWARE_AES_OFF: HardwareAesOff = HardwareAesOff {
+    var: "OPENSSL_armcap",
+    mask: "~0x24",
+    aes_bit: 1 << 2,
+};
 
 /// Kernel crypto algorithms whose serving driver the reports name.
 pub const KERNEL_ALGORITHMS: [&str; 4] = ["cbc(aes)", "hmac(sha256)", "gcm(aes)", "rfc4106(gcm(aes))"];
@@ -20,12 +48,13 @@ pub struct Environment {
     pub kernel_release: String,
     pub cpu_model: String,
     pub cpus: usize,
-    /// The subset of [`CRYPTO_FLAGS`] this CPU has.
+    /// The subset of [`CRYPTO_FLAGS`] (or, on ARM, [`arm::CRYPTO_FEATURES`]) this CPU has.
     pub crypto_flags: Vec<String>,
     /// Algorithm → highest-priority driver in /proc/crypto (what the kernel would pick now).
     /// Empty where the kernel has not instantiated that algorithm yet.
     pub kernel_drivers: BTreeMap<String, String>,
-    /// Where the run happened: "host", or "vm (kvm)" / "vm (tcg: emulated, speeds not representative)".
+    /// Where the run happened: "host", or "vm (kvm)" / "vm (tcg: emulated, speeds not
+    /// representative)", or "qemu-user (aarch64 emulated on an x86_64 kernel, ...)".
     pub virtualization: String,
     pub tool_version: String,
     /// How the binary that measured was built (reports written before it existed lack it).
@@ -82,7 +111,15 @@ impl Environment {
     pub fn detect() -> Environment {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let crypto = std::fs::read_to_string("/proc/crypto").unwrap_or_default();
-        let cpu = parse_cpuinfo(&cpuinfo);
+        let mut cpu = parse_cpuinfo(&cpuinfo);
+        let emulation = user_emulation(&read_trimmed("/proc/sys/kernel/arch"), std::env::consts::ARCH);
+        if emulation.is_some() {
+            // /proc/cpuinfo describes the host's CPU, not the one this binary runs on.
+            cpu = CpuInfo {
+                model: format!("{} emulated on {}", std::env::consts::ARCH, cpu.model),
+                crypto_flags: arm::this_cpus_features(),
+            };
+        }
         Environment {
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
             kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -90,7 +127,10 @@ impl Environment {
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             crypto_flags: cpu.crypto_flags,
             kernel_drivers: preferred_drivers(&parse_proc_crypto(&crypto), &KERNEL_ALGORITHMS),
-            virtualization: std::env::var("IPSEC_LAB_VIRT").unwrap_or_else(|_| "host".into()),
+            virtualization: std::env::var("IPSEC_LAB_VIRT")
+                .ok()
+                .or(emulation)
+                .unwrap_or_else(|| "host".into()),
             tool_version: env!("CARGO_PKG_VERSION").into(),
             build: BuildInfo::current(),
         }
@@ -117,8 +157,17 @@ impl Environment {
 
     /// True when the numbers come from an emulated CPU and say nothing about speed.
     pub fn is_emulated(&self) -> bool {
-        self.virtualization.contains("tcg")
+        self.virtualization.contains("tcg") || self.virtualization.starts_with("qemu-user")
     }
+}
+
+/// Where this binary's architecture is not its kernel's (`/proc/sys/kernel/arch`, which
+/// qemu-user passes through unchanged, unlike uname): the label of a process that qemu-user
+/// emulates, as binfmt_misc runs an arm64 binary on an x86-64 machine.
+fn user_emulation(kernel_arch: &str, binary_arch: &str) -> Option<String> {
+    (!kernel_arch.is_empty() && kernel_arch != binary_arch).then(|| {
+        format!("qemu-user ({binary_arch} emulated on an {kernel_arch} kernel: speeds not representative)")
+    })
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -140,6 +189,9 @@ pub fn parse_cpuinfo(text: &str) -> CpuInfo {
             .and_then(|l| l.split_once(':'))
             .map(|(_, v)| v.trim().to_string())
     };
+    if let Some(arm) = arm::parse_cpuinfo(&field) {
+        return arm;
+    }
     let flags = field("flags").unwrap_or_default();
     let flags: Vec<&str> = flags.split_whitespace().collect();
     CpuInfo {
@@ -288,5 +340,28 @@ mod tests {
         );
         assert_eq!(info.model, "AMD EPYC");
         assert_eq!(info.crypto_flags, ["aes", "vaes", "sha_ni", "avx2"]);
+    }
+
+    #[test]
+    fn a_binary_of_another_architecture_than_its_kernel_is_emulated() {
+        assert_eq!(user_emulation("x86_64", "x86_64"), None);
+        assert_eq!(
+            user_emulation("", "aarch64"),
+            None,
+            "a kernel without kernel.arch"
+        );
+        let virt = user_emulation("x86_64", "aarch64").unwrap();
+        assert_eq!(
+            virt,
+            "qemu-user (aarch64 emulated on an x86_64 kernel: speeds not representative)"
+        );
+        let mut env = Environment::detect();
+        env.virtualization = virt;
+        assert!(env.is_emulated());
+        assert!(
+            env.describe().starts_with("qemu-user (aarch64 emulated"),
+            "{}",
+            env.describe()
+        );
     }
 }

@@ -247,6 +247,13 @@ pub fn render(report: &SpeedReport, units: Units) -> String {
         if threads == 1 { "" } else { " together" },
         units.caption()
     );
+    if env.is_emulated() {
+        let _ = writeln!(
+            out,
+            "EMULATED: {}: these figures are of an emulated CPU, not of any real one",
+            env.virtualization
+        );
+    }
     let mut libs: Vec<String> = Vec::new();
     for name in &impl_order {
         if let Some(r) = report.records.iter().find(|r| r.row_label() == *name) {
@@ -640,6 +647,20 @@ mod tests {
             (Some("packet"), Some("stream"))
         );
         assert_eq!(v["clock"], "cpu");
+    }
+
+    #[test]
+    fn a_run_under_qemu_user_says_its_figures_are_emulated() {
+        let mut report = sample();
+        assert!(!render(&report, Units::MegabytesPerSecond).contains("EMULATED"));
+        report.environment.virtualization =
+            "qemu-user (aarch64 emulated on an x86_64 kernel: speeds not representative)".into();
+        let t = render(&report, Units::MegabytesPerSecond);
+        assert_eq!(
+            t.lines().nth(1),
+            Some("EMULATED: qemu-user (aarch64 emulated on an x86_64 kernel: speeds not representative): these figures are of an emulated CPU, not of any real one"),
+            "{t}"
+        );
     }
 
     #[test]
