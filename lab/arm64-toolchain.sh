@@ -16,8 +16,9 @@
 # None of it enters the host's package database (sid's packages live in their own root; the
 # sysroot's are unpacked with dpkg-deb -x). On the host it installs debootstrap and
 # qemu-user-static with binfmt-support (runs arm64 binaries: the smoke tests, the .deb's man
-# pages). Packages come from the Debian mirror this machine's apt uses (lab/debian-mirrors.sh),
-# checked against Debian's archive keyring. lab/arm64-cargo.sh runs cargo with it.
+# pages) and binutils-aarch64-linux-gnu (the .deb's strip). Packages come from the Debian
+# mirror this machine's apt uses (lab/debian-mirrors.sh), checked against Debian's archive
+# keyring. lab/arm64-cargo.sh runs cargo with it.
 set -euo pipefail
 
 root=${IPSEC_LAB_CROSS_ROOT:-/var/lib/ipsec-lab/cross/sid}
@@ -31,6 +32,7 @@ missing=()
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 [ -x /usr/bin/qemu-aarch64-static ] || missing+=(qemu-user-static)
 command -v update-binfmts >/dev/null || missing+=(binfmt-support)
+command -v aarch64-linux-gnu-strip >/dev/null || missing+=(binutils-aarch64-linux-gnu)  # cargo-deb --strip
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]}"
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -73,3 +73,22 @@ fn make_test_fails_when_a_test_fails_and_passes_when_all_pass() {
     assert!(ran_every_test_binary(&calls), "{calls:?}");
     assert_eq!(code, Some(0), "{calls:?}");
 }
+
+/// The aarch64 target is type-checked (lab/arm64-check.sh), and a failure there fails
+/// `make test` without keeping the tests from running.
+#[test]
+fn make_test_type_checks_the_aarch64_target() {
+    let (code, calls) = make_test(&["check"]);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("check --locked --target aarch64-unknown-linux-gnu")),
+        "{calls:?}"
+    );
+    assert!(ran_every_test_binary(&calls), "{calls:?}");
+    assert_ne!(
+        code,
+        Some(0),
+        "the aarch64 check failed, yet make test passed: {calls:?}"
+    );
+}

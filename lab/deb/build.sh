@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Builds the Debian package from an already built binary:
 #
-#   lab/deb/build.sh BINARY OUTDIR
+#   lab/deb/build.sh BINARY OUTDIR [TARGET]
+#
+# TARGET: the Rust target triple of a cross-built binary (aarch64-unknown-linux-gnu: the
+# arm64 package; its man pages and completions come from the binary run by qemu-user).
 #
 # The binary writes its own man pages and completions (from its clap definitions), then
 # cargo-deb packs them with the binary as [package.metadata.deb] in Cargo.toml lists. cargo-deb
-# reads everything from "target/release/"; for another binary (the tests package the debug
-# build, so CI builds only once) a staging target directory stands in for target/.
+# reads everything from "target/release/" (with a TARGET, "target/TARGET/release/"); for
+# another binary (the tests package the debug build, so CI builds only once) a staging target
+# directory stands in for target/.
 # Prints the path of the .deb on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,13 +18,15 @@ cd "$(dirname "$0")/../.."
 bin=$(realpath "$1")
 out=$(realpath -m "$2")
 root=$(pwd)
+triple=${3:-}
+release=${triple:+$triple/}release
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
-if [[ "$bin" != "$target/release/ipsec-lab" ]]; then
+if [[ "$bin" != "$target/$release/ipsec-lab" ]]; then
   target="$out/stage"
-  mkdir -p "$target/release"
-  cp -f "$bin" "$target/release/ipsec-lab"
+  mkdir -p "$target/$release"
+  cp -f "$bin" "$target/$release/ipsec-lab"
 fi
-assets="$target/release/deb-assets"
+assets="$target/$release/deb-assets"
 rm -rf "$assets"
 mkdir -p "$assets/man" "$assets/completions"
 "$bin" man --out "$assets/man"
@@ -34,4 +40,5 @@ mkdir -p "$out"
 # tables, which would otherwise stay in). DEB_FAST=1 (the tests): lighter compression.
 flags=(--no-build --strip --manifest-path "$root/Cargo.toml" --output "$out")
 [[ -n ${DEB_FAST:-} ]] && flags+=(--fast)
+[[ -n $triple ]] && flags+=(--target "$triple")
 CARGO_TARGET_DIR="$target" cargo deb "${flags[@]}" | tail -1
