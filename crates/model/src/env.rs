@@ -189,8 +189,8 @@ pub fn parse_cpuinfo(text: &str) -> CpuInfo {
             .and_then(|l| l.split_once(':'))
             .map(|(_, v)| v.trim().to_string())
     };
-    if let Some(arm) = arm::parse_cpuinfo(&field) {
-        return arm;
+    if let Some((model, crypto_flags)) = arm::parse_cpuinfo(&field) {
+        return CpuInfo { model, crypto_flags };
     }
     let flags = field("flags").unwrap_or_default();
     let flags: Vec<&str> = flags.split_whitespace().collect();
@@ -363,5 +363,45 @@ mod tests {
             "{}",
             env.describe()
         );
+    }
+
+    /// Raspberry Pi 4 (BCM2711), Raspberry Pi OS 64-bit: no crypto extensions at all.
+    const PI4: &str = include_str!("env/fixtures/cpuinfo-pi4");
+    /// Raspberry Pi 5 (BCM2712): Cortex-A76 with AES, PMULL, SHA-1 and SHA-2.
+    const PI5: &str = include_str!("env/fixtures/cpuinfo-pi5");
+    /// AWS Graviton2 (m6g), Debian 12: Neoverse-N1, no board line.
+    const GRAVITON2: &str = include_str!("env/fixtures/cpuinfo-graviton2");
+    /// AWS Graviton3 (c7g): Neoverse-V1, SHA-512 and SVE beside the rest.
+    const GRAVITON3: &str = include_str!("env/fixtures/cpuinfo-graviton3");
+
+    #[test]
+    fn a_raspberry_pi_4_is_named_and_has_no_crypto_extensions() {
+        let cpu = parse_cpuinfo(PI4);
+        assert_eq!(cpu.model, "Raspberry Pi 4 Model B Rev 1.4, ARM Cortex-A72");
+        assert_eq!(cpu.crypto_flags, ["asimd"]);
+    }
+
+    #[test]
+    fn a_raspberry_pi_5_has_the_crypto_extensions() {
+        let cpu = parse_cpuinfo(PI5);
+        assert_eq!(cpu.model, "Raspberry Pi 5 Model B Rev 1.0, ARM Cortex-A76");
+        assert_eq!(cpu.crypto_flags, ["aes", "pmull", "sha1", "sha2", "asimd"]);
+    }
+
+    #[test]
+    fn gravitons_are_named_by_their_core() {
+        let cpu = parse_cpuinfo(GRAVITON2);
+        assert_eq!(cpu.model, "ARM Neoverse-N1");
+        assert_eq!(cpu.crypto_flags, ["aes", "pmull", "sha1", "sha2", "asimd"]);
+        assert_eq!(parse_cpuinfo(GRAVITON3).model, "ARM Neoverse-V1");
+    }
+
+    #[test]
+    fn an_unknown_core_is_named_by_its_ids() {
+        let cpu = parse_cpuinfo(
+            "processor\t: 0\nFeatures\t: fp asimd aes\nCPU implementer\t: 0x61\nCPU part\t: 0x022\n",
+        );
+        assert_eq!(cpu.model, "ARM CPU implementer 0x61 part 0x022");
+        assert_eq!(cpu.crypto_flags, ["aes", "asimd"]);
     }
 }

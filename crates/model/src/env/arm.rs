@@ -2,8 +2,6 @@
 //! them (`Features` where x86 has `flags`, `CPU implementer`/`CPU part` where x86 has a
 //! model name), and the features of the CPU qemu-user emulates.
 
-use super::CpuInfo;
-
 /// ARM CPU features that decide crypto speed: the AES and PMULL (carry-less multiply, GCM's
 /// GHASH) instructions, SHA-1 and SHA-2, and Advanced SIMD (NEON: software AES without them).
 pub const CRYPTO_FEATURES: [&str; 5] = ["aes", "pmull", "sha1", "sha2", "asimd"];
@@ -28,9 +26,9 @@ const ARM_CORES: [(&str, &str); 16] = [
     ("0xd4f", "Neoverse-V2"),
 ];
 
-/// The CPU of an ARM kernel's cpuinfo text; `None` for another architecture's (no
-/// `Features` line). `field` reads a field of the first processor.
-pub(super) fn parse_cpuinfo(field: &dyn Fn(&str) -> Option<String>) -> Option<CpuInfo> {
+/// The CPU's name and crypto features from an ARM kernel's cpuinfo text; `None` for another
+/// architecture's (no `Features` line). `field` reads a field of the first processor.
+pub(super) fn parse_cpuinfo(field: &dyn Fn(&str) -> Option<String>) -> Option<(String, Vec<String>)> {
     let features = field("Features")?;
     let features: Vec<&str> = features.split_whitespace().collect();
     let part = field("CPU part").unwrap_or_default();
@@ -50,10 +48,7 @@ pub(super) fn parse_cpuinfo(field: &dyn Fn(&str) -> Option<String>) -> Option<Cp
         Some(board) => format!("{board}, {core}"),
         None => core,
     };
-    Some(CpuInfo {
-        model,
-        crypto_flags: named(|f| features.contains(&f)),
-    })
+    Some((model, named(|f| features.contains(&f))))
 }
 
 /// The crypto features, in [`CRYPTO_FEATURES`]' order, that `has` says the CPU has.
@@ -84,49 +79,4 @@ pub fn this_cpus_features() -> Vec<String> {
 #[cfg(not(target_arch = "aarch64"))]
 pub fn this_cpus_features() -> Vec<String> {
     Vec::new()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::parse_cpuinfo;
-
-    /// Raspberry Pi 4 (BCM2711), Raspberry Pi OS 64-bit: no crypto extensions at all.
-    const PI4: &str = include_str!("fixtures/cpuinfo-pi4");
-    /// Raspberry Pi 5 (BCM2712): Cortex-A76 with AES, PMULL, SHA-1 and SHA-2.
-    const PI5: &str = include_str!("fixtures/cpuinfo-pi5");
-    /// AWS Graviton2 (m6g), Debian 12: Neoverse-N1, no board line.
-    const GRAVITON2: &str = include_str!("fixtures/cpuinfo-graviton2");
-    /// AWS Graviton3 (c7g): Neoverse-V1, SHA-512 and SVE beside the rest.
-    const GRAVITON3: &str = include_str!("fixtures/cpuinfo-graviton3");
-
-    #[test]
-    fn a_raspberry_pi_4_is_named_and_has_no_crypto_extensions() {
-        let cpu = parse_cpuinfo(PI4);
-        assert_eq!(cpu.model, "Raspberry Pi 4 Model B Rev 1.4, ARM Cortex-A72");
-        assert_eq!(cpu.crypto_flags, ["asimd"]);
-    }
-
-    #[test]
-    fn a_raspberry_pi_5_has_the_crypto_extensions() {
-        let cpu = parse_cpuinfo(PI5);
-        assert_eq!(cpu.model, "Raspberry Pi 5 Model B Rev 1.0, ARM Cortex-A76");
-        assert_eq!(cpu.crypto_flags, ["aes", "pmull", "sha1", "sha2", "asimd"]);
-    }
-
-    #[test]
-    fn gravitons_are_named_by_their_core() {
-        let cpu = parse_cpuinfo(GRAVITON2);
-        assert_eq!(cpu.model, "ARM Neoverse-N1");
-        assert_eq!(cpu.crypto_flags, ["aes", "pmull", "sha1", "sha2", "asimd"]);
-        assert_eq!(parse_cpuinfo(GRAVITON3).model, "ARM Neoverse-V1");
-    }
-
-    #[test]
-    fn an_unknown_core_is_named_by_its_ids() {
-        let cpu = parse_cpuinfo(
-            "processor\t: 0\nFeatures\t: fp asimd aes\nCPU implementer\t: 0x61\nCPU part\t: 0x022\n",
-        );
-        assert_eq!(cpu.model, "ARM CPU implementer 0x61 part 0x022");
-        assert_eq!(cpu.crypto_flags, ["aes", "asimd"]);
-    }
 }
