@@ -20,6 +20,11 @@ out=$(realpath -m "$2")
 root=$(pwd)
 triple=${3:-}
 release=${triple:+$triple/}release
+# qemu-user runs the arm64 binary here with the Debian 12 arm64 root's loader and libraries
+# (lab/arm64-toolchain.sh).
+if [[ "$triple" == aarch64-* && "$(uname -m)" != aarch64 ]]; then
+  export QEMU_LD_PREFIX=${QEMU_LD_PREFIX:-/var/lib/ipsec-lab/cross/bookworm-arm64}
+fi
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 if [[ "$bin" != "$target/$release/ipsec-lab" ]]; then
   target="$out/stage"
@@ -41,4 +46,5 @@ mkdir -p "$out"
 flags=(--no-build --strip --manifest-path "$root/Cargo.toml" --output "$out")
 [[ -n ${DEB_FAST:-} ]] && flags+=(--fast)
 [[ -n $triple ]] && flags+=(--target "$triple")
+[[ $triple == aarch64-* ]] && flags+=(--variant arm64)
 CARGO_TARGET_DIR="$target" cargo deb "${flags[@]}" | tail -1
