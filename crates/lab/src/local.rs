@@ -220,8 +220,9 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     let mut iperf3_runs = Vec::new();
     let mut udp = None;
     let mut rekey_runs = Vec::new();
-    // The machine's busy CPU over the lab's own transfers (not iperf3's), added up.
-    let mut machine = Some((procstat::MachineCpu::default(), 0.0));
+    // The machine's busy CPU over the lab's own transfers (not iperf3's), added up; none if
+    // /proc/stat could not be read around one of them.
+    let mut machine = Some(procstat::MachineCpu::default());
     if plan.workload().udp.is_some() {
         let prober = latency.as_ref().map(|l| l.prober());
         let trial_rekeys = packets::Rekeys {
@@ -253,7 +254,7 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
         let m = flow::transfer(bench, plan, &ends, attempt, label).await?;
         machine = machine
             .zip(before.zip(procstat::MachineTimes::now()))
-            .map(|((cpu, s), (before, after))| (cpu.plus(before.busy_since(&after)), s + m.transfer.seconds));
+            .map(|(cpu, (before, after))| cpu.plus(before.busy_since(&after)));
         transfers.push(m.transfer.clone());
         rekey_runs.extend(m.rekey.clone());
         measured.push(m);
@@ -297,8 +298,9 @@ async fn run_ends(bench: Bench<'_>, plan: &RunPlan, show: ShowKeys) -> LabResult
     }
     report.first_packet = first_packet;
     if report.udp.is_none() {
-        report.machine_cost = machine.and_then(|(cpu, seconds)| {
+        report.machine_cost = machine.and_then(|cpu| {
             let bytes = measured.iter().map(|m| m.transfer.bytes).sum();
+            let seconds = measured.iter().map(|m| m.transfer.seconds).sum();
             model::MachineCost::new(bytes, seconds, cpu.user_s, cpu.system_s, cpu.irq_s)
         });
     }
