@@ -27,6 +27,7 @@ sysroot=/opt/bookworm-arm64
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 here=$(dirname "$0")
 say() { echo "lab/arm64-toolchain.sh: $*"; }
+mkdir -p "$(dirname "$root")"
 
 missing=()
 command -v debootstrap >/dev/null || missing+=(debootstrap)
@@ -70,7 +71,6 @@ fi
 
 mirrors=$(bash "$here/debian-mirrors.sh") || exit 3
 new="$root.new"
-mkdir -p "$(dirname "$root")"
 # A root whose debootstrap finished (the marker) is kept: a run stopped later resumes there.
 if [ -f "$new/.debootstrapped" ]; then
   found=$(cat "$new/.debootstrapped")
