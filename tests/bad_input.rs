@@ -370,10 +370,35 @@ fn every_refusal_names_the_flag_given_and_a_way_that_works() {
 
 /// `setup-rate`: a table size with an unknown suffix, of 0 or above what the guest's memory
 /// is sized for, a window of 0 or above 4096, a flow too short, a suite ESP cannot carry,
-/// a VM it cannot use, a JSON path that cannot be written: refused before any boot.
+/// a VM it cannot use, a JSON path that cannot be written, a backend it does not know or
+/// an option that is another backend's: refused before any boot or daemon.
 #[test]
 fn setup_rate_refuses_bad_sizes_windows_and_flows_before_it_boots() {
     assert_usage_errors(&[
+        (
+            &["setup-rate", "--backend", "openvpn"][..],
+            "choose xfrm (SAs and policies), strongswan",
+        ),
+        (
+            &["setup-rate", "--backend", "strongswan", "--cipher", "aes-128-gcm"][..],
+            "--cipher is for setup-rate --backend xfrm: IKE_SAs carry no ESP SA",
+        ),
+        (
+            &["setup-rate", "--backend", "wireguard-go", "--flow-seconds", "1"][..],
+            "--flow-seconds is for setup-rate --backend xfrm",
+        ),
+        (
+            &["setup-rate", "--backend", "strongswan", "--sizes", "20k"][..],
+            "measures at most 10000 IKE_SAs",
+        ),
+        (
+            &["setup-rate", "--backend", "wireguard-go", "--window", "2000"][..],
+            "peers in flight must be 1 to 1024",
+        ),
+        (
+            &["setup-rate", "--backend", "strongswan", "--vm", "uml"][..],
+            "--vm is for setup-rate --backend xfrm",
+        ),
         (&["setup-rate", "--sizes", "10x"][..], "unknown suffix \"x\""),
         (&["setup-rate", "--sizes", "1k,0"][..], "at least 1 SA, e.g. 1k"),
         (&["setup-rate", "--sizes", "1m"][..], "above 200000 SAs"),

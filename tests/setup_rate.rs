@@ -2,8 +2,10 @@
 //! policies batched and one by one, a rate per table size comes back with the lookup,
 //! flush and memory figures, and every SA is gone afterwards (the guest checks its tables
 //! empty after each flush and fails otherwise); SIGTERM in the middle of an install stops
-//! the run within seconds with 143 and nothing of it left. Needs root and
-//! user-mode-linux; skips saying why, and fails under CI=true.
+//! the run within seconds with 143 and nothing of it left. On this host's namespaces:
+//! strongSwan's IKE_SAs and wireguard-go's peers and handshakes per size, no daemon or
+//! namespace left after, also on SIGTERM. Needs root and user-mode-linux, charon,
+//! wireguard-go; skips saying why, and fails under CI=true.
 
 mod common;
 
@@ -122,4 +124,154 @@ fn sigterm_in_the_middle_of_an_install_exits_143_and_leaves_nothing() {
         "a guest of this run is still running: {}",
         text(&uml)
     );
+}
+
+/// Prints the name of every process still running with the sandbox's TMPDIR in its
+/// environment (the run's daemons inherit it), the sandbox's own shell aside.
+const DAEMONS_LEFT: &str = r#"for p in /proc/[0-9]*; do
+  [ "${p#/proc/}" = "$$" ] && continue
+  { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "TMPDIR=$TMPDIR" && cat "$p/comm"
+done; true"#;
+
+#[test]
+fn strongswan_establishes_n_ike_sas_per_size_and_leaves_no_charon() {
+    let test = "strongswan_establishes_n_ike_sas_per_size_and_leaves_no_charon";
+    if !root_or_skip(test) || !strongswan_or_skip(test) {
+        return;
+    }
+    let args = [
+        "setup-rate",
+        "--backend",
+        "strongswan",
+        "--sizes",
+        "10,30",
+        "--window",
+        "4",
+        "--json",
+        "-",
+    ];
+    let run = Sandbox::default().after(DAEMONS_LEFT).run(&args);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    assert_eq!(r["plan"]["backend"], "strongswan", "{r}");
+    let ike = r["ike"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(ike.len(), 2, "{r}");
+    for (rates, size) in ike.iter().zip([10, 30]) {
+        assert_eq!(rates["size"], size, "{rates}");
+        for key in ["windowed_per_s", "one_by_one_per_s"] {
+            let rate = rates[key].as_f64().unwrap_or_else(|| panic!("{key}: {rates}"));
+            assert!(rate.is_finite() && rate > 0.0, "{key}: {rates}");
+        }
+    }
+    assert!(
+        r.get("tables").is_none() && r["plan"].get("suite").is_none(),
+        "{r}"
+    );
+    assert!(
+        r["implementation"].as_str().unwrap().starts_with("strongSwan"),
+        "{r}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("IKE_SAs/s windowed") && stderr.contains("modp2048"),
+        "{stderr}"
+    );
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.files_left, Vec::<String>::new());
+    assert_eq!(run.after.trim(), "", "daemons of the run still running");
+}
+
+#[test]
+fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
+    let test = "sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing";
+    if !root_or_skip(test) || !strongswan_or_skip(test) {
+        return;
+    }
+    let args = [
+        "setup-rate",
+        "--backend",
+        "strongswan",
+        "--sizes",
+        "10k",
+        "--window",
+        "1",
+    ];
+    let mut child = Sandbox::default().after(DAEMONS_LEFT).spawn(&args);
+    let pid = child.lab_pid();
+    // Once both charons run (two processes with the run's environment besides it).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemons_of(pid) < 2 {
+        assert!(!child.ended(), "the run ended before its charons started");
+        assert!(Instant::now() < deadline, "no charons within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
+    let run = child.wait();
+    let took = sent.elapsed();
+    assert_eq!(run.out.status.code(), Some(143), "{}", text(&run.out));
+    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    assert!(
+        !String::from_utf8_lossy(&run.out.stderr).contains("IKE_SAs/s"),
+        "{}",
+        text(&run.out)
+    );
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.files_left, Vec::<String>::new());
+    assert_eq!(run.after.trim(), "", "daemons of the run still running");
+}
+
+/// How many charon-systemd processes are children of `pid`.
+fn daemons_of(pid: u32) -> usize {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "charon-systemd")
+        })
+        .count()
+}
+
+#[test]
+fn wireguard_go_takes_n_peers_and_n_handshakes_and_leaves_no_device() {
+    let test = "wireguard_go_takes_n_peers_and_n_handshakes_and_leaves_no_device";
+    if !common::wireguard::wireguard_go_or_skip(test) {
+        return;
+    }
+    let args = [
+        "setup-rate",
+        "--backend",
+        "wireguard-go",
+        "--sizes",
+        "50,300",
+        "--json",
+        "-",
+    ];
+    let run = Sandbox::default().after(DAEMONS_LEFT).run(&args);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let peers = r["peers"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(peers.len(), 2, "{r}");
+    for (rates, size) in peers.iter().zip([50, 300]) {
+        assert_eq!(rates["size"], size, "{rates}");
+        // Every peer handshook: the device itself reported each one before the run went on.
+        assert_eq!(rates["handshakes"], size, "{rates}");
+        for key in ["added_per_s", "added_one_by_one_per_s", "handshakes_per_s"] {
+            let rate = rates[key].as_f64().unwrap_or_else(|| panic!("{key}: {rates}"));
+            assert!(rate.is_finite() && rate > 0.0, "{key}: {rates}");
+        }
+    }
+    assert!(
+        r["implementation"].as_str().unwrap().starts_with("wireguard-go"),
+        "{r}"
+    );
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.links_left, Vec::<String>::new());
+    assert_eq!(run.files_left, Vec::<String>::new());
+    assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }

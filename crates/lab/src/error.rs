@@ -51,6 +51,11 @@ impl LabError {
             anyhow::anyhow!("interrupted; everything the run created was removed"),
         )
     }
+    /// Whether a signal stopped the run (as opposed to a failure).
+    pub fn is_interrupted(&self) -> bool {
+        matches!(self.kind, ExitKind::Interrupted)
+    }
+
     pub fn exit_code(&self) -> u8 {
         match self.kind {
             // 143 after SIGTERM, else 130 (SIGINT, or a child's interruption seen here

@@ -39,7 +39,9 @@
 //! * [`rekey`]: `--rekey-every`'s thread, replacing a backend's keys on schedule while a
 //!   transfer runs (what a rekey does is the backend's: `backend::xfrm::rekey`).
 //! * [`setup_rate`]: `setup-rate`, XFRM SAs and policies installed per second as the
-//!   tables grow, in user-mode Linux.
+//!   tables grow, in user-mode Linux; strongSwan's IKE_SAs and wireguard-go's peers and
+//!   handshakes per second (their protocol work in `backend::strongswan::rate` and
+//!   `backend::wireguard::rate`).
 //! * [`clean`]: removing what killed runs recorded, and nothing else.
 //! * Leaves: [`error`] (one error type, one mapping to exit codes), [`log`] (stderr lines
 //!   that survive a closed stderr), [`signal`] (SIGINT and

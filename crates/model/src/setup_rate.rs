@@ -1,11 +1,100 @@
-//! `ipsec-lab setup-rate`: how fast a kernel installs XFRM SAs and policies as its tables
-//! grow, what a data packet's lookup costs with them installed, how long a flush takes, and
-//! what an SA costs in kernel memory. The request is checked here, before anything boots;
-//! the report is what the guest measured.
+//! `ipsec-lab setup-rate`: how fast a tunnel's state is set up as it grows, per backend.
+//! For `xfrm`: how fast a kernel installs XFRM SAs and policies as its tables grow, what a
+//! data packet's lookup costs with them installed, how long a flush takes, and what an SA
+//! costs in kernel memory. For `strongswan`: IKE_SAs a responder charon establishes per
+//! second. For `wireguard-go`: peers a device takes per second over its UAPI socket and
+//! handshakes it completes per second. The request is checked here, before anything starts;
+//! the report is what was measured.
 
 use serde::{Deserialize, Serialize};
 
 use crate::{CipherSuite, Environment, Summary};
+
+/// What a setup-rate run sets up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SetupBackend {
+    /// XFRM SAs and policies over netlink, in user-mode Linux (the host has no ESP).
+    #[default]
+    Xfrm,
+    /// IKEv2 SAs between two charons in two namespaces of this host.
+    Strongswan,
+    /// WireGuard peers and handshakes on a wireguard-go device in a namespace of this host.
+    WireguardGo,
+}
+
+impl SetupBackend {
+    pub const ALL: [SetupBackend; 3] = [
+        SetupBackend::Xfrm,
+        SetupBackend::Strongswan,
+        SetupBackend::WireguardGo,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SetupBackend::Xfrm => "xfrm",
+            SetupBackend::Strongswan => "strongswan",
+            SetupBackend::WireguardGo => "wireguard-go",
+        }
+    }
+
+    /// What one unit of `--sizes` counts.
+    pub fn unit(self) -> &'static str {
+        match self {
+            SetupBackend::Xfrm => "SAs",
+            SetupBackend::Strongswan => "IKE_SAs",
+            SetupBackend::WireguardGo => "peers",
+        }
+    }
+
+    /// The sizes measured when `--sizes` is not given.
+    fn default_sizes(self) -> Vec<TableSize> {
+        match self {
+            SetupBackend::Xfrm => vec![TableSize(1000), TableSize(10_000), TableSize(100_000)],
+            SetupBackend::Strongswan => vec![TableSize(100), TableSize(1000)],
+            SetupBackend::WireguardGo => vec![TableSize(1000), TableSize(10_000)],
+        }
+    }
+
+    /// The largest size: the guest's memory for xfrm; for IKE and WireGuard what a run
+    /// finishes in a few minutes here (every IKE_SA costs two MODP-2048 exchanges).
+    pub fn max_size(self) -> u32 {
+        match self {
+            SetupBackend::Xfrm => MAX_TABLE_SIZE,
+            SetupBackend::Strongswan => 10_000,
+            SetupBackend::WireguardGo => 100_000,
+        }
+    }
+
+    /// `--window`'s default and largest value: requests per write for xfrm, exchanges in
+    /// flight for IKE and WireGuard. wireguard-go treats itself as under load (cookies, then
+    /// 20 handshakes/s per source address) from 128 queued handshakes: 64 stays below.
+    fn window(self) -> (u32, u32) {
+        match self {
+            SetupBackend::Xfrm => (256, MAX_WINDOW),
+            SetupBackend::Strongswan => (32, 1024),
+            SetupBackend::WireguardGo => (64, 1024),
+        }
+    }
+}
+
+impl std::fmt::Display for SetupBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SetupBackend {
+    type Err = String;
+    fn from_str(text: &str) -> Result<SetupBackend, String> {
+        SetupBackend::ALL
+            .into_iter()
+            .find(|b| b.name() == text)
+            .ok_or_else(|| {
+                format!("setup-rate backend {text:?}: choose xfrm (SAs and policies), strongswan (IKE_SAs) or wireguard-go (peers and handshakes)")
+            })
+    }
+}
 
 /// The largest table a step may build: `mem` of [`guest_memory_mib`] grows with it, and
 /// this keeps the guest within a few GiB of the host's memory.
@@ -82,47 +171,112 @@ impl std::fmt::Display for TableSize {
 /// What a setup-rate run measures, validated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SetupRatePlan {
+    #[serde(default)]
+    pub backend: SetupBackend,
     pub sizes: Vec<TableSize>,
-    pub suite: CipherSuite,
-    /// Requests per socket write in the batched installs.
+    /// Every SA's suite (xfrm only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<CipherSuite>,
+    /// xfrm: requests per socket write in the batched installs; strongswan and
+    /// wireguard-go: exchanges in flight.
     pub window: u32,
-    /// Each lookup trial's flow length.
-    pub flow_seconds: f64,
+    /// Each lookup trial's flow length (xfrm only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_seconds: Option<f64>,
+}
+
+/// The values as given: None where the user left the default.
+#[derive(Debug, Clone, Default)]
+pub struct SetupRateRequest {
+    pub backend: SetupBackend,
+    pub sizes: Option<Vec<TableSize>>,
+    pub suite: Option<CipherSuite>,
+    pub window: Option<u32>,
+    pub flow_seconds: Option<f64>,
 }
 
 impl SetupRatePlan {
     /// Every check on the values together; each value alone was parsed already.
-    pub fn validate(
-        sizes: Vec<TableSize>,
-        suite: CipherSuite,
-        window: u32,
-        flow_seconds: f64,
-    ) -> Result<SetupRatePlan, String> {
+    pub fn validate(request: SetupRateRequest) -> Result<SetupRatePlan, String> {
+        let backend = request.backend;
+        let sizes = request.sizes.unwrap_or_else(|| backend.default_sizes());
         if sizes.is_empty() {
-            return Err("--sizes needs at least one table size, e.g. 1k,10k,100k".into());
+            return Err("--sizes needs at least one size, e.g. 1k,10k".into());
         }
-        if !matches!(suite, CipherSuite::AesCbc { .. } | CipherSuite::AesGcm { .. }) {
+        if let Some(big) = sizes.iter().find(|s| s.0 > backend.max_size()) {
             return Err(format!(
-                "--cipher {suite}: setup-rate installs ESP SAs the lab can key: aes-128-gcm, aes-256-gcm, \
-                 aes-256-cbc-hmac-sha256, ..."
+                "--sizes {big}: setup-rate --backend {backend} measures at most {} {}",
+                backend.max_size(),
+                backend.unit()
             ));
         }
-        if !(1..=MAX_WINDOW).contains(&window) {
-            return Err(format!(
-                "--window {window}: requests per write must be 1 to {MAX_WINDOW} (1 is one by one)"
-            ));
-        }
-        if !(MIN_FLOW_SECONDS..=MAX_FLOW_SECONDS).contains(&flow_seconds) {
-            return Err(format!(
-                "--flow-seconds {flow_seconds}: each lookup flow lasts {MIN_FLOW_SECONDS} to {MAX_FLOW_SECONDS} s"
-            ));
+        let (suite, flow_seconds) = match backend {
+            SetupBackend::Xfrm => {
+                let suite = request.suite.unwrap_or(CipherSuite::AesGcm {
+                    key: crate::KeyBits::Aes256,
+                });
+                if !matches!(suite, CipherSuite::AesCbc { .. } | CipherSuite::AesGcm { .. }) {
+                    return Err(format!(
+                        "--cipher {suite}: setup-rate installs ESP SAs the lab can key: aes-128-gcm, aes-256-gcm, \
+                         aes-256-cbc-hmac-sha256, ..."
+                    ));
+                }
+                let flow_seconds = request.flow_seconds.unwrap_or(0.5);
+                if !(MIN_FLOW_SECONDS..=MAX_FLOW_SECONDS).contains(&flow_seconds) {
+                    return Err(format!(
+                        "--flow-seconds {flow_seconds}: each lookup flow lasts {MIN_FLOW_SECONDS} to {MAX_FLOW_SECONDS} s"
+                    ));
+                }
+                (Some(suite), Some(flow_seconds))
+            }
+            SetupBackend::Strongswan | SetupBackend::WireguardGo => {
+                let what = match backend {
+                    SetupBackend::Strongswan => "IKE_SAs carry no ESP SA and no data here",
+                    _ => "WireGuard has one suite and no lookup flow here",
+                };
+                if request.suite.is_some() {
+                    return Err(format!("--cipher is for setup-rate --backend xfrm: {what}"));
+                }
+                if request.flow_seconds.is_some() {
+                    return Err(format!("--flow-seconds is for setup-rate --backend xfrm: {what}"));
+                }
+                (None, None)
+            }
+        };
+        let (default_window, max_window) = backend.window();
+        let window = request.window.unwrap_or(default_window);
+        if !(1..=max_window).contains(&window) {
+            return Err(match backend {
+                SetupBackend::Xfrm => {
+                    format!(
+                        "--window {window}: requests per write must be 1 to {max_window} (1 is one by one)"
+                    )
+                }
+                _ => format!(
+                    "--window {window}: {} in flight must be 1 to {max_window} (1 is one by one)",
+                    backend.unit()
+                ),
+            });
         }
         Ok(SetupRatePlan {
+            backend,
             sizes,
             suite,
             window,
             flow_seconds,
         })
+    }
+
+    /// The xfrm suite (validated: an xfrm plan has one).
+    pub fn xfrm_suite(&self) -> CipherSuite {
+        self.suite.unwrap_or(CipherSuite::AesGcm {
+            key: crate::KeyBits::Aes256,
+        })
+    }
+
+    /// The xfrm lookup trials' length (validated: an xfrm plan has one).
+    pub fn xfrm_flow_seconds(&self) -> f64 {
+        self.flow_seconds.unwrap_or(0.5)
     }
 }
 
@@ -189,13 +343,51 @@ pub struct TableRates {
     pub lookup: LookupCost,
 }
 
-/// `ipsec-lab setup-rate --json`.
+/// One size's IKE figures: N IKE_SAs initiated by one charon, established by the other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IkeRates {
+    pub size: TableSize,
+    /// IKE_SAs per second with the plan's window of initiations in flight.
+    pub windowed_per_s: f64,
+    /// IKE_SAs per second, each initiated when the one before was up.
+    pub one_by_one_per_s: f64,
+    /// The responder charon's resident memory grown per IKE_SA (None where it did not grow).
+    pub responder_bytes_per_sa: Option<f64>,
+}
+
+/// One size's WireGuard figures on one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerRates {
+    pub size: TableSize,
+    /// Peers per second, all N in one UAPI `set`.
+    pub added_per_s: f64,
+    /// Peers per second, one UAPI `set` each.
+    pub added_one_by_one_per_s: f64,
+    /// How many of the N peers handshook (at most 10,000).
+    pub handshakes: u32,
+    /// Handshakes the device completed per second, the plan's window of initiations in
+    /// flight, each initiator one of its peers.
+    pub handshakes_per_s: f64,
+    /// The device process's resident memory grown per peer (None where it did not grow).
+    pub process_bytes_per_peer: Option<f64>,
+}
+
+/// `ipsec-lab setup-rate --json`: `tables` for xfrm, `ike` for strongswan, `peers` for
+/// wireguard-go.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SetupRateReport {
     /// Where it was measured: the guest's kernel, CPU and virtualisation.
     pub environment: Environment,
     pub plan: SetupRatePlan,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tables: Vec<TableRates>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ike: Vec<IkeRates>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<PeerRates>,
+    /// What implementation answered (charon's or wireguard-go's version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<String>,
     pub notes: Vec<String>,
 }
 
@@ -232,24 +424,78 @@ mod tests {
         assert_eq!(TableSize(2500).to_string(), "2500");
     }
 
+    fn xfrm(window: u32, flow: f64) -> Result<SetupRatePlan, String> {
+        SetupRatePlan::validate(SetupRateRequest {
+            sizes: Some(vec![TableSize(1000)]),
+            window: Some(window),
+            flow_seconds: Some(flow),
+            ..SetupRateRequest::default()
+        })
+    }
+
     #[test]
     fn the_plan_refuses_a_bad_window_and_flow() {
-        let suite: CipherSuite = "aes-128-gcm".parse().unwrap();
-        let sizes = vec![TableSize(1000)];
-        assert!(SetupRatePlan::validate(sizes.clone(), suite, 0, 1.0)
-            .unwrap_err()
-            .contains("--window 0"));
-        assert!(SetupRatePlan::validate(sizes.clone(), suite, 5000, 1.0).is_err());
-        assert!(SetupRatePlan::validate(sizes.clone(), suite, 64, 0.0)
-            .unwrap_err()
-            .contains("--flow-seconds"));
-        assert!(SetupRatePlan::validate(sizes.clone(), suite, 64, f64::NAN).is_err());
-        assert!(SetupRatePlan::validate(vec![], suite, 64, 1.0).is_err());
-        let none: CipherSuite = "none".parse().unwrap();
-        assert!(SetupRatePlan::validate(sizes.clone(), none, 64, 1.0)
+        assert!(xfrm(0, 1.0).unwrap_err().contains("--window 0"));
+        assert!(xfrm(5000, 1.0).is_err());
+        assert!(xfrm(64, 0.0).unwrap_err().contains("--flow-seconds"));
+        assert!(xfrm(64, f64::NAN).is_err());
+        let empty = SetupRateRequest {
+            sizes: Some(vec![]),
+            ..SetupRateRequest::default()
+        };
+        assert!(SetupRatePlan::validate(empty).is_err());
+        let none = SetupRateRequest {
+            suite: Some("none".parse().unwrap()),
+            ..SetupRateRequest::default()
+        };
+        assert!(SetupRatePlan::validate(none)
             .unwrap_err()
             .contains("--cipher none"));
-        assert!(SetupRatePlan::validate(sizes, suite, 64, 1.0).is_ok());
+        assert!(xfrm(64, 1.0).is_ok());
+    }
+
+    #[test]
+    fn each_backend_has_its_defaults_and_refuses_what_is_not_its_own() {
+        let plan = |backend, f: fn(&mut SetupRateRequest)| {
+            let mut r = SetupRateRequest {
+                backend,
+                ..SetupRateRequest::default()
+            };
+            f(&mut r);
+            SetupRatePlan::validate(r)
+        };
+        let x = plan(SetupBackend::Xfrm, |_| {}).unwrap();
+        assert_eq!((x.sizes.len(), x.window, x.flow_seconds), (3, 256, Some(0.5)));
+        assert_eq!(x.xfrm_suite().to_string(), "aes-256-gcm");
+        let s = plan(SetupBackend::Strongswan, |_| {}).unwrap();
+        assert_eq!(
+            (s.sizes, s.window, s.suite),
+            (vec![TableSize(100), TableSize(1000)], 32, None)
+        );
+        let w = plan(SetupBackend::WireguardGo, |_| {}).unwrap();
+        assert_eq!(w.window, 64);
+        let e = plan(SetupBackend::Strongswan, |r| {
+            r.suite = Some("aes-128-gcm".parse().unwrap())
+        });
+        assert!(e
+            .unwrap_err()
+            .contains("--cipher is for setup-rate --backend xfrm"));
+        let e = plan(SetupBackend::WireguardGo, |r| r.flow_seconds = Some(1.0));
+        assert!(e.unwrap_err().contains("--flow-seconds is for"));
+        let e = plan(SetupBackend::Strongswan, |r| {
+            r.sizes = Some(vec![TableSize(20_000)])
+        });
+        assert!(e.unwrap_err().contains("at most 10000 IKE_SAs"));
+        let e = plan(SetupBackend::WireguardGo, |r| r.window = Some(2000));
+        assert!(e.unwrap_err().contains("peers in flight must be 1 to 1024"));
+        assert_eq!(
+            "wireguard-go".parse::<SetupBackend>(),
+            Ok(SetupBackend::WireguardGo)
+        );
+        assert!("openvpn"
+            .parse::<SetupBackend>()
+            .unwrap_err()
+            .contains("choose xfrm"));
     }
 
     #[test]

@@ -6,10 +6,11 @@
 //! their lines, and CPU time as user and system seconds ([`CpuTime`]), the calling thread's
 //! read with `getrusage`, the time it waited for a CPU (`schedstat`), the machine's CPU
 //! time from `/proc/stat` ([`MachineTimes`]: what a run cost all CPUs, and steal), and its
-//! memory figures from `/proc/meminfo` ([`meminfo`]).
+//! memory figures from `/proc/meminfo` ([`meminfo`]), and a process's resident memory
+//! (`VmRSS` of `/proc/PID/status`, [`resident_bytes`]).
 //!
-//! Leaves out: the other stat fields, /proc/stat's per-CPU lines,
-//! `/proc/PID/exe`, `status` and `comm` files, signalling processes, and pinning threads to
+//! Leaves out: the other stat and status fields, /proc/stat's per-CPU lines,
+//! `/proc/PID/exe` and `comm` files, signalling processes, and pinning threads to
 //! CPUs. It depends on nothing but libc, so the lowest crates (traffic, owner) can use it.
 
 mod cpu;
@@ -19,6 +20,12 @@ mod stat;
 /// One `/proc/meminfo` field (`MemFree`, `MemAvailable`, …) in KiB.
 pub fn meminfo(field: &str) -> Option<u64> {
     meminfo_field(&std::fs::read_to_string("/proc/meminfo").ok()?, field)
+}
+
+/// A process's resident memory in bytes (`VmRSS` of `/proc/PID/status`).
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    meminfo_field(&status, "VmRSS").map(|kib| kib * 1024)
 }
 
 fn meminfo_field(text: &str, field: &str) -> Option<u64> {
@@ -38,6 +45,11 @@ mod tests {
     fn a_meminfo_field_is_read_in_kib() {
         let text = "MemTotal:       24563392 kB\nMemFree:        22020096 kB\nHugePages_Total:       0\n";
         assert_eq!(super::meminfo_field(text, "MemFree"), Some(22_020_096));
+        assert_eq!(
+            super::meminfo_field("Name:\tx\nVmRSS:\t    4096 kB\n", "VmRSS"),
+            Some(4096)
+        );
+        assert!(super::resident_bytes(std::process::id()).is_some_and(|b| b > 0));
         assert_eq!(super::meminfo_field(text, "HugePages_Total"), Some(0));
         assert_eq!(super::meminfo_field(text, "Mem"), None);
         assert!(super::meminfo("MemAvailable").is_some_and(|kib| kib > 0));

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use zeroize::Zeroizing;
 
-use crate::config::DeviceConfig;
-use crate::key::{hex, PublicKey};
+use crate::config::{AllowedIp, DeviceConfig};
+use crate::key::{hex, KeyPair, PublicKey};
 use crate::reply::{handshake_time, PeerStats};
 
 /// The `set=1` request for `config`, in the order `wg set` writes it, ending with the blank
@@ -29,6 +29,33 @@ pub fn set_request(config: &DeviceConfig) -> Zeroizing<String> {
 }
 
 pub const GET_REQUEST: &str = "get=1\n\n";
+
+/// The `set=1` request that gives a device its key and port and no peer (`replace_peers`:
+/// any it had are removed). Holds the private key: wiped on drop.
+pub fn device_request(key: &KeyPair, listen_port: u16) -> Zeroizing<String> {
+    Zeroizing::new(format!(
+        "set=1\nprivate_key={}\nlisten_port={listen_port}\nreplace_peers=true\n\n",
+        hex(key.private())
+    ))
+}
+
+/// The `set=1` request that adds `peers` (no endpoint: each is learnt from its
+/// handshake), each with its one allowed-ips entry, in the order `wg set IFNAME peer K
+/// allowed-ips A peer ...` writes a peer's lines.
+pub fn add_peers_request(peers: &[(PublicKey, AllowedIp)]) -> String {
+    let mut s = String::with_capacity(8 + peers.len() * 120);
+    s.push_str("set=1\n");
+    for (key, allowed) in peers {
+        s.push_str(&format!(
+            "public_key={}\nreplace_allowed_ips=true\nallowed_ip={}/{}\n",
+            key.hex(),
+            allowed.addr,
+            allowed.prefix_len
+        ));
+    }
+    s.push('\n');
+    s
+}
 
 /// A reply's `errno` (0: success). None while the reply is incomplete (no blank line yet).
 pub fn errno(reply: &str) -> Option<Result<i32, String>> {
@@ -118,6 +145,33 @@ mod tests {
         let captured = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let config = captured::config();
         assert_eq!(set_request(&config).as_str(), captured);
+    }
+
+    #[test]
+    fn peers_are_added_as_wg_set_adds_them() {
+        let allowed = |last| AllowedIp {
+            addr: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 128, 0, last)),
+            prefix_len: 32,
+        };
+        let got = add_peers_request(&[
+            (PublicKey(pattern(0x20)), allowed(1)),
+            (PublicKey(pattern(0x40)), allowed(2)),
+        ]);
+        let want = format!(
+            "set=1\npublic_key={}\nreplace_allowed_ips=true\nallowed_ip=10.128.0.1/32\n\
+             public_key={}\nreplace_allowed_ips=true\nallowed_ip=10.128.0.2/32\n\n",
+            hex(&pattern(0x20)),
+            hex(&pattern(0x40))
+        );
+        assert_eq!(got, want);
+        let key = KeyPair::from_private(pattern(0));
+        assert_eq!(
+            device_request(&key, 51820).as_str(),
+            format!(
+                "set=1\nprivate_key={}\nlisten_port=51820\nreplace_peers=true\n\n",
+                hex(&pattern(0))
+            )
+        );
     }
 
     #[test]

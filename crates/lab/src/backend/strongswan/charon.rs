@@ -116,6 +116,11 @@ impl Charon {
         self.ctl.run(args, timeout)
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// How to reach this charon's VICI socket from another thread (the rekey's).
     pub fn control(&self) -> Swanctl {
         self.ctl.clone()

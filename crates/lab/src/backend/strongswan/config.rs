@@ -62,22 +62,48 @@ impl Paths<'_> {
 /// listed rather than found in /etc/strongswan.d, the VICI socket and a log file in the
 /// end's directory, the journal off, no routes of charon's own (the lab sets its route).
 pub fn strongswan_conf(paths: &Paths<'_>) -> String {
+    charon_conf(
+        paths,
+        "",
+        "default = 1\n      ike = 2\n      knl = 2\n      cfg = 2",
+    )
+}
+
+/// What a setup-rate charon is told on top of [`strongswan_conf`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateRole {
+    /// Starts a new IKE_SA at each initiation (by default charon reuses the established one).
+    Initiator,
+    /// Takes every IKE_SA_INIT from the one initiator address: by default charon answers
+    /// beyond 5 half-open SAs per address with nothing and beyond 10 in all with cookies,
+    /// its defence against floods from one host; here that host stands for N peers.
+    Responder,
+}
+
+/// `strongswan.conf` of a setup-rate charon: [`strongswan_conf`]'s with `role`'s settings
+/// and only errors logged (a log line per exchange would be part of what is measured).
+pub fn rate_strongswan_conf(paths: &Paths<'_>, role: RateRole) -> String {
+    let settings = match role {
+        RateRole::Initiator => "  reuse_ikesa = no\n",
+        RateRole::Responder => "  block_threshold = 1000000\n  cookie_threshold = 1000000\n",
+    };
+    charon_conf(paths, settings, "default = 0")
+}
+
+fn charon_conf(paths: &Paths<'_>, settings: &str, levels: &str) -> String {
     format!(
         "charon-systemd {{
   load_modular = no
   load = {PLUGINS}
   install_routes = no
   install_virtual_ip = no
-  journal {{
+{settings}  journal {{
     default = -1
   }}
   filelog {{
     lab {{
       path = {log}
-      default = 1
-      ike = 2
-      knl = 2
-      cfg = 2
+      {levels}
     }}
   }}
   plugins {{
@@ -154,6 +180,48 @@ secrets {{
     )
 }
 
+/// Connection name of a setup-rate run.
+pub const RATE_CONN: &str = "rate";
+
+/// `swanctl.conf` of a setup-rate run: an IKEv2 connection with no CHILD_SA (an IKE_SA
+/// only: no ESP SA is installed) from `me` to `peer`, PSK authentication; the responder
+/// (`initiator` false) keeps every IKE_SA of the same peer identity (`unique = never`).
+pub fn rate_swanctl_conf(me: &Peer, peer: &Peer, initiator: bool, psk_hex: &str) -> String {
+    format!(
+        "connections {{
+  {RATE_CONN} {{
+    version = 2
+    local_addrs = {me_outer}
+    remote_addrs = {peer_outer}
+    proposals = {IKE_PROPOSAL}
+    mobike = no
+    unique = {unique}
+    local {{
+      auth = psk
+      id = {me_id}
+    }}
+    remote {{
+      auth = psk
+      id = {peer_id}
+    }}
+  }}
+}}
+secrets {{
+  ike-{RATE_CONN} {{
+    id-local = {me_id}
+    id-remote = {peer_id}
+    secret = 0x{psk_hex}
+  }}
+}}
+",
+        me_outer = me.outer,
+        peer_outer = peer.outer,
+        unique = if initiator { "no" } else { "never" },
+        me_id = me.id,
+        peer_id = peer.id,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +265,39 @@ mod tests {
         for word in conf.split_whitespace().filter(|w| w.contains('/')) {
             assert!(word.contains("/tmp/ipl-strongswan-X/a/"), "{word}");
         }
+    }
+
+    #[test]
+    fn a_rate_run_sets_up_ike_sas_only_and_lifts_the_one_address_limits_on_the_responder() {
+        let paths = Paths {
+            dir: Path::new("/tmp/ipl-strongswan-X/a"),
+        };
+        let responder = rate_strongswan_conf(&paths, RateRole::Responder);
+        assert!(
+            responder.contains("\n  block_threshold = 1000000\n  cookie_threshold = 1000000\n  journal {"),
+            "{responder}"
+        );
+        assert!(responder.contains("      default = 0\n    }"), "{responder}");
+        let initiator = rate_strongswan_conf(&paths, RateRole::Initiator);
+        assert!(initiator.contains("\n  reuse_ikesa = no\n"), "{initiator}");
+        // The run's own configuration is unchanged by the rate's.
+        assert!(strongswan_conf(&paths).contains("install_virtual_ip = no\n  journal {"));
+        let peer = |id: &str, a: &str| Peer {
+            id: id.into(),
+            outer: a.parse().unwrap(),
+            inner: a.parse().unwrap(),
+        };
+        let conf = rate_swanctl_conf(
+            &peer("ipl-a", "198.18.0.1"),
+            &peer("ipl-b", "198.18.0.2"),
+            false,
+            "00ff",
+        );
+        assert!(!conf.contains("children"), "{conf}");
+        assert!(
+            conf.contains("unique = never\n") && conf.contains("secret = 0x00ff\n"),
+            "{conf}"
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@
 mod charon;
 mod config;
 mod negotiated;
+pub mod rate;
 pub mod rekey;
 mod vici;
 

@@ -120,7 +120,7 @@ impl CharonRekey {
                     }
                     answered = true;
                 }
-                Ok(Packet::Event(name)) => seen |= event == Some(name.as_str()),
+                Ok(Packet::Event(name, _)) => seen |= event == Some(name.as_str()),
                 Err(e) => {
                     return Err(failed(format!(
                         "rekeying the {what} SA (answered: {answered}, {} seen: {seen}): {e}",

@@ -6,7 +6,7 @@
 //! or an event its name (8-bit length), then a message of elements (key-value: 8-bit key
 //! length, 16-bit value length). See strongSwan's `src/libcharon/plugins/vici/README.md`.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,17 +19,22 @@ const EVENT_CONFIRM: u8 = 5;
 const EVENT_UNKNOWN: u8 = 6;
 const EVENT: u8 = 7;
 const KEY_VALUE: u8 = 3;
+/// [`Vici::next`]'s error when nothing came by its deadline.
+pub const NO_ANSWER: &str = "VICI: no answer in time";
+/// How long the rest of a packet may take once its length has arrived.
+const PACKET_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A session with one charon, registered for the events it waits for.
 pub struct Vici {
     stream: UnixStream,
 }
 
-/// What came back: a command's response (its key-values) or an event's name.
+/// What came back: a command's response (its key-values) or an event's name and its
+/// top-level key-values (`up = yes` of an `ike-updown`).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Packet {
     Response(Vec<(String, String)>),
-    Event(String),
+    Event(String, Vec<(String, String)>),
 }
 
 impl Vici {
@@ -69,7 +74,8 @@ impl Vici {
                 EVENT => {
                     let n = *body.first().ok_or("VICI: an empty event")? as usize;
                     let name = body.get(1..1 + n).ok_or("VICI: a short event")?;
-                    return Ok(Packet::Event(String::from_utf8_lossy(name).into()));
+                    let values = key_values(&body[1 + n..]);
+                    return Ok(Packet::Event(String::from_utf8_lossy(name).into(), values));
                 }
                 _ => continue,
             }
@@ -87,15 +93,23 @@ impl Vici {
     fn receive(&mut self, deadline: Instant) -> Result<(u8, Vec<u8>), String> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("VICI: no answer in time".into());
+            return Err(NO_ANSWER.into());
         }
         self.stream
             .set_read_timeout(Some(left))
             .map_err(|e| format!("VICI: {e}"))?;
         let mut len = [0u8; 4];
+        match self.stream.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(NO_ANSWER.into())
+            }
+            Err(e) => return Err(format!("VICI read: {e}")),
+        }
+        // The rest of a packet charon has begun writing.
         self.stream
-            .read_exact(&mut len)
-            .map_err(|e| format!("VICI read: {e}"))?;
+            .set_read_timeout(Some(PACKET_TIMEOUT))
+            .map_err(|e| format!("VICI: {e}"))?;
         let mut payload = vec![0u8; u32::from_be_bytes(len) as usize];
         self.stream
             .read_exact(&mut payload)

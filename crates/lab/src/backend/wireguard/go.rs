@@ -124,6 +124,11 @@ fn release(version: &str) -> Option<u32> {
 
 /// Refuses, before anything is created, without wireguard-go or a TUN device.
 pub async fn preflight(_plan: &RunPlan) -> LabResult<()> {
+    preflight_device()
+}
+
+/// wireguard-go and the TUN device it needs, or a capability error saying how to get them.
+pub fn preflight_device() -> LabResult<()> {
     if GoBinary::path().is_none() {
         return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
     }
@@ -135,27 +140,22 @@ pub async fn preflight(_plan: &RunPlan) -> LabResult<()> {
     Ok(())
 }
 
-/// One end: its wireguard-go process, until dropped.
-pub struct GoEnd {
+/// A wireguard-go process serving device `ifname` in a namespace, until dropped.
+pub struct GoProcess {
     child: Child,
-    ifname: String,
     socket: PathBuf,
-    side: Side,
-    started: Instant,
-    handshake: Option<Duration>,
     records: [owner::Record; 2],
 }
 
-impl GoEnd {
-    pub async fn start(plan: &RunPlan, keys: &Keys, site: &Site<'_>) -> LabResult<GoEnd> {
-        let name = ifname(site.side);
-        let what = format!("wireguard-go end {} ({name})", site.side.name());
-        let socket = uapi::fresh_socket(&name, &what)?;
+impl GoProcess {
+    /// Starts wireguard-go for a new device `name` in `ns` and waits for its UAPI socket;
+    /// `what` names it in errors.
+    pub fn spawn(ns: &netns::Namespace, name: &str, what: &str) -> LabResult<GoProcess> {
+        let socket = uapi::fresh_socket(name, what)?;
         let program = GoBinary::path().ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
-        let child = site
-            .namespace
+        let child = ns
             .command(&program)
-            .args(["-f", &name])
+            .args(["-f", name])
             .env("LOG_LEVEL", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -168,26 +168,23 @@ impl GoEnd {
         ];
         let recorded = records.iter().try_for_each(|r| owner::record(r.clone()));
         // Built either way, so a failure to record still stops it (on drop).
-        let mut end = GoEnd {
+        let mut process = GoProcess {
             child,
-            ifname: name,
             socket,
-            side: site.side,
-            started: Instant::now(),
-            handshake: None,
             records,
         };
         recorded?;
-        end.wait_for_socket(&what)?;
-        end.handshake = uapi::configure(plan, keys, site, &end.ifname, &end.socket, &what).await?;
-        end.started = Instant::now();
-        Ok(end)
+        process.wait_for_socket(what)?;
+        Ok(process)
     }
 
-    /// Its peer's last handshake, asked anew at each call (`--rekey-every`).
-    pub fn last_handshake(&self) -> super::rekey::Ask {
-        let what = format!("wireguard-go end {}", self.side.name());
-        uapi::last_handshake(&self.socket, what, |peers| peers)
+    /// Its UAPI socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn wait_for_socket(&mut self, what: &str) -> LabResult<()> {
@@ -213,14 +210,59 @@ impl GoEnd {
         }
         Ok(())
     }
+}
+
+/// wireguard-go closes its TUN (which removes it) and its socket on SIGTERM; the socket
+/// goes here if it is still there after a SIGKILL.
+impl Drop for GoProcess {
+    fn drop(&mut self) {
+        crate::backend::daemon::stop(&mut self.child, Duration::from_secs(3));
+        let _ = std::fs::remove_file(&self.socket);
+        for r in &self.records {
+            owner::forget(r);
+        }
+    }
+}
+
+/// One end: its wireguard-go process, until dropped.
+pub struct GoEnd {
+    process: GoProcess,
+    ifname: String,
+    side: Side,
+    started: Instant,
+    handshake: Option<Duration>,
+}
+
+impl GoEnd {
+    pub async fn start(plan: &RunPlan, keys: &Keys, site: &Site<'_>) -> LabResult<GoEnd> {
+        let name = ifname(site.side);
+        let what = format!("wireguard-go end {} ({name})", site.side.name());
+        let process = GoProcess::spawn(site.namespace, &name, &what)?;
+        let mut end = GoEnd {
+            process,
+            ifname: name,
+            side: site.side,
+            started: Instant::now(),
+            handshake: None,
+        };
+        end.handshake = uapi::configure(plan, keys, site, &end.ifname, end.process.socket(), &what).await?;
+        end.started = Instant::now();
+        Ok(end)
+    }
+
+    /// Its peer's last handshake, asked anew at each call (`--rekey-every`).
+    pub fn last_handshake(&self) -> super::rekey::Ask {
+        let what = format!("wireguard-go end {}", self.side.name());
+        uapi::last_handshake(self.process.socket(), what, |peers| peers)
+    }
 
     fn peers(&self, what: &str) -> LabResult<Vec<PeerStats>> {
-        uapi::peers(&self.socket, what)
+        uapi::peers(self.process.socket(), what)
     }
 
     /// User and system CPU of the whole process so far (/proc/PID/stat); none once it is gone.
     fn cpu(&self) -> CpuTime {
-        procstat::Stat::of_process(self.child.id()).map_or_else(CpuTime::default, |s| s.cpu())
+        procstat::Stat::of_process(self.process.pid()).map_or_else(CpuTime::default, |s| s.cpu())
     }
 
     /// The peer's counters and the process's CPU since the handshake.
@@ -235,22 +277,6 @@ impl GoEnd {
         ));
         end.handshake_s = self.handshake.map(|d| d.as_secs_f64());
         Ok(end)
-    }
-
-    /// wireguard-go closes its TUN (which removes it) and its socket on SIGTERM; the
-    /// socket goes here if it is still there after a SIGKILL.
-    fn stop(&mut self) {
-        crate::backend::daemon::stop(&mut self.child, Duration::from_secs(3));
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
-
-impl Drop for GoEnd {
-    fn drop(&mut self) {
-        self.stop();
-        for r in &self.records {
-            owner::forget(r);
-        }
     }
 }
 

@@ -27,6 +27,7 @@ pub mod boring;
 mod evidence;
 pub mod go;
 pub mod kernel;
+pub mod rate;
 pub mod rekey;
 mod uapi;
 

@@ -47,9 +47,14 @@ pub(super) async fn configure(
 
 /// One UAPI exchange on `socket`: the request, then the reply up to its blank line.
 fn uapi_exchange(socket: &Path, request: &str, what: &str) -> LabResult<String> {
+    exchange(socket, request, what, UAPI_TIMEOUT)
+}
+
+/// [`uapi_exchange`] with each read's `timeout` (a set of many peers takes longer).
+pub(super) fn exchange(socket: &Path, request: &str, what: &str, timeout: Duration) -> LabResult<String> {
     let io = |e: std::io::Error| LabError::failed(anyhow::anyhow!("{what}: UAPI {}: {e}", socket.display()));
     let mut s = UnixStream::connect(socket).map_err(io)?;
-    s.set_read_timeout(Some(UAPI_TIMEOUT)).map_err(io)?;
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
     s.write_all(request.as_bytes()).map_err(io)?;
     let mut reply = Vec::new();
     let mut buf = [0u8; 4096];
@@ -65,7 +70,13 @@ fn uapi_exchange(socket: &Path, request: &str, what: &str) -> LabResult<String> 
 
 /// Configures the device behind `socket` with `set=1`; an errno other than 0 fails.
 fn uapi_set(socket: &Path, config: &wgnl::DeviceConfig, what: &str) -> LabResult<()> {
-    let reply = uapi_exchange(socket, &wgnl::uapi::set_request(config), what)?;
+    set(socket, &wgnl::uapi::set_request(config), what, UAPI_TIMEOUT)
+}
+
+/// Sends the `set=1` request `request` to the device behind `socket`, waiting at most
+/// `timeout` for each read of the answer; an errno other than 0 fails.
+pub(super) fn set(socket: &Path, request: &str, what: &str, timeout: Duration) -> LabResult<()> {
+    let reply = exchange(socket, request, what, timeout)?;
     match wgnl::uapi::errno(&reply) {
         Some(Ok(0)) => Ok(()),
         other => Err(LabError::failed(anyhow::anyhow!(

@@ -1,4 +1,4 @@
-//! `ipsec-lab setup-rate`: how fast the kernel's XFRM installs SAs and policies as its
+//! `ipsec-lab setup-rate --backend xfrm`: how fast the kernel's XFRM installs SAs and policies as its
 //! tables grow (1k, 10k, 100k), batched and one by one; what one flow's packets cost with
 //! them installed; how long their flush takes; and what an SA costs in kernel memory.
 //!
@@ -86,11 +86,11 @@ fn guest_args(plan: &SetupRatePlan) -> Vec<String> {
         "--sizes".into(),
         sizes.join(","),
         "--cipher".into(),
-        plan.suite.to_string(),
+        plan.xfrm_suite().to_string(),
         "--window".into(),
         plan.window.to_string(),
         "--flow-seconds".into(),
-        plan.flow_seconds.to_string(),
+        plan.xfrm_flow_seconds().to_string(),
     ]
 }
 
@@ -100,7 +100,7 @@ fn budget(plan: &SetupRatePlan) -> Duration {
     let per_table: f64 = plan
         .sizes
         .iter()
-        .map(|s| f64::from(s.0) / 1000.0 + 3.0 * TRIALS as f64 * plan.flow_seconds + 10.0)
+        .map(|s| f64::from(s.0) / 1000.0 + 3.0 * TRIALS as f64 * plan.xfrm_flow_seconds() + 10.0)
         .sum();
     Duration::from_secs_f64(60.0 + per_table)
 }
@@ -156,10 +156,14 @@ pub fn measure_here(plan: &SetupRatePlan) -> LabResult<SetupRateReport> {
         environment,
         plan: plan.clone(),
         tables,
+        ike: Vec::new(),
+        peers: Vec::new(),
+        implementation: None,
         notes: vec![format!(
             "lookup: {} trials of {} s each of a 64-byte UDP flow through one SA, alone before the N are \
              installed and after their flush, and with them",
-            TRIALS, plan.flow_seconds
+            TRIALS,
+            plan.xfrm_flow_seconds()
         )],
     })
 }
@@ -257,7 +261,7 @@ impl Tables<'_> {
         let mut pps = Vec::with_capacity(TRIALS);
         let mut arrived = 0;
         for _ in 0..TRIALS {
-            let (packets, seconds) = flow(Duration::from_secs_f64(self.plan.flow_seconds))?;
+            let (packets, seconds) = flow(Duration::from_secs_f64(self.plan.xfrm_flow_seconds()))?;
             arrived += packets;
             pps.push(per_second(packets, seconds));
         }
@@ -331,7 +335,8 @@ fn flow_sa(plan: &SetupRatePlan) -> LabResult<(SaSpec, PolicySpec)> {
         reqid,
         mode: IpsecMode::Transport,
         replay_window: LAB_REPLAY_WINDOW,
-        protection: Protection::generate(plan.suite, AuthTrunc::Bits128).map_err(xfrm::XfrmError::from)?,
+        protection: Protection::generate(plan.xfrm_suite(), AuthTrunc::Bits128)
+            .map_err(xfrm::XfrmError::from)?,
         selector: None,
     };
     let template = Template {
@@ -368,7 +373,7 @@ fn table_sas(n: usize, plan: &SetupRatePlan) -> LabResult<Vec<SaSpec>> {
                 reqid: ReqId(REQID_FIRST + 1),
                 mode: IpsecMode::Tunnel,
                 replay_window: LAB_REPLAY_WINDOW,
-                protection: Protection::generate(plan.suite, AuthTrunc::Bits128)
+                protection: Protection::generate(plan.xfrm_suite(), AuthTrunc::Bits128)
                     .map_err(xfrm::XfrmError::from)?,
                 selector: None,
             })
