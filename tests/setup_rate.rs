@@ -275,3 +275,58 @@ fn wireguard_go_takes_n_peers_and_n_handshakes_and_leaves_no_device() {
     assert_eq!(run.files_left, Vec::<String>::new());
     assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }
+
+/// `matrix --setup-rate N`: the swept backend's rates at N in the JSON and a table of its
+/// own in the Markdown, beside its rows; nothing of either left behind.
+#[test]
+fn matrix_setup_rate_puts_the_backends_rates_beside_its_rows() {
+    let test = "matrix_setup_rate_puts_the_backends_rates_beside_its_rows";
+    if !common::wireguard::wireguard_go_or_skip(test) {
+        return;
+    }
+    let args = [
+        "matrix",
+        "--backends",
+        "wireguard-go",
+        "--bytes",
+        "2MB",
+        "--repeat",
+        "1",
+        "--no-ceiling",
+        "--no-progress",
+        "--setup-rate",
+        "40",
+        "--json",
+        "-",
+    ];
+    let run = Sandbox::default().after(DAEMONS_LEFT).run(&args);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let rates = r["setup_rates"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(rates.len(), 1, "{r}");
+    assert_eq!(rates[0]["backend"], "wireguard-go", "{r}");
+    assert_eq!(rates[0]["size"], 40, "{r}");
+    let names: Vec<&str> = rates[0]["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            assert!(
+                f["per_s"].as_f64().is_some_and(|v| v.is_finite() && v > 0.0),
+                "{f}"
+            );
+            f["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(names, ["peers_one_set", "peers_one_by_one", "handshakes"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("#### Setup rate") && stderr.contains("| wireguard-go | 40 peers | host |"),
+        "{stderr}"
+    );
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.files_left, Vec::<String>::new());
+    assert_eq!(run.after.trim(), "", "daemons of the run still running");
+}

@@ -138,6 +138,11 @@ pub struct SweepArgs {
     pub measure: crate::args::MeasureArgs,
     #[command(flatten)]
     pub rekey: crate::args::RekeyArgs,
+    /// Also measure each swept backend's setup rate at N (`setup-rate --sizes N`): xfrm SAs
+    /// and policies in user-mode Linux, strongswan IKE_SAs, wireguard-go peers and
+    /// handshakes per second; a table of its own in every report.
+    #[arg(long, value_name = "N")]
+    pub setup_rate: Option<model::setup_rate::TableSize>,
     /// Leave out the plain baseline (for the child sweeps this command starts itself).
     #[arg(long, hide = true)]
     pub no_baseline: bool,
@@ -208,6 +213,7 @@ impl SweepArgs {
             latency: self.measure.latency,
             rekey: self.rekey.schedule()?,
             seed: seed_from_clock(),
+            setup_rate: self.setup_rate,
             ceiling: !self.measure.no_ceiling,
             started_unix_s,
         }

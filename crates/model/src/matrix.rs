@@ -348,6 +348,9 @@ pub struct MatrixReport {
     /// The address family of every row's links and tunnels (`-6`); sweeps before it were IPv4.
     #[serde(default)]
     pub family: crate::Family,
+    /// `--setup-rate N`: each backend's setup rates at N, where it has one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup_rates: Vec<crate::setup_rate::SetupRateCell>,
 }
 
 impl MatrixReport {
@@ -369,6 +372,7 @@ impl MatrixReport {
             interrupted: false,
             family: crate::Family::Ipv4,
             notes: Vec::new(),
+            setup_rates: Vec::new(),
         }
     }
 

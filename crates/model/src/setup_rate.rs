@@ -30,6 +30,16 @@ impl SetupBackend {
         SetupBackend::WireguardGo,
     ];
 
+    /// The setup rate a run backend has, if any.
+    pub fn of(backend: crate::Backend) -> Option<SetupBackend> {
+        match backend {
+            crate::Backend::Xfrm => Some(SetupBackend::Xfrm),
+            crate::Backend::Strongswan => Some(SetupBackend::Strongswan),
+            crate::Backend::WireguardGo => Some(SetupBackend::WireguardGo),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             SetupBackend::Xfrm => "xfrm",
@@ -391,6 +401,140 @@ pub struct SetupRateReport {
     pub notes: Vec<String>,
 }
 
+/// `matrix --setup-rate N`: one backend's setup rates at one size, beside its rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SetupRateCell {
+    pub backend: SetupBackend,
+    pub size: TableSize,
+    /// Where it was measured: `host`, or the guest's virtualisation.
+    pub measured_in: String,
+    /// What was measured, per second (empty where it did not run).
+    pub figures: Vec<RateFigure>,
+    /// Why it did not run, or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
+}
+
+/// One rate: what is counted and how, and how many per second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateFigure {
+    /// `sas_batched`, `ike_sas_windowed`, `handshakes`, ...
+    pub name: String,
+    pub per_s: f64,
+}
+
+impl SetupRateCell {
+    /// The cell of a setup-rate run's first size.
+    pub fn from_report(report: &SetupRateReport) -> Option<SetupRateCell> {
+        let figure = |name: &str, per_s: f64| RateFigure {
+            name: name.into(),
+            per_s,
+        };
+        let (size, figures) = match report.plan.backend {
+            SetupBackend::Xfrm => report.tables.first().map(|t| {
+                (
+                    t.size,
+                    vec![
+                        figure("sas_batched", t.batched.sas_per_s),
+                        figure("sas_one_by_one", t.one_by_one.sas_per_s),
+                        figure("policies_batched", t.batched.policies_per_s),
+                    ],
+                )
+            })?,
+            SetupBackend::Strongswan => report.ike.first().map(|r| {
+                (
+                    r.size,
+                    vec![
+                        figure("ike_sas_windowed", r.windowed_per_s),
+                        figure("ike_sas_one_by_one", r.one_by_one_per_s),
+                    ],
+                )
+            })?,
+            SetupBackend::WireguardGo => report.peers.first().map(|r| {
+                (
+                    r.size,
+                    vec![
+                        figure("peers_one_set", r.added_per_s),
+                        figure("peers_one_by_one", r.added_one_by_one_per_s),
+                        figure("handshakes", r.handshakes_per_s),
+                    ],
+                )
+            })?,
+        };
+        Some(SetupRateCell {
+            backend: report.plan.backend,
+            size,
+            measured_in: report.environment.virtualization.clone(),
+            figures,
+            not_run: None,
+        })
+    }
+
+    /// A backend whose rate could not be measured, and why.
+    pub fn not_run(backend: SetupBackend, size: TableSize, reason: impl Into<String>) -> SetupRateCell {
+        SetupRateCell {
+            backend,
+            size,
+            measured_in: String::new(),
+            figures: Vec::new(),
+            not_run: Some(reason.into()),
+        }
+    }
+
+    /// The figures in words: `12,345 SAs/s batched · 4,001 SAs/s 1-by-1 · ...`, or why none.
+    pub fn text(&self) -> String {
+        if let Some(reason) = &self.not_run {
+            return format!("not run: {reason}");
+        }
+        self.figures
+            .iter()
+            .map(|f| format!("{} {}", thousands(f.per_s), figure_label(&f.name)))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+
+    /// `name=per_s;...` for a CSV field.
+    pub fn field(&self) -> String {
+        self.figures
+            .iter()
+            .filter(|f| f.per_s.is_finite())
+            .map(|f| format!("{}={:.1}", f.name, f.per_s))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+}
+
+/// A figure's name as the tables print it.
+fn figure_label(name: &str) -> &str {
+    match name {
+        "sas_batched" => "SAs/s batched",
+        "sas_one_by_one" => "SAs/s 1-by-1",
+        "policies_batched" => "policies/s batched",
+        "ike_sas_windowed" => "IKE_SAs/s windowed",
+        "ike_sas_one_by_one" => "IKE_SAs/s 1-by-1",
+        "peers_one_set" => "peers/s in one set",
+        "peers_one_by_one" => "peers/s 1-by-1",
+        "handshakes" => "handshakes/s",
+        other => other,
+    }
+}
+
+/// A rate as a whole number with thousands separators ("—" if not finite).
+pub fn thousands(v: f64) -> String {
+    if !v.is_finite() {
+        return "—".into();
+    }
+    let digits = format!("{v:.0}");
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `count` per `seconds`, never infinite: a step too fast for the clock counts as 1 ns.
 pub fn per_second(count: usize, seconds: f64) -> f64 {
     count as f64 / seconds.max(1e-9)
@@ -518,5 +662,8 @@ mod tests {
         let none = LookupCost::new(vec![0.0; 3], vec![1.0; 3]);
         assert_eq!(none.slowdown, None);
         assert!(per_second(5, 0.0).is_finite());
+        assert_eq!(thousands(1_234_567.4), "1,234,567");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(f64::NAN), "—");
     }
 }

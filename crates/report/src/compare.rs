@@ -153,6 +153,9 @@ pub struct Comparison {
     pub cells: Vec<CellDelta>,
     /// Differences in conditions the reader must know (kernel, CPU, payload, repeats).
     pub notes: Vec<String>,
+    /// `matrix --setup-rate`: each backend's rates before and after, unjudged (one
+    /// measurement a side); "—" on a side that has none.
+    pub setup_rates: Vec<(String, [String; 2])>,
 }
 
 impl Comparison {
@@ -243,6 +246,21 @@ impl Comparison {
                     .then(|| c.first_packet.map(first))
             },
         );
+        if !self.setup_rates.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nSetup rate, side by side and not judged (one measurement a side):"
+            );
+            for (what, [before, after]) in &self.setup_rates {
+                let _ = writeln!(
+                    out,
+                    "* {}: {} → {}",
+                    escape::markdown(what),
+                    escape::markdown(before),
+                    escape::markdown(after)
+                );
+            }
+        }
         for n in &self.notes {
             let _ = writeln!(out, "note: {}", escape::markdown(n));
         }
@@ -443,7 +461,33 @@ pub fn compare(
         options,
         cells,
         notes,
+        setup_rates: setup_rates(before, after),
     })
+}
+
+/// Each backend's setup rates on both sides, in the order they first appear.
+fn setup_rates(before: &MatrixReport, after: &MatrixReport) -> Vec<(String, [String; 2])> {
+    let mut backends = Vec::new();
+    for c in before.setup_rates.iter().chain(&after.setup_rates) {
+        if !backends.contains(&c.backend) {
+            backends.push(c.backend);
+        }
+    }
+    backends
+        .into_iter()
+        .map(|b| {
+            let side = |r: &MatrixReport| {
+                r.setup_rates
+                    .iter()
+                    .find(|c| c.backend == b)
+                    .map_or("—".to_string(), |c| match c.not_run {
+                        Some(_) => c.text(),
+                        None => format!("{} at {} {}", c.text(), c.size, b.unit()),
+                    })
+            };
+            (b.to_string(), [side(before), side(after)])
+        })
+        .collect()
 }
 
 /// A single run (`run --json`) as a matrix of one row and one cell, so that two runs compare

@@ -10,7 +10,7 @@ use crate::shared::{fmt_field, split_notes};
 /// Between the notes of one field: notes hold `;` and `,` themselves.
 const NOTE_SEPARATOR: &str = " | ";
 
-pub const HEADER: [&str; 60] = [
+pub const HEADER: [&str; 62] = [
     "environment",
     "virtualization",
     "backend",
@@ -85,6 +85,10 @@ pub const HEADER: [&str; 60] = [
     "ttfp_ms",
     "setup_ms",
     "first_byte_ms",
+    // `matrix --setup-rate`: the row's backend's size and rates (name=per_s;...), the same
+    // on each of its cells; empty where it has none.
+    "setup_rate_size",
+    "setup_rates",
 ];
 
 /// The packet fields, in [`HEADER`]'s order.
@@ -256,6 +260,12 @@ pub fn render(report: &MatrixReport) -> String {
             f.extend(rekey_fields(cell.rekey.as_ref()));
             f.extend(match cell.first_packet {
                 Some(p) => [p.ttfp_ms, p.setup_ms, p.first_byte_ms].map(|v| fmt_field(v, 3)),
+                None => Default::default(),
+            });
+            let setup = model::setup_rate::SetupBackend::of(row.key.backend)
+                .and_then(|b| report.setup_rates.iter().find(|c| c.backend == b));
+            f.extend(match setup {
+                Some(c) => [c.size.0.to_string(), c.field()],
                 None => Default::default(),
             });
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));

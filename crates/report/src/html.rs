@@ -167,7 +167,7 @@ pub fn render(report: &MatrixReport) -> Result<String, RenderError> {
     }
     packet_tables(&mut out, report, &reasons);
     for table in crate::shared::side_tables(report) {
-        side_table(&mut out, report, table);
+        side_table(&mut out, table);
     }
     if !warnings.is_empty() {
         let _ = writeln!(
@@ -329,15 +329,15 @@ fn packet_tables(out: &mut String, report: &MatrixReport, reasons: &[&str]) {
 }
 
 /// A side table (rekeys, time to first packet): a row per backend, a column per cipher.
-fn side_table(out: &mut String, report: &MatrixReport, table: crate::shared::SideTable) {
+fn side_table(out: &mut String, table: crate::shared::SideTable) {
     let _ = write!(
         out,
         "<h2>{}</h2>\n<div class=\"table\">\n<table class=\"{}\">\n<thead><tr><th>backend</th>",
         escape(&table.title),
         table.id
     );
-    for s in &report.suites {
-        let _ = write!(out, "<th>{}</th>", escape(&s.short_label()));
+    for c in &table.columns {
+        let _ = write!(out, "<th>{}</th>", escape(c));
     }
     let _ = writeln!(out, "</tr></thead>\n<tbody>");
     for (label, cells) in table.rows {

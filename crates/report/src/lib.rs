@@ -625,4 +625,74 @@ mod tests {
         assert!(svg.contains("id=\"first-packet\""), "{svg}");
         assert!(svg.contains("25.1 ms (setup 23.9 ms)"));
     }
+
+    /// `matrix --setup-rate`: a table in every format, a field in CSV, a side-by-side list
+    /// in `compare`; what came from a guest (where it was measured) escaped for each sink.
+    #[test]
+    fn setup_rates_have_their_table_in_every_format_and_in_compare() {
+        use model::setup_rate::{RateFigure, SetupBackend, SetupRateCell, TableSize};
+        let mut r = fixture::report();
+        assert!(shared::setup_rate_table(&r).is_none());
+        r.setup_rates = vec![
+            SetupRateCell {
+                backend: SetupBackend::Xfrm,
+                size: TableSize(1000),
+                measured_in: "uml <b>|x</b>\x1b[31m".into(),
+                figures: vec![
+                    RateFigure {
+                        name: "sas_batched".into(),
+                        per_s: 12_345.6,
+                    },
+                    RateFigure {
+                        name: "sas_one_by_one".into(),
+                        per_s: f64::NAN,
+                    },
+                ],
+                not_run: None,
+            },
+            SetupRateCell::not_run(
+                SetupBackend::Strongswan,
+                TableSize(1000),
+                "strongSwan is not installed",
+            ),
+        ];
+        let md = markdown::render(&r);
+        assert!(md.contains("#### Setup rate"), "{md}");
+        assert!(
+            md.contains("| backend | size | measured in | per second |"),
+            "{md}"
+        );
+        assert!(md.contains("12,346 SAs/s batched · — SAs/s 1-by-1"), "{md}");
+        assert!(
+            md.contains("| strongswan | 1k IKE_SAs | — | not run: strongSwan is not installed |"),
+            "{md}"
+        );
+        assert!(!md.contains("<b>|x") && !md.contains('\x1b'), "{md}");
+        let csv = csv::render(&r);
+        let column = csv::HEADER.iter().position(|h| *h == "setup_rates").unwrap();
+        let xfrm_line = csv.lines().find(|l| l.contains(",xfrm,")).unwrap();
+        assert_eq!(
+            xfrm_line.split(',').nth(column),
+            Some("sas_batched=12345.6"),
+            "{csv}"
+        );
+        let html = html::render(&r).unwrap();
+        assert!(html.contains("<table class=\"setup-rate\">"), "{html}");
+        assert!(!html.contains("<b>|x"), "{html}");
+        let svg = svg::render(&r).unwrap();
+        assert!(svg.contains("id=\"setup-rate\""), "{svg}");
+        assert!(!svg.contains("<b>|x") && !svg.contains("NaN"), "{svg}");
+        let mut after = r.clone();
+        after.setup_rates.truncate(1);
+        after.setup_rates[0].figures[0].per_s = 20_000.0;
+        let options = compare::CompareOptions::default();
+        let text = compare::compare(&r, &after, options).unwrap().render();
+        assert!(text.contains("Setup rate, side by side and not judged"), "{text}");
+        assert!(text.contains("* xfrm: 12,346 SAs/s batched"), "{text}");
+        assert!(text.contains("→ 20,000 SAs/s batched"), "{text}");
+        assert!(
+            text.contains("* strongswan: not run: strongSwan is not installed → —"),
+            "{text}"
+        );
+    }
 }

@@ -142,7 +142,7 @@ pub fn render(report: &MatrixReport) -> String {
     for table in crate::shared::side_tables(report) {
         let _ = writeln!(out, "\n#### {}\n\n{}.\n", table.title, table.explained);
         let mut header = vec!["backend".to_string()];
-        header.extend(report.suites.iter().map(|s| s.short_label()));
+        header.extend(table.columns.iter().map(|c| escape(c)));
         let _ = writeln!(
             out,
             "| {} |\n|{}",
@@ -150,6 +150,7 @@ pub fn render(report: &MatrixReport) -> String {
             " --- |".repeat(header.len())
         );
         for (label, cells) in table.rows {
+            let cells: Vec<String> = cells.iter().map(|c| escape(c)).collect();
             let _ = writeln!(out, "| {} | {} |", escape(&label), cells.join(" | "));
         }
     }

@@ -1,7 +1,7 @@
 //! `ipsec-lab setup-rate`'s table for the terminal: one line per size, then what each
 //! column means and where it was measured.
 
-use model::setup_rate::{IkeRates, PeerRates, SetupBackend, SetupRateReport, TableRates};
+use model::setup_rate::{thousands as count, IkeRates, PeerRates, SetupBackend, SetupRateReport, TableRates};
 
 use crate::escape::terminal;
 use crate::shared::environment_summary;
@@ -159,22 +159,6 @@ fn row(t: &TableRates) -> [String; 8] {
         kib(t.kernel_bytes_per_sa),
         lookup,
     ]
-}
-
-/// A rate as a whole number with thousands separators ("—" if not finite).
-fn count(v: f64) -> String {
-    if !v.is_finite() {
-        return "—".into();
-    }
-    let digits = format!("{:.0}", v);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn seconds(v: f64) -> String {

@@ -111,13 +111,16 @@ pub fn rekey_table(report: &MatrixReport) -> Option<(model::rekey::RekeySchedule
     Some((schedule, rows))
 }
 
-/// A table beside the matrix's (rekeys, time to first packet): a row per backend, a column
-/// per cipher, its heading and what its cells mean, rendered alike by every format.
+/// A table beside the matrix's (rekeys, time to first packet, setup rates): a row per
+/// backend, its columns (a cipher each, for the first two), its heading and what its cells
+/// mean, rendered alike by every format.
 pub struct SideTable {
     /// The class HTML gives it and the name SVG gives its section.
     pub id: &'static str,
     pub title: String,
     pub explained: &'static str,
+    /// The headings of the columns after the backend's.
+    pub columns: Vec<String>,
     pub rows: Vec<LabelledCells>,
 }
 
@@ -130,10 +133,50 @@ pub fn side_tables(report: &MatrixReport) -> Vec<SideTable> {
             schedule.every_s, schedule.order
         ),
         explained: REKEY_EXPLAINED,
+        columns: suite_columns(report),
         rows,
     });
-    rekey.into_iter().chain(first_packet_table(report)).collect()
+    rekey
+        .into_iter()
+        .chain(first_packet_table(report))
+        .chain(setup_rate_table(report))
+        .collect()
 }
+
+fn suite_columns(report: &MatrixReport) -> Vec<String> {
+    report.suites.iter().map(|s| s.short_label()).collect()
+}
+
+/// `--setup-rate`: each backend's setup rates; None where the sweep measured none.
+pub fn setup_rate_table(report: &MatrixReport) -> Option<SideTable> {
+    if report.setup_rates.is_empty() {
+        return None;
+    }
+    let rows = report
+        .setup_rates
+        .iter()
+        .map(|c| {
+            let place = match c.measured_in.as_str() {
+                "" => "—".to_string(),
+                place => place.to_string(),
+            };
+            (
+                c.backend.to_string(),
+                vec![format!("{} {}", c.size, c.backend.unit()), place, c.text()],
+            )
+        })
+        .collect();
+    Some(SideTable {
+        id: "setup-rate",
+        title: "Setup rate".into(),
+        explained: SETUP_RATE_EXPLAINED,
+        columns: vec!["size".into(), "measured in".into(), "per second".into()],
+        rows,
+    })
+}
+
+/// What the setup-rate table's cells mean, in one sentence for every format.
+pub const SETUP_RATE_EXPLAINED: &str = "how fast each backend sets up what its tunnels need at that size (docs/lifecycle.md, `setup-rate`): xfrm SAs and policies over netlink, batched and one by one, in user-mode Linux; strongswan IKE_SAs between two charons, windowed and one at a time; wireguard-go peers added in one UAPI set and one by one, and handshakes completed; initiators and responders share the host's CPUs";
 
 /// Each TCP cell's time to first packet, and its setup; None where no cell has one.
 pub fn first_packet_table(report: &MatrixReport) -> Option<SideTable> {
@@ -162,6 +205,7 @@ pub fn first_packet_table(report: &MatrixReport) -> Option<SideTable> {
         id: "first-packet",
         title: "Time to first packet".into(),
         explained: FIRST_PACKET_EXPLAINED,
+        columns: suite_columns(report),
         rows,
     })
 }

@@ -108,7 +108,7 @@ pub fn chart(report: &MatrixReport, placement: Placement) -> Result<String, Rend
     for table in crate::shared::side_tables(report) {
         let mut lines = vec![(HEADING, table.title), (SMALL, format!("{}.", table.explained))];
         for (label, cells) in table.rows {
-            let each: Vec<String> = layout
+            let each: Vec<String> = table
                 .columns
                 .iter()
                 .zip(&cells)

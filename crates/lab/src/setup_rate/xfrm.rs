@@ -299,7 +299,7 @@ impl Tables<'_> {
 
 /// Whether SIGINT or SIGTERM asked the run to stop.
 fn stop() -> bool {
-    speed::stop::requested().is_some()
+    super::stop_requested()
 }
 
 /// The seconds the batch took, or an error unless every one of its `n` requests was

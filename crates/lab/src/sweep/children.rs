@@ -41,6 +41,8 @@ fn soft_plan(plan: &SweepPlan) -> SweepPlan {
         // Rows of xfrm: the child has none.
         encap: None,
         pcrypt: false,
+        // This sweep measures them.
+        setup_rate: None,
         ..plan.clone()
     }
 }
@@ -97,6 +99,7 @@ fn vm_plan(plan: &SweepPlan, kernel: &GuestKernel) -> SweepPlan {
         backends,
         bytes: plan.vm_bytes,
         vm: None,
+        setup_rate: None,
         pcrypt: plan.pcrypt && !one_cpu,
         threads: match one_cpu {
             true => vec![1],

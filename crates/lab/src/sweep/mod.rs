@@ -36,6 +36,7 @@ mod rows;
 pub use plan::{SweepPlan, DEFAULT_CELL_SECONDS, DEFAULT_TRIAL_SECONDS, MAX_TRIAL_SECONDS};
 
 use model::matrix::{MatrixReport, HOST};
+use model::setup_rate::{SetupBackend, SetupRateCell, SetupRatePlan, SetupRateRequest, TableSize};
 use model::{Backend, Environment};
 use netns::{Topology, TopologySpec};
 use traffic::CancellationToken;
@@ -149,6 +150,9 @@ async fn sweep(
         let rows = children::soft_child_rows(args, &soft_child, cancel, progress).await;
         report.rows.extend(rows);
     }
+    if let Some(size) = args.setup_rate {
+        report.setup_rates = setup_rates(args, size, cancel).await;
+    }
     if runs_vm {
         let failed = children::vm_rows(args, report, cancel, progress).await;
         progress.sweep_finished();
@@ -162,6 +166,49 @@ async fn sweep(
         progress.sweep_finished();
     }
     Ok(())
+}
+
+/// `--setup-rate`: each backend's rates at `size`, one after the other on a thread of their
+/// own (xfrm boots user-mode Linux; the others start their daemons in namespaces of their
+/// own), while this runtime still hears Ctrl-C. A backend that cannot measure says why.
+async fn setup_rates(args: &SweepPlan, size: TableSize, cancel: &CancellationToken) -> Vec<SetupRateCell> {
+    let mut cells = Vec::new();
+    for backend in args.setup_rate_backends() {
+        if cancel.is_cancelled() {
+            cells.push(SetupRateCell::not_run(backend, size, "interrupted"));
+            continue;
+        }
+        crate::say!("ipsec-lab: setup rate of {backend} at {size}");
+        let plan = SetupRatePlan::validate(SetupRateRequest {
+            backend,
+            sizes: Some(vec![size]),
+            ..Default::default()
+        });
+        let thread = std::thread::spawn(move || {
+            let plan = plan.map_err(|e| crate::error::LabError::usage(anyhow::anyhow!(e)))?;
+            match backend {
+                SetupBackend::Xfrm => crate::setup_rate::measure(&plan, None),
+                _ => crate::setup_rate::measure_on_host(&plan),
+            }
+        });
+        while !thread.is_finished() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let measured = thread.join().unwrap_or_else(|_| {
+            Err(crate::error::LabError::failed(anyhow::anyhow!(
+                "the measuring thread panicked"
+            )))
+        });
+        cells.push(match measured {
+            Ok(report) => SetupRateCell::from_report(&report)
+                .unwrap_or_else(|| SetupRateCell::not_run(backend, size, "it measured nothing")),
+            Err(e) if e.is_interrupted() || cancel.is_cancelled() => {
+                SetupRateCell::not_run(backend, size, "interrupted")
+            }
+            Err(e) => SetupRateCell::not_run(backend, size, format!("{e:#}")),
+        });
+    }
+    cells
 }
 
 #[cfg(test)]
@@ -195,6 +242,7 @@ mod tests {
             latency: false,
             rekey: None,
             seed: 1,
+            setup_rate: None,
             ceiling: true,
             started_unix_s: 0,
         }

@@ -71,6 +71,10 @@ pub struct SweepPlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rekey: Option<model::rekey::RekeySchedule>,
     pub seed: u64,
+    /// `--setup-rate N`: each backend that has a setup rate (xfrm, strongswan, wireguard-go)
+    /// measures it at N once, after the host's rows (`setup-rate --sizes N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_rate: Option<model::setup_rate::TableSize>,
     /// Time each tunnel cell's crypto ceiling after its transfers (`--no-ceiling`: off).
     pub ceiling: bool,
     /// When the sweep started, in seconds since the epoch (for the report).
@@ -93,6 +97,14 @@ fn default_trial_seconds() -> f64 {
 
 impl SweepPlan {
     /// Checks the suites and every cell's plan before anything is created.
+    /// The swept backends that have a setup rate, in sweep order.
+    pub fn setup_rate_backends(&self) -> Vec<model::setup_rate::SetupBackend> {
+        self.backends
+            .iter()
+            .filter_map(|b| model::setup_rate::SetupBackend::of(*b))
+            .collect()
+    }
+
     pub fn validate(mut self) -> LabResult<SweepPlan> {
         if self.suites.contains(&CipherSuite::None) {
             return Err(LabError::usage(anyhow::anyhow!(
@@ -121,6 +133,21 @@ impl SweepPlan {
             self.netem = vec![None];
         }
         self.validate_packets()?;
+        if let Some(size) = self.setup_rate {
+            if self.setup_rate_backends().is_empty() {
+                return Err(LabError::usage(anyhow::anyhow!(
+                    "--setup-rate: none of the swept backends has a setup rate (xfrm, strongswan, wireguard-go do)"
+                )));
+            }
+            for backend in self.setup_rate_backends() {
+                model::setup_rate::SetupRatePlan::validate(model::setup_rate::SetupRateRequest {
+                    backend,
+                    sizes: Some(vec![size]),
+                    ..Default::default()
+                })
+                .map_err(|e| LabError::usage(anyhow::anyhow!("--setup-rate {size}: {e}")))?;
+            }
+        }
         self.threads.sort_unstable();
         self.threads.dedup();
         for b in &self.backends {

@@ -177,9 +177,9 @@ fn allowed_ip(i: usize) -> AllowedIp {
 }
 
 fn stopped() -> LabResult<()> {
-    match speed::stop::requested() {
-        Some(_) => Err(LabError::interrupted()),
-        None => Ok(()),
+    match crate::setup_rate::stop_requested() {
+        true => Err(LabError::interrupted()),
+        false => Ok(()),
     }
 }
 
