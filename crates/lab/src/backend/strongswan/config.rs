@@ -75,7 +75,8 @@ pub enum RateRole {
     /// Starts a new IKE_SA at each initiation (by default charon reuses the established one).
     Initiator,
     /// Takes every IKE_SA_INIT from the one initiator address: by default charon answers
-    /// beyond 5 half-open SAs per address with nothing and beyond 10 in all with cookies,
+    /// beyond 5 half-open SAs per address with nothing, and beyond 3 per address or 10 in
+    /// all with a cookie (a round trip more, and a race that cost a 4 s retransmission),
     /// its defence against floods from one host; here that host stands for N peers.
     Responder,
 }
@@ -85,7 +86,9 @@ pub enum RateRole {
 pub fn rate_strongswan_conf(paths: &Paths<'_>, role: RateRole) -> String {
     let settings = match role {
         RateRole::Initiator => "  reuse_ikesa = no\n",
-        RateRole::Responder => "  block_threshold = 1000000\n  cookie_threshold = 1000000\n",
+        RateRole::Responder => {
+            "  block_threshold = 1000000\n  cookie_threshold = 1000000\n  cookie_threshold_ip = 1000000\n"
+        }
     };
     charon_conf(paths, settings, "default = 0")
 }
@@ -274,7 +277,7 @@ mod tests {
         };
         let responder = rate_strongswan_conf(&paths, RateRole::Responder);
         assert!(
-            responder.contains("\n  block_threshold = 1000000\n  cookie_threshold = 1000000\n  journal {"),
+            responder.contains("\n  block_threshold = 1000000\n  cookie_threshold = 1000000\n  cookie_threshold_ip = 1000000\n  journal {"),
             "{responder}"
         );
         assert!(responder.contains("      default = 0\n    }"), "{responder}");
