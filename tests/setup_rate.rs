@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::own::Sandbox;
+use common::own::{OwnRun, Sandbox};
 use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -65,7 +65,7 @@ fn setup_rate_installs_and_removes_n_sas_and_reports_a_rate_per_size() {
         "{r}"
     );
     // The table is on stderr when stdout carries the JSON.
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(
         stderr.contains("SAs/s batched") && stderr.contains("2k"),
         "{stderr}"
@@ -133,6 +133,20 @@ const DAEMONS_LEFT: &str = r#"for p in /proc/[0-9]*; do
   { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "TMPDIR=$TMPDIR" && cat "$p/comm"
 done; true"#;
 
+/// Runs `ipsec-lab ARGS` (ending in `--json -`) in a sandbox of its own; its report, once
+/// it exited 0 and left no namespace, file or daemon.
+fn json_run_leaving_nothing(args: &[&str]) -> (OwnRun, serde_json::Value) {
+    let run = Sandbox::default().after(DAEMONS_LEFT).run(args);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.links_left, Vec::<String>::new());
+    assert_eq!(run.files_left, Vec::<String>::new());
+    assert_eq!(run.after.trim(), "", "daemons of the run still running");
+    (run, report)
+}
+
 #[test]
 fn strongswan_establishes_n_ike_sas_per_size_and_leaves_no_charon() {
     let test = "strongswan_establishes_n_ike_sas_per_size_and_leaves_no_charon";
@@ -150,11 +164,7 @@ fn strongswan_establishes_n_ike_sas_per_size_and_leaves_no_charon() {
         "--json",
         "-",
     ];
-    let run = Sandbox::default().after(DAEMONS_LEFT).run(&args);
-    let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let (run, r) = json_run_leaving_nothing(&args);
     assert_eq!(r["plan"]["backend"], "strongswan", "{r}");
     let ike = r["ike"].as_array().unwrap_or_else(|| panic!("{r}"));
     assert_eq!(ike.len(), 2, "{r}");
@@ -173,14 +183,11 @@ fn strongswan_establishes_n_ike_sas_per_size_and_leaves_no_charon() {
         r["implementation"].as_str().unwrap().starts_with("strongSwan"),
         "{r}"
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(
         stderr.contains("IKE_SAs/s windowed") && stderr.contains("modp2048"),
         "{stderr}"
     );
-    assert_eq!(run.namespaces_left, Vec::<String>::new());
-    assert_eq!(run.files_left, Vec::<String>::new());
-    assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }
 
 #[test]
@@ -250,11 +257,7 @@ fn wireguard_go_takes_n_peers_and_n_handshakes_and_leaves_no_device() {
         "--json",
         "-",
     ];
-    let run = Sandbox::default().after(DAEMONS_LEFT).run(&args);
-    let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let (_, r) = json_run_leaving_nothing(&args);
     let peers = r["peers"].as_array().unwrap_or_else(|| panic!("{r}"));
     assert_eq!(peers.len(), 2, "{r}");
     for (rates, size) in peers.iter().zip([50, 300]) {
@@ -270,10 +273,6 @@ fn wireguard_go_takes_n_peers_and_n_handshakes_and_leaves_no_device() {
         r["implementation"].as_str().unwrap().starts_with("wireguard-go"),
         "{r}"
     );
-    assert_eq!(run.namespaces_left, Vec::<String>::new());
-    assert_eq!(run.links_left, Vec::<String>::new());
-    assert_eq!(run.files_left, Vec::<String>::new());
-    assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }
 
 /// `matrix --setup-rate N`: the swept backend's rates at N in the JSON and a table of its
@@ -299,11 +298,7 @@ fn matrix_setup_rate_puts_the_backends_rates_beside_its_rows() {
         "--json",
         "-",
     ];
-    let run = Sandbox::default().after(DAEMONS_LEFT).run(&args);
-    let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let (run, r) = json_run_leaving_nothing(&args);
     let rates = r["setup_rates"].as_array().unwrap_or_else(|| panic!("{r}"));
     assert_eq!(rates.len(), 1, "{r}");
     assert_eq!(rates[0]["backend"], "wireguard-go", "{r}");
@@ -321,12 +316,9 @@ fn matrix_setup_rate_puts_the_backends_rates_beside_its_rows() {
         })
         .collect();
     assert_eq!(names, ["peers_one_set", "peers_one_by_one", "handshakes"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(
         stderr.contains("#### Setup rate") && stderr.contains("| wireguard-go | 40 peers | host |"),
         "{stderr}"
     );
-    assert_eq!(run.namespaces_left, Vec::<String>::new());
-    assert_eq!(run.files_left, Vec::<String>::new());
-    assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }

@@ -87,13 +87,7 @@ pub fn measure(
         let what = format!("wireguard-go ({first}, {n} peers)");
 
         // All N in one set, then their handshakes on the same device.
-        let device = GoProcess::spawn(&topology.a, &first, &what)?;
-        uapi::set(
-            device.socket(),
-            &wgnl::uapi::device_request(&device_key, PORT),
-            &what,
-            SET_TIMEOUT,
-        )?;
+        let device = fresh_device(&topology.a, &first, &device_key, &what)?;
         let before = procstat::resident_bytes(device.pid());
         eprintln!("ipsec-lab: adding {n} peers to wireguard-go in one set");
         let started = Instant::now();
@@ -126,13 +120,7 @@ pub fn measure(
 
         // One set per peer, on a fresh device.
         let what = format!("wireguard-go ({second}, {n} peers one by one)");
-        let device = GoProcess::spawn(&topology.a, &second, &what)?;
-        uapi::set(
-            device.socket(),
-            &wgnl::uapi::device_request(&device_key, PORT),
-            &what,
-            SET_TIMEOUT,
-        )?;
+        let device = fresh_device(&topology.a, &second, &device_key, &what)?;
         eprintln!("ipsec-lab: adding {n} peers to wireguard-go one by one");
         let started = Instant::now();
         for entry in &entries {
@@ -156,6 +144,18 @@ pub fn measure(
         });
     }
     Ok(run)
+}
+
+/// A new wireguard-go device `name` in `ns` with `key` and the port, no peer yet.
+fn fresh_device(ns: &netns::Namespace, name: &str, key: &KeyPair, what: &str) -> LabResult<GoProcess> {
+    let device = GoProcess::spawn(ns, name, what)?;
+    uapi::set(
+        device.socket(),
+        &wgnl::uapi::device_request(key, PORT),
+        what,
+        SET_TIMEOUT,
+    )?;
+    Ok(device)
 }
 
 /// The note every wireguard-go rate report carries.
