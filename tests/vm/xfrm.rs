@@ -250,6 +250,7 @@ async fn interop() {
         replay_window: LAB_REPLAY_WINDOW,
         protection: protection.clone(),
         selector: None,
+        pcpu: None,
     };
     let sas = [sa(a, b, ids.spi_a_to_b), sa(b, a, ids.spi_b_to_a)];
     let tmpl = |src, dst| Template {

@@ -186,6 +186,7 @@ mod tests {
             replay_window: LAB_REPLAY_WINDOW,
             protection,
             selector: None,
+            pcpu: None,
         };
         let name = "sa_cbc256_hmac_sha256_tunnel_espinudp4500";
         let mut want = testcap::hex_fixture("iproute2", name);

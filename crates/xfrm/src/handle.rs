@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use model::IpsecMode;
-use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{NetlinkBuffer, NetlinkMessage, NetlinkPayload, Nla};
 use netlink_packet_xfrm::{Address, Selector, XfrmAttrs, XfrmMessage, AF_INET, AF_INET6};
 use netlink_sys::{protocols::NETLINK_XFRM, AsyncSocketExt, Socket, SocketAddr, TokioSocket};
 use zeroize::Zeroizing;
@@ -46,6 +46,8 @@ pub struct SaInfo {
     pub mode: Option<IpsecMode>,
     pub counters: SaCounters,
     pub algorithms: Vec<InstalledAlgorithm>,
+    /// The CPU a per-CPU SA serves (`XFRMA_SA_PCPU`); None for an SA of any CPU.
+    pub pcpu: Option<u32>,
 }
 
 impl SaInfo {
@@ -417,6 +419,19 @@ fn sa_info(m: XfrmMessage) -> Option<SaInfo> {
             integrity_failures: info.stats.integrity_failed,
         },
         algorithms,
+        pcpu: pcpu(&m.nlas),
+    })
+}
+
+/// The `XFRMA_SA_PCPU` of a per-CPU SA's attributes.
+fn pcpu(nlas: &[XfrmAttrs]) -> Option<u32> {
+    nlas.iter().find_map(|nla| match nla {
+        XfrmAttrs::Other(a) if a.kind() == message::XFRMA_SA_PCPU => {
+            let mut value = [0u8; 4];
+            a.emit_value(&mut value);
+            (a.value_len() == 4).then(|| u32::from_ne_bytes(value))
+        }
+        _ => None,
     })
 }
 
@@ -462,6 +477,46 @@ fn policy_info(m: XfrmMessage) -> Option<PolicyInfo> {
         selector: traffic_selector(&info.selector),
         template_reqids,
     })
+}
+
+#[cfg(test)]
+mod pcpu_tests {
+    use super::*;
+
+    /// A per-CPU SA's CPU survives the wire: the request the lab sends, read back as the
+    /// kernel's dump of it is read (the dump carries the same attribute).
+    #[test]
+    fn a_per_cpu_sas_cpu_is_read_back() {
+        let protection = crate::config::Protection::generate(
+            model::CipherSuite::AesGcm {
+                key: model::KeyBits::Aes128,
+            },
+            crate::config::AuthTrunc::Bits128,
+        )
+        .unwrap();
+        let mut spec = crate::config::SaSpec {
+            src: "198.18.0.1".parse().unwrap(),
+            dst: "198.18.0.2".parse().unwrap(),
+            spi: Spi(crate::range::SPI_FIRST),
+            reqid: ReqId(crate::range::REQID_FIRST),
+            mode: IpsecMode::Tunnel,
+            replay_window: crate::config::LAB_REPLAY_WINDOW,
+            protection,
+            selector: None,
+            pcpu: Some(3),
+        };
+        let round_trip = |spec: &crate::config::SaSpec| {
+            let bytes = message::encode(message::request(message::add_sa(spec), message::Reply::Ack, 1));
+            let parsed = NetlinkMessage::<XfrmMessage>::deserialize(&bytes).unwrap();
+            match parsed.payload {
+                NetlinkPayload::InnerMessage(m) => sa_info(m).unwrap(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(round_trip(&spec).pcpu, Some(3));
+        spec.pcpu = None;
+        assert_eq!(round_trip(&spec).pcpu, None);
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_xfrm::{
     policy::{
@@ -28,6 +28,10 @@ use zeroize::{Zeroize, Zeroizing};
 use crate::config::{
     mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS,
 };
+
+/// `XFRMA_SA_PCPU` (Linux 6.13, include/uapi/linux/xfrm.h): the CPU a per-CPU SA serves,
+/// a u32. netlink-packet-xfrm 0.5 predates it.
+pub const XFRMA_SA_PCPU: u16 = 35;
 
 fn family(addr: IpAddr) -> u16 {
     if addr.is_ipv4() {
@@ -74,7 +78,13 @@ pub fn add_sa(spec: &SaSpec) -> XfrmMessage {
     if let Some(sel) = &spec.selector {
         info.selector = selector(sel);
     }
-    let nlas = protection_attrs(&spec.protection);
+    let mut nlas = protection_attrs(&spec.protection);
+    if let Some(cpu) = spec.pcpu {
+        nlas.push(XfrmAttrs::Other(DefaultNla::new(
+            XFRMA_SA_PCPU,
+            cpu.to_ne_bytes().to_vec(),
+        )));
+    }
     XfrmMessage::AddSa(SaModifyMessage {
         user_sa_info: info,
         nlas,
@@ -319,6 +329,7 @@ mod tests {
             replay_window: LAB_REPLAY_WINDOW,
             protection,
             selector: None,
+            pcpu: None,
         }
     }
 
@@ -348,21 +359,33 @@ mod tests {
         assert_matches_iproute2("sa_cbc128_tunnel", add_sa(&spec));
     }
 
-    #[test]
-    fn sa_gcm128_tunnel_matches_iproute2() {
+    fn gcm128() -> Protection {
         let mut key = ENC256[..16].to_vec();
         key.extend([0xa0, 0xa1, 0xa2, 0xa3]);
         let keys = KeyInput {
             enc: &key,
             auth: None,
         };
-        let p = Protection::from_keys(
+        Protection::from_keys(
             CipherSuite::AesGcm { key: KeyBits::Aes128 },
             AuthTrunc::Bits128,
             keys,
         )
-        .unwrap();
-        assert_matches_iproute2("sa_gcm128_tunnel", add_sa(&sa(IpsecMode::Tunnel, p)));
+        .unwrap()
+    }
+
+    #[test]
+    fn sa_gcm128_tunnel_matches_iproute2() {
+        assert_matches_iproute2("sa_gcm128_tunnel", add_sa(&sa(IpsecMode::Tunnel, gcm128())));
+    }
+
+    /// A per-CPU SA (RFC 9611): `pcpu-num 1`, as iproute2 7.3 sends it (its request is
+    /// iproute2 6.1's for the same SA plus the one attribute).
+    #[test]
+    fn sa_gcm128_tunnel_for_cpu_1_matches_iproute2() {
+        let mut spec = sa(IpsecMode::Tunnel, gcm128());
+        spec.pcpu = Some(1);
+        assert_matches_iproute2("sa_gcm128_tunnel_pcpu1", add_sa(&spec));
     }
 
     #[test]

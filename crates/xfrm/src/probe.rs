@@ -110,6 +110,7 @@ pub async fn probe() -> Result<Capabilities, XfrmError> {
             replay_window: LAB_REPLAY_WINDOW,
             protection: Protection::generate(suite, AuthTrunc::Bits128)?,
             selector: None,
+            pcpu: None,
         };
         let availability = match handle.add_sa(&spec).await {
             Ok(()) => {

@@ -84,6 +84,7 @@ fn sa(ids: RunIds) -> SaSpec {
         )
         .unwrap(),
         selector: None,
+        pcpu: None,
     }
 }
 

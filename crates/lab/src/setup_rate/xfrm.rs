@@ -340,6 +340,7 @@ fn flow_sa(plan: &SetupRatePlan) -> LabResult<(SaSpec, PolicySpec)> {
         protection: Protection::generate(plan.xfrm_suite(), AuthTrunc::Bits128)
             .map_err(xfrm::XfrmError::from)?,
         selector: None,
+        pcpu: None,
     };
     let template = Template {
         src,
@@ -378,6 +379,7 @@ fn table_sas(n: usize, plan: &SetupRatePlan) -> LabResult<Vec<SaSpec>> {
                 protection: Protection::generate(plan.xfrm_suite(), AuthTrunc::Bits128)
                     .map_err(xfrm::XfrmError::from)?,
                 selector: None,
+                pcpu: None,
             })
         })
         .collect()

@@ -41,6 +41,10 @@ pub struct SaSpec {
     /// Which inner packets the SA may carry; the lab sets it in transport mode between real
     /// hosts so the SA can only ever protect the lab's data port.
     pub selector: Option<TrafficSelector>,
+    /// The CPU this SA serves (RFC 9611 per-CPU SAs, `XFRMA_SA_PCPU`, Linux 6.13 and
+    /// later): an outbound packet takes the SA of the CPU it is sent on where there is one,
+    /// else the SA without a CPU. None: any CPU.
+    pub pcpu: Option<u32>,
 }
 
 impl SaSpec {

@@ -115,6 +115,7 @@ mod tests {
                 integrity_failures: 0,
             },
             algorithms,
+            pcpu: None,
         }
     }
 

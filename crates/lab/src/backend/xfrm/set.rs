@@ -141,6 +141,7 @@ impl SaSet {
             replay_window: LAB_REPLAY_WINDOW,
             protection: pair.protection.clone(),
             selector,
+            pcpu: None,
         }
     }
 
