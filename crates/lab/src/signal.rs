@@ -15,6 +15,13 @@ pub fn requested() -> bool {
     REQUESTED.load(Ordering::Relaxed)
 }
 
+/// Whether SIGINT or SIGTERM arrived, seen by the lab's handler ([`requested`]: a run, a
+/// sweep) or by `speed::stop`'s (which `setup-rate` and the guest runs install): for the
+/// steps both kinds of command take (a daemon's stop, a setup-rate exchange).
+pub fn any_requested() -> bool {
+    requested() || speed::stop::requested().is_some()
+}
+
 /// Completes on the first SIGINT or SIGTERM after it was created (the handlers are
 /// installed at once, so a signal between this call and the first poll still counts).
 pub fn stop_requested() -> LabResult<impl std::future::Future<Output = ()>> {

@@ -30,7 +30,7 @@ pub fn stop(child: &mut Child, grace: Duration) {
     if exited(child) {
         return;
     }
-    let grace = if crate::signal::requested() || speed::stop::requested().is_some() {
+    let grace = if crate::signal::any_requested() {
         grace.min(GRACE_WHEN_STOPPING)
     } else {
         grace

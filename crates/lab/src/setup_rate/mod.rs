@@ -15,12 +15,6 @@ use netns::{Topology, TopologySpec};
 use crate::backend::{strongswan, wireguard};
 use crate::error::{LabError, LabResult};
 
-/// Whether SIGINT or SIGTERM asked the run to stop: `setup-rate`'s own handler, or the
-/// lab's (a `matrix --setup-rate`).
-pub fn stop_requested() -> bool {
-    speed::stop::requested().is_some() || crate::signal::requested()
-}
-
 /// Refuses, before anything is created, where the plan's backend is not installed.
 pub fn preflight(plan: &SetupRatePlan) -> LabResult<()> {
     match plan.backend {

@@ -301,7 +301,7 @@ impl Tables<'_> {
 
 /// Whether SIGINT or SIGTERM asked the run to stop.
 fn stop() -> bool {
-    super::stop_requested()
+    crate::signal::any_requested()
 }
 
 /// The seconds the batch took, or an error unless every one of its `n` requests was

@@ -121,7 +121,7 @@ fn establish(initiator: &Charon, n: usize, window: usize) -> LabResult<f64> {
     let (mut asked, mut answered, mut up) = (0, 0, 0);
     let started = Instant::now();
     while up < n {
-        if crate::setup_rate::stop_requested() {
+        if crate::signal::any_requested() {
             return Err(LabError::interrupted());
         }
         while asked < n && asked - up < window {

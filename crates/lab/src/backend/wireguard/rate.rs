@@ -177,7 +177,7 @@ fn allowed_ip(i: usize) -> AllowedIp {
 }
 
 fn stopped() -> LabResult<()> {
-    match crate::setup_rate::stop_requested() {
+    match crate::signal::any_requested() {
         true => Err(LabError::interrupted()),
         false => Ok(()),
     }
