@@ -209,7 +209,7 @@ fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
     let pid = child.lab_pid();
     // Once both charons run (two processes with the run's environment besides it).
     let deadline = Instant::now() + Duration::from_secs(60);
-    while daemons_of(pid) < 2 {
+    while daemons_of(pid, "charon-systemd") < 2 {
         assert!(!child.ended(), "the run ended before its charons started");
         assert!(Instant::now() < deadline, "no charons within 60 s");
         std::thread::sleep(Duration::from_millis(20));
@@ -231,15 +231,49 @@ fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
     assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }
 
-/// How many charon-systemd processes are children of `pid`.
-fn daemons_of(pid: u32) -> usize {
+/// How many processes named `name` are children of `pid`.
+fn daemons_of(pid: u32, name: &str) -> usize {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     children
         .split_whitespace()
-        .filter(|c| {
-            std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == "charon-systemd")
-        })
+        .filter(|c| std::fs::read_to_string(format!("/proc/{c}/comm")).is_ok_and(|n| n.trim() == name))
         .count()
+}
+
+/// SIGTERM while wireguard-go takes 100k peers in one UAPI set (about 20 s here): the
+/// exchange is read and written in slices, so the run still ends within a second or two.
+#[test]
+fn sigterm_during_a_large_peer_set_exits_143_and_leaves_nothing() {
+    let test = "sigterm_during_a_large_peer_set_exits_143_and_leaves_nothing";
+    if !common::wireguard::wireguard_go_or_skip(test) {
+        return;
+    }
+    let args = ["setup-rate", "--backend", "wireguard-go", "--sizes", "100k"];
+    let mut child = Sandbox::default().after(DAEMONS_LEFT).spawn(&args);
+    let pid = child.lab_pid();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemons_of(pid, "wireguard-go") < 1 {
+        assert!(!child.ended(), "the run ended before wireguard-go started");
+        assert!(Instant::now() < deadline, "no wireguard-go within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
+    let run = child.wait();
+    let took = sent.elapsed();
+    assert_eq!(run.out.status.code(), Some(143), "{}", text(&run.out));
+    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
+    assert!(
+        stderr.contains("adding 100000 peers to wireguard-go in one set"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("handshakes/s"), "{stderr}");
+    assert_eq!(run.namespaces_left, Vec::<String>::new());
+    assert_eq!(run.links_left, Vec::<String>::new());
+    assert_eq!(run.files_left, Vec::<String>::new());
+    assert_eq!(run.after.trim(), "", "daemons of the run still running");
 }
 
 #[test]

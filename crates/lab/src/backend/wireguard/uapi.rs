@@ -2,10 +2,10 @@
 //! text protocol on /var/run/wireguard/IFNAME.sock (`wgnl::uapi` writes and reads it), and
 //! each end is claimed, configured and brought up the same way once its device exists.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use model::RunPlan;
 use netns::Topology;
@@ -50,20 +50,55 @@ fn uapi_exchange(socket: &Path, request: &str, what: &str) -> LabResult<String> 
     exchange(socket, request, what, UAPI_TIMEOUT)
 }
 
-/// [`uapi_exchange`] with each read's `timeout` (a set of many peers takes longer).
+/// [`uapi_exchange`] within `timeout` in all (a set of many peers takes seconds). Written
+/// and read in slices of at most 200 ms, so SIGINT or SIGTERM stops it within a second
+/// whatever the device does.
 pub(super) fn exchange(socket: &Path, request: &str, what: &str, timeout: Duration) -> LabResult<String> {
+    const SLICE: Duration = Duration::from_millis(200);
     let io = |e: std::io::Error| LabError::failed(anyhow::anyhow!("{what}: UAPI {}: {e}", socket.display()));
+    let deadline = Instant::now() + timeout;
+    // Between slices: a signal ends it, and so does the deadline.
+    let stopped = || -> LabResult<()> {
+        match crate::signal::any_requested() {
+            true => Err(LabError::interrupted()),
+            false => Ok(()),
+        }
+    };
+    let waited = |e: &std::io::Error| -> LabResult<()> {
+        if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+            return Err(LabError::failed(anyhow::anyhow!(
+                "{what}: UAPI {}: {e}",
+                socket.display()
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(LabError::failed(anyhow::anyhow!(
+                "{what}: UAPI {}: no answer within {timeout:?}",
+                socket.display()
+            )));
+        }
+        Ok(())
+    };
     let mut s = UnixStream::connect(socket).map_err(io)?;
-    s.set_read_timeout(Some(timeout)).map_err(io)?;
-    s.write_all(request.as_bytes()).map_err(io)?;
+    s.set_read_timeout(Some(SLICE)).map_err(io)?;
+    s.set_write_timeout(Some(SLICE)).map_err(io)?;
+    let mut sent = 0;
+    while sent < request.len() {
+        match s.write(&request.as_bytes()[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) => waited(&e)?,
+        }
+        stopped()?;
+    }
     let mut reply = Vec::new();
     let mut buf = [0u8; 4096];
     while !reply.ends_with(b"\n\n") {
-        let n = s.read(&mut buf).map_err(io)?;
-        if n == 0 {
-            break;
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Err(e) => waited(&e)?,
         }
-        reply.extend_from_slice(&buf[..n]);
+        stopped()?;
     }
     String::from_utf8(reply).map_err(|_| LabError::failed(anyhow::anyhow!("{what}: UAPI reply is not text")))
 }
