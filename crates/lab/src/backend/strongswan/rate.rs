@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use model::setup_rate::{per_second, IkeRates, SetupRatePlan, TableSize};
+use model::setup_rate::{per_second, IkeRates, SetupRatePlan};
 use netns::{Namespace, Topology};
 use zeroize::Zeroizing;
 
@@ -89,7 +89,7 @@ pub fn measure(plan: &SetupRatePlan, topology: &Topology) -> LabResult<IkeRun> {
         let (windowed_per_s, responder_bytes_per_sa) = one(plan.window as usize)?;
         let (one_by_one_per_s, _) = one(1)?;
         rates.push(IkeRates {
-            size: TableSize(size.0),
+            size: *size,
             windowed_per_s,
             one_by_one_per_s,
             responder_bytes_per_sa,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use boringtun::noise::{Tunn, TunnResult};
 use boringtun::x25519::{PublicKey as NoisePublic, StaticSecret};
-use model::setup_rate::{per_second, PeerRates, SetupRatePlan, TableSize};
+use model::setup_rate::{per_second, PeerRates, SetupRatePlan};
 use netns::Topology;
 use wgnl::{AllowedIp, KeyPair};
 
@@ -132,7 +132,7 @@ pub fn measure(
         drop(device);
 
         run.rates.push(PeerRates {
-            size: TableSize(size.0),
+            size: *size,
             added_per_s,
             added_one_by_one_per_s,
             handshakes: h as u32,
