@@ -205,22 +205,8 @@ fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
         "--window",
         "1",
     ];
-    let mut child = Sandbox::default().after(DAEMONS_LEFT).spawn(&args);
-    let pid = child.lab_pid();
-    // Once both charons run (two processes with the run's environment besides it).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while daemons_of(pid, "charon-systemd") < 2 {
-        assert!(!child.ended(), "the run ended before its charons started");
-        assert!(Instant::now() < deadline, "no charons within 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let sent = Instant::now();
-    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
-    let run = child.wait();
-    let took = sent.elapsed();
-    assert_eq!(run.out.status.code(), Some(143), "{}", text(&run.out));
-    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    // Once both charons run.
+    let run = sigterm_once_running(&args, "charon-systemd", 2, Duration::from_millis(500));
     assert!(
         !String::from_utf8_lossy(&run.out.stderr).contains("IKE_SAs/s"),
         "{}",
@@ -229,6 +215,27 @@ fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
     assert_eq!(run.namespaces_left, Vec::<String>::new());
     assert_eq!(run.files_left, Vec::<String>::new());
     assert_eq!(run.after.trim(), "", "daemons of the run still running");
+}
+
+/// Runs `ipsec-lab ARGS` in a sandbox, sends it SIGTERM `settle` after `count` children
+/// named `daemon` run (within 60 s), and returns the run once it exited 143 within 2 s.
+fn sigterm_once_running(args: &[&str], daemon: &str, count: usize, settle: Duration) -> OwnRun {
+    let mut child = Sandbox::default().after(DAEMONS_LEFT).spawn(args);
+    let pid = child.lab_pid();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemons_of(pid, daemon) < count {
+        assert!(!child.ended(), "the run ended before {daemon} started");
+        assert!(Instant::now() < deadline, "no {daemon} within 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(settle);
+    let sent = Instant::now();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
+    let run = child.wait();
+    let took = sent.elapsed();
+    assert_eq!(run.out.status.code(), Some(143), "{}", text(&run.out));
+    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    run
 }
 
 /// How many processes named `name` are children of `pid`.
@@ -249,21 +256,7 @@ fn sigterm_during_a_large_peer_set_exits_143_and_leaves_nothing() {
         return;
     }
     let args = ["setup-rate", "--backend", "wireguard-go", "--sizes", "100k"];
-    let mut child = Sandbox::default().after(DAEMONS_LEFT).spawn(&args);
-    let pid = child.lab_pid();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while daemons_of(pid, "wireguard-go") < 1 {
-        assert!(!child.ended(), "the run ended before wireguard-go started");
-        assert!(Instant::now() < deadline, "no wireguard-go within 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    let sent = Instant::now();
-    kill(Pid::from_raw(pid as i32), Signal::SIGTERM).unwrap();
-    let run = child.wait();
-    let took = sent.elapsed();
-    assert_eq!(run.out.status.code(), Some(143), "{}", text(&run.out));
-    assert!(took < Duration::from_secs(2), "stopped after {took:?}");
+    let run = sigterm_once_running(&args, "wireguard-go", 1, Duration::from_millis(1500));
     let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(
         stderr.contains("adding 100000 peers to wireguard-go in one set"),
