@@ -21,5 +21,5 @@ pub use protection::{
     HMAC_SHA256_KEY_BYTES,
 };
 pub(crate) use sa::{mode_from_raw, mode_raw};
-pub use sa::{SaId, SaSpec, LAB_REPLAY_WINDOW};
+pub use sa::{PerCpu, SaDirection, SaId, SaSpec, LAB_REPLAY_WINDOW};
 pub use selector::{IpProto, Prefix, TrafficSelector};

@@ -503,7 +503,10 @@ mod pcpu_tests {
             replay_window: crate::config::LAB_REPLAY_WINDOW,
             protection,
             selector: None,
-            pcpu: Some(3),
+            pcpu: Some(crate::config::PerCpu {
+                cpu: 3,
+                direction: crate::config::SaDirection::In,
+            }),
         };
         let round_trip = |spec: &crate::config::SaSpec| {
             let bytes = message::encode(message::request(message::add_sa(spec), message::Reply::Ack, 1));

@@ -28,8 +28,8 @@ pub mod range;
 
 pub use batch::{Batch, BatchOutcome, Prepared, Refused};
 pub use config::{
-    AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PolicyDirection, PolicyId, PolicySpec, Prefix, Protection,
-    SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
+    AuthTrunc, IpProto, KernelAlgorithm, KeyInput, PerCpu, PolicyDirection, PolicyId, PolicySpec, Prefix,
+    Protection, SaDirection, SaId, SaSpec, Secret, SpecError, Template, TrafficSelector, LAB_REPLAY_WINDOW,
 };
 pub use encap::{EspInUdpSocket, UdpEncap};
 pub use error::{Operation, XfrmError};

@@ -29,8 +29,11 @@ use crate::config::{
     mode_raw, PolicyId, PolicySpec, Protection, SaId, SaSpec, TrafficSelector, GCM_ICV_BITS,
 };
 
-/// `XFRMA_SA_PCPU` (Linux 6.13, include/uapi/linux/xfrm.h): the CPU a per-CPU SA serves,
-/// a u32. netlink-packet-xfrm 0.5 predates it.
+/// `XFRMA_SA_DIR` (Linux 6.10, include/uapi/linux/xfrm.h): which way an SA carries
+/// packets, a u8. netlink-packet-xfrm 0.5 predates it.
+pub const XFRMA_SA_DIR: u16 = 33;
+
+/// `XFRMA_SA_PCPU` (Linux 6.13): the CPU a per-CPU SA serves, a u32.
 pub const XFRMA_SA_PCPU: u16 = 35;
 
 fn family(addr: IpAddr) -> u16 {
@@ -79,10 +82,14 @@ pub fn add_sa(spec: &SaSpec) -> XfrmMessage {
         info.selector = selector(sel);
     }
     let mut nlas = protection_attrs(&spec.protection);
-    if let Some(cpu) = spec.pcpu {
+    if let Some(p) = spec.pcpu {
+        nlas.push(XfrmAttrs::Other(DefaultNla::new(
+            XFRMA_SA_DIR,
+            vec![p.direction.raw()],
+        )));
         nlas.push(XfrmAttrs::Other(DefaultNla::new(
             XFRMA_SA_PCPU,
-            cpu.to_ne_bytes().to_vec(),
+            p.cpu.to_ne_bytes().to_vec(),
         )));
     }
     XfrmMessage::AddSa(SaModifyMessage {
@@ -266,7 +273,10 @@ mod tests {
     //! uses the time of day) is ignored; the port id (12..16) is 0 in both.
 
     use super::*;
-    use crate::config::{AuthTrunc, IpProto, KeyInput, PolicyDirection, Template, LAB_REPLAY_WINDOW};
+    use crate::config::{
+        AuthTrunc, IpProto, KeyInput, PerCpu, PolicyDirection, SaDirection, SpecError, Template,
+        LAB_REPLAY_WINDOW,
+    };
     use crate::range::{ReqId, Spi};
     use model::IpsecMode;
     use model::{CipherSuite, Hmac, KeyBits};
@@ -379,13 +389,41 @@ mod tests {
         assert_matches_iproute2("sa_gcm128_tunnel", add_sa(&sa(IpsecMode::Tunnel, gcm128())));
     }
 
-    /// A per-CPU SA (RFC 9611): `pcpu-num 1`, as iproute2 7.3 sends it (its request is
-    /// iproute2 6.1's for the same SA plus the one attribute).
+    /// Per-CPU SAs (RFC 9611): `dir out pcpu-num 1` (no replay window) and `dir in
+    /// replay-window 32 pcpu-num 1`, as iproute2 7.3 sends them (iproute2 6.1's request for
+    /// the same SA plus the two attributes).
     #[test]
     fn sa_gcm128_tunnel_for_cpu_1_matches_iproute2() {
+        for (direction, window, fixture) in [
+            (SaDirection::Out, 0, "sa_gcm128_tunnel_out_pcpu1"),
+            (SaDirection::In, 32, "sa_gcm128_tunnel_in_pcpu1"),
+        ] {
+            let mut spec = sa(IpsecMode::Tunnel, gcm128());
+            spec.replay_window = window;
+            spec.pcpu = Some(PerCpu { cpu: 1, direction });
+            spec.validate().unwrap();
+            assert_matches_iproute2(fixture, add_sa(&spec));
+        }
+    }
+
+    /// The kernel refuses an outbound SA with a replay window: refused here first.
+    #[test]
+    fn an_outbound_per_cpu_sa_has_no_replay_window() {
         let mut spec = sa(IpsecMode::Tunnel, gcm128());
-        spec.pcpu = Some(1);
-        assert_matches_iproute2("sa_gcm128_tunnel_pcpu1", add_sa(&spec));
+        spec.pcpu = Some(PerCpu {
+            cpu: 0,
+            direction: SaDirection::Out,
+        });
+        assert!(matches!(
+            spec.validate(),
+            Err(SpecError::OutboundReplayWindow(32))
+        ));
+        assert!(spec.iproute2_args_with_keys().ends_with(&[
+            "dir".to_string(),
+            "out".into(),
+            "pcpu-num".into(),
+            "0".into()
+        ]));
     }
 
     #[test]

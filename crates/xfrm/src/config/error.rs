@@ -22,6 +22,8 @@ pub enum SpecError {
     PrefixLength { addr: IpAddr, len: u8 },
     #[error("a selector port needs a protocol (tcp or udp)")]
     PortWithoutProtocol,
+    #[error("an outbound per-CPU SA has no replay window, not {0}: the kernel refuses one")]
+    OutboundReplayWindow(u8),
     #[error("the OS random number generator failed: {0}")]
     Rng(String),
 }

@@ -41,10 +41,43 @@ pub struct SaSpec {
     /// Which inner packets the SA may carry; the lab sets it in transport mode between real
     /// hosts so the SA can only ever protect the lab's data port.
     pub selector: Option<TrafficSelector>,
-    /// The CPU this SA serves (RFC 9611 per-CPU SAs, `XFRMA_SA_PCPU`, Linux 6.13 and
-    /// later): an outbound packet takes the SA of the CPU it is sent on where there is one,
-    /// else the SA without a CPU. None: any CPU.
-    pub pcpu: Option<u32>,
+    /// The CPU this SA serves (RFC 9611 per-CPU SAs, Linux 6.13 and later): an outbound
+    /// packet takes the SA of the CPU it is sent on where there is one, else the SA without
+    /// a CPU. None: any CPU.
+    pub pcpu: Option<PerCpu>,
+}
+
+/// A per-CPU SA's CPU (`XFRMA_SA_PCPU`) and direction (`XFRMA_SA_DIR`): the kernel takes a
+/// CPU only from an SA that says which way it carries packets ("SA_PCPU only supported with
+/// SA_DIR"), and an outbound SA only without a replay window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerCpu {
+    pub cpu: u32,
+    pub direction: SaDirection,
+}
+
+/// Which way an SA carries packets, as the kernel's `XFRM_SA_DIR_*` (Linux 6.10) says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaDirection {
+    In,
+    Out,
+}
+
+impl SaDirection {
+    /// `XFRM_SA_DIR_IN` 1, `XFRM_SA_DIR_OUT` 2 (include/uapi/linux/xfrm.h).
+    pub fn raw(self) -> u8 {
+        match self {
+            SaDirection::In => 1,
+            SaDirection::Out => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SaDirection::In => "in",
+            SaDirection::Out => "out",
+        }
+    }
 }
 
 impl SaSpec {
@@ -62,6 +95,15 @@ impl SaSpec {
         }
         if let Some(sel) = &self.selector {
             sel.validate()?;
+        }
+        if let Some(PerCpu {
+            direction: SaDirection::Out,
+            ..
+        }) = self.pcpu
+        {
+            if self.replay_window != 0 {
+                return Err(SpecError::OutboundReplayWindow(self.replay_window));
+            }
         }
         Ok(())
     }
@@ -109,6 +151,14 @@ impl SaSpec {
         if let Some(sel) = &self.selector {
             a.push("sel".into());
             a.extend(selector_args(sel));
+        }
+        if let Some(p) = self.pcpu {
+            a.extend([
+                "dir".into(),
+                p.direction.name().into(),
+                "pcpu-num".into(),
+                p.cpu.to_string(),
+            ]);
         }
         a
     }
