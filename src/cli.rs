@@ -159,6 +159,11 @@ pub struct RunPlanArgs {
     /// SAs spread their packets over the CPUs (removed afterwards if the run created it).
     #[arg(long)]
     pub pcrypt: bool,
+    /// xfrm: per-CPU SAs (RFC 9611, Linux 6.13+): beside the SA pair, a pair for every CPU
+    /// of the kernel carrying the run; a packet leaves on the SA of the CPU that sends it, so
+    /// one tunnel's encryption spreads over the CPUs as its flows do. Use with -P N.
+    #[arg(long)]
+    pub per_cpu_sa: bool,
     /// WAN conditions on the lab's link, in tc's words, e.g. "delay 20ms loss 0.1% rate
     /// 1gbit": the netem qdisc on both veth ends (each direction gets the spec).
     #[arg(long, value_name = "SPEC")]
@@ -235,6 +240,7 @@ impl RunArgs {
             encap_port: p.encap_port,
             sas: p.sas,
             pcrypt: p.pcrypt,
+            per_cpu_sa: p.per_cpu_sa,
             family: p.link.family.family(),
             netem: p.netem.clone(),
             modes: self.modes(),

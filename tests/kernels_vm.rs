@@ -2,8 +2,12 @@
 //! a guest runs one kernel), and one report holds both kernels' rows, each labelled with
 //! its guest's uname -r; `compare --kernels A,B` pairs them cell by cell.
 //!
+//! And the newest kernel's data paths: per-CPU SAs (`--per-cpu-sa`, Linux 6.13+) on two
+//! CPUs in Debian sid's 7.x.
+//!
 //! Needs a second kernel beside the stock one: `lab/setup.sh --second-kernel` (Debian's
-//! bookworm-backports 6.12, into /var/lib/ipsec-lab/kernels; `make test` asks for it).
+//! bookworm-backports 6.12 and sid's 7.x, into /var/lib/ipsec-lab/kernels; `make test`
+//! asks for it).
 //! Without one the test says so and skips (under CI=true it fails: setup should have
 //! installed it).
 
@@ -25,16 +29,14 @@ fn two_kernels() -> Option<(String, String)> {
                 .map(str::to_string)
         })
         .max()?;
-    let second = std::fs::read_dir("/var/lib/ipsec-lab/kernels")
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("vmlinuz-")
-                .map(str::to_string)
-        })
-        .find(|k| *k != stock)?;
+    // bookworm-backports' (6.12): sid's 7.x beside it is for the newest data paths.
+    let second = std::fs::read_to_string("/var/lib/ipsec-lab/kernels/.from-bookworm-backports").ok()?;
+    let second = second.trim().to_string();
+    if second == stock
+        || !std::path::Path::new(&format!("/var/lib/ipsec-lab/kernels/vmlinuz-{second}")).is_file()
+    {
+        return None;
+    }
     Some((stock, second))
 }
 
@@ -305,4 +307,63 @@ fn speed_with_two_kernels_names_each_kernels_rows() {
     assert!(host
         .iter()
         .all(|r| r["emulated"] == false && r.get("virtualization").is_none()));
+}
+
+/// `run --per-cpu-sa -P 4` in a two-CPU VM booting Debian sid's 7.x kernel: verified, and
+/// the kernel's own counters show packets leaving on the SAs of both CPUs (each SA saying
+/// its CPU as the kernel reports it), none on the SA without a CPU; labelled as the VM it
+/// ran in. TCG: correctness, not speed.
+#[test]
+fn per_cpu_sas_carry_packets_from_both_cpus_of_a_7x_vm() {
+    let test = "per_cpu_sas_carry_packets_from_both_cpus_of_a_7x_vm";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let sid = std::fs::read_to_string("/var/lib/ipsec-lab/kernels/.from-sid").unwrap_or_default();
+    let sid = sid.trim();
+    if sid.is_empty() {
+        testcap::skip(
+            test,
+            "no Debian sid kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
+        );
+        return;
+    }
+    let _lock = lab_lock();
+    let run = own::Sandbox::default().host_network().run(&[
+        "run",
+        "--vm",
+        sid,
+        "--per-cpu-sa",
+        "-P",
+        "4",
+        "--cipher",
+        "aes-256-gcm",
+        "--bytes",
+        "8MB",
+        "--no-ceiling",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    assert_eq!(r["environment"]["kernel_release"], sid, "{r}");
+    let sas = r["backend_details"]["xfrm"]["sas"].as_array().unwrap();
+    let a_to_b = || {
+        sas.iter()
+            .filter(|sa| sa["direction"].as_str().unwrap().starts_with("a->b"))
+    };
+    let busy: std::collections::BTreeSet<u64> = a_to_b()
+        .filter(|sa| sa["packets"].as_u64().unwrap() > 0)
+        .filter_map(|sa| sa["cpu"].as_u64())
+        .collect();
+    assert!(busy.len() >= 2, "packets left from CPUs {busy:?} only: {r}");
+    let fallback: u64 = a_to_b()
+        .filter(|sa| sa["cpu"].is_null())
+        .map(|sa| sa["packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(fallback, 0, "{r}");
+    assert!(text(out).contains("2 CPU(s) encrypted"), "{}", text(out));
 }

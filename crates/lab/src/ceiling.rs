@@ -69,17 +69,17 @@ pub fn packet(plan: &RunPlan, evidence: &Evidence) -> Packet {
             u.a.sent.packets,
             "the encrypting thread's inner packets",
         ),
-        Evidence::Xfrm(x) => x
-            .sas
-            .iter()
-            .find(|sa| sa.direction.starts_with("a->b"))
-            .and_then(|sa| {
-                counted(
-                    sa.counters.bytes,
-                    sa.counters.packets,
-                    "the a->b SA's counters (IP header included)",
-                )
-            }),
+        Evidence::Xfrm(x) => {
+            // Every SA a->b: several with --sas N or --per-cpu-sa.
+            let (bytes, packets) = x
+                .sas
+                .iter()
+                .filter(|sa| sa.direction.starts_with("a->b"))
+                .fold((0, 0), |(b, p), sa| {
+                    (b + sa.counters.bytes, p + sa.counters.packets)
+                });
+            counted(bytes, packets, "the a->b SAs' counters (IP header included)")
+        }
         Evidence::Strongswan(s) => s
             .sas
             .iter()
@@ -517,6 +517,7 @@ mod tests {
                 ..Default::default()
             },
             pair: None,
+            cpu: None,
         };
         let x = XfrmEvidence {
             mode: "tunnel".into(),
@@ -531,10 +532,27 @@ mod tests {
             kernel_drivers: Default::default(),
             pcrypt: None,
         };
-        let pk = packet(&p, &Evidence::Xfrm(x));
+        let pk = packet(&p, &Evidence::Xfrm(x.clone()));
         assert_eq!(pk.bytes, 1431);
         assert!(
             pk.source.contains("4254368 bytes in 2972 packets"),
+            "{}",
+            pk.source
+        );
+        // Several SAs a->b (--sas N, --per-cpu-sa): all of them, not the first.
+        let x = XfrmEvidence {
+            sas: vec![
+                sa("a->b (sent by a)", 0, 0),
+                sa("b->a (received by a)", 83492, 1551),
+                sa("a->b (sent by a), CPU 0's SA", 4254368, 2972),
+                sa("a->b (sent by a), CPU 1's SA", 4254368, 2972),
+            ],
+            ..x
+        };
+        let pk = packet(&p, &Evidence::Xfrm(x));
+        assert_eq!(pk.bytes, 1431);
+        assert!(
+            pk.source.contains("8508736 bytes in 5944 packets"),
             "{}",
             pk.source
         );

@@ -230,15 +230,13 @@ async fn esp_bytes(ends: &[End]) -> Option<BTreeMap<String, u64>> {
     let Some(End::Xfrm(a)) = ends.first() else {
         return None;
     };
-    let sas = a.sa_counters().await.ok()?;
-    Some(
-        sas.into_iter()
-            .map(|c| {
-                let way = c.direction.split(' ').next().unwrap_or_default().to_string();
-                (way, c.counters.bytes)
-            })
-            .collect(),
-    )
+    let mut bytes = BTreeMap::new();
+    // Several SAs go each way with --sas N or --per-cpu-sa: a way's bytes are all of theirs.
+    for c in a.sa_counters().await.ok()? {
+        let way = c.direction.split(' ').next().unwrap_or_default().to_string();
+        *bytes.entry(way).or_default() += c.counters.bytes;
+    }
+    Some(bytes)
 }
 
 /// What every step of a local run works on: the two namespaces, the run's cancellation

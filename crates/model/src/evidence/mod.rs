@@ -206,6 +206,7 @@ mod tests {
             spi: "0x1".into(),
             direction: "a->b (sent by a)".into(),
             pair: None,
+            cpu: None,
             counters: SaCounters {
                 packets: 5,
                 bytes: 500,

@@ -70,6 +70,9 @@ pub struct SaEvidence {
     /// With several SA pairs (`--sas N`): which one, 0 to N-1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pair: Option<u16>,
+    /// A per-CPU SA's CPU (`--per-cpu-sa`), as the kernel reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
     #[serde(flatten)]
     pub counters: SaCounters,
 }
@@ -112,7 +115,32 @@ impl XfrmEvidence {
         if let Some(p) = &self.pcrypt {
             lines.push(p.line());
         }
+        lines.extend(self.per_cpu_line());
         lines
+    }
+
+    /// With per-CPU SAs, where the data went, CPU by CPU: the packets each CPU's SA sent
+    /// a->b, and those sent on the SA without a CPU.
+    pub fn per_cpu_line(&self) -> Option<String> {
+        let a_to_b = || self.sas.iter().filter(|sa| sa.direction.starts_with("a->b"));
+        if !a_to_b().any(|sa| sa.cpu.is_some()) {
+            return None;
+        }
+        let mut cells: Vec<String> = a_to_b()
+            .filter_map(|sa| Some(format!("CPU {} {}", sa.cpu?, sa.counters.packets)))
+            .collect();
+        let fallback: u64 = a_to_b()
+            .filter(|sa| sa.cpu.is_none())
+            .map(|sa| sa.counters.packets)
+            .sum();
+        cells.push(format!("the SA without a CPU {fallback}"));
+        let busy = a_to_b()
+            .filter(|sa| sa.cpu.is_some() && sa.counters.packets > 0)
+            .count();
+        Some(format!(
+            "per-CPU SAs: packets a->b by the CPU they left from: {}; {busy} CPU(s) encrypted",
+            cells.join(", ")
+        ))
     }
 }
 
@@ -132,6 +160,7 @@ mod tests {
                 spi: "0x1a500101".into(),
                 direction: "a->b (sent by a)".into(),
                 pair: None,
+                cpu: None,
                 counters: SaCounters {
                     packets: 2952,
                     bytes: 4232538,
@@ -163,6 +192,7 @@ mod tests {
             spi: "0x1".into(),
             direction: "a->b (sent by a)".into(),
             pair,
+            cpu: None,
             counters: SaCounters {
                 packets: 2,
                 bytes: 300,
@@ -181,6 +211,13 @@ mod tests {
             json(&row(Some(1))),
             r#"{"spi":"0x1","direction":"a->b (sent by a)","pair":1,"packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5}"#
         );
+        assert_eq!(
+            json(&SaEvidence {
+                cpu: Some(3),
+                ..row(None)
+            }),
+            r#"{"spi":"0x1","direction":"a->b (sent by a)","cpu":3,"packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5}"#
+        );
         let negotiated = NegotiatedSa {
             sa: row(None),
             reqid: 7,
@@ -195,5 +232,44 @@ mod tests {
             json(&negotiated),
             r#"{"spi":"0x1","direction":"a->b (sent by a)","packets":2,"bytes":300,"replay_drops":4,"integrity_failures":5,"reqid":7,"mode":"tunnel","algorithms":[{"name":"rfc4106(gcm(aes))","key_bits":288,"icv_bits":128}]}"#
         );
+    }
+
+    /// Per-CPU SAs: one line says how many packets left on each CPU's SA and on the SA
+    /// without a CPU, counting the a->b direction only.
+    #[test]
+    fn per_cpu_sas_say_where_the_packets_left() {
+        let sa = |direction: &str, cpu, packets| SaEvidence {
+            spi: "0x1".into(),
+            direction: direction.into(),
+            pair: None,
+            cpu,
+            counters: SaCounters {
+                packets,
+                ..Default::default()
+            },
+        };
+        let mut e = XfrmEvidence {
+            mode: "tunnel".into(),
+            suite: "aes-256-gcm".into(),
+            reqid: "0x1".into(),
+            sas: vec![
+                sa("a->b (sent by a)", None, 0),
+                sa("b->a (received by a)", None, 9),
+                sa("a->b (sent by a), CPU 0's SA", Some(0), 100),
+                sa("b->a (received by a), CPU 0's SA", Some(0), 7),
+                sa("a->b (sent by a), CPU 1's SA", Some(1), 50),
+            ],
+            esp_overhead_bytes_per_packet: 56,
+            encap: None,
+            kernel_drivers: Default::default(),
+            pcrypt: None,
+        };
+        assert_eq!(
+            e.per_cpu_line().unwrap(),
+            "per-CPU SAs: packets a->b by the CPU they left from: CPU 0 100, CPU 1 50, the SA without a CPU 0; 2 CPU(s) encrypted"
+        );
+        assert!(e.lines().last().unwrap().starts_with("per-CPU SAs"));
+        e.sas.retain(|s| s.cpu.is_none());
+        assert_eq!(e.per_cpu_line(), None);
     }
 }

@@ -76,6 +76,12 @@ pub enum PlanError {
     PcryptBackend(Backend),
     #[error("--pcrypt wraps rfc4106(gcm(aes)): use --cipher aes-128-gcm or aes-256-gcm, not {0}")]
     PcryptSuite(CipherSuite),
+    #[error("--per-cpu-sa needs the {xfrm} backend (kernel ESP SAs), not {0}", xfrm = Backend::names_where(has_sas))]
+    PerCpuSaBackend(Backend),
+    #[error("--per-cpu-sa with --sas {0}: per-CPU SAs are another way to spread one tunnel over the CPUs; give one of the two")]
+    PerCpuSaWithSas(u16),
+    #[error("--per-cpu-sa does not run between two hosts yet: the server installs one SA pair")]
+    PeerPerCpuSa,
     /// `--rekey-every`/`--rekey-order` that cannot act; the message says what to do.
     #[error("{0}")]
     Rekey(String),

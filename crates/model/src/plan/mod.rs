@@ -248,6 +248,10 @@ pub struct XfrmPlan {
     /// The SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
     #[serde(default)]
     pub pcrypt: bool,
+    /// Per-CPU SAs (`--per-cpu-sa`, RFC 9611, Linux 6.13): beside the pair, an SA pair per
+    /// CPU of the kernel carrying the run, each sending only from its CPU.
+    #[serde(default)]
+    pub per_cpu_sa: bool,
 }
 
 impl Default for XfrmPlan {
@@ -257,6 +261,7 @@ impl Default for XfrmPlan {
             encap: None,
             sas: 1,
             pcrypt: false,
+            per_cpu_sa: false,
         }
     }
 }
@@ -360,6 +365,7 @@ impl Serialize for RunPlan {
         unless(&mut m, "encap", &self.encap(), Option::is_none)?;
         unless(&mut m, "sas", &self.sas(), is_one)?;
         unless(&mut m, "pcrypt", &self.pcrypt(), |p| !p)?;
+        unless(&mut m, "per_cpu_sa", &self.per_cpu_sa(), |p| !p)?;
         m.serialize_field("family", &l.family)?;
         unless(&mut m, "netem", &l.netem, Option::is_none)?;
         unless(&mut m, "modes", &w.modes, Modes::is_default)?;
@@ -485,6 +491,10 @@ impl RunPlan {
 
     pub fn pcrypt(&self) -> bool {
         self.xfrm().is_some_and(|x| x.pcrypt)
+    }
+
+    pub fn per_cpu_sa(&self) -> bool {
+        self.xfrm().is_some_and(|x| x.per_cpu_sa)
     }
 
     /// The plain line rate of this run: the same workload over the same link and

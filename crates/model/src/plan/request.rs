@@ -53,6 +53,8 @@ pub struct RunRequest {
     pub sas: u16,
     /// `--pcrypt` (xfrm, AES-GCM): the SAs run on a `pcrypt(rfc4106(gcm(aes)))` instance.
     pub pcrypt: bool,
+    /// `--per-cpu-sa` (xfrm): an SA pair per CPU beside the pair (RFC 9611).
+    pub per_cpu_sa: bool,
     /// `-6`/`--family 6`: IPv6 outer and inner addresses.
     pub family: Family,
     /// `--netem SPEC`: the WAN conditions the lab's link gets.
@@ -189,6 +191,7 @@ impl Default for RunRequest {
             encap_port: None,
             sas: 1,
             pcrypt: false,
+            per_cpu_sa: false,
             family: Family::Ipv4,
             netem: None,
             modes: Default::default(),
@@ -408,9 +411,10 @@ impl RunRequest {
         if self.packets.find_ndr.is_some() || modes.bidir {
             return refuse("a rekey run follows one timed flow: leave out --find-ndr and --bidir".into());
         }
-        if self.sas > 1 || self.pcrypt {
+        if self.sas > 1 || self.pcrypt || self.per_cpu_sa {
             return refuse(
-                "--rekey-every replaces the run's one SA pair: leave out --sas and --pcrypt".into(),
+                "--rekey-every replaces the run's one SA pair: leave out --sas, --pcrypt and --per-cpu-sa"
+                    .into(),
             );
         }
         let Some(time_s) = modes.time_s else {
@@ -506,6 +510,14 @@ impl RunRequest {
                 return Err(PlanError::PeerPcrypt);
             }
         }
+        if self.per_cpu_sa {
+            if peer {
+                return Err(PlanError::PeerPerCpuSa);
+            }
+            if self.sas > 1 {
+                return Err(PlanError::PerCpuSaWithSas(self.sas));
+            }
+        }
         if self.sas > 1 {
             if peer {
                 return Err(PlanError::PeerSas);
@@ -530,6 +542,7 @@ impl RunRequest {
             encap,
             sas: self.sas,
             pcrypt: self.pcrypt,
+            per_cpu_sa: self.per_cpu_sa,
         })
     }
 
@@ -546,6 +559,9 @@ impl RunRequest {
             }
             if self.pcrypt {
                 return Err(PlanError::PcryptBackend(b));
+            }
+            if self.per_cpu_sa {
+                return Err(PlanError::PerCpuSaBackend(b));
             }
             if self.sas > 1 {
                 ignored.push(format!("--sas {} (only the xfrm backend has SAs)", self.sas));
@@ -1058,6 +1074,45 @@ mod tests {
             ..pcrypt(Backend::Xfrm, gcm)
         };
         assert_eq!(peer.validate(), Err(PlanError::PeerPcrypt));
+    }
+
+    /// `--per-cpu-sa`: xfrm's alone, a local run's, not with --sas or --rekey-every; the
+    /// plan keeps it through its JSON (the VM's guest reads the plan so).
+    #[test]
+    fn per_cpu_sa_is_a_local_xfrm_runs() {
+        let req = |backend| RunRequest {
+            backend,
+            per_cpu_sa: true,
+            parallel: 2,
+            ..Default::default()
+        };
+        let plan = req(Backend::Xfrm).validate().unwrap();
+        assert!(plan.per_cpu_sa());
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["per_cpu_sa"], true);
+        let back: crate::RunPlan = serde_json::from_value(json).unwrap();
+        assert!(back.per_cpu_sa());
+        assert!(!RunRequest::default().validate().unwrap().per_cpu_sa());
+        assert_eq!(
+            req(Backend::Userspace).validate(),
+            Err(PlanError::PerCpuSaBackend(Backend::Userspace))
+        );
+        assert_eq!(
+            RunRequest {
+                sas: 2,
+                ..req(Backend::Xfrm)
+            }
+            .validate(),
+            Err(PlanError::PerCpuSaWithSas(2))
+        );
+        assert_eq!(
+            RunRequest {
+                peer: Some("192.0.2.1".into()),
+                ..req(Backend::Xfrm)
+            }
+            .validate(),
+            Err(PlanError::PeerPerCpuSa)
+        );
     }
 
     #[test]

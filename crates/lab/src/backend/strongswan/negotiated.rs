@@ -32,6 +32,7 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
             };
             Some(NegotiatedSa {
                 sa: SaEvidence {
+                    cpu: None,
                     spi: sa.id.spi.to_string(),
                     direction: direction.into(),
                     pair: None,

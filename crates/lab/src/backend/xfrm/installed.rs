@@ -37,11 +37,22 @@ pub fn add_counters(a: SaCounters, b: SaCounters) -> SaCounters {
     }
 }
 
+/// What an SA of the book is, by place (two places, a→b and b→a, each).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Place {
+    /// SA pair i (`--sas N`: 0 to N-1).
+    Pair(usize),
+    /// The per-CPU pair of this CPU (`--per-cpu-sa`).
+    Cpu(u32),
+}
+
 /// One end's kernel objects. Dropping it removes them.
 pub struct Installed {
     side: Side,
     handle: Arc<XfrmHandle>,
     book: Arc<Mutex<SaBook>>,
+    /// What each place of the book holds.
+    places: Vec<Place>,
     policies: Vec<PolicyId>,
     /// Whether each object is in this process's state file (objects in the current
     /// namespace are; those in a lab namespace go with the namespace's record).
@@ -63,13 +74,14 @@ impl Installed {
             side,
             handle: Arc::new(handle),
             book: Arc::default(),
+            places: Vec::new(),
             policies: Vec::new(),
             recorded,
         };
         // Each object is recorded before it is added (a kill in between leaves a record
         // `clean` finds already gone, never an unrecorded object); one the kernel refused
         // is forgotten again and never deleted (it may be someone else's).
-        for sa in set.sas() {
+        for (i, sa) in set.sas(side).into_iter().enumerate() {
             let record = recorded.then(|| sa_record(&sa.id()));
             record_now(&record)?;
             let added = match &set.encap {
@@ -80,10 +92,19 @@ impl Installed {
                 forget_now(&record);
                 return Err(LabError::from(e));
             }
-            let mut book = end.book.lock().expect("SA book");
-            book.current.push(sa.id());
-            book.carried.push(SaCounters::default());
-            book.replaced.push(0);
+            {
+                let mut book = end.book.lock().expect("SA book");
+                book.current.push(sa.id());
+                book.carried.push(SaCounters::default());
+                book.replaced.push(0);
+            }
+            end.places.push(match sa.pcpu {
+                Some(p) => Place::Cpu(p.cpu),
+                None => Place::Pair(i / 2),
+            });
+            if let Some(p) = sa.pcpu {
+                end.check_cpu(&sa.id(), p.cpu).await?;
+            }
         }
         for p in set.policies(side) {
             let record = policy_record(&p.id()).filter(|_| recorded);
@@ -97,18 +118,36 @@ impl Installed {
         Ok(end)
     }
 
-    /// The kernel's counters of this end's SAs, installed pair by pair (a→b, then b→a);
-    /// with several pairs each says which, and `ports` names the data ports of each pair.
+    /// Kernels before 6.13 take `XFRMA_SA_PCPU` without a word and ignore it (an attribute
+    /// past the last they know): the SA as the kernel has it must say its CPU, or the run
+    /// would measure one SA while claiming per-CPU ones.
+    async fn check_cpu(&self, id: &xfrm::SaId, cpu: u32) -> LabResult<()> {
+        let info = self.handle.get_sa(id).await.map_err(LabError::from)?;
+        if info.pcpu == Some(cpu) {
+            return Ok(());
+        }
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        Err(LabError::capability(anyhow::anyhow!(
+            "this kernel ({}) took the SA for CPU {cpu} but not its CPU: per-CPU SAs need Linux 6.13 or later",
+            release.trim()
+        )))
+    }
+
+    /// The kernel's counters of this end's SAs, installed pair by pair (a→b, then b→a),
+    /// then the per-CPU pairs; with several pairs each says which, and `ports` names the
+    /// data ports of each pair; a per-CPU pair's SAs say their CPU.
     pub async fn counters(&self, ports: &[Vec<u16>]) -> LabResult<Vec<SaEvidence>> {
         let me = self.side.name();
         let (current, carried, replaced) = {
             let book = self.book.lock().expect("SA book");
             (book.current.clone(), book.carried.clone(), book.replaced.clone())
         };
-        let several = current.len() > 2;
+        let several = self.places.contains(&Place::Pair(1));
+        let per_cpu = self.places.iter().any(|p| matches!(p, Place::Cpu(_)));
         let mut sas = Vec::new();
         for (i, id) in current.iter().enumerate() {
-            let (pair, direction) = (i / 2, ["a->b", "b->a"][i % 2]);
+            let direction = ["a->b", "b->a"][i % 2];
+            let place = self.places.get(i).copied().unwrap_or(Place::Pair(i / 2));
             let now = self.handle.sa_counters(id).await.map_err(LabError::from)?;
             let counters = add_counters(now, carried[i]);
             let role = if direction.starts_with(me) {
@@ -116,12 +155,16 @@ impl Installed {
             } else {
                 "received"
             };
-            let which = match ports.get(pair).filter(|_| several) {
-                Some(p) => {
-                    let p: Vec<String> = p.iter().map(u16::to_string).collect();
-                    format!(", SA pair {pair} (port {})", p.join(", "))
-                }
-                None => String::new(),
+            let which = match place {
+                Place::Cpu(cpu) => format!(", CPU {cpu}'s SA"),
+                Place::Pair(_) if per_cpu => ", the SA of CPUs without their own".into(),
+                Place::Pair(pair) => match ports.get(pair).filter(|_| several) {
+                    Some(p) => {
+                        let p: Vec<String> = p.iter().map(u16::to_string).collect();
+                        format!(", SA pair {pair} (port {})", p.join(", "))
+                    }
+                    None => String::new(),
+                },
             };
             let which = match replaced[i] {
                 0 => which,
@@ -130,7 +173,14 @@ impl Installed {
             sas.push(SaEvidence {
                 spi: id.spi.to_string(),
                 direction: format!("{direction} ({role} by {me}){which}"),
-                pair: several.then_some(pair as u16),
+                pair: match place {
+                    Place::Pair(pair) if several => Some(pair as u16),
+                    _ => None,
+                },
+                cpu: match place {
+                    Place::Cpu(cpu) => Some(cpu),
+                    Place::Pair(_) => None,
+                },
                 counters,
             });
         }

@@ -17,6 +17,8 @@
 //! own reqid, SPIs and keys (a key is never shared between SAs: GCM nonces would repeat);
 //! every SA's counters are in the evidence, with `pair`. `--pcrypt` ([`pcrypt`]): the
 //! AES-GCM SAs on a pcrypt instance made for the run (`pcrypt` in the evidence).
+//! `--per-cpu-sa` (see [`set`]): beside the pair, a pair for each online CPU (up to 126),
+//! refused before anything is made on kernels before 6.13; each SA's evidence says its CPU.
 //!
 //! ESP in UDP (`--encap udp`, RFC 3948): both SAs carry `XFRMA_ENCAP` and each end holds a
 //! UDP socket on its outer address and the encap port with `UDP_ENCAP_ESPINUDP` set, as an
@@ -38,7 +40,7 @@ use xfrm::{AuthTrunc, EspInUdpSocket, KeyInput, Protection, ReqId, RunIds, Spi, 
 pub use installed::{policy_id, policy_record, sa_record, Installed};
 use model::evidence::{XfrmEvidence, OVERHEAD_REFERENCE_LEN};
 pub use pcrypt::PcryptGuard;
-pub use set::{SaPair, SaSet};
+pub use set::{CpuPair, SaPair, SaSet};
 
 use super::site::{data_addr, Side, Site};
 use crate::error::{LabError, LabResult};
@@ -70,6 +72,9 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     if plan.pcrypt() {
         pcrypt::preflight()?;
     }
+    if plan.per_cpu_sa() {
+        per_cpu_preflight()?;
+    }
     let caps = xfrm::probe().await?;
     if !caps.esp {
         return Err(LabError::capability(anyhow::anyhow!(no_esp_hint(plan))));
@@ -85,12 +90,65 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     Ok(())
 }
 
+/// The first kernel with per-CPU SAs (RFC 9611).
+const PER_CPU_SA_SINCE: (u32, u32) = (6, 13);
+
+/// Refuses `--per-cpu-sa` on a kernel before 6.13: it would take the SAs' CPUs and ignore
+/// them, and the run would measure one SA pair while claiming per-CPU ones.
+fn per_cpu_preflight() -> LabResult<()> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    match release_version(release) {
+        Some(v) if v >= PER_CPU_SA_SINCE => Ok(()),
+        _ => Err(LabError::capability(anyhow::anyhow!(
+            "--per-cpu-sa needs Linux {}.{} or later (per-CPU SAs, RFC 9611); this kernel is {release}: \
+             run it in a VM booting a newer kernel (`lab/setup.sh --second-kernel` fetches Debian sid's into \
+             {}; then --vm RELEASE) or in user-mode Linux 7.x (--vm uml:RELEASE; one CPU, so one instance)",
+            PER_CPU_SA_SINCE.0,
+            PER_CPU_SA_SINCE.1,
+            crate::vm::LAB_KERNELS,
+        ))),
+    }
+}
+
+/// `7.2.13+deb14-amd64` → (7, 2).
+fn release_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The CPUs this kernel has online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`).
+fn online_cpus() -> LabResult<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map_err(|e| LabError::failed(anyhow::anyhow!("/sys/devices/system/cpu/online: {e}")))?;
+    parse_cpu_list(text.trim()).ok_or_else(|| {
+        LabError::failed(anyhow::anyhow!(
+            "/sys/devices/system/cpu/online: cannot read {text:?}"
+        ))
+    })
+}
+
+fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let (first, last): (u32, u32) = (first.parse().ok()?, last.parse().ok()?);
+        if last < first {
+            return None;
+        }
+        cpus.extend(first..=last);
+    }
+    Some(cpus)
+}
+
 /// What both ends of an xfrm run share.
 pub struct Secrets {
     /// The first SA pair's identifiers and keys: what a client sends its server.
     pub first: XfrmKeys,
     /// SA pairs 1 to N-1 with `--sas N` (local runs only).
     pub more_pairs: Vec<XfrmKeys>,
+    /// `--per-cpu-sa` (local runs only): each online CPU's pair, with pair 0's reqid.
+    pub per_cpu: Vec<(u32, XfrmKeys)>,
     /// The run's pcrypt instance with `--pcrypt` (local runs only): made before the ends,
     /// dropped after them (crypto instances are the kernel's, not an end's).
     pub pcrypt: Option<PcryptGuard>,
@@ -104,6 +162,10 @@ impl Secrets {
             true => generate_more_pairs(plan, &first)?,
             false => Vec::new(),
         };
+        let per_cpu = match plan.per_cpu_sa() {
+            true => generate_per_cpu(plan, &first)?,
+            false => Vec::new(),
+        };
         let pcrypt = match plan.pcrypt() {
             true => Some(PcryptGuard::create()?),
             false => None,
@@ -111,6 +173,7 @@ impl Secrets {
         Ok(Secrets {
             first,
             more_pairs,
+            per_cpu,
             pcrypt,
         })
     }
@@ -120,6 +183,7 @@ impl Secrets {
         Secrets {
             first,
             more_pairs: Vec::new(),
+            per_cpu: Vec::new(),
             pcrypt: None,
         }
     }
@@ -145,6 +209,24 @@ pub fn generate_more_pairs(plan: &RunPlan, first: &XfrmKeys) -> LabResult<Vec<Xf
     let ids = ids_of(first);
     (1..plan.sas().min(RunIds::MAX_PAIRS))
         .map(|i| keys_for(plan, ids.pair(i)))
+        .collect()
+}
+
+/// Each online CPU's SA pair (`--per-cpu-sa`): SPIs of pairs 1, 2, … with pair 0's reqid
+/// (the policies name that one), fresh keys each. CPUs past the run's SPIs (126 pairs) send
+/// on pair 0, as the kernel does for a CPU without an SA of its own.
+fn generate_per_cpu(plan: &RunPlan, first: &XfrmKeys) -> LabResult<Vec<(u32, XfrmKeys)>> {
+    let ids = ids_of(first);
+    online_cpus()?
+        .into_iter()
+        .zip(1..RunIds::MAX_PAIRS)
+        .map(|(cpu, i)| {
+            let pair = RunIds {
+                reqid: ids.reqid,
+                ..ids.pair(i)
+            };
+            Ok((cpu, keys_for(plan, pair)?))
+        })
         .collect()
 }
 
@@ -245,6 +327,16 @@ impl XfrmEnd {
                 sender == Side::A,
             ),
             pairs,
+            per_cpu: secrets
+                .per_cpu
+                .iter()
+                .map(|(cpu, k)| {
+                    Ok(CpuPair {
+                        cpu: *cpu,
+                        pair: pair_of(plan, k)?,
+                    })
+                })
+                .collect::<LabResult<Vec<CpuPair>>>()?,
             sender,
             encap: plan
                 .encap()
@@ -278,7 +370,7 @@ impl XfrmEnd {
             None => None,
         };
         let installed = Installed::install(handle, site.side, &set, site.lab_link.is_none()).await?;
-        let sas = set.sas();
+        let sas = set.sas(site.side);
         let ports = (0..set.pairs.len())
             .map(|pair| {
                 (0..plan.workload().parallel)
@@ -404,7 +496,7 @@ fn encap_socket(site: &Site<'_>, port: u16) -> LabResult<EspInUdpSocket> {
 /// Prints the SAs with keys where `--show-keys` asked for it.
 fn show_keys(set: &SaSet, show: ShowKeys) {
     if show.0 {
-        for sa in set.sas() {
+        for sa in set.sas(Side::A) {
             let mut args = sa.iproute2_args_with_keys();
             if let Some(encap) = &set.encap {
                 args.extend(encap.iproute2_args());
@@ -459,5 +551,18 @@ mod tests {
             ..request(Some("192.0.2.1"))
         };
         userspace.validate().unwrap();
+    }
+
+    #[test]
+    fn cpu_lists_and_releases_read_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("0-3,6,8-9"), Some(vec![0, 1, 2, 3, 6, 8, 9]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list(""), None);
+        assert_eq!(release_version("7.2.13+deb14-amd64"), Some((7, 2)));
+        assert_eq!(release_version("6.1.0-57-amd64"), Some((6, 1)));
+        assert!(release_version("6.12.95+deb12-amd64").unwrap() < PER_CPU_SA_SINCE);
+        assert!(release_version("6.13.0").unwrap() >= PER_CPU_SA_SINCE);
+        assert_eq!(release_version("x"), None);
     }
 }

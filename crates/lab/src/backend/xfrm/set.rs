@@ -6,13 +6,19 @@
 //! pair's reqid in their template, so the kernel sends each stream's packets through its
 //! pair. In tunnel mode a policy for everything else between the inner addresses (one
 //! priority step below) keeps other traffic on pair 0, so nothing leaves in clear.
+//!
+//! Per-CPU SAs (`--per-cpu-sa`, RFC 9611): beside the one pair, a pair for each CPU with
+//! pair 0's reqid, so the same policies select them all; the kernel (6.13+) sends a packet
+//! on the SA of the CPU it leaves from, or on the pair without a CPU where that CPU has
+//! none. An instance's SAs say their CPU and, as the kernel requires with one, their
+//! direction at the end that installs them.
 
 use std::net::IpAddr;
 
 use model::{IpsecMode, RunPlan};
 use xfrm::{
-    IpProto, PolicyDirection, PolicySpec, Protection, RunIds, SaSpec, Template, TrafficSelector, UdpEncap,
-    LAB_POLICY_PRIORITY, LAB_REPLAY_WINDOW,
+    IpProto, PerCpu, PolicyDirection, PolicySpec, Protection, RunIds, SaDirection, SaSpec, Template,
+    TrafficSelector, UdpEncap, LAB_POLICY_PRIORITY, LAB_REPLAY_WINDOW,
 };
 
 use crate::backend::site::Side;
@@ -24,6 +30,8 @@ pub struct SaSet {
     pub mode: IpsecMode,
     /// The SA pairs: one for every stream, or one per stream group with `--sas N`.
     pub pairs: Vec<SaPair>,
+    /// `--per-cpu-sa`: pair 0's instance for each CPU (its reqid, SPIs and keys of its own).
+    pub per_cpu: Vec<CpuPair>,
     /// Outer addresses: ESP travels between them (in transport mode they carry the data).
     pub addr_a: IpAddr,
     pub addr_b: IpAddr,
@@ -40,6 +48,13 @@ pub struct SaSet {
 pub struct SaPair {
     pub ids: RunIds,
     pub protection: Protection,
+}
+
+/// A per-CPU SA pair: the CPU whose packets it carries, and the pair.
+#[derive(Clone)]
+pub struct CpuPair {
+    pub cpu: u32,
+    pub pair: SaPair,
 }
 
 /// Traffic one pair of policies (out and in at each end) sends through one SA pair.
@@ -145,18 +160,37 @@ impl SaSet {
         }
     }
 
-    /// Every pair's two SAs (a→b, then b→a): each end sends with one of a pair and
-    /// receives with the other.
-    pub fn sas(&self) -> Vec<SaSpec> {
-        self.pairs
-            .iter()
-            .flat_map(|p| {
-                [
-                    self.sa(p, self.addr_a, self.addr_b, p.ids.spi_a_to_b),
-                    self.sa(p, self.addr_b, self.addr_a, p.ids.spi_b_to_a),
-                ]
+    /// Every pair's two SAs (a→b, then b→a), then every CPU's pair, as `side` installs them:
+    /// each end sends with one of a pair and receives with the other.
+    pub fn sas(&self, side: Side) -> Vec<SaSpec> {
+        let both = |p: &SaPair| {
+            [
+                self.sa(p, self.addr_a, self.addr_b, p.ids.spi_a_to_b),
+                self.sa(p, self.addr_b, self.addr_a, p.ids.spi_b_to_a),
+            ]
+        };
+        let a_sends = |i: usize| (i == 0) == (side == Side::A);
+        let per_cpu = self.per_cpu.iter().flat_map(|c| {
+            both(&c.pair).into_iter().enumerate().map(move |(i, sa)| {
+                let direction = match a_sends(i) {
+                    true => SaDirection::Out,
+                    false => SaDirection::In,
+                };
+                SaSpec {
+                    // An outbound SA checks no replay: the kernel refuses a window on one.
+                    replay_window: match direction {
+                        SaDirection::Out => 0,
+                        SaDirection::In => sa.replay_window,
+                    },
+                    pcpu: Some(PerCpu {
+                        cpu: c.cpu,
+                        direction,
+                    }),
+                    ..sa
+                }
             })
-            .collect()
+        });
+        self.pairs.iter().flat_map(both).chain(per_cpu).collect()
     }
 
     /// The policies of one end: out and in for every flow.
@@ -211,6 +245,7 @@ mod tests {
             addr_a: a,
             addr_b: b,
             flows: SaSet::flows(plan, IpsecMode::Transport, from, to, 1, sender == Side::A),
+            per_cpu: Vec::new(),
             sender,
             encap: None,
         }
@@ -244,10 +279,11 @@ mod tests {
             addr_a: a,
             addr_b: b,
             flows: SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 2, true),
+            per_cpu: Vec::new(),
             sender: Side::A,
             encap: None,
         };
-        let spis: Vec<u32> = set.sas().iter().map(|s| s.spi.0).collect();
+        let spis: Vec<u32> = set.sas(Side::A).iter().map(|s| s.spi.0).collect();
         let pair1 = ids.pair(1);
         assert_eq!(
             spis,
@@ -258,7 +294,7 @@ mod tests {
                 pair1.spi_b_to_a.0
             ]
         );
-        assert_eq!(set.sas()[2].reqid, pair1.reqid);
+        assert_eq!(set.sas(Side::A)[2].reqid, pair1.reqid);
         let out_a: Vec<(Option<u16>, xfrm::ReqId, u32)> = set
             .policies(Side::A)
             .iter()
@@ -311,7 +347,7 @@ mod tests {
         assert_eq!(plan.workload().probe_port(), 6001);
         for sender in [Side::A, Side::B] {
             let set = set(&plan, sender);
-            for sa in set.sas() {
+            for sa in set.sas(Side::A) {
                 assert_eq!(sa.selector.unwrap().proto, None);
             }
             let out = |side: Side| -> Vec<(Option<u16>, Option<u16>)> {
@@ -348,7 +384,7 @@ mod tests {
         .unwrap();
         for sender in [Side::A, Side::B] {
             let set = set(&plan, sender);
-            for sa in set.sas() {
+            for sa in set.sas(Side::A) {
                 assert_eq!(sa.selector.unwrap().proto, Some(IpProto::Tcp));
             }
             for side in [Side::A, Side::B] {
@@ -364,6 +400,65 @@ mod tests {
                     assert_eq!(sel.dst_port.is_some(), to_receiver, "{side:?} {sel}");
                 }
             }
+        }
+    }
+
+    /// `--per-cpu-sa` on two CPUs: the pair without a CPU first, then each CPU's pair with
+    /// pair 0's reqid and SPIs of its own; at each end an instance's SA says its CPU and
+    /// its direction there (out: what that end sends, without a replay window), and the
+    /// policies are the one pair's.
+    #[test]
+    fn per_cpu_pairs_share_the_reqid_and_say_cpu_and_direction_at_each_end() {
+        let plan = model::RunRequest {
+            backend: model::Backend::Xfrm,
+            per_cpu_sa: true,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let ids = RunIds::for_slot(3);
+        let pair = |ids: RunIds| SaPair {
+            ids,
+            protection: Protection::generate(plan.suite(), AuthTrunc::Bits128).unwrap(),
+        };
+        let (a, b): (IpAddr, IpAddr) = ("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
+        let (ia, ib): (IpAddr, IpAddr) = ("198.19.0.1".parse().unwrap(), "198.19.0.2".parse().unwrap());
+        let set = SaSet {
+            mode: IpsecMode::Tunnel,
+            pairs: vec![pair(ids)],
+            per_cpu: (0..2u16)
+                .map(|c| CpuPair {
+                    cpu: u32::from(c),
+                    pair: pair(RunIds {
+                        reqid: ids.reqid,
+                        ..ids.pair(c + 1)
+                    }),
+                })
+                .collect(),
+            addr_a: a,
+            addr_b: b,
+            flows: SaSet::flows(&plan, IpsecMode::Tunnel, ia, ib, 1, true),
+            sender: Side::A,
+            encap: None,
+        };
+        for side in [Side::A, Side::B] {
+            let sas = set.sas(side);
+            assert_eq!(sas.len(), 6);
+            assert!(sas.iter().all(|s| s.reqid == ids.reqid));
+            let spis: std::collections::BTreeSet<u32> = sas.iter().map(|s| s.spi.0).collect();
+            assert_eq!(spis.len(), 6);
+            assert_eq!((sas[0].pcpu, sas[1].pcpu), (None, None));
+            for sa in &sas[2..] {
+                sa.validate().unwrap();
+                let p = sa.pcpu.unwrap();
+                let sends = (sa.src == a) == (side == Side::A);
+                let want = if sends { SaDirection::Out } else { SaDirection::In };
+                assert_eq!(p.direction, want, "{side:?} {sa:?}");
+                assert_eq!(sa.replay_window, if sends { 0 } else { LAB_REPLAY_WINDOW });
+            }
+            let cpus: Vec<u32> = sas[2..].iter().map(|s| s.pcpu.unwrap().cpu).collect();
+            assert_eq!(cpus, [0, 0, 1, 1]);
+            assert_eq!(set.policies(side).len(), 2);
         }
     }
 }
