@@ -589,4 +589,66 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
         // A fact of this host (only 7.x runs on AVX-512 CPUs), not a missing capability.
         None => eprintln!("{test}: no user-mode Linux before 6.13 runs here; the refusal is not checked"),
     }
+    // `matrix --per-cpu-sa`: the row "xfrm [per-CPU SAs]" measured in 7.x, and in a kernel
+    // before 6.13 not run, saying why.
+    let mut kernels = format!("uml:{new}");
+    let old = runnable
+        .iter()
+        .find(|(_, v)| *v < (6, 13))
+        .map(|(r, _)| r.clone());
+    if let Some(old) = &old {
+        kernels.push_str(&format!(",uml:{old}"));
+    }
+    let run = Sandbox::default().run(&[
+        "matrix",
+        "--vm",
+        &kernels,
+        "--backends",
+        "xfrm",
+        "--per-cpu-sa",
+        "-P",
+        "2",
+        "--ciphers",
+        "aes-128-gcm",
+        "--bytes",
+        "2MB",
+        "--repeat",
+        "1",
+        "--no-ceiling",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let per_cpu_row = |release: &str| -> serde_json::Value {
+        r["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| {
+                row["key"]["variant"]["kind"] == "per_cpu_sa"
+                    && row["key"]["environment"] == format!("uml {release}")
+            })
+            .unwrap_or_else(|| panic!("no per-CPU row of {release}: {r}"))
+            .clone()
+    };
+    let measured = per_cpu_row(new);
+    assert!(
+        measured["cells"][0]["mb_per_s"]["median"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0),
+        "{measured}"
+    );
+    if let Some(old) = &old {
+        let refused = per_cpu_row(old);
+        assert!(
+            refused
+                .to_string()
+                .contains("--per-cpu-sa needs Linux 6.13 or later"),
+            "{refused}"
+        );
+    }
 }

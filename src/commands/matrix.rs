@@ -118,6 +118,11 @@ pub struct SweepArgs {
     /// (`run --pcrypt`), "xfrm [pcrypt]"; its other columns say why they have none.
     #[arg(long)]
     pub pcrypt: bool,
+    /// Add an xfrm row with per-CPU SAs (`run --per-cpu-sa`, Linux 6.13+), "xfrm [per-CPU
+    /// SAs]": beside the plain row and the -P streams' SA-pair rows (--threads); refused
+    /// with the reason on older kernels.
+    #[arg(long)]
+    pub per_cpu_sa: bool,
     /// Link conditions as a row dimension: netem specs in tc's words, separated by `;`,
     /// `none` for the bare link, e.g. "none;delay 20ms;delay 50ms loss 1%". Every row runs
     /// once per condition (its label ends in `@ SPEC`); hosts without netem run them with
@@ -202,6 +207,7 @@ impl SweepArgs {
                 .transpose()
                 .map_err(model::PlanError::from)?,
             pcrypt: self.pcrypt,
+            per_cpu_sa: self.per_cpu_sa,
             family: self.link.family.family(),
             netem: match &self.netem {
                 Some(text) => model::netem::parse_conditions(text).map_err(LabError::usage)?,

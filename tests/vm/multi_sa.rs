@@ -22,7 +22,7 @@ use std::time::Duration;
 use common::*;
 
 #[test]
-fn sas_and_pcrypt_bad_input_exits_2_and_creates_nothing() {
+fn sas_pcrypt_and_per_cpu_sa_bad_input_exits_2_and_creates_nothing() {
     assert_usage_errors(&[
         (&["run", "--sas", "0"][..], "--sas 0 is out of range"),
         (&["run", "--sas", "65", "-P", "100"][..], "1 to 64"),
@@ -57,6 +57,26 @@ fn sas_and_pcrypt_bad_input_exits_2_and_creates_nothing() {
         (
             &["matrix", "--backends", "userspace", "--pcrypt"][..],
             "include xfrm",
+        ),
+        (
+            &["run", "--per-cpu-sa", "--backend", "userspace"][..],
+            "--per-cpu-sa needs the xfrm backend",
+        ),
+        (
+            &["run", "--per-cpu-sa", "--sas", "2", "-P", "2"][..],
+            "give one of the two",
+        ),
+        (
+            &["run", "--per-cpu-sa", "--peer", "192.0.2.1"][..],
+            "--per-cpu-sa does not run between two hosts",
+        ),
+        (
+            &["run", "--per-cpu-sa", "--rekey-every", "2", "--time", "8"][..],
+            "leave out --sas, --pcrypt and --per-cpu-sa",
+        ),
+        (
+            &["matrix", "--backends", "userspace", "--per-cpu-sa"][..],
+            "--per-cpu-sa adds an xfrm row: include xfrm",
         ),
     ]);
 }

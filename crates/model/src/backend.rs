@@ -187,7 +187,7 @@ const DESCRIPTIONS: [Description; 8] = [
     Description {
         backend: Backend::Xfrm,
         name: "xfrm",
-        summary: "kernel IPsec (ESP SAs and policies over netlink XFRM); `--sas N` SA pairs by data port, `--pcrypt`",
+        summary: "kernel IPsec (ESP SAs and policies over netlink XFRM); `--sas N` SA pairs by data port, `--pcrypt`, `--per-cpu-sa` (6.13+)",
         suites: Suites::Aes,
         no_ipv6: None,
         two_hosts: true,

@@ -50,6 +50,8 @@ pub enum RowVariant {
     Encap(crate::encap::Encap),
     /// The xfrm backend's AES-GCM SAs on a `pcrypt(rfc4106(gcm(aes)))` instance (`--pcrypt`).
     Pcrypt,
+    /// The xfrm backend with per-CPU SAs (`--per-cpu-sa`, Linux 6.13+).
+    PerCpuSa,
 }
 
 /// Identifies a row: backend, variant and where it ran. Two reports' rows are the same row
@@ -142,6 +144,7 @@ impl RowKey {
             (b, RowVariant::KernelDriver(d)) => format!("{b} [{d}]"),
             (b, RowVariant::Encap(e)) => format!("{b} [{}]", e.short_label()),
             (b, RowVariant::Pcrypt) => format!("{b} [pcrypt]"),
+            (b, RowVariant::PerCpuSa) => format!("{b} [per-CPU SAs]"),
         };
         // The count is tunnel threads, or for kernel ESP SA pairs (one per stream group).
         let base = match (self.tunnel_threads, self.backend) {
@@ -557,6 +560,11 @@ mod tests {
         let json = serde_json::to_value(&pcrypt).unwrap();
         assert_eq!(json["variant"]["kind"], "pcrypt", "{json}");
         assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), pcrypt);
+        let per_cpu = RowKey::new(Backend::Xfrm, RowVariant::PerCpuSa, VM);
+        assert_eq!(per_cpu.label(), "xfrm [per-CPU SAs] (vm)");
+        let json = serde_json::to_value(&per_cpu).unwrap();
+        assert_eq!(json["variant"]["kind"], "per_cpu_sa", "{json}");
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), per_cpu);
     }
 
     #[test]

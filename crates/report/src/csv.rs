@@ -213,6 +213,7 @@ pub fn render(report: &MatrixReport) -> String {
             RowVariant::KernelDriver(d) => d.clone(),
             RowVariant::Encap(e) => e.short_label(),
             RowVariant::Pcrypt => "pcrypt".into(),
+            RowVariant::PerCpuSa => "per-cpu-sa".into(),
         };
         let payload = report.payload_of(&row.key.environment);
         for cell in &row.cells {

@@ -41,6 +41,7 @@ fn soft_plan(plan: &SweepPlan) -> SweepPlan {
         // Rows of xfrm: the child has none.
         encap: None,
         pcrypt: false,
+        per_cpu_sa: false,
         // This sweep measures them.
         setup_rate: None,
         ..plan.clone()
@@ -279,11 +280,7 @@ pub(super) fn vm_cells(args: &SweepPlan) -> Vec<u64> {
         .iter()
         .map(|kernel| {
             let guest = vm_plan(args, kernel);
-            let rows = guest.backends.len() as u64
-                + u64::from(guest.encap.is_some())
-                + u64::from(guest.pcrypt)
-                + guest.threads.iter().filter(|t| **t > 1).count() as u64;
-            (guest.suites.len() as u64 * rows + 1)
+            (guest.suites.len() as u64 * guest.rows_per_suite() + 1)
                 * guest.netem.len().max(1) as u64
                 * guest.packet_sizes.len().max(1) as u64
         })
@@ -387,10 +384,7 @@ async fn vm_sweep(
     // The guest's console stays quiet here (the sweep's own progress goes on meanwhile).
     child.output = Output::Hidden;
     // Boot, plus each cell's transfers at a few MB/s under TCG, with a wide margin.
-    let rows_per_suite = guest_plan.backends.len() as u64
-        + u64::from(guest_plan.encap.is_some())
-        + u64::from(guest_plan.pcrypt)
-        + guest_plan.threads.iter().filter(|t| **t > 1).count() as u64;
+    let rows_per_suite = guest_plan.rows_per_suite();
     let conditions = guest_plan.netem.len().max(1) as u64;
     let row_cells = guest_plan.suites.len() as u64 * (rows_per_suite + 1) + 1;
     let cells = row_cells * u64::from(args.repeat) * conditions;
@@ -554,6 +548,7 @@ mod tests {
             threads: vec![2, 1],
             parallel: 2,
             pcrypt: true,
+            per_cpu_sa: true,
             encap: Some(model::Encap::EspInUdp { port: 4600 }),
             ..plan()
         }
@@ -561,8 +556,12 @@ mod tests {
         .unwrap();
         let guest = vm_plan(&a, &GuestKernel::Stock(None));
         assert_eq!(guest.threads, [1, 2]);
-        assert!(guest.pcrypt);
+        assert!(guest.pcrypt && guest.per_cpu_sa);
         assert_eq!(guest.encap, Some(model::Encap::EspInUdp { port: 4600 }));
+        // Backends, ESP in UDP, pcrypt, per-CPU SAs, x2 SAs.
+        assert_eq!(guest.rows_per_suite(), guest.backends.len() as u64 + 4);
+        // User-mode Linux (one CPU) keeps the per-CPU row: 7.x runs it, 6.x says why not.
+        assert!(vm_plan(&a, &GuestKernel::Uml(None)).per_cpu_sa);
     }
 
     /// `--vm auto` without KVM: UML for what it carries, the emulated stock kernel for the

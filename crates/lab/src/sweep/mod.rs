@@ -234,6 +234,7 @@ mod tests {
             baseline: true,
             encap: None,
             pcrypt: false,
+            per_cpu_sa: false,
             family: model::Family::Ipv4,
             netem: vec![],
             packet_sizes: vec![],

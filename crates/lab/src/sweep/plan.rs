@@ -47,6 +47,9 @@ pub struct SweepPlan {
     pub encap: Option<model::Encap>,
     /// `--pcrypt`: one more xfrm row, its AES-GCM SAs on a pcrypt instance.
     pub pcrypt: bool,
+    /// `--per-cpu-sa`: one more xfrm row, with per-CPU SAs.
+    #[serde(default)]
+    pub per_cpu_sa: bool,
     /// `-6`: every row over IPv6; rows of backends without it say why they are not run.
     pub family: model::Family,
     /// `--netem "SPEC;SPEC"`: the link conditions, every row once per condition (None: the
@@ -172,6 +175,11 @@ impl SweepPlan {
         if self.pcrypt && !self.has_xfrm_options() {
             return Err(LabError::usage(anyhow::anyhow!(
                 "--pcrypt adds an xfrm row: include xfrm in --backends"
+            )));
+        }
+        if self.per_cpu_sa && !self.has_xfrm_options() {
+            return Err(LabError::usage(anyhow::anyhow!(
+                "--per-cpu-sa adds an xfrm row: include xfrm in --backends"
             )));
         }
         if self.encap.is_some() && !self.has_xfrm_options() {
@@ -342,6 +350,16 @@ impl SweepPlan {
 
     pub(super) fn has(&self, backend: Backend) -> bool {
         self.backends.contains(&backend)
+    }
+
+    /// The rows each suite's column has, the baseline aside: one per backend, and xfrm's
+    /// extra rows (`--encap`, `--pcrypt`, `--per-cpu-sa`, each SA count above 1).
+    pub fn rows_per_suite(&self) -> u64 {
+        self.backends.len() as u64
+            + u64::from(self.encap.is_some())
+            + u64::from(self.pcrypt)
+            + u64::from(self.per_cpu_sa)
+            + self.threads.iter().filter(|t| **t > 1).count() as u64
     }
 
     /// Whether a backend of the sweep takes xfrm's own options (`--encap`, `--pcrypt`).

@@ -238,6 +238,13 @@ fn xfrm_extra_rows(args: &SweepPlan, kind: &RowKind) -> Vec<PlannedRow> {
     if args.pcrypt {
         rows.push(row(key(RowVariant::Pcrypt), kind.clone()));
     }
+    if args.per_cpu_sa {
+        let kind = match (kind, crate::backend::xfrm::per_cpu_preflight()) {
+            (RowKind::Local { .. }, Err(e)) => RowKind::Refused(format!("{e:#}")),
+            (k, _) => k.clone(),
+        };
+        rows.push(row(key(RowVariant::PerCpuSa), kind));
+    }
     for t in args.threads.iter().copied().filter(|t| *t > 1) {
         let kind = match kind {
             RowKind::Local { .. } if t > args.parallel => RowKind::Refused(format!(
@@ -415,6 +422,7 @@ async fn run_cell(
             encap: encap.map(|_| model::EncapKind::Udp),
             encap_port: encap.map(|model::Encap::EspInUdp { port }| port),
             pcrypt: row.key.variant == RowVariant::Pcrypt,
+            per_cpu_sa: row.key.variant == RowVariant::PerCpuSa,
             netem: netem.cloned(),
             ..request
         }

@@ -95,7 +95,7 @@ const PER_CPU_SA_SINCE: (u32, u32) = (6, 13);
 
 /// Refuses `--per-cpu-sa` on a kernel before 6.13: it would take the SAs' CPUs and ignore
 /// them, and the run would measure one SA pair while claiming per-CPU ones.
-fn per_cpu_preflight() -> LabResult<()> {
+pub fn per_cpu_preflight() -> LabResult<()> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let release = release.trim();
     match release_version(release) {
