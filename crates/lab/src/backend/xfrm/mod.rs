@@ -103,10 +103,10 @@ pub fn per_cpu_preflight() -> LabResult<()> {
         _ => Err(LabError::capability(anyhow::anyhow!(
             "--per-cpu-sa needs Linux {}.{} or later (per-CPU SAs, RFC 9611); this kernel is {release}: \
              run it in a VM booting a newer kernel (`lab/setup.sh --second-kernel` fetches Debian sid's into \
-             {}; then --vm RELEASE) or in user-mode Linux 7.x (--vm uml:RELEASE; one CPU, so one instance)",
+             /var/lib/ipsec-lab/kernels; then --vm RELEASE) or in user-mode Linux 7.x (--vm uml:RELEASE; one \
+             CPU, so one instance)",
             PER_CPU_SA_SINCE.0,
             PER_CPU_SA_SINCE.1,
-            crate::vm::LAB_KERNELS,
         ))),
     }
 }
