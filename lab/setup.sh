@@ -76,6 +76,7 @@ fi
 if [[ " $* " == *" --second-kernel "* || "${IPSEC_LAB_SECOND_KERNEL:-0}" == 1 ]]; then
   bash "$(dirname "$0")/second-kernel.sh"
   bash "$(dirname "$0")/second-uml.sh"
+  bash "$(dirname "$0")/openvpn-dco.sh"
 fi
 
 # Tests create namespaces under /run/netns like ip(8) does.

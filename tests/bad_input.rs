@@ -23,6 +23,32 @@ fn bad_values_exit_2_and_create_nothing() {
             "not both",
         ),
         (&["run", "--repeat", "0"][..], "1 to 1000"),
+        // OpenVPN's data channel offload: AEAD only, no user-mode Linux (no ovpn there), no
+        // rekey run yet.
+        (
+            &["run", "--backend", "openvpn-dco", "--cipher", "aes-128-cbc"][..],
+            "data channel offload carries AEAD ciphers only",
+        ),
+        (
+            &["run", "--backend", "openvpn-dco", "--hmac", "sha256"][..],
+            "which --backend openvpn measures",
+        ),
+        (
+            &["run", "--backend", "openvpn-dco", "--vm", "uml"][..],
+            "user-mode Linux has no ovpn module",
+        ),
+        (
+            &[
+                "run",
+                "--backend",
+                "openvpn-dco",
+                "--rekey-every",
+                "2",
+                "--time",
+                "8",
+            ][..],
+            "cannot rekey the openvpn-dco backend",
+        ),
         (&["run", "--parallel", "0"][..], "1 to 128"),
         (
             &["run", "--rekey-order", "sideways"][..],

@@ -2,8 +2,9 @@
 //! a guest runs one kernel), and one report holds both kernels' rows, each labelled with
 //! its guest's uname -r; `compare --kernels A,B` pairs them cell by cell.
 //!
-//! And the newest kernel's data paths: per-CPU SAs (`--per-cpu-sa`, Linux 6.13+) on two
-//! CPUs in Debian sid's 7.x.
+//! And the newest kernel's data paths in Debian sid's 7.x: per-CPU SAs (`--per-cpu-sa`,
+//! Linux 6.13+) on two CPUs, and OpenVPN 2.7 with its data channel in the kernel's `ovpn`
+//! (`--backend openvpn-dco`, Linux 6.16+).
 //!
 //! Needs a second kernel beside the stock one: `lab/setup.sh --second-kernel` (Debian's
 //! bookworm-backports 6.12 and sid's 7.x, into /var/lib/ipsec-lab/kernels; `make test`
@@ -366,4 +367,68 @@ fn per_cpu_sas_carry_packets_from_both_cpus_of_a_7x_vm() {
         .sum();
     assert_eq!(fallback, 0, "{r}");
     assert!(text(out).contains("2 CPU(s) encrypted"), "{}", text(out));
+}
+
+/// `run --backend openvpn-dco --vm auto`: the VM boots the kernel that has `ovpn` (sid's, not
+/// the stock one), the payload is verified, and each end proves the kernel carried its data
+/// channel: its device is an `ovpn` link and OpenVPN logged opening it; the openvpn
+/// processes, which hold only the control channel, spent next to no CPU while the data
+/// moved. TCG: correctness, not speed.
+#[test]
+fn openvpn_dco_carries_the_data_in_the_kernels_ovpn() {
+    let test = "openvpn_dco_carries_the_data_in_the_kernels_ovpn";
+    if !vm_or_skip(test) {
+        return;
+    }
+    let sid = std::fs::read_to_string("/var/lib/ipsec-lab/kernels/.from-sid").unwrap_or_default();
+    if sid.trim().is_empty() || !std::path::Path::new("/var/lib/ipsec-lab/openvpn/.from-sid").is_file() {
+        testcap::skip(
+            test,
+            "no Debian sid kernel or OpenVPN 2.7 in /var/lib/ipsec-lab: run lab/setup.sh --second-kernel",
+        );
+        return;
+    }
+    let _lock = lab_lock();
+    let run = own::Sandbox::default().host_network().run(&[
+        "run",
+        "--backend",
+        "openvpn-dco",
+        "--vm",
+        "auto",
+        "--cipher",
+        "aes-256-gcm",
+        "--bytes",
+        "8MB",
+        "--no-ceiling",
+        "--no-progress",
+        "--json",
+        "-",
+    ]);
+    let out = &run.out;
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    let r: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    assert_eq!(r["environment"]["kernel_release"], sid.trim(), "{r}");
+    let o = &r["backend_details"]["openvpn-dco"];
+    assert_eq!(o["dco"], true, "{o}");
+    assert!(o["version"].as_str().unwrap().starts_with("OpenVPN 2.7"), "{o}");
+    for end in ["a", "b"] {
+        let e = &o["ends"][end];
+        assert_eq!(e["dco"]["kind"], "ovpn", "{e}");
+        assert!(
+            e["dco"]["log_line"]
+                .as_str()
+                .unwrap()
+                .starts_with("DCO device ipl-ovpn-"),
+            "{e}"
+        );
+        // Encrypting 8 MB in userspace takes a TCG guest about a second of CPU.
+        let cpu = e["cpu"]["user_s"].as_f64().unwrap() + e["cpu"]["system_s"].as_f64().unwrap();
+        assert!(cpu < 0.3, "end {end} spent {cpu} s of CPU: {e}");
+    }
+    assert!(
+        text(out).contains("OpenVPN's data channel runs in the kernel"),
+        "{}",
+        text(out)
+    );
 }

@@ -80,6 +80,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 pid: 7,
                 cpu: model::CpuUsage::new(0.1, 0.2, 1.0),
                 renegotiations: 0,
+                dco: None,
             }),
         },
         Message::Busy,

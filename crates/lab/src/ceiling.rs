@@ -258,7 +258,8 @@ enum KernelMethod {
 fn calls_library(backend: Backend) -> bool {
     match backend.describe().kernel {
         Some(KernelNeed::Wireguard) => true,
-        Some(KernelNeed::Esp) | None => false,
+        // ovpn asks the crypto API for its AEAD, as ESP does.
+        Some(KernelNeed::Esp | KernelNeed::Ovpn) | None => false,
     }
 }
 
@@ -352,8 +353,8 @@ fn af_alg(backend: Backend, suite: SpeedSuite) -> Result<CryptoSpeed, String> {
         "an upper bound at any packet size: what each further byte costs between AF_ALG requests of {} and {} KiB \
          (the fastest request of each; encrypt {:.2} ns per byte through the algorithm, {:.2} through {null}; \
          decrypt {:.2} and {:.2}), less the same through {null}, AF_ALG's own copies and page walks; the system \
-         calls and every other cost per request drop out. ESP pays that per byte and a cost per packet besides, so \
-         no packet goes faster",
+         calls and every other cost per request drop out. The kernel's tunnel pays that per byte and a cost per \
+         packet besides, so no packet goes faster",
         small / 1024,
         large / 1024,
         encrypt.algorithm_ns,

@@ -32,7 +32,7 @@ pub const VIRT_KVM: &str = "vm (kvm)";
 pub const VIRT_TCG: &str = "vm (tcg: emulated, speeds not representative)";
 /// Modules the xfrm backend needs in the stock kernel (autoloading would find most, but a
 /// probe that fails before a module loads would report a missing capability).
-pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard crypto_user pcrypt sch_netem af_alg algif_skcipher algif_hash algif_aead authenc chacha20poly1305 chacha_x86_64 poly1305_x86_64";
+pub const GUEST_MODULES: &str = "esp4 xfrm_user xfrm4_tunnel aesni_intel sha256_ssse3 gcm wireguard crypto_user pcrypt sch_netem af_alg algif_skcipher algif_hash algif_aead authenc chacha20poly1305 chacha_x86_64 poly1305_x86_64 ovpn";
 /// How long a KVM guest may take to print a token before KVM is declared unusable here.
 const KVM_BOOT_TIMEOUT: Duration = Duration::from_secs(40);
 /// In the directory shared with the guest: the report the guest's run writes (`--json`),
@@ -407,6 +407,23 @@ fn exec_in_guest_dir<T: DeserializeOwned>(
     })
 }
 
+/// The newest kernel image here (in /boot or [`LAB_KERNELS`]) whose modules have `ovpn`.
+fn ovpn_kernel() -> Option<PathBuf> {
+    let mut images: Vec<PathBuf> = ["/boot", LAB_KERNELS]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|d| d.flatten().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("vmlinuz-"))
+                .is_some_and(|release| crate::backend::openvpn::kernel_has_ovpn(Some(release)))
+        })
+        .collect();
+    images.sort_by_key(|p| version_key(p));
+    images.pop()
+}
+
 /// Whether `plan` runs in user-mode Linux: `--vm uml`, or `--vm auto` where KVM cannot boot
 /// the stock kernel (so it would be emulated) and UML carries the backend (ESP, not
 /// WireGuard) and is installed.
@@ -414,7 +431,10 @@ fn uml_chosen(plan: &RunPlan) -> bool {
     match plan.vm() {
         Some(model::VmKernel::Uml(_)) => true,
         Some(model::VmKernel::Auto) => {
-            let uml_carries = plan.backend().describe().kernel != Some(model::backend::KernelNeed::Wireguard);
+            let uml_carries = !matches!(
+                plan.backend().describe().kernel,
+                Some(model::backend::KernelNeed::Wireguard | model::backend::KernelNeed::Ovpn)
+            );
             let kvm = resolve_kernel(None).is_ok_and(|k| detect_accel(&k) == Accel::Kvm);
             uml_carries && !kvm && crate::uml::UmlKernel::installed().is_some()
         }
@@ -430,6 +450,7 @@ pub fn wanted(plan: &RunPlan) -> bool {
         Some(model::backend::KernelNeed::Wireguard) => {
             crate::backend::wireguard::kernel::host_has_wireguard()
         }
+        Some(model::backend::KernelNeed::Ovpn) => crate::backend::openvpn::kernel_has_ovpn(None),
         None => true,
     };
     let host_can = || host_can() && (plan.link().netem.is_none() || netns::netem::kernel_has_netem());
@@ -447,7 +468,14 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
         return crate::uml::run_in_uml(plan);
     }
     let kernel_arg = plan.vm().and_then(model::VmKernel::image).map(str::to_string);
-    let kernel = resolve_kernel(kernel_arg.as_deref())?;
+    let kernel = match (&kernel_arg, plan.backend().describe().kernel) {
+        // `--vm auto` for OpenVPN's DCO: a kernel that has `ovpn` (the stock one may not).
+        (None, Some(model::backend::KernelNeed::Ovpn)) => match ovpn_kernel() {
+            Some(kernel) => kernel,
+            None => resolve_kernel(None)?,
+        },
+        _ => resolve_kernel(kernel_arg.as_deref())?,
+    };
     let accel = detect_accel(&kernel);
     let outdir = guest_dir("ipsec-lab-vm-")?;
     let plan_file = crate::child::write_plan(&outdir, &guest_plan(plan))?;

@@ -37,6 +37,9 @@ pub enum Backend {
     WireguardGo,
     /// boringtun (Cloudflare's Rust WireGuard), its device in the lab's process, per end.
     Boringtun,
+    /// Real OpenVPN 2.7 whose data channel the kernel's `ovpn` module carries (DCO).
+    #[serde(rename = "openvpn-dco")]
+    OpenvpnDco,
 }
 
 /// Which cipher suites a backend carries.
@@ -50,6 +53,8 @@ pub enum Suites {
     AesAndChaCha,
     /// ChaCha20-Poly1305 only (WireGuard).
     ChaCha,
+    /// AES-GCM and ChaCha20-Poly1305, no CBC (OpenVPN's data channel offload).
+    Aead,
 }
 
 /// What a backend needs of the kernel it runs on; where the host's kernel lacks it, the run
@@ -58,6 +63,8 @@ pub enum Suites {
 pub enum KernelNeed {
     Esp,
     Wireguard,
+    /// OpenVPN's data channel offload, the `ovpn` module (Linux 6.16+).
+    Ovpn,
 }
 
 /// The backend's own options beyond the suite and the workload.
@@ -135,6 +142,11 @@ pub struct Description {
     pub rekey: Option<&'static str>,
 }
 
+/// Why the DCO row has no CBC cells, and the plan refuses CBC for it.
+pub const DCO_NO_CBC: &str =
+    "OpenVPN's data channel offload carries AEAD ciphers only (AES-GCM, ChaCha20-Poly1305): \
+                              CBC+HMAC stays in OpenVPN's userspace, which --backend openvpn measures";
+
 const KERNEL_THREADS: &str =
     "the kernel's tunnel has no tunnel threads: each packet is encrypted on the CPU it \
                               is on (one SA pair or peer for every stream here)";
@@ -168,7 +180,7 @@ const WIREGUARD_REKEY: &str = "WireGuard rekeys on its own, the lab cannot start
                                 the new (make-before-break); the lab watches both devices' last handshake and reports \
                                 each new one, when it completed (how long it took is not reported)";
 
-const DESCRIPTIONS: [Description; 8] = [
+const DESCRIPTIONS: [Description; 9] = [
     Description {
         backend: Backend::Plain,
         name: "plain",
@@ -294,10 +306,25 @@ const DESCRIPTIONS: [Description; 8] = [
         tunnelled: true,
         rekey: Some(WIREGUARD_REKEY),
     },
+    Description {
+        backend: Backend::OpenvpnDco,
+        name: "openvpn-dco",
+        summary: "OpenVPN 2.7, one process per end, its data channel in the kernel's `ovpn` (DCO, Linux 6.16+)",
+        suites: Suites::Aead,
+        no_ipv6: None,
+        two_hosts: false,
+        kernel: Some(KernelNeed::Ovpn),
+        options: OwnOptions::None,
+        cpu: TunnelCpuSource::Kernel,
+        ceiling: CeilingSource::KernelCrypto,
+        threads: Threads::None(KERNEL_THREADS),
+        tunnelled: true,
+        rekey: None,
+    },
 ];
 
 impl Backend {
-    pub const ALL: [Backend; 8] = [
+    pub const ALL: [Backend; 9] = [
         Backend::Plain,
         Backend::Xfrm,
         Backend::Userspace,
@@ -306,6 +333,7 @@ impl Backend {
         Backend::Wireguard,
         Backend::WireguardGo,
         Backend::Boringtun,
+        Backend::OpenvpnDco,
     ];
 
     /// What this backend is and can do.
@@ -364,6 +392,7 @@ impl Backend {
             Suites::Aes => {
                 chacha.then_some("chacha20-poly1305 is WireGuard's cipher; this backend's row runs AES")
             }
+            Suites::Aead => matches!(suite, CipherSuite::AesCbc { .. }).then_some(DCO_NO_CBC),
             Suites::Unencrypted | Suites::AesAndChaCha => None,
         }
     }
@@ -373,7 +402,7 @@ impl Suites {
     /// Whether ChaCha20-Poly1305 is among them.
     pub fn carries_chacha(self) -> bool {
         match self {
-            Suites::AesAndChaCha | Suites::ChaCha => true,
+            Suites::AesAndChaCha | Suites::ChaCha | Suites::Aead => true,
             Suites::Unencrypted | Suites::Aes => false,
         }
     }
@@ -385,6 +414,7 @@ impl Suites {
             Suites::Aes => "AES-CBC ± HMAC, AES-GCM",
             Suites::AesAndChaCha => "AES-CBC ± HMAC, AES-GCM, ChaCha20-Poly1305",
             Suites::ChaCha => "ChaCha20-Poly1305",
+            Suites::Aead => "AES-GCM, ChaCha20-Poly1305",
         }
     }
 }
@@ -408,6 +438,7 @@ impl Description {
         let kernel = match self.kernel {
             Some(KernelNeed::Esp) => "VM where the host has no ESP",
             Some(KernelNeed::Wireguard) => "VM where the host has no WireGuard",
+            Some(KernelNeed::Ovpn) => "VM booting a kernel with `ovpn` where the host has none",
             None => "host",
         };
         match self.two_hosts {
@@ -485,7 +516,15 @@ mod tests {
             .into_iter()
             .filter(|b| b.describe().kernel.is_some())
             .collect();
-        assert_eq!(in_vm, [Backend::Xfrm, Backend::Strongswan, Backend::Wireguard]);
+        assert_eq!(
+            in_vm,
+            [
+                Backend::Xfrm,
+                Backend::Strongswan,
+                Backend::Wireguard,
+                Backend::OpenvpnDco
+            ]
+        );
         let wg: Vec<_> = Backend::ALL.into_iter().filter(|b| b.is_wireguard()).collect();
         assert_eq!(wg, [Backend::Wireguard, Backend::WireguardGo, Backend::Boringtun]);
         assert!(!Backend::Plain.encrypts() && Backend::ALL[1..].iter().all(|b| b.encrypts()));

@@ -141,7 +141,7 @@ impl RekeySchedule {
         match (backend, self.sa) {
             (Strongswan, RekeyTarget::Ike) => "charon's IKE_SA rekey",
             (Strongswan, RekeyTarget::Child) => "charon's CHILD_SA rekey",
-            (Openvpn, _) => "OpenVPN's renegotiation",
+            (Openvpn | OpenvpnDco, _) => "OpenVPN's renegotiation",
             (Userspace, _) => "new key epoch, make-before-break",
             (Wireguard | WireguardGo | Boringtun, _) => "WireGuard's own rekey (REKEY_AFTER_TIME)",
             (Xfrm | Plain, _) => self.order.name(),

@@ -60,7 +60,7 @@ impl RunSecrets {
             Backend::Plain => RunSecrets::Plain,
             Backend::Xfrm => RunSecrets::Xfrm(xfrm::Secrets::generate(plan)?),
             Backend::Userspace => RunSecrets::Userspace(userspace::generate_key()?),
-            Backend::Openvpn => RunSecrets::Openvpn(openvpn::Material::create(plan)?),
+            Backend::Openvpn | Backend::OpenvpnDco => RunSecrets::Openvpn(openvpn::Material::create(plan)?),
             Backend::Strongswan => RunSecrets::Strongswan(strongswan::Material::create(plan)?),
             Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
                 RunSecrets::Wireguard(wireguard::Keys::generate()?)
@@ -101,6 +101,7 @@ impl RunSecrets {
                 .map(RunSecrets::Userspace)
                 .ok_or_else(|| missing("tunnel key")),
             Backend::Openvpn
+            | Backend::OpenvpnDco
             | Backend::Strongswan
             | Backend::Wireguard
             | Backend::WireguardGo
@@ -118,7 +119,7 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         Backend::Plain => Ok(()),
         Backend::Xfrm => xfrm::preflight(plan).await,
         Backend::Userspace => userspace::preflight(plan).await,
-        Backend::Openvpn => openvpn::preflight(plan).await,
+        Backend::Openvpn | Backend::OpenvpnDco => openvpn::preflight(plan).await,
         Backend::Strongswan => strongswan::preflight(plan).await,
         Backend::Wireguard => wireguard::kernel::preflight(plan).await,
         Backend::WireguardGo => wireguard::go::preflight(plan).await,
@@ -162,7 +163,7 @@ impl End {
             (Backend::Userspace, RunSecrets::Userspace(key)) => {
                 Ok(End::Userspace(userspace::UserspaceEnd::start(plan, key, site)?))
             }
-            (Backend::Openvpn, RunSecrets::Openvpn(material)) => {
+            (Backend::Openvpn | Backend::OpenvpnDco, RunSecrets::Openvpn(material)) => {
                 Ok(End::Openvpn(openvpn::OpenvpnEnd::start(plan, material, site)?))
             }
             (Backend::Strongswan, RunSecrets::Strongswan(material)) => Ok(End::Strongswan(
@@ -182,6 +183,7 @@ impl End {
                 | Backend::Xfrm
                 | Backend::Userspace
                 | Backend::Openvpn
+                | Backend::OpenvpnDco
                 | Backend::Strongswan
                 | Backend::Wireguard
                 | Backend::WireguardGo
@@ -293,6 +295,8 @@ pub fn rekey(
             [End::Openvpn(a), End::Openvpn(_)] => Box::new(openvpn::OpenvpnEnd::rekey(a)),
             _ => return Err(cannot()),
         },
+        // Its description has no rekey: the plan refuses --rekey-every for it.
+        Backend::OpenvpnDco => return Err(cannot()),
         Backend::Strongswan => match ends {
             [End::Strongswan(a), End::Strongswan(b)] => {
                 Box::new(strongswan::StrongswanEnd::rekey(a, b, schedule.sa)?)

@@ -2,6 +2,13 @@
 //! over the same veth, the payload flowing between the inner addresses through its TUN
 //! devices. `--disable-dco`, so OpenVPN's own single thread moves every packet.
 //!
+//! `openvpn-dco`: OpenVPN 2.7 (Debian sid's, unpacked by lab/openvpn-dco.sh with its own
+//! libraries, or a 2.7 on the PATH) in TLS peer-to-peer mode with data channel offload: its
+//! tunnel device is an `ovpn` link (Linux 6.16+), and the kernel encrypts and moves the
+//! packets; the processes only hold the TLS control channel. OpenVPN falls back to its own
+//! TUN device where it cannot offload, so each end proves the offload once it is up (the
+//! device's link kind, over `ip -d link`, and OpenVPN's own log line), or the run fails.
+//!
 //! CBC suites and `none` use static-key mode (`--secret`, keyed from the run's random
 //! [`StaticKey`], the same layout the lab's tunnel uses), with `--cipher AES-N-CBC` and
 //! `--auth SHA256|none`. OpenVPN refuses AEAD ciphers in static-key mode ("Cipher
@@ -11,9 +18,10 @@
 //! both carry the same packets without fragmenting.
 //!
 //! Evidence (`backend_details.openvpn`, [`OpenvpnEvidence`]): `version`, `mode` (static-key or
-//! tls-p2p), `cipher`, `auth`, `tun_mtu`, and per end `cpu` (`user_s`, `system_s`,
-//! `percent_of_core`) of its openvpn process over its life, from /proc, and `renegotiations`,
-//! the TLS handshakes after the first its log shows.
+//! tls-p2p), `cipher`, `auth`, `tun_mtu`, `dco`, and per end `cpu` (`user_s`, `system_s`,
+//! `percent_of_core`) of its openvpn process from the moment it was up (its handshake
+//! aside), from /proc, `renegotiations`, the TLS handshakes after the first its log shows,
+//! and with DCO what showed the offload (`dco`: device, link kind, log line).
 //!
 //! Rekeying (`--rekey-every N`, TLS mode only): OpenVPN offers no way to start a
 //! renegotiation from outside (its management interface has none; SIGUSR1 restarts the
@@ -54,6 +62,13 @@ const HANDSHAKE_DONE: &str = "Control Channel: ";
 const RENEGOTIATION_TIMEOUT: Duration = Duration::from_secs(5);
 const INSTALL: &str =
     "openvpn is not installed: install it with `apt-get install openvpn` (Debian/Ubuntu) or `dnf install openvpn`";
+/// Where lab/openvpn-dco.sh unpacks OpenVPN 2.7: DIR/VERSION/openvpn, DIR/.from-sid naming
+/// the version.
+const LAB_OPENVPN: &str = "/var/lib/ipsec-lab/openvpn";
+/// OpenVPN's line once its DCO device exists.
+const DCO_OPENED: &str = "DCO device ";
+const NO_DCO_OPENVPN: &str = "--backend openvpn-dco needs OpenVPN 2.7 (it drives the kernel's ovpn): \
+     `lab/setup.sh --second-kernel` unpacks Debian sid's into /var/lib/ipsec-lab/openvpn, beside the host's";
 
 fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -63,12 +78,67 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Refuses, before anything is created, when openvpn (or, for GCM, openssl) is missing.
-pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
-    if find_program("openvpn").is_none() {
-        return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
+/// The OpenVPN a run starts: the PATH's, or for DCO one of 2.7 or later (the lab's first).
+fn program(plan: &RunPlan) -> Option<PathBuf> {
+    if plan.backend() != model::Backend::OpenvpnDco {
+        return find_program("openvpn");
     }
-    if matches!(plan.suite(), CipherSuite::AesGcm { .. }) && find_program("openssl").is_none() {
+    let lab = std::fs::read_to_string(Path::new(LAB_OPENVPN).join(".from-sid"))
+        .ok()
+        .map(|v| Path::new(LAB_OPENVPN).join(v.trim()).join("openvpn"))
+        .filter(|p| p.is_file());
+    lab.or_else(|| find_program("openvpn")).filter(|p| drives_ovpn(p))
+}
+
+/// Whether this OpenVPN is 2.7 or later (2.6 drives only the out-of-tree ovpn-dco module).
+fn drives_ovpn(program: &Path) -> bool {
+    let line = daemon::version_line(&program.display().to_string()).unwrap_or_default();
+    let version = line.split_whitespace().nth(1).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 7) && line.contains("[DCO]")
+}
+
+/// Whether the kernel `release` (None: this one) has the `ovpn` module, built in, loaded or
+/// among its modules.
+pub fn kernel_has_ovpn(release: Option<&str>) -> bool {
+    if release.is_none() && Path::new("/sys/module/ovpn").exists() {
+        return true;
+    }
+    let release = match release {
+        Some(r) => r.to_string(),
+        None => std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    };
+    ["modules.dep", "modules.builtin"].iter().any(|f| {
+        std::fs::read_to_string(Path::new("/lib/modules").join(&release).join(f)).is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.split(':').next().is_some_and(|m| m.contains("/ovpn.ko")))
+        })
+    })
+}
+
+/// Refuses, before anything is created, when openvpn (or, for GCM, openssl) is missing, and
+/// for DCO an OpenVPN of 2.7 or a kernel with `ovpn`.
+pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
+    let dco = plan.backend() == model::Backend::OpenvpnDco;
+    if program(plan).is_none() {
+        let why = if dco { NO_DCO_OPENVPN } else { INSTALL };
+        return Err(LabError::capability(anyhow::anyhow!(why)));
+    }
+    if dco && !kernel_has_ovpn(None) {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        return Err(LabError::capability(anyhow::anyhow!(
+            "this kernel ({}) has no ovpn module (OpenVPN's data channel offload, Linux 6.16 and later): add \
+             --vm auto (a VM booting a kernel that has it; `lab/setup.sh --second-kernel` fetches Debian sid's), \
+             or use --backend openvpn",
+            release.trim()
+        )));
+    }
+    if !matches!(plan.suite(), CipherSuite::AesCbc { .. } | CipherSuite::None)
+        && find_program("openssl").is_none()
+    {
         return Err(LabError::capability(anyhow::anyhow!(
             "openssl is needed to make the throwaway certificates for OpenVPN's AES-GCM (TLS) mode: \
              `apt-get install openssl`"
@@ -191,13 +261,11 @@ fn make_certificate(dir: &Path, name: &str) -> LabResult<(PathBuf, PathBuf, Stri
     Ok((cert, key, fingerprint))
 }
 
-fn openvpn_version() -> String {
-    daemon::version_line("openvpn").unwrap_or_else(|| "unknown".into())
-}
-
 /// What both ends share, made once per run: the static key or both ends' certificates
 /// (pinned by fingerprint) in a private directory, and each end's mode arguments.
 pub struct Material {
+    program: PathBuf,
+    dco: bool,
     mode: Mode,
     cipher: String,
     auth: &'static str,
@@ -213,6 +281,7 @@ pub struct Material {
 impl Material {
     pub fn create(plan: &RunPlan) -> LabResult<Material> {
         let (mode, cipher, auth) = openvpn_suite(plan.suite());
+        let program = program(plan).ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
         let dir = owner::PrivateDir::new("ipl-openvpn-")?;
         let mut args: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         match mode {
@@ -258,11 +327,13 @@ impl Material {
             }
         }
         Ok(Material {
+            version: daemon::version_line(&program.display().to_string()).unwrap_or_else(|| "unknown".into()),
+            dco: plan.backend() == model::Backend::OpenvpnDco,
+            program,
             mode,
             cipher,
             auth,
             tun_mtu: tunnel::inner_mtu_over(plan.link().mtu, plan.suite(), plan.link().addressing.family()),
-            version: openvpn_version(),
             args,
             dir,
         })
@@ -276,7 +347,7 @@ impl Material {
             cipher: self.cipher.clone(),
             auth: self.auth.into(),
             tun_mtu: self.tun_mtu,
-            dco: false,
+            dco: self.dco,
             ends: ends.into_iter().map(|e| (e.side.clone(), e)).collect(),
         }
     }
@@ -285,7 +356,13 @@ impl Material {
 /// One end: an openvpn process in the end's namespace. Dropping it stops the process.
 pub struct OpenvpnEnd {
     process: Process,
+    /// With DCO: the end's namespace and device, checked once the end is up, and what
+    /// showed the offload.
+    dco: Option<(PathBuf, String)>,
+    dco_proof: Option<model::evidence::DcoProof>,
     started: Instant,
+    /// The process's CPU when it was up: what the handshake cost is not the tunnel's.
+    cpu_at_start: CpuTime,
     /// A rekey run's end a: how long [`OpenvpnEnd::wait_ready`] waits for the first
     /// renegotiation, done before the transfer starts.
     first_renegotiation: Option<Duration>,
@@ -302,7 +379,8 @@ impl OpenvpnEnd {
         };
         let (outer, outer_peer) = (site.hosts.of(site.side), site.hosts.of(site.side.other()));
         let log = material.dir.join(&format!("openvpn-{end}.log"));
-        let child = openvpn_command(site.namespace, &format!("ipl-ovpn-{end}"), material.tun_mtu, &log)
+        let dev = format!("ipl-ovpn-{end}");
+        let child = openvpn_command(material, site.namespace, &dev, &log)
             .args(addresses(inner, inner_peer, ad.prefix_len, outer, outer_peer))
             .args(args)
             .args(renegotiation(plan, site.side))
@@ -312,6 +390,8 @@ impl OpenvpnEnd {
         let recorded = owner::record(record.clone());
         // Built either way, so a failure to record still stops it (on drop).
         let me = OpenvpnEnd {
+            dco: material.dco.then(|| (site.namespace.path(), dev.clone())),
+            dco_proof: None,
             process: Process {
                 child,
                 log,
@@ -319,6 +399,7 @@ impl OpenvpnEnd {
                 record,
             },
             started: Instant::now(),
+            cpu_at_start: CpuTime::default(),
             first_renegotiation: match (plan.workload().rekey, site.side) {
                 (Some(schedule), Side::A) => {
                     Some(Duration::from_secs_f64(schedule.every_s) + RENEGOTIATION_TIMEOUT + READY_TIMEOUT)
@@ -337,12 +418,16 @@ impl OpenvpnEnd {
     /// every later one; after it OpenVPN keeps its period.
     pub fn wait_ready(&mut self) -> LabResult<()> {
         self.wait_for(READY_TIMEOUT, "ready", |p| p.ready())?;
+        if let Some((namespace, dev)) = &self.dco {
+            self.dco_proof = Some(dco_proof(namespace, dev, &self.process)?);
+        }
         if let Some(limit) = self.first_renegotiation {
             self.wait_for(limit, "done with its first renegotiation", |p| {
                 Log::parse(&std::fs::read_to_string(&p.log).unwrap_or_default()).renegotiations() >= 1
             })?;
         }
         self.started = Instant::now();
+        self.cpu_at_start = self.process.cpu();
         Ok(())
     }
 
@@ -382,8 +467,13 @@ impl OpenvpnEnd {
         OpenvpnProcess {
             side: self.process.end.into(),
             pid: self.process.child.id(),
-            cpu: model::CpuUsage::new(cpu.user_s, cpu.system_s, self.started.elapsed().as_secs_f64()),
+            cpu: model::CpuUsage::new(
+                cpu.user_s - self.cpu_at_start.user_s,
+                cpu.system_s - self.cpu_at_start.system_s,
+                self.started.elapsed().as_secs_f64(),
+            ),
             renegotiations: Log::parse(&log).renegotiations(),
+            dco: self.dco_proof.clone(),
         }
     }
 
@@ -393,6 +483,41 @@ impl OpenvpnEnd {
         OpenvpnRekey {
             log: a.process.log.clone(),
         }
+    }
+}
+
+/// What shows the kernel carries an end's data channel: its device is an `ovpn` link (the
+/// kernel's word, `ip -d link` in the end's namespace) and OpenVPN logged opening it.
+/// OpenVPN 2.7 falls back to a TUN device where it cannot offload: that fails the run.
+fn dco_proof(namespace: &Path, dev: &str, p: &Process) -> LabResult<model::evidence::DcoProof> {
+    let out = Command::new("nsenter")
+        .arg(format!("--net={}", namespace.display()))
+        .args(["ip", "-j", "-d", "link", "show", "dev", dev])
+        .output()
+        .map_err(|e| failed(format!("nsenter ip link show {dev}: {e}")))?;
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let kind = links[0]["linkinfo"]["info_kind"]
+        .as_str()
+        .unwrap_or("none")
+        .to_string();
+    let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+    let line = log
+        .lines()
+        .find(|l| l.contains(DCO_OPENED) && l.contains(dev) && l.ends_with("opened"));
+    match (kind.as_str(), line) {
+        ("ovpn", Some(line)) => Ok(model::evidence::DcoProof {
+            device: dev.into(),
+            kind,
+            // After the timestamp and flags of --machine-readable-output.
+            log_line: line[line.find(DCO_OPENED).unwrap_or(0)..].to_string(),
+        }),
+        _ => Err(failed(format!(
+            "end {} did not offload its data channel: {dev} is a {kind} link{}; OpenVPN carries it in userspace \
+             (use --backend openvpn for that):\n{}",
+            p.end,
+            if line.is_none() { " and its log has no DCO device" } else { "" },
+            p.log_tail()
+        ))),
     }
 }
 
@@ -551,29 +676,32 @@ fn addresses(
     args
 }
 
-fn openvpn_command(ns: &Namespace, dev: &str, tun_mtu: u32, log: &Path) -> Command {
-    let mut cmd = ns.command("openvpn");
-    cmd.args(["--dev", dev, "--dev-type", "tun", "--disable-dco"])
-        .args([
-            "--port",
-            &PORT.to_string(),
-            "--tun-mtu",
-            &tun_mtu.to_string(),
-            "--mssfix",
-            "0",
-        ])
-        // Timestamps to the microsecond on every line: a renegotiation's time is read off them.
-        .args([
-            "--verb",
-            "3",
-            "--machine-readable-output",
-            "--mute-replay-warnings",
-        ])
-        .arg("--log")
-        .arg(log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+fn openvpn_command(material: &Material, ns: &Namespace, dev: &str, log: &Path) -> Command {
+    let mut cmd = ns.command(&material.program);
+    cmd.args(["--dev", dev, "--dev-type", "tun"]);
+    if !material.dco {
+        cmd.arg("--disable-dco");
+    }
+    cmd.args([
+        "--port",
+        &PORT.to_string(),
+        "--tun-mtu",
+        &material.tun_mtu.to_string(),
+        "--mssfix",
+        "0",
+    ])
+    // Timestamps to the microsecond on every line: a renegotiation's time is read off them.
+    .args([
+        "--verb",
+        "3",
+        "--machine-readable-output",
+        "--mute-replay-warnings",
+    ])
+    .arg("--log")
+    .arg(log)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     cmd
 }
 

@@ -80,10 +80,19 @@ impl GuestKernel {
 
     /// Why a backend's rows are not run in this guest, where they are not.
     fn refusal(&self, backend: Backend) -> Option<&'static str> {
-        let wireguard = backend.describe().kernel == Some(model::backend::KernelNeed::Wireguard);
-        (matches!(self, GuestKernel::Uml(_)) && wireguard).then_some(
-            "user-mode Linux has no WireGuard module: add a stock kernel to --vm (e.g. --vm uml,auto)",
-        )
+        if !matches!(self, GuestKernel::Uml(_)) {
+            return None;
+        }
+        match backend.describe().kernel {
+            Some(model::backend::KernelNeed::Wireguard) => Some(
+                "user-mode Linux has no WireGuard module: add a stock kernel to --vm (e.g. --vm uml,auto)",
+            ),
+            Some(model::backend::KernelNeed::Ovpn) => Some(
+                "user-mode Linux has no ovpn module: add a kernel of 6.16 or later to --vm (Debian sid's, from \
+                 lab/setup.sh --second-kernel)",
+            ),
+            _ => None,
+        }
     }
 }
 
@@ -529,14 +538,15 @@ mod tests {
         }
         .validate()
         .unwrap();
-        // xfrm, strongswan, wireguard, pcrypt and xfrm x2 SAs rows, each over 7 suites.
-        assert_eq!(vm_cells(&a), [7 * 5 + 1]);
-        // User-mode Linux: one CPU, no WireGuard; the stock kernel after it has them.
+        // xfrm, strongswan, wireguard, openvpn-dco, pcrypt and xfrm x2 SAs rows, each over 7
+        // suites.
+        assert_eq!(vm_cells(&a), [7 * 6 + 1]);
+        // User-mode Linux: one CPU, no WireGuard, no ovpn; the stock kernel after it has them.
         let both = SweepPlan {
             vm: Some("uml,auto".into()),
             ..a
         };
-        assert_eq!(vm_cells(&both), [7 * 2 + 1, 7 * 5 + 1]);
+        assert_eq!(vm_cells(&both), [7 * 2 + 1, 7 * 6 + 1]);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Backend;
 
 pub use common::{Batching, Flow, ImplementationInfo, IoErrors, Library, SaCounters, ThreadTime};
-pub use openvpn::{OpenvpnEvidence, OpenvpnProcess};
+pub use openvpn::{DcoProof, OpenvpnEvidence, OpenvpnProcess};
 pub use strongswan::{Algorithm, CharonRekeys, NegotiatedSa, StrongswanEvidence};
 pub use userspace::{
     CryptoReference, Efficiency, Encrypting, TunnelEnd, UserspaceEndEvidence, UserspaceEvidence,
@@ -114,7 +114,7 @@ impl EndEvidence {
             Backend::Plain => matches!(self, EndEvidence::None),
             Backend::Xfrm => matches!(self, EndEvidence::Xfrm(_)),
             Backend::Userspace => matches!(self, EndEvidence::Userspace(_)),
-            Backend::Openvpn => matches!(self, EndEvidence::Openvpn(_)),
+            Backend::Openvpn | Backend::OpenvpnDco => matches!(self, EndEvidence::Openvpn(_)),
             Backend::Strongswan => matches!(self, EndEvidence::Strongswan(_)),
             Backend::Wireguard | Backend::WireguardGo | Backend::Boringtun => {
                 matches!(self, EndEvidence::Wireguard(_))
@@ -133,10 +133,9 @@ impl Evidence {
     pub fn tunnel_cpu(&self) -> Option<(f64, f64)> {
         match self {
             Evidence::Userspace(u) => Some((u.a.cpu.percent_of_core, u.b.cpu.percent_of_core)),
-            Evidence::Openvpn(o) => Some((
-                o.ends.get("a")?.cpu.percent_of_core,
-                o.ends.get("b")?.cpu.percent_of_core,
-            )),
+            // With DCO the kernel carries the tunnel; the processes hold its control channel.
+            Evidence::Openvpn(o) if o.dco => None,
+            Evidence::Openvpn(o) => o.cpu(),
             Evidence::Wireguard(w) => w.tunnel_cpu(),
             // The kernel's tunnels are no process; plain and a two-host summary have none.
             Evidence::Xfrm(_) | Evidence::Strongswan(_) | Evidence::None | Evidence::TwoHosts { .. } => None,
@@ -149,10 +148,18 @@ impl Evidence {
     /// two-host run's summary, whose ends speak for themselves).
     pub fn tunnel_cpu_line(&self) -> Option<String> {
         let whose = match self {
-            Evidence::Userspace(_) => "the lab's tunnel threads".to_string(),
-            Evidence::Openvpn(_) => "the openvpn processes".to_string(),
+            Evidence::Userspace(_) => "the lab's tunnel threads, over their lifetime".to_string(),
+            Evidence::Openvpn(o) if o.dco => {
+                let (a, b) = o.cpu()?;
+                return Some(format!(
+                    "tunnel CPU: OpenVPN's data channel runs in the kernel (ovpn: softirq, charged to no process), \
+                     so no figure of its own; the openvpn processes, which hold only its control channel, used \
+                     end a {a:.0} % of a core, end b {b:.0} % from the moment they were up"
+                ));
+            }
+            Evidence::Openvpn(_) => "the openvpn processes, from the moment they were up".to_string(),
             Evidence::Wireguard(w) => match w.tunnel_cpu() {
-                Some(_) => format!("{}'s tunnel", w.implementation),
+                Some(_) => format!("{}'s tunnel, over their lifetime", w.implementation),
                 None if w.implementation.starts_with("kernel ") => {
                     return Some(KERNEL_TUNNEL_CPU.replace("ESP", "WireGuard"))
                 }
@@ -172,7 +179,7 @@ impl Evidence {
         };
         let (a, b) = self.tunnel_cpu()?;
         Some(format!(
-            "tunnel CPU: end a {a:.0} % of a core, end b {b:.0} % ({whose}, over their lifetime)"
+            "tunnel CPU: end a {a:.0} % of a core, end b {b:.0} % ({whose})"
         ))
     }
 
@@ -252,6 +259,7 @@ mod tests {
             pid: 42,
             cpu: CpuUsage::new(1.0, 0.5, 2.0),
             renegotiations: 0,
+            dco: None,
         };
         let openvpn = OpenvpnEvidence {
             version: "OpenVPN 2.6.3".into(),
@@ -338,7 +346,7 @@ mod tests {
             if backend == Backend::Openvpn {
                 assert_eq!(
                     lines[0],
-                    "tunnel CPU: end a 75 % of a core, end b 75 % (the openvpn processes, over their lifetime)"
+                    "tunnel CPU: end a 75 % of a core, end b 75 % (the openvpn processes, from the moment they were up)"
                 );
                 assert!(lines.contains(
                     &"openvpn end a (pid 42): 1.00 s user + 0.50 s system (75 % of a core)".to_string()

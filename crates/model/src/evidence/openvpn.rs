@@ -18,6 +18,21 @@ pub struct OpenvpnProcess {
     /// (handshakes after the first; static-key mode has none). Older reports: 0.
     #[serde(default)]
     pub renegotiations: u32,
+    /// With data channel offload (`openvpn-dco`): what shows the kernel carried this end's
+    /// data channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dco: Option<DcoProof>,
+}
+
+/// The kernel carried an end's data channel: its tunnel device is an `ovpn` link, and its
+/// log says it opened the DCO device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DcoProof {
+    pub device: String,
+    /// The device's link kind as the kernel reports it (`ovpn`).
+    pub kind: String,
+    /// OpenVPN's own line about it.
+    pub log_line: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +48,14 @@ pub struct OpenvpnEvidence {
 }
 
 impl OpenvpnEvidence {
+    /// Both processes' share of a core, ends a and b.
+    pub fn cpu(&self) -> Option<(f64, f64)> {
+        Some((
+            self.ends.get("a")?.cpu.percent_of_core,
+            self.ends.get("b")?.cpu.percent_of_core,
+        ))
+    }
+
     /// The configuration, then each end's process and its CPU.
     pub fn lines(&self) -> Vec<String> {
         let mut lines = vec![format!(
@@ -49,8 +72,15 @@ impl OpenvpnEvidence {
                 0 => String::new(),
                 n => format!(", {n} renegotiation{}", if n == 1 { "" } else { "s" }),
             };
+            let offloaded = match &p.dco {
+                Some(d) => format!(
+                    "; its data channel in the kernel: {} is an {} link, its log says \"{}\"",
+                    d.device, d.kind, d.log_line
+                ),
+                None => String::new(),
+            };
             lines.push(format!(
-                "openvpn end {side} (pid {}): {:.2} s user + {:.2} s system ({:.0} % of a core){renegotiated}",
+                "openvpn end {side} (pid {}): {:.2} s user + {:.2} s system ({:.0} % of a core){renegotiated}{offloaded}",
                 p.pid, p.cpu.user_s, p.cpu.system_s, p.cpu.percent_of_core
             ));
         }
@@ -68,6 +98,7 @@ mod tests {
             pid: 7,
             cpu: CpuUsage::new(1.0, 0.5, 2.0),
             renegotiations,
+            dco: None,
         };
         OpenvpnEvidence {
             version: "OpenVPN 2.6.14".into(),

@@ -49,8 +49,10 @@ pub enum PlanError {
     NoChaCha(Backend),
     #[error("--peer {0:?} is not HOST, HOST:PORT or [IPV6]:PORT (port 1-65535; default port 5299)")]
     Peer(String),
-    #[error("--vm uml cannot run the {0} backend: Debian's user-mode-linux kernel has no WireGuard module; use --vm (the stock kernel) for it")]
+    #[error("--vm uml cannot run the {0} backend: user-mode Linux has no {module} module; use --vm {kernel} for it", module = uml_lacks(*.0).0, kernel = uml_lacks(*.0).1)]
     UmlBackend(Backend),
+    #[error("the openvpn-dco backend cannot carry {0}: {why} (give --cipher aes-128-gcm, aes-256-gcm or chacha20-poly1305)", why = crate::backend::DCO_NO_CBC)]
+    DcoSuite(CipherSuite),
     #[error("--peer and --vm do not go together: with --peer each end runs on its own host's kernel, not in a VM; where this host's kernel has no ESP, use --backend {list} between the hosts, or boot a kernel with ESP (Debian's linux-image-amd64 has it)", list = Backend::names_where(encrypts_between_hosts_without_esp))]
     PeerWithVm,
     #[error("the {0} backend does not run between two hosts yet: use --backend {list} with --peer", list = Backend::two_host_names())]
@@ -115,6 +117,17 @@ pub enum PlanError {
 }
 
 // What the messages' lists of backends are made from: each backend's description.
+
+/// The module user-mode Linux lacks for `backend`, and the `--vm` kernel that has it.
+fn uml_lacks(backend: Backend) -> (&'static str, &'static str) {
+    match backend.describe().kernel {
+        Some(crate::backend::KernelNeed::Ovpn) => (
+            "ovpn",
+            "RELEASE (a kernel of 6.16 or later: `lab/setup.sh --second-kernel` fetches Debian sid's)",
+        ),
+        _ => ("WireGuard", "(the stock kernel)"),
+    }
+}
 
 fn carries_chacha(d: &Description) -> bool {
     d.suites.carries_chacha()
@@ -187,7 +200,8 @@ mod tests {
         check(&message, "use --backend ", " for it", |b| {
             b.encrypts() && b.suite_refusal(CipherSuite::ChaCha20Poly1305).is_none()
         });
-        assert!(message.ends_with("use --backend userspace, wireguard, wireguard-go or boringtun for it"));
+        assert!(message
+            .ends_with("use --backend userspace, wireguard, wireguard-go, boringtun or openvpn-dco for it"));
     }
 
     /// The message named four backends as the ones that run with -6, a rule no backend has:

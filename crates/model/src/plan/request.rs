@@ -282,7 +282,9 @@ impl RunRequest {
             (None, Some(kernel)) => {
                 let kernel = VmKernel::from_arg(kernel.clone());
                 // UML has no WireGuard module; its ESP, TUN and namespaces carry the rest.
-                if matches!(kernel, VmKernel::Uml(_)) && description.kernel == Some(KernelNeed::Wireguard) {
+                if matches!(kernel, VmKernel::Uml(_))
+                    && matches!(description.kernel, Some(KernelNeed::Wireguard | KernelNeed::Ovpn))
+                {
                     return Err(PlanError::UmlBackend(self.backend));
                 }
                 Placement::Vm(kernel)
@@ -477,6 +479,18 @@ impl RunRequest {
                 suite
             }
             Suites::AesAndChaCha => self.cipher.unwrap_or(cbc),
+            Suites::Aead => {
+                if self.key_bits.is_some() || self.hmac.is_some() {
+                    return Err(PlanError::DcoSuite(cbc));
+                }
+                let suite = self
+                    .cipher
+                    .unwrap_or(CipherSuite::AesGcm { key: KeyBits::Aes256 });
+                if !matches!(suite, CipherSuite::AesGcm { .. } | CipherSuite::ChaCha20Poly1305) {
+                    return Err(PlanError::DcoSuite(suite));
+                }
+                suite
+            }
         };
         // A kernel SA without a cipher is no tunnel.
         if suite == CipherSuite::None && backend.describe().kernel.is_some() {

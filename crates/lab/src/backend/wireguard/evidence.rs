@@ -23,9 +23,12 @@ pub fn local_evidence(plan: &RunPlan, a: WireguardEnd, b: WireguardEnd) -> Wireg
         Backend::Wireguard => kernel::implementation(),
         // Not WireGuard: the run's secrets are WireGuard keys only for the three above, so
         // their ends never come here.
-        Backend::Plain | Backend::Xfrm | Backend::Userspace | Backend::Openvpn | Backend::Strongswan => {
-            plan.backend().name().to_string()
-        }
+        Backend::Plain
+        | Backend::Xfrm
+        | Backend::Userspace
+        | Backend::Openvpn
+        | Backend::OpenvpnDco
+        | Backend::Strongswan => plan.backend().name().to_string(),
     };
     new_evidence(plan, implementation, [a, b])
 }
