@@ -347,9 +347,7 @@ fn per_cpu_sas_carry_packets_from_both_cpus_of_a_7x_vm() {
         "-",
     ]);
     let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let r = report_json(out);
     assert_eq!(r["environment"]["kernel_release"], sid, "{r}");
     let sas = r["backend_details"]["xfrm"]["sas"].as_array().unwrap();
     let a_to_b = || {
@@ -405,9 +403,7 @@ fn openvpn_dco_carries_the_data_in_the_kernels_ovpn() {
         "-",
     ]);
     let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let r = report_json(out);
     assert_eq!(r["environment"]["kernel_release"], sid.trim(), "{r}");
     let o = &r["backend_details"]["openvpn-dco"];
     assert_eq!(o["dco"], true, "{o}");

@@ -550,9 +550,7 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
     ];
     let run = Sandbox::default().run(&args);
     let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let r = report_json(out);
     let sas = r["backend_details"]["xfrm"]["sas"].as_array().unwrap();
     let sent = |cpu: Option<u64>| -> u64 {
         sas.iter()
@@ -620,9 +618,7 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
         "-",
     ]);
     let out = &run.out;
-    assert_eq!(out.status.code(), Some(0), "{}", text(out));
-    let r: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+    let r = report_json(out);
     let per_cpu_row = |release: &str| -> serde_json::Value {
         r["rows"]
             .as_array()

@@ -435,6 +435,12 @@ impl GuestGroups {
 
 /// A local TCP run's time to first packet (issue 46): there, above zero, below the run's
 /// own wall time `wall` (measured around it by the test), and its two parts adding up.
+/// The JSON report a command that must succeed printed on stdout (`--json -`).
+pub fn report_json(out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
+}
+
 pub fn assert_first_packet(report: &serde_json::Value, wall: std::time::Duration) {
     let f = &report["first_packet"];
     let part = |k: &str| {
