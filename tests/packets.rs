@@ -213,42 +213,30 @@ fn in_user_mode_linux_netem_delay_sets_the_round_trip_and_reordering_is_counted(
     }
     let _lock = lab_lock();
     // UML's one CPU is a host process, and its timers fire when the host wakes it: late
-    // when the host is busy (a CI run saw p50 23.2 ms, p10 20.5), and at times on a quiet
-    // host too, probably as this host, itself a VM, wakes halted vCPUs (quiet runs here:
-    // p50 25.1, 21.9, 25.7 and later 20.3 ms; with one host core kept busy: 20.6, 20.4). Netem's delay is a
-    // floor no host can lower, so every attempt must stay above it; the median must land
-    // within a millisecond of it in one of five attempts, each printed.
-    let mut medians = Vec::new();
-    for attempt in 1..=5 {
-        let r = report_of(&[
-            "--vm",
-            "uml",
-            "--backend",
-            "plain",
-            "--netem",
-            "delay 10ms",
-            "--latency",
-            "--time",
-            "1",
-        ]);
-        let idle = r["latency"]["phases"][0].clone();
-        assert_eq!(idle["name"], "idle", "{idle}");
-        let ms = |k: &str| idle[k].as_f64().unwrap();
-        assert!(ms("min_ms") >= 20.0, "a round trip under netem's 20 ms: {idle}");
-        eprintln!(
-            "attempt {attempt}: idle min {} p50 {} ms",
-            ms("min_ms"),
-            ms("p50_ms")
-        );
-        medians.push(ms("p50_ms"));
-        if (ms("p50_ms") - 20.0).abs() <= 1.0 {
-            break;
-        }
-    }
+    // when the host is busy, and at times on a quiet host too (medians of 20.3 to 28.8 ms
+    // were seen, a CI run's best of five 21.6). The fastest round trip of the second's
+    // probes is what netem sets, whatever the host does: never under its 20 ms (a floor no
+    // host can lower) and within 2 ms of it (one delay each way, not two).
+    let r = report_of(&[
+        "--vm",
+        "uml",
+        "--backend",
+        "plain",
+        "--netem",
+        "delay 10ms",
+        "--latency",
+        "--time",
+        "1",
+    ]);
+    let idle = r["latency"]["phases"][0].clone();
+    assert_eq!(idle["name"], "idle", "{idle}");
+    let ms = |k: &str| idle[k].as_f64().unwrap();
+    assert!(ms("min_ms") >= 20.0, "a round trip under netem's 20 ms: {idle}");
     assert!(
-        medians.iter().any(|p50| (p50 - 20.0).abs() <= 1.0),
-        "idle p50 never within 1 ms of 20 ms: {medians:?}"
+        ms("min_ms") < 22.0,
+        "the fastest round trip is not netem's 20 ms: {idle}"
     );
+    assert!(ms("p50_ms") >= 20.0, "{idle}");
     let r = report_of(&[
         "--vm",
         "uml",
