@@ -206,7 +206,7 @@ fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
         "1",
     ];
     // Once both charons run.
-    let run = sigterm_once_running(&args, "charon-systemd", 2, Duration::from_millis(500));
+    let run = sigterm_once_running(&args, "charon-systemd", 2, "", Duration::from_millis(500));
     assert!(
         !String::from_utf8_lossy(&run.out.stderr).contains("IKE_SAs/s"),
         "{}",
@@ -218,14 +218,18 @@ fn sigterm_during_ike_setup_exits_143_within_a_second_and_leaves_nothing() {
 }
 
 /// Runs `ipsec-lab ARGS` in a sandbox, sends it SIGTERM `settle` after `count` children
-/// named `daemon` run (within 60 s), and returns the run once it exited 143 within 2 s.
-fn sigterm_once_running(args: &[&str], daemon: &str, count: usize, settle: Duration) -> OwnRun {
+/// named `daemon` run and its stderr has `said` (within 60 s), and returns the run once it
+/// exited 143 within 2 s.
+fn sigterm_once_running(args: &[&str], daemon: &str, count: usize, said: &str, settle: Duration) -> OwnRun {
     let mut child = Sandbox::default().after(DAEMONS_LEFT).spawn(args);
     let pid = child.lab_pid();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while daemons_of(pid, daemon) < count {
-        assert!(!child.ended(), "the run ended before {daemon} started");
-        assert!(Instant::now() < deadline, "no {daemon} within 60 s");
+    while daemons_of(pid, daemon) < count || !child.stderr_so_far().contains(said) {
+        assert!(
+            !child.ended(),
+            "the run ended before {daemon} started and it said {said:?}"
+        );
+        assert!(Instant::now() < deadline, "no {daemon} and {said:?} within 60 s");
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(settle);
@@ -256,12 +260,12 @@ fn sigterm_during_a_large_peer_set_exits_143_and_leaves_nothing() {
         return;
     }
     let args = ["setup-rate", "--backend", "wireguard-go", "--sizes", "100k"];
-    let run = sigterm_once_running(&args, "wireguard-go", 1, Duration::from_millis(1500));
+    // Within the set: its line is written just before it starts (a second under load may
+    // not reach it: making 100k keys and starting wireguard-go come first).
+    let said = "adding 100000 peers to wireguard-go in one set";
+    let run = sigterm_once_running(&args, "wireguard-go", 1, said, Duration::from_millis(500));
     let stderr = String::from_utf8_lossy(&run.out.stderr);
-    assert!(
-        stderr.contains("adding 100000 peers to wireguard-go in one set"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(said), "{stderr}");
     assert!(!stderr.contains("handshakes/s"), "{stderr}");
     assert_eq!(run.namespaces_left, Vec::<String>::new());
     assert_eq!(run.links_left, Vec::<String>::new());

@@ -87,6 +87,9 @@ pub struct Sandbox {
 pub struct OwnChild {
     child: Child,
     dir: tempfile::TempDir,
+    /// What the run wrote on stderr so far, read as it comes by a thread of its own.
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Sandbox {
@@ -132,13 +135,27 @@ impl Sandbox {
     /// Starts the run (stdin empty, stdout and stderr piped) without waiting for it.
     pub fn spawn(self, args: &[&str]) -> OwnChild {
         let (mut command, dir) = self.command(args);
-        let child = command
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("unshare (util-linux) runs");
-        OwnChild { child, dir }
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut pipe = child.stderr.take().expect("stderr is piped");
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut chunk) {
+                sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        OwnChild {
+            child,
+            dir,
+            stderr,
+            reader: Some(reader),
+        }
     }
 
     fn command(self, args: &[&str]) -> (Command, tempfile::TempDir) {
@@ -195,9 +212,18 @@ impl OwnChild {
         self.child.try_wait().unwrap().is_some()
     }
 
+    /// What the run has written on stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
     /// Waits for the run and says what it left, as [`Sandbox::run`] does.
-    pub fn wait(self) -> OwnRun {
-        let out = self.child.wait_with_output().expect("the sandbox is waited for");
+    pub fn wait(mut self) -> OwnRun {
+        let mut out = self.child.wait_with_output().expect("the sandbox is waited for");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the stderr reader ends with the pipe");
+        }
+        out.stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
         collect(&self.dir, out)
     }
 }
