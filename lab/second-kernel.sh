@@ -19,6 +19,9 @@ suites=${IPSEC_LAB_SECOND_KERNEL_SUITES:-bookworm-backports sid}
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$keyring" ] || { echo "lab/second-kernel.sh: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 3; }
 here=$(dirname "$0")
+# The suite being fetched: removed however the script ends (a failed step exits at once).
+work=""
+trap '[ -z "$work" ] || rm -rf "$work"' EXIT
 
 install_suite() {
     local suite=$1 marker="$kernels/.from-$1"
@@ -32,7 +35,7 @@ install_suite() {
             return 0
         fi
     fi
-    local mirrors work mirror found="" said=""
+    local mirrors mirror found="" said=""
     mirrors=$(bash "$here/debian-mirrors.sh") || return 3
     work=$(mktemp -d /tmp/ipl-second-kernel-XXXXXX)
     mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$kernels"
@@ -46,11 +49,11 @@ install_suite() {
         fi
         echo "lab/second-kernel.sh: $mirror serves no $suite signed by Debian's archive key"
     done
-    [ -n "$found" ] || { echo "lab/second-kernel.sh: no mirror of apt's sources ($(echo $mirrors)) serves $suite: $said" >&2; rm -rf "$work"; return 3; }
+    [ -n "$found" ] || { echo "lab/second-kernel.sh: no mirror of apt's sources ($(echo $mirrors)) serves $suite: $said" >&2; return 3; }
     local package release
     package=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 \
         | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-    [ -n "$package" ] || { echo "lab/second-kernel.sh: no kernel image in $suite" >&2; rm -rf "$work"; return 3; }
+    [ -n "$package" ] || { echo "lab/second-kernel.sh: no kernel image in $suite" >&2; return 3; }
     release=${package#linux-image-}
     # Newer kernels split the image package: the image in linux-binary-RELEASE, the modules in
     # linux-modules-RELEASE, modules.builtin and the config in linux-base-RELEASE, all under
@@ -74,6 +77,7 @@ install_suite() {
     cp "$image" "$kernels/vmlinuz-$release"
     echo "$release" > "$marker"
     rm -rf "$work"
+    work=""
     echo "lab/second-kernel.sh: $kernels/vmlinuz-$release (modules in /lib/modules/$release)"
 }
 
