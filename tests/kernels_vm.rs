@@ -18,6 +18,17 @@ use std::path::PathBuf;
 
 use common::*;
 
+/// The release of the kernel lab/second-kernel.sh fetched from Debian `suite`, where its
+/// image is in the lab's kernel directory.
+fn lab_kernel(suite: &str) -> Option<String> {
+    let dir = std::path::Path::new("/var/lib/ipsec-lab/kernels");
+    let release = std::fs::read_to_string(dir.join(format!(".from-{suite}"))).ok()?;
+    let release = release.trim().to_string();
+    dir.join(format!("vmlinuz-{release}"))
+        .is_file()
+        .then_some(release)
+}
+
 /// The stock kernel's release and a second one from the lab's kernel directory.
 fn two_kernels() -> Option<(String, String)> {
     let stock = std::fs::read_dir("/boot")
@@ -31,13 +42,7 @@ fn two_kernels() -> Option<(String, String)> {
         })
         .max()?;
     // bookworm-backports' (6.12): sid's 7.x beside it is for the newest data paths.
-    let second = std::fs::read_to_string("/var/lib/ipsec-lab/kernels/.from-bookworm-backports").ok()?;
-    let second = second.trim().to_string();
-    if second == stock
-        || !std::path::Path::new(&format!("/var/lib/ipsec-lab/kernels/vmlinuz-{second}")).is_file()
-    {
-        return None;
-    }
+    let second = lab_kernel("bookworm-backports").filter(|k| *k != stock)?;
     Some((stock, second))
 }
 
@@ -320,20 +325,18 @@ fn per_cpu_sas_carry_packets_from_both_cpus_of_a_7x_vm() {
     if !vm_or_skip(test) {
         return;
     }
-    let sid = std::fs::read_to_string("/var/lib/ipsec-lab/kernels/.from-sid").unwrap_or_default();
-    let sid = sid.trim();
-    if sid.is_empty() {
+    let Some(sid) = lab_kernel("sid") else {
         testcap::skip(
             test,
             "no Debian sid kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
         );
         return;
-    }
+    };
     let _lock = lab_lock();
     let run = own::Sandbox::default().host_network().run(&[
         "run",
         "--vm",
-        sid,
+        &sid,
         "--per-cpu-sa",
         "-P",
         "4",
@@ -378,8 +381,8 @@ fn openvpn_dco_carries_the_data_in_the_kernels_ovpn() {
     if !vm_or_skip(test) {
         return;
     }
-    let sid = std::fs::read_to_string("/var/lib/ipsec-lab/kernels/.from-sid").unwrap_or_default();
-    if sid.trim().is_empty() || !std::path::Path::new("/var/lib/ipsec-lab/openvpn/.from-sid").is_file() {
+    let sid = lab_kernel("sid");
+    if sid.is_none() || !std::path::Path::new("/var/lib/ipsec-lab/openvpn/.from-sid").is_file() {
         testcap::skip(
             test,
             "no Debian sid kernel or OpenVPN 2.7 in /var/lib/ipsec-lab: run lab/setup.sh --second-kernel",
@@ -404,7 +407,7 @@ fn openvpn_dco_carries_the_data_in_the_kernels_ovpn() {
     ]);
     let out = &run.out;
     let r = report_json(out);
-    assert_eq!(r["environment"]["kernel_release"], sid.trim(), "{r}");
+    assert_eq!(r["environment"]["kernel_release"], sid.unwrap(), "{r}");
     let o = &r["backend_details"]["openvpn-dco"];
     assert_eq!(o["dco"], true, "{o}");
     assert!(o["version"].as_str().unwrap().starts_with("OpenVPN 2.7"), "{o}");

@@ -160,12 +160,6 @@ fn cache_file() -> PathBuf {
     base.join("ipsec-lab").join("vm-accel")
 }
 
-fn host_kernel() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
 /// KVM if a KVM guest boots and runs a command within [`KVM_BOOT_TIMEOUT`], else TCG.
 /// The answer is cached per host kernel and guest kernel (`~/.cache/ipsec-lab/vm-accel`);
 /// `IPSEC_LAB_VM_ACCEL=kvm|tcg` overrides it.
@@ -178,7 +172,7 @@ pub fn detect_accel(kernel: &Path) -> Accel {
     if !Path::new("/dev/kvm").exists() {
         return Accel::Tcg;
     }
-    let key = format!("{}\t{}\t", host_kernel(), kernel.display());
+    let key = format!("{}\t{}\t", model::env::kernel_release(), kernel.display());
     let cache = cache_file();
     if let Ok(text) = std::fs::read_to_string(&cache) {
         for line in text.lines() {

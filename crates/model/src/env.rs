@@ -122,7 +122,7 @@ impl Environment {
         }
         Environment {
             hostname: read_trimmed("/proc/sys/kernel/hostname"),
-            kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
+            kernel_release: kernel_release(),
             cpu_model: cpu.model,
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             crypto_flags: cpu.crypto_flags,
@@ -168,6 +168,11 @@ fn user_emulation(kernel_arch: &str, binary_arch: &str) -> Option<String> {
     (!kernel_arch.is_empty() && kernel_arch != binary_arch).then(|| {
         format!("qemu-user ({binary_arch} emulated on an {kernel_arch} kernel: speeds not representative)")
     })
+}
+
+/// The running kernel's release (`uname -r`), or empty where /proc says nothing.
+pub fn kernel_release() -> String {
+    read_trimmed("/proc/sys/kernel/osrelease")
 }
 
 fn read_trimmed(path: &str) -> String {

@@ -104,13 +104,7 @@ pub fn kernel_has_ovpn(release: Option<&str>) -> bool {
     if release.is_none() && Path::new("/sys/module/ovpn").exists() {
         return true;
     }
-    let release = match release {
-        Some(r) => r.to_string(),
-        None => std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-    };
+    let release = release.map_or_else(model::env::kernel_release, str::to_string);
     ["modules.dep", "modules.builtin"].iter().any(|f| {
         std::fs::read_to_string(Path::new("/lib/modules").join(&release).join(f)).is_ok_and(|t| {
             t.lines()
@@ -128,12 +122,11 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
         return Err(LabError::capability(anyhow::anyhow!(why)));
     }
     if dco && !kernel_has_ovpn(None) {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         return Err(LabError::capability(anyhow::anyhow!(
             "this kernel ({}) has no ovpn module (OpenVPN's data channel offload, Linux 6.16 and later): add \
              --vm auto (a VM booting a kernel that has it; `lab/setup.sh --second-kernel` fetches Debian sid's), \
              or use --backend openvpn",
-            release.trim()
+            model::env::kernel_release()
         )));
     }
     if !matches!(plan.suite(), CipherSuite::AesCbc { .. } | CipherSuite::None)

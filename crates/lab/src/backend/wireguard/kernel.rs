@@ -161,6 +161,5 @@ impl Drop for KernelEnd {
 
 /// The kernel's name for itself, for the evidence.
 pub fn implementation() -> String {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("kernel WireGuard ({})", release.trim())
+    format!("kernel WireGuard ({})", model::env::kernel_release())
 }

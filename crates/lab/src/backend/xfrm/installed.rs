@@ -126,10 +126,9 @@ impl Installed {
         if info.pcpu == Some(cpu) {
             return Ok(());
         }
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         Err(LabError::capability(anyhow::anyhow!(
             "this kernel ({}) took the SA for CPU {cpu} but not its CPU: per-CPU SAs need Linux 6.13 or later",
-            release.trim()
+            model::env::kernel_release()
         )))
     }
 

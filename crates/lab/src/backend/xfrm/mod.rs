@@ -96,9 +96,8 @@ const PER_CPU_SA_SINCE: (u32, u32) = (6, 13);
 /// Refuses `--per-cpu-sa` on a kernel before 6.13: it would take the SAs' CPUs and ignore
 /// them, and the run would measure one SA pair while claiming per-CPU ones.
 pub fn per_cpu_preflight() -> LabResult<()> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let release = release.trim();
-    match release_version(release) {
+    let release = model::env::kernel_release();
+    match release_version(&release) {
         Some(v) if v >= PER_CPU_SA_SINCE => Ok(()),
         _ => Err(LabError::capability(anyhow::anyhow!(
             "--per-cpu-sa needs Linux {}.{} or later (per-CPU SAs, RFC 9611); this kernel is {release}: \
