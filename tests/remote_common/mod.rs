@@ -134,15 +134,20 @@ impl Lab {
         self.add_address('a', &format!("{addr}/24"), &veth);
     }
 
-    /// `ip -n NS address add ADDR dev DEV` in namespace `side` ('a' or 'b').
+    /// `ip -n NS address add ADDR dev DEV` in namespace `side` ('a' or 'b'); an IPv6
+    /// address skips duplicate address detection (`nodad`), as the lab's own do: until
+    /// the kernel's DAD work runs, even on `lo`, the address is tentative and a bind to
+    /// it fails with "Cannot assign requested address" (one CI run's failure).
     pub fn add_address(&self, side: char, addr: &str, dev: &str) {
         let ns = if side == 'a' {
             &self.topo().a
         } else {
             &self.topo().b
         };
+        let nodad: &[&str] = if addr.contains(':') { &["nodad"] } else { &[] };
         let ok = Command::new("ip")
             .args(["-n", ns.name(), "address", "add", addr, "dev", dev])
+            .args(nodad)
             .status()
             .unwrap()
             .success();
