@@ -703,10 +703,13 @@ fn identity(pid: u32, start_time: u64, exe: &Path) -> anyhow::Result<Identity> {
 }
 
 /// Stops `pid`, checked by [`identity`] to be the recorded process: SIGTERM, then SIGKILL
-/// after 3 s, while it still has the recorded start time.
+/// after 3 s, while it still runs with the recorded start time. A zombie has stopped: an
+/// orphan's (its run was killed) is reaped by init when init gets to it, under load seconds
+/// later, and waiting for that only delayed `clean`.
 fn stop_process(pid: u32, start_time: u64) {
     use nix::sys::signal::{kill, Signal};
-    let same = || owner::process_start_time(pid) == Some(start_time);
+    let same =
+        || procstat::Stat::of_process(pid).is_some_and(|s| s.start_time == start_time && s.state != 'Z');
     let target = nix::unistd::Pid::from_raw(pid as i32);
     let _ = kill(target, Signal::SIGTERM);
     let deadline = Instant::now() + Duration::from_secs(3);
