@@ -587,8 +587,10 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
         // A fact of this host (only 7.x runs on AVX-512 CPUs), not a missing capability.
         None => eprintln!("{test}: no user-mode Linux before 6.13 runs here; the refusal is not checked"),
     }
-    // `matrix --per-cpu-sa`: the row "xfrm [per-CPU SAs]" measured in 7.x, and in a kernel
-    // before 6.13 not run, saying why.
+    // `matrix --per-cpu-sa -P 1,2`: the scaling curve. The rows "xfrm [per-CPU SAs]" and
+    // the driver rows measured in 7.x at each stream count, and the table of the curves
+    // (UML has one CPU: no SA-pair rows); in a kernel before 6.13 the per-CPU row not run,
+    // saying why.
     let mut kernels = format!("uml:{new}");
     let old = runnable
         .iter()
@@ -605,7 +607,7 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
         "xfrm",
         "--per-cpu-sa",
         "-P",
-        "2",
+        "1,2",
         "--ciphers",
         "aes-128-gcm",
         "--bytes",
@@ -619,27 +621,38 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
     ]);
     let out = &run.out;
     let r = report_json(out);
-    let per_cpu_row = |release: &str| -> serde_json::Value {
+    // The per-CPU row, or the (first) row of one SA pair: a driver's, or the default one
+    // where the kernel has one cbc(aes) driver.
+    let row = |release: &str, per_cpu: bool, streams: u64| -> serde_json::Value {
         r["rows"]
             .as_array()
             .unwrap()
             .iter()
             .find(|row| {
-                row["key"]["variant"]["kind"] == "per_cpu_sa"
+                row["key"]["backend"] == "xfrm"
+                    && (row["key"]["variant"]["kind"] == "per_cpu_sa") == per_cpu
                     && row["key"]["environment"] == format!("uml {release}")
+                    && row["key"]["streams"] == streams
             })
-            .unwrap_or_else(|| panic!("no per-CPU row of {release}: {r}"))
+            .unwrap_or_else(|| panic!("no xfrm row (per-CPU: {per_cpu}) of {release} at -P {streams}: {r}"))
             .clone()
     };
-    let measured = per_cpu_row(new);
+    let median = |row: &serde_json::Value| row["cells"][0]["mb_per_s"]["median"].as_f64();
+    for (per_cpu, streams) in [(true, 1), (true, 2), (false, 1), (false, 2)] {
+        let measured = row(new, per_cpu, streams);
+        assert!(median(&measured).is_some_and(|v| v > 0.0), "{measured}");
+    }
+    let table = text(out);
     assert!(
-        measured["cells"][0]["mb_per_s"]["median"]
-            .as_f64()
-            .is_some_and(|v| v > 0.0),
-        "{measured}"
+        table.contains("#### Scaling with TCP streams (-P 1 → 2)"),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("| xfrm [per-CPU SAs] (uml {new}) | ")),
+        "{table}"
     );
     if let Some(old) = &old {
-        let refused = per_cpu_row(old);
+        let refused = row(old, true, 1);
         assert!(
             refused
                 .to_string()

@@ -70,11 +70,13 @@ pub struct SweepArgs {
     #[arg(long, value_delimiter = ',', default_value = "1", allow_negative_numbers = true,
           value_parser = clap::value_parser!(u16).range(1..=i64::from(model::plan::MAX_TUNNEL_THREADS)))]
     pub threads: Vec<u16>,
-    /// TCP streams per transfer in every cell, as `run -P` [default: the largest --threads
-    /// count, so every tunnel thread has a stream to carry].
-    #[arg(long, short = 'P', allow_negative_numbers = true,
+    /// TCP streams per transfer, as `run -P`; several, comma-separated (e.g. 1,2,4), run
+    /// every TCP row once per count, labelled `-P N`: the scaling curve of one SA, N SA
+    /// pairs (--threads) and per-CPU SAs (--per-cpu-sa) as the flows grow [default: the
+    /// largest --threads count, so every tunnel thread has a stream to carry].
+    #[arg(long, short = 'P', value_delimiter = ',', allow_negative_numbers = true,
           value_parser = crate::values::in_range::<u16>(1, model::plan::MAX_STREAMS.into()))]
-    pub parallel: Option<u16>,
+    pub parallel: Vec<u16>,
     /// Seconds each transfer of a cell sends, e.g. 1, 2.5 [default: 1, unless --bytes or
     /// --vm-bytes]: every cell long enough to time and for `compare` to judge, whatever its
     /// speed; what got through is verified and is the transfer's size.
@@ -187,9 +189,7 @@ impl SweepArgs {
             suites: self.ciphers.clone(),
             crypto: self.crypto.clone(),
             threads: self.threads.clone(),
-            parallel: self
-                .parallel
-                .unwrap_or_else(|| self.threads.iter().copied().max().unwrap_or(1).max(1)),
+            parallel: self.parallel.clone(),
             bytes: self.bytes.unwrap_or(DEFAULT_BYTES),
             vm_bytes: self.vm_bytes.or(self.bytes).unwrap_or(DEFAULT_BYTES),
             time_s: match self.bytes.or(self.vm_bytes) {
@@ -411,6 +411,15 @@ mod tests {
         assert_eq!(parse(&["--ciphers", "aes-512-gcm"]).err().unwrap().exit_code(), 2);
         let none = parse(&["--ciphers", "none"]).unwrap();
         assert_eq!(none.plan(0).unwrap_err().kind, lab::ExitKind::Usage);
+        // -P: one count, or several (the scaling curve), each from 1 to MAX_STREAMS; none
+        // given, the largest --threads count.
+        let curve = parse(&["-P", "4,1,2"]).unwrap();
+        assert_eq!(curve.plan(0).unwrap().parallel, [1, 2, 4]);
+        let threads = parse(&["--threads", "1,3"]).unwrap();
+        assert_eq!(threads.plan(0).unwrap().parallel, [3]);
+        for bad in ["0", "1,0", "1,x", "129"] {
+            assert_eq!(parse(&["-P", bad]).err().unwrap().exit_code(), 2, "-P {bad}");
+        }
     }
 
     #[test]

@@ -74,6 +74,11 @@ pub struct RowKey {
     /// transfer (left out of the JSON, so reports from before read and compare as they were).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packet_size: Option<PacketSize>,
+    /// TCP streams per transfer where the sweep has several counts (`matrix -P 1,2,4`: a
+    /// row per count, the scaling curve); None: the sweep's one count, in its notes (left
+    /// out of the JSON, so reports from before read and compare as they were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<u16>,
 }
 
 fn one_thread() -> u16 {
@@ -93,7 +98,14 @@ impl RowKey {
             tunnel_threads: 1,
             netem: None,
             packet_size: None,
+            streams: None,
         }
+    }
+
+    /// The same row at `streams` TCP streams per transfer, one count of several (None: the
+    /// sweep's one count).
+    pub fn with_streams(self, streams: Option<u16>) -> RowKey {
+        RowKey { streams, ..self }
     }
 
     /// The same row sending UDP datagrams of `size` (None: the bulk TCP transfer).
@@ -154,6 +166,10 @@ impl RowKey {
         };
         let base = match self.packet_size {
             Some(size) => format!("{base} UDP {size}"),
+            None => base,
+        };
+        let base = match self.streams {
+            Some(n) => format!("{base} -P {n}"),
             None => base,
         };
         let base = if self.environment == HOST {
@@ -404,7 +420,8 @@ impl MatrixReport {
     }
 
     /// The median MB/s of the plain row that `key`'s row is measured against: the same
-    /// environment, link conditions and workload (TCP, or UDP at the same packet size).
+    /// environment, link conditions and workload (TCP at the same stream count, or UDP at
+    /// the same packet size).
     fn baseline_row_of(&self, key: &RowKey) -> Option<f64> {
         self.rows
             .iter()
@@ -413,6 +430,7 @@ impl MatrixReport {
                     && r.key.environment == key.environment
                     && r.key.netem == key.netem
                     && r.key.packet_size == key.packet_size
+                    && r.key.streams == key.streams
             })
             .flat_map(|r| r.cells.iter())
             .find_map(|c| c.measurement().map(|m| m.mb_per_s.median))
@@ -447,7 +465,12 @@ impl MatrixReport {
         self.payload_by_environment.extend(other.payload_by_environment);
         self.environments.extend(other.environments);
         self.rows.extend(other.rows);
-        self.notes.extend(other.notes);
+        // A guest's sweep notes what the host's does (its stream counts): once is enough.
+        for note in other.notes {
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+        }
         self.interrupted |= other.interrupted;
         for s in other.suites {
             if !self.suites.contains(&s) {
@@ -657,7 +680,13 @@ mod tests {
         vm.environments.insert(VM.into(), Environment::detect());
         vm.rows.drain(..2);
         vm.payload = ByteSize(500_000);
+        host.notes = vec!["TCP rows at 1, 2 streams per transfer".into()];
+        vm.notes = vec![host.notes[0].clone(), "(vm) rows: one boot".into()];
         host.merge(vm);
+        assert_eq!(
+            host.notes,
+            ["TCP rows at 1, 2 streams per transfer", "(vm) rows: one boot"]
+        );
         assert_eq!(host.rows.len(), 3);
         assert_eq!(host.payload_of(VM), ByteSize(500_000));
         assert_eq!(host.payload_of(HOST), ByteSize(1_000_000));
@@ -713,6 +742,52 @@ mod tests {
         assert_eq!(percent(4), Some(25.0));
         assert_eq!(percent(5), None, "no plain row at 1400 B");
         assert_eq!(r.baseline(HOST), Some(1000.0));
+    }
+
+    /// `matrix -P 1,4`: a row per stream count, labelled with it and measured against the
+    /// plain row at the same count; a sweep with one count keeps the key and JSON of before.
+    #[test]
+    fn a_stream_count_is_part_of_the_key_label_and_baseline() {
+        let mut r = sample();
+        let per_cpu = RowKey::new(Backend::Xfrm, RowVariant::PerCpuSa, HOST).with_threads(1);
+        assert_eq!(
+            per_cpu.clone().with_streams(Some(4)).label(),
+            "xfrm [per-CPU SAs] -P 4"
+        );
+        assert_eq!(
+            RowKey::new(Backend::Xfrm, RowVariant::Default, VM)
+                .with_threads(2)
+                .with_streams(Some(2))
+                .label(),
+            "xfrm x2 SAs -P 2 (vm)"
+        );
+        let json = serde_json::to_value(&per_cpu).unwrap();
+        assert!(json.get("streams").is_none(), "{json}");
+        let four = per_cpu.clone().with_streams(Some(4));
+        let json = serde_json::to_value(&four).unwrap();
+        assert_eq!(json["streams"], 4);
+        assert_eq!(serde_json::from_value::<RowKey>(json).unwrap(), four);
+
+        r.rows.truncate(1);
+        let mut push = |key: RowKey, suite, mb: f64| {
+            r.rows.push(Row {
+                key,
+                cells: vec![cell(suite, measured(mb))],
+                notes: vec![],
+            })
+        };
+        let plain = RowKey::new(Backend::Plain, RowVariant::Default, HOST);
+        let suite = r.suites[0];
+        push(plain.clone().with_streams(Some(1)), CipherSuite::None, 500.0);
+        push(plain.with_streams(Some(4)), CipherSuite::None, 2000.0);
+        push(per_cpu.clone().with_streams(Some(1)), suite, 100.0);
+        push(four, suite, 400.0);
+        push(per_cpu.with_streams(Some(8)), suite, 400.0);
+        r.compute_percent_of_plain();
+        let percent = |row: usize| r.rows[row].cells[0].measurement().unwrap().percent_of_plain;
+        assert_eq!(percent(3), Some(20.0), "-P 1 against plain -P 1");
+        assert_eq!(percent(4), Some(20.0), "-P 4 against plain -P 4");
+        assert_eq!(percent(5), None, "no plain row at -P 8");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::shared::{fmt_field, split_notes};
 /// Between the notes of one field: notes hold `;` and `,` themselves.
 const NOTE_SEPARATOR: &str = " | ";
 
-pub const HEADER: [&str; 62] = [
+pub const HEADER: [&str; 64] = [
     "environment",
     "virtualization",
     "backend",
@@ -89,6 +89,11 @@ pub const HEADER: [&str; 62] = [
     // on each of its cells; empty where it has none.
     "setup_rate_size",
     "setup_rates",
+    // The row's tunnel threads per end (xfrm: SA pairs, `matrix --threads`), and its TCP
+    // streams per transfer where the sweep has several counts (`matrix -P 1,2,4`; empty
+    // where it has one, given in its notes, and for UDP rows: one flow).
+    "tunnel_threads",
+    "streams",
 ];
 
 /// The packet fields, in [`HEADER`]'s order.
@@ -269,6 +274,8 @@ pub fn render(report: &MatrixReport) -> String {
                 Some(c) => [c.size.0.to_string(), c.field()],
                 None => Default::default(),
             });
+            f.push(row.key.tunnel_threads.to_string());
+            f.push(row.key.streams.map(|n| n.to_string()).unwrap_or_default());
             out.push_str(&f.iter().map(|s| field(s)).collect::<Vec<_>>().join(","));
             out.push('\n');
         }
@@ -280,6 +287,7 @@ pub fn render(report: &MatrixReport) -> String {
 mod tests {
     use super::*;
     use crate::fixture;
+    use model::matrix::RowKey;
 
     /// Splits one CSV line, honouring quotes (enough for this module's own output).
     fn split(line: &str) -> Vec<String> {
@@ -348,7 +356,9 @@ mod tests {
         );
         assert_eq!(ovpn[25], "openssl is not installed (apt-get install openssl)");
         assert_eq!(ovpn[20], "");
-        assert!(soft[20..].iter().all(String::is_empty), "{soft:?}");
+        let (empty, row_shape) = soft[20..].split_at(soft.len() - 22);
+        assert!(empty.iter().all(String::is_empty), "{soft:?}");
+        assert_eq!(row_shape, ["1", ""], "one thread, the sweep's one stream count");
     }
 
     #[test]
@@ -450,14 +460,54 @@ mod tests {
         let not_run = find("xfrm UDP 1400 B (vm)");
         assert_eq!(not_run[7], "not_run");
         assert_eq!(not_run[column("packet_size")], "1400");
+        let row_shape = column("tunnel_threads");
         assert!(
-            not_run[column("packet_size") + 1..].iter().all(String::is_empty),
+            not_run[column("packet_size") + 1..row_shape]
+                .iter()
+                .all(String::is_empty),
             "{not_run:?}"
         );
+        assert_eq!(not_run[row_shape..], ["1", ""], "one flow: no stream count");
         // TCP rows leave every packet and latency field empty.
         let tcp = render(&fixture::report());
         for l in tcp.lines().skip(1).map(split) {
-            assert!(l[28..].iter().all(String::is_empty), "{l:?}");
+            assert!(l[28..row_shape].iter().all(String::is_empty), "{l:?}");
         }
+    }
+
+    /// `matrix --threads 2 -P 1,2`: each row's SA pairs and stream count in columns of
+    /// their own, for a spreadsheet's scaling curve.
+    #[test]
+    fn a_rows_threads_and_stream_count_have_columns() {
+        let mut r = fixture::report();
+        let key = |threads, streams| {
+            RowKey::new(model::Backend::Xfrm, RowVariant::Default, model::matrix::VM)
+                .with_threads(threads)
+                .with_streams(Some(streams))
+        };
+        r.rows.push(model::matrix::Row {
+            key: key(2, 4),
+            cells: vec![model::matrix::Cell::not_run(r.suites[0], "interrupted")],
+            notes: vec![],
+        });
+        let text = render(&r);
+        let last = split(text.lines().last().unwrap());
+        let column = |name: &str| HEADER.iter().position(|h| *h == name).unwrap();
+        assert_eq!(last[4], "xfrm x2 SAs -P 4 (vm)");
+        assert_eq!(
+            (
+                last[column("tunnel_threads")].as_str(),
+                last[column("streams")].as_str()
+            ),
+            ("2", "4")
+        );
+        let first = split(text.lines().nth(1).unwrap());
+        assert_eq!(
+            (
+                first[column("tunnel_threads")].as_str(),
+                first[column("streams")].as_str()
+            ),
+            ("1", "")
+        );
     }
 }

@@ -626,6 +626,62 @@ mod tests {
         assert!(svg.contains("25.1 ms (setup 23.9 ms)"));
     }
 
+    /// `matrix -P 1,2,4`: each row's MB/s per stream count and its ratio in a table of every
+    /// format; a count whose cell did not run is a dash, and a report with one count has none.
+    #[test]
+    fn stream_counts_have_a_scaling_table_in_every_format() {
+        use model::matrix::{Cell, Row, RowKey, RowVariant, VM};
+        let mut r = fixture::report();
+        assert!(shared::scaling_table(&r).is_none());
+        let suites = r.suites.clone();
+        let mut push = |variant: RowVariant, threads, streams, mb: Option<f64>| {
+            let key = RowKey::new(model::Backend::Xfrm, variant, VM)
+                .with_threads(threads)
+                .with_streams(Some(streams));
+            let cells = suites
+                .iter()
+                .map(|s| match mb {
+                    Some(mb) => fixture::cell(*s, fixture::measured(&[mb, mb, mb])),
+                    None => Cell::not_run(*s, "2 SA pairs need at least 2 streams"),
+                })
+                .collect();
+            r.rows.push(Row {
+                key,
+                cells,
+                notes: vec![],
+            });
+        };
+        push(RowVariant::PerCpuSa, 1, 1, Some(2.0));
+        push(RowVariant::PerCpuSa, 1, 2, Some(3.9));
+        push(RowVariant::PerCpuSa, 1, 4, Some(7.0));
+        push(RowVariant::Default, 2, 1, None);
+        push(RowVariant::Default, 2, 2, Some(4.0));
+        push(RowVariant::Default, 2, 4, Some(5.0));
+        let table = shared::scaling_table(&r).unwrap();
+        assert_eq!(table.title, "Scaling with TCP streams (-P 1 → 2 → 4)");
+        assert_eq!(
+            table.rows[0],
+            (
+                "xfrm [per-CPU SAs] (vm)".to_string(),
+                vec!["2.00 → 3.90 → 7.00 (×3.50 at -P 4 over -P 1)".to_string(); suites.len()]
+            )
+        );
+        assert_eq!(table.rows[1].1[0], "— → 4.00 → 5.00 (×1.25 at -P 4 over -P 2)");
+        let md = markdown::render(&r);
+        assert!(
+            md.contains("#### Scaling with TCP streams (-P 1 → 2 → 4)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| xfrm x2 SAs (vm) | — → 4.00 → 5.00 (×1.25 at -P 4 over -P 2) |"),
+            "{md}"
+        );
+        assert!(html::render(&r).unwrap().contains("<table class=\"scaling\">"));
+        let svg = svg::render(&r).unwrap();
+        assert!(svg.contains("id=\"scaling\""), "{svg}");
+        assert!(svg.contains("2.00 → 3.90 → 7.00 (×3.50 at -P 4 over -P 1)"));
+    }
+
     /// `matrix --setup-rate`: a table in every format, a field in CSV, a side-by-side list
     /// in `compare`; what came from a guest (where it was measured) escaped for each sink.
     #[test]

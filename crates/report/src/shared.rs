@@ -138,10 +138,84 @@ pub fn side_tables(report: &MatrixReport) -> Vec<SideTable> {
     });
     rekey
         .into_iter()
+        .chain(scaling_table(report))
         .chain(first_packet_table(report))
         .chain(setup_rate_table(report))
         .collect()
 }
+
+/// `matrix -P 1,2,4`: each row's median MB/s at every stream count in order and the ratio
+/// of its largest measured count to its smallest; None where the sweep had one count.
+pub fn scaling_table(report: &MatrixReport) -> Option<SideTable> {
+    let mut counts: Vec<u16> = report.rows.iter().filter_map(|r| r.key.streams).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.len() < 2 {
+        return None;
+    }
+    // A row's curve: its rows at each count, in the table's order of first appearance.
+    let mut curves: Vec<(model::matrix::RowKey, Vec<&Row>)> = Vec::new();
+    for row in report.rows.iter().filter(|r| r.key.streams.is_some()) {
+        let key = row.key.clone().with_streams(None);
+        match curves.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, rows)) => rows.push(row),
+            None => curves.push((key, vec![row])),
+        }
+    }
+    let rows = curves
+        .into_iter()
+        .map(|(key, rows)| {
+            let cells = report
+                .suites
+                .iter()
+                .map(|suite| {
+                    let at = |n: u16| {
+                        rows.iter()
+                            .find(|r| r.key.streams == Some(n))
+                            .and_then(|r| cell_for(r, *suite))
+                            .and_then(Cell::measurement)
+                            .map(|m| m.mb_per_s.median)
+                            .filter(|v| v.is_finite())
+                    };
+                    let points: Vec<(u16, Option<f64>)> = counts.iter().map(|n| (*n, at(*n))).collect();
+                    let measured: Vec<(u16, f64)> =
+                        points.iter().filter_map(|(n, v)| v.map(|v| (*n, v))).collect();
+                    if measured.is_empty() {
+                        return "—".to_string();
+                    }
+                    let curve: Vec<String> = points
+                        .iter()
+                        .map(|(_, v)| v.map_or("—".into(), fmt_rate))
+                        .collect();
+                    match (measured.first(), measured.last()) {
+                        (Some((lo, from)), Some((hi, to))) if hi > lo && *from > 0.0 => {
+                            format!(
+                                "{} (×{:.2} at -P {hi} over -P {lo})",
+                                curve.join(" → "),
+                                to / from
+                            )
+                        }
+                        _ => curve.join(" → "),
+                    }
+                })
+                .collect();
+            (key.label(), cells)
+        })
+        .collect();
+    Some(SideTable {
+        id: "scaling",
+        title: format!(
+            "Scaling with TCP streams (-P {})",
+            counts.iter().map(u16::to_string).collect::<Vec<_>>().join(" → ")
+        ),
+        explained: SCALING_EXPLAINED,
+        columns: suite_columns(report),
+        rows,
+    })
+}
+
+/// What the scaling table's cells mean, in one sentence for every format.
+pub const SCALING_EXPLAINED: &str = "each row's median MB/s at each -P count of the sweep, in order (— where its cell did not run), and how many times faster its largest measured count was than its smallest, both measured in this sweep (docs/xfrm.md: what one SA, SA pairs and per-CPU SAs do with a tunnel's flows)";
 
 fn suite_columns(report: &MatrixReport) -> Vec<String> {
     report.suites.iter().map(|s| s.short_label()).collect()

@@ -283,15 +283,13 @@ pub(super) fn vm_backends(args: &SweepPlan) -> Vec<Backend> {
 
 /// The cells each guest sweep is expected to hold, in boot order, before it counts its own
 /// (it may have more xfrm rows: one per `cbc(aes)` driver it finds): its plain baseline and
-/// each kernel row's suites, per link condition and workload.
+/// each kernel row's suites, per link condition, workload and stream count.
 pub(super) fn vm_cells(args: &SweepPlan) -> Vec<u64> {
     GuestKernel::all(args)
         .iter()
         .map(|kernel| {
             let guest = vm_plan(args, kernel);
-            (guest.suites.len() as u64 * guest.rows_per_suite() + 1)
-                * guest.netem.len().max(1) as u64
-                * guest.packet_sizes.len().max(1) as u64
+            (guest.suites.len() as u64 * guest.rows_per_suite() + 1) * guest.runs_per_row()
         })
         .collect()
 }
@@ -396,7 +394,8 @@ async fn vm_sweep(
     let rows_per_suite = guest_plan.rows_per_suite();
     let conditions = guest_plan.netem.len().max(1) as u64;
     let row_cells = guest_plan.suites.len() as u64 * (rows_per_suite + 1) + 1;
-    let cells = row_cells * u64::from(args.repeat) * conditions;
+    let tcp_runs = conditions * guest_plan.parallel.len() as u64;
+    let cells = row_cells * u64::from(args.repeat) * tcp_runs;
     let bytes = args.vm_bytes;
     let udp_cells = row_cells * conditions * guest_plan.packet_sizes.iter().flatten().count() as u64;
     child.timeout = Some(
@@ -532,7 +531,7 @@ mod tests {
         assert_eq!(vm_cells(&one), [2]);
         let a = SweepPlan {
             threads: vec![1, 2],
-            parallel: 2,
+            parallel: vec![2],
             pcrypt: true,
             ..plan()
         }
@@ -556,7 +555,7 @@ mod tests {
         assert_eq!((guest.threads.as_slice(), guest.pcrypt), (&[1][..], false));
         let a = SweepPlan {
             threads: vec![2, 1],
-            parallel: 2,
+            parallel: vec![2],
             pcrypt: true,
             per_cpu_sa: true,
             encap: Some(model::Encap::EspInUdp { port: 4600 }),
@@ -607,7 +606,7 @@ mod tests {
     fn user_mode_linux_sweeps_what_one_cpu_without_wireguard_can() {
         let a = SweepPlan {
             threads: vec![1, 2],
-            parallel: 2,
+            parallel: vec![2],
             pcrypt: true,
             vm: Some("uml".into()),
             ..plan()
@@ -753,7 +752,7 @@ mod tests {
     fn a_childs_plan_file_reads_back_as_the_plan_the_parent_wrote() {
         let a = SweepPlan {
             threads: vec![1, 2],
-            parallel: 2,
+            parallel: vec![2],
             pcrypt: true,
             encap: Some(model::Encap::EspInUdp { port: 4600 }),
             family: model::Family::Ipv4,

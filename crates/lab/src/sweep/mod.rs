@@ -52,10 +52,13 @@ pub async fn run(plan: &SweepPlan, progress: &dyn Progress) -> (MatrixReport, La
     let mut report = MatrixReport::new(plan.suites.clone(), plan.bytes, plan.repeat, plan.started_unix_s);
     report.family = plan.family;
     report.notes.push(format!("payload seed {:#x}", plan.seed));
-    if plan.parallel > 1 {
-        report
-            .notes
-            .push(format!("{} TCP streams per transfer", plan.parallel));
+    match plan.parallel.as_slice() {
+        [1] => {}
+        [n] => report.notes.push(format!("{n} TCP streams per transfer")),
+        counts => report.notes.push(format!(
+            "TCP rows at {} streams per transfer, a row each (-P in the label)",
+            counts.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+        )),
     }
     let cancel = CancellationToken::new();
     let outcome = match crate::signal::cancel_on_signal(cancel.clone()) {
@@ -101,20 +104,19 @@ async fn sweep(
     let soft_here = crypto::soft::active();
     let (local, soft_child): (Vec<PlannedRow>, Vec<PlannedRow>) =
         rows.into_iter().partition(|r| !r.is_soft() || soft_here);
-    let host_cells: usize = local
+    let host_cells: u64 = local
         .iter()
         .chain(&soft_child)
         .map(|r| r.cells(&args.suites))
-        .sum::<usize>()
-        * args.netem.len()
-        * args.packet_sizes.len();
+        .sum::<usize>() as u64
+        * args.runs_per_row();
     let runs_vm = args.vm.is_some() && !children::vm_backends(args).is_empty();
     let vms = match runs_vm {
         true => children::vm_cells(args),
         false => vec![],
     };
     progress.sweep_started(&SweepCells {
-        host: host_cells as u64,
+        host: host_cells,
         vms,
     });
     let spec = TopologySpec {
@@ -129,12 +131,17 @@ async fn sweep(
     for condition in &args.netem {
         for packet_size in &args.packet_sizes {
             for row in &local {
-                let dimensions = rows::Dimensions {
-                    netem: condition.as_ref(),
-                    packet_size: *packet_size,
-                };
-                let ran = rows::run_row(args, row, dimensions, &topology, cancel, progress).await;
-                report.rows.push(ran);
+                // A row's stream counts one after the other: the table sorts rows stably, so
+                // each row's scaling curve stays together.
+                for streams in args.stream_counts(*packet_size) {
+                    let dimensions = rows::Dimensions {
+                        netem: condition.as_ref(),
+                        packet_size: *packet_size,
+                        streams,
+                    };
+                    let ran = rows::run_row(args, row, dimensions, &topology, cancel, progress).await;
+                    report.rows.push(ran);
+                }
             }
         }
     }
@@ -223,7 +230,7 @@ mod tests {
             suites: vec![],
             crypto: vec![CryptoChoice::Auto],
             threads: vec![1],
-            parallel: 1,
+            parallel: vec![1],
             bytes: ByteSize(4_000_000),
             vm_bytes: ByteSize(4_000_000),
             time_s: None,

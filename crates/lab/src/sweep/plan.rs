@@ -24,9 +24,10 @@ pub struct SweepPlan {
     /// rows once per count as SA pairs (`run --sas`); the other backends' rows at counts
     /// above 1 say why they have none.
     pub threads: Vec<u16>,
-    /// TCP streams per transfer in every cell (`-P`; several tunnel threads need at least as
-    /// many streams to have work each).
-    pub parallel: u16,
+    /// TCP streams per transfer (`-P 1,2,4`): every TCP row once per count, the scaling
+    /// curve (several tunnel threads or SA pairs need at least as many streams to have
+    /// work each); a UDP row is one flow. Empty: the largest `threads` count.
+    pub parallel: Vec<u16>,
     /// Payload of each TCP transfer, where the transfers are not timed (`time_s`).
     pub bytes: ByteSize,
     /// Payload of the VM rows (TCG moves a few MB/s).
@@ -132,6 +133,11 @@ impl SweepPlan {
         if self.threads.is_empty() {
             self.threads = vec![1];
         }
+        if self.parallel.is_empty() {
+            self.parallel = vec![self.threads.iter().copied().max().unwrap_or(1)];
+        }
+        self.parallel.sort_unstable();
+        self.parallel.dedup();
         if self.netem.is_empty() {
             self.netem = vec![None];
         }
@@ -160,14 +166,15 @@ impl SweepPlan {
                 }
                 for t in &self.threads {
                     for size in &self.packet_sizes {
-                        // An xfrm count above the streams (UDP: one flow) is a row that says
-                        // why it cannot run.
-                        let streams = if size.is_some() { 1 } else { self.parallel };
-                        if b.describe().threads == Threads::SaPairs && *t > streams {
-                            continue;
+                        for streams in self.stream_counts(*size) {
+                            // An xfrm count above the streams is a row that says why it
+                            // cannot run.
+                            if b.describe().threads == Threads::SaPairs && *t > streams {
+                                continue;
+                            }
+                            self.cell_request(*b, *s, CryptoChoice::Auto, *t, *size, streams)
+                                .validate()?;
                         }
-                        self.cell_request(*b, *s, CryptoChoice::Auto, *t, *size)
-                            .validate()?;
                     }
                 }
             }
@@ -235,9 +242,35 @@ impl SweepPlan {
         Ok(())
     }
 
-    /// A cell's run: the TCP transfer, or UDP trials of `packet_size` (one flow, timed by
-    /// `--trial-time`), with `--find-ndr` and `--latency` as the sweep says; the plain
-    /// row's TCP transfers are timed by the caller.
+    /// The stream counts a row runs at under a workload: each `-P` count for the TCP
+    /// transfer, one flow for UDP datagrams.
+    pub(super) fn stream_counts(&self, packet_size: Option<PacketSize>) -> Vec<u16> {
+        match packet_size {
+            None => self.parallel.clone(),
+            Some(_) => vec![1],
+        }
+    }
+
+    /// How many times each row runs: once per link condition and workload, a TCP
+    /// workload once per stream count.
+    pub fn runs_per_row(&self) -> u64 {
+        let workloads: usize = self
+            .packet_sizes
+            .iter()
+            .map(|size| self.stream_counts(*size).len())
+            .sum();
+        (self.netem.len().max(1) * workloads.max(1)) as u64
+    }
+
+    /// The stream count a row's key names at `streams`: the count where the sweep has
+    /// several TCP counts, else none (the sweep's notes give its one count).
+    pub(super) fn streams_key(&self, packet_size: Option<PacketSize>, streams: u16) -> Option<u16> {
+        (packet_size.is_none() && self.parallel.len() > 1).then_some(streams)
+    }
+
+    /// A cell's run: the TCP transfer at `streams` streams, or UDP trials of `packet_size`
+    /// (one flow, timed by `--trial-time`), with `--find-ndr` and `--latency` as the sweep
+    /// says; the plain row's TCP transfers are timed by the caller.
     pub(super) fn cell_request(
         &self,
         backend: Backend,
@@ -245,8 +278,12 @@ impl SweepPlan {
         crypto: CryptoChoice,
         tunnel_threads: u16,
         packet_size: Option<PacketSize>,
+        streams: u16,
     ) -> RunRequest {
-        let request = self.request(backend, suite, crypto, tunnel_threads, self.seed);
+        let request = RunRequest {
+            parallel: streams,
+            ..self.request(backend, suite, crypto, tunnel_threads, self.seed)
+        };
         let packets = PacketsRequest {
             udp: packet_size.is_some(),
             packet_size,
@@ -339,7 +376,7 @@ impl SweepPlan {
             sas,
             bytes: self.bytes,
             repeat: self.repeat,
-            parallel: self.parallel,
+            parallel: self.parallel.first().copied().unwrap_or(1),
             mtu: self.mtu,
             port: self.port,
             seed: Some(seed),
@@ -389,7 +426,7 @@ mod tests {
             key: model::KeyBits::Aes256,
         };
         let cell = |plan: &SweepPlan, size| {
-            plan.cell_request(Backend::Userspace, gcm, CryptoChoice::Auto, 1, size)
+            plan.cell_request(Backend::Userspace, gcm, CryptoChoice::Auto, 1, size, 1)
                 .validate()
                 .unwrap()
                 .workload()
@@ -403,6 +440,46 @@ mod tests {
         );
         let sized = crate::sweep::tests::plan().validate().unwrap();
         assert_eq!(cell(&sized, None), None);
+    }
+
+    /// `matrix -P 4,1,2 --threads 4`: the counts in order, each TCP cell at its count, a UDP
+    /// workload once (one flow); a row's key names the count only where there are several;
+    /// no -P: the largest --threads count, as before.
+    #[test]
+    fn every_tcp_row_runs_once_per_stream_count() {
+        let plan = SweepPlan {
+            parallel: vec![4, 1, 2, 4],
+            threads: vec![4],
+            packet_sizes: vec![None, Some(PacketSize::Fixed(512))],
+            netem: vec![None, Some("delay 5ms".parse().unwrap())],
+            ..crate::sweep::tests::plan()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(plan.parallel, [1, 2, 4]);
+        assert_eq!(plan.stream_counts(None), [1, 2, 4]);
+        assert_eq!(plan.stream_counts(Some(PacketSize::Fixed(512))), [1]);
+        assert_eq!(plan.runs_per_row(), 2 * (3 + 1));
+        assert_eq!(plan.streams_key(None, 2), Some(2));
+        assert_eq!(plan.streams_key(Some(PacketSize::Fixed(512)), 1), None);
+        let gcm = CipherSuite::AesGcm {
+            key: model::KeyBits::Aes256,
+        };
+        let xfrm = plan.cell_request(Backend::Xfrm, gcm, CryptoChoice::Auto, 4, None, 4);
+        let xfrm = xfrm.validate().unwrap();
+        assert_eq!(xfrm.workload().parallel, 4);
+        let one = SweepPlan {
+            threads: vec![1, 2],
+            ..crate::sweep::tests::plan()
+        };
+        let one = SweepPlan {
+            parallel: vec![],
+            ..one
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(one.parallel, [2]);
+        assert_eq!(one.streams_key(None, 2), None);
     }
 
     /// `matrix --rekey-every`: the TCP cells of the backends that rekey get the schedule
@@ -426,7 +503,7 @@ mod tests {
             key: model::KeyBits::Aes256,
         };
         let cell = |backend: Backend, size| {
-            plan.cell_request(backend, gcm, CryptoChoice::Auto, 1, size)
+            plan.cell_request(backend, gcm, CryptoChoice::Auto, 1, size, 1)
                 .validate()
                 .unwrap()
         };
@@ -439,7 +516,7 @@ mod tests {
         }
         // OpenVPN's static-key (CBC) cells cannot renegotiate: they run without rekeys.
         let cbc = CipherSuite::cbc(model::KeyBits::Aes128, model::Hmac::None);
-        let openvpn_cbc = plan.cell_request(Backend::Openvpn, cbc, CryptoChoice::Auto, 1, None);
+        let openvpn_cbc = plan.cell_request(Backend::Openvpn, cbc, CryptoChoice::Auto, 1, None, 1);
         assert_eq!(openvpn_cbc.validate().unwrap().workload().rekey, None);
         assert_eq!(
             cell(Backend::Xfrm, Some(PacketSize::Fixed(512))).workload().rekey,

@@ -245,14 +245,10 @@ fn xfrm_extra_rows(args: &SweepPlan, kind: &RowKind) -> Vec<PlannedRow> {
         };
         rows.push(row(key(RowVariant::PerCpuSa), kind));
     }
+    // Each count's row runs at every -P count; one with fewer streams than pairs says why
+    // it has no cell there (`run_row`).
     for t in args.threads.iter().copied().filter(|t| *t > 1) {
-        let kind = match kind {
-            RowKind::Local { .. } if t > args.parallel => RowKind::Refused(format!(
-                "{t} SA pairs need at least {t} streams (one pair per stream group): give -P {t}"
-            )),
-            k => k.clone(),
-        };
-        rows.push(row(key(RowVariant::Default).with_threads(t), kind));
+        rows.push(row(key(RowVariant::Default).with_threads(t), kind.clone()));
     }
     rows
 }
@@ -286,11 +282,12 @@ fn xfrm_driver_rows() -> Vec<PlannedRow> {
 }
 
 /// What a row runs besides its own settings: the link's conditions and the workload (the
-/// TCP transfer, or UDP datagrams of a size).
+/// TCP transfer at a stream count, or UDP datagrams of a size: one flow).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Dimensions<'a> {
     pub netem: Option<&'a model::NetemSpec>,
     pub packet_size: Option<PacketSize>,
+    pub streams: u16,
 }
 
 /// Runs `row`'s cells on this kernel, on the sweep's `topology` (an xfrm cell makes its own).
@@ -302,8 +299,17 @@ pub(super) async fn run_row(
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> Row {
-    let Dimensions { netem, packet_size } = dimensions;
-    let key = row.key.clone().with_netem(netem).with_packet_size(packet_size);
+    let Dimensions {
+        netem,
+        packet_size,
+        streams,
+    } = dimensions;
+    let key = row
+        .key
+        .clone()
+        .with_netem(netem)
+        .with_packet_size(packet_size)
+        .with_streams(args.streams_key(packet_size, streams));
     let not_run = |reason: &str| Row {
         notes: row.notes.clone(),
         ..refused_row(key.clone(), &args.suites, reason)
@@ -312,6 +318,9 @@ pub(super) async fn run_row(
         RowKind::Refused(reason) => return not_run(reason),
         RowKind::Local { crypto, driver } => (*crypto, driver.clone()),
     };
+    if let Some(why) = too_few_streams(row.backend, row.key.tunnel_threads, packet_size, streams) {
+        return not_run(&why);
+    }
     // Held for the whole row; dropping it (also on an early return) restores the priorities.
     let guard = match driver.as_deref().map(pin_cbc_aes_driver).transpose() {
         Ok(guard) => guard,
@@ -387,6 +396,19 @@ pub(super) async fn run_row(
     Row { key, cells, notes }
 }
 
+/// Why a row of `pairs` SA pairs has no TCP cell at `streams` streams: a pair per stream
+/// group, so fewer streams than pairs leave a pair idle (a UDP row is one flow on one pair).
+fn too_few_streams(
+    backend: Backend,
+    pairs: u16,
+    packet_size: Option<PacketSize>,
+    streams: u16,
+) -> Option<String> {
+    (backend.describe().threads == Threads::SaPairs && packet_size.is_none() && pairs > streams).then(|| {
+        format!("{pairs} SA pairs need at least {pairs} streams (one pair per stream group): give -P {pairs}")
+    })
+}
+
 /// How long each transfer of a plain row lasts: the line rate is many times a tunnel's, so
 /// the payload of the tunnels' cells (100 MB: 0.05 s over veth) is too short to time it.
 const PLAIN_SECONDS: f64 = model::LINE_RATE_SECONDS;
@@ -401,7 +423,11 @@ async fn run_cell(
     cancel: &CancellationToken,
 ) -> Cell {
     let times_before = MachineTimes::now();
-    let Dimensions { netem, packet_size } = dimensions;
+    let Dimensions {
+        netem,
+        packet_size,
+        streams,
+    } = dimensions;
     let result = async {
         let backend = row.backend;
         let encap = match row.key.variant {
@@ -410,7 +436,14 @@ async fn run_cell(
         };
         // The UDP cells run what `run --udp` runs; only the plain row's TCP transfer is timed
         // here rather than sized.
-        let request = args.cell_request(backend, suite, crypto, row.key.tunnel_threads, packet_size);
+        let request = args.cell_request(
+            backend,
+            suite,
+            crypto,
+            row.key.tunnel_threads,
+            packet_size,
+            streams,
+        );
         let plan = RunRequest {
             modes: match (backend, packet_size) {
                 (Backend::Plain, None) => model::ModesRequest {
@@ -526,5 +559,28 @@ fn measurement(report: &RunReport, evidence: &Evidence) -> Measurement {
             .chain(report.plan.ignored().iter())
             .cloned()
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `matrix --threads 2 -P 1,2`: the two-pair xfrm row says why it has no cell at one
+    /// stream and runs at two; tunnel threads and the UDP rows are not held to it.
+    #[test]
+    fn sa_pairs_need_a_stream_each() {
+        let why = too_few_streams(Backend::Xfrm, 2, None, 1).unwrap();
+        assert_eq!(
+            why,
+            "2 SA pairs need at least 2 streams (one pair per stream group): give -P 2"
+        );
+        assert_eq!(too_few_streams(Backend::Xfrm, 2, None, 2), None);
+        assert_eq!(too_few_streams(Backend::Xfrm, 1, None, 1), None);
+        assert_eq!(too_few_streams(Backend::Userspace, 4, None, 1), None);
+        assert_eq!(
+            too_few_streams(Backend::Xfrm, 2, Some(PacketSize::Fixed(64)), 1),
+            None
+        );
     }
 }
