@@ -141,14 +141,22 @@ pub(super) async fn soft_child_rows(
     cancel: &CancellationToken,
     progress: &dyn Progress,
 ) -> Vec<Row> {
-    // A row per link condition and workload, as the child would have measured them.
+    // A row per link condition, workload and stream count, as the child would have
+    // measured them.
     let fail = |reason: String| -> Vec<Row> {
         let mut refused = Vec::new();
         for r in rows {
             for netem in &args.netem {
                 for size in &args.packet_sizes {
-                    let key = r.key.clone().with_netem(netem.as_ref()).with_packet_size(*size);
-                    refused.push(refused_row(key, &args.suites, &reason));
+                    for streams in args.stream_counts(*size) {
+                        let key = r
+                            .key
+                            .clone()
+                            .with_netem(netem.as_ref())
+                            .with_packet_size(*size)
+                            .with_streams(args.streams_key(*size, streams));
+                        refused.push(refused_row(key, &args.suites, &reason));
+                    }
                 }
             }
         }
