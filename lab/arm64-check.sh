@@ -13,9 +13,9 @@
 # names the cargo to run (make's $(CARGO)).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. lab/private-apt.sh
 
 dir=/var/lib/ipsec-lab/cross/rustc-sid
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 say() { echo "lab/arm64-check.sh: $*"; }
 
 if [ ! -f "$dir/.ready" ]; then
@@ -25,19 +25,9 @@ if [ ! -f "$dir/.ready" ]; then
             libgcc-s1 libffi8 libedit2 libz3-4 zlib1g libzstd1 libxml2-16 libtinfo6 libbsd0 libmd0)
   work=$(mktemp -d /tmp/ipl-arm64-check-XXXXXX)
   trap 'rm -rf "$work"' EXIT
-  mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
   : >"$work/status"
-  apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-            -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o "Dir::State::status=$work/status"
-            -o APT::Architecture=amd64 -o APT::Architectures::=amd64 -o APT::Architectures::=arm64
-            -o Acquire::Check-Valid-Until=false -o APT::Sandbox::User=root)
-  found=""
-  for mirror in $(bash lab/debian-mirrors.sh); do
-    echo "deb [signed-by=$keyring] $mirror sid main" >"$work/sources.list"
-    if apt-get -qq "${apt_opts[@]}" update 2>/dev/null; then found=$mirror; break; fi
-    say "$mirror serves no sid signed by Debian's archive key"
-  done
-  [ -n "$found" ] || { say "no mirror of apt's sources serves sid" >&2; exit 3; }
+  private_apt "$work" sid -o "Dir::State::status=$work/status" -o APT::Architecture=amd64 \
+    -o APT::Architectures::=amd64 -o APT::Architectures::=arm64 -o Acquire::Check-Valid-Until=false || exit 3
   say "fetching sid's rustc and its aarch64 standard library from $found"
   (cd "$work" && apt-get -qq "${apt_opts[@]}" download "${packages[@]}")
   rm -rf "$dir.new"

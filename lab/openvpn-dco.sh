@@ -15,31 +15,17 @@ set -euo pipefail
 
 dir=/var/lib/ipsec-lab/openvpn
 marker=$dir/.from-sid
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 here=$(dirname "$0")
+. "$here/private-apt.sh"
 command -v patchelf >/dev/null || { echo "lab/openvpn-dco.sh: patchelf missing (lab/setup.sh installs it)" >&2; exit 3; }
-[ -f "$keyring" ] || { echo "lab/openvpn-dco.sh: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 3; }
 
 if [ -f "$marker" ] && "$dir/$(cat "$marker")/openvpn" --version >/dev/null 2>&1; then
     echo "lab/openvpn-dco.sh: OpenVPN $(cat "$marker") already in $dir"
     exit 0
 fi
-mirrors=$(bash "$here/debian-mirrors.sh")
 work=$(mktemp -d /tmp/ipl-openvpn-dco-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
-found="" said=""
-for mirror in $mirrors; do
-    echo "deb [signed-by=$keyring] $mirror sid main" > "$work/sources.list"
-    if said=$(apt-get -qq "${apt_opts[@]}" update 2>&1); then
-        found=$mirror
-        break
-    fi
-    echo "lab/openvpn-dco.sh: $mirror serves no sid signed by Debian's archive key"
-done
-[ -n "$found" ] || { echo "lab/openvpn-dco.sh: no mirror of apt's sources ($(echo $mirrors)) serves sid: $said" >&2; exit 3; }
+private_apt "$work" sid || exit 3
 # openvpn and the libraries it links, each sid's (the rest of what they need, the host has).
 libraries=$(apt-cache "${apt_opts[@]}" depends openvpn \
     | awk '$1 == "Depends:" && $2 ~ /^lib/ { print $2 }' | sort -u)

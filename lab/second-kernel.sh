@@ -16,9 +16,8 @@ set -euo pipefail
 
 kernels=/var/lib/ipsec-lab/kernels
 suites=${IPSEC_LAB_SECOND_KERNEL_SUITES:-bookworm-backports sid}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[ -f "$keyring" ] || { echo "lab/second-kernel.sh: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 3; }
 here=$(dirname "$0")
+. "$here/private-apt.sh"
 # The suite being fetched: removed however the script ends (a failed step exits at once).
 work=""
 trap '[ -z "$work" ] || rm -rf "$work"' EXIT
@@ -35,21 +34,10 @@ install_suite() {
             return 0
         fi
     fi
-    local mirrors mirror found="" said=""
-    mirrors=$(bash "$here/debian-mirrors.sh") || return 3
+    local apt_opts found
     work=$(mktemp -d /tmp/ipl-second-kernel-XXXXXX)
-    mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$kernels"
-    local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-                    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
-    for mirror in $mirrors; do
-        echo "deb [signed-by=$keyring] $mirror $suite main" > "$work/sources.list"
-        if said=$(apt-get -qq "${apt_opts[@]}" update 2>&1); then
-            found=$mirror
-            break
-        fi
-        echo "lab/second-kernel.sh: $mirror serves no $suite signed by Debian's archive key"
-    done
-    [ -n "$found" ] || { echo "lab/second-kernel.sh: no mirror of apt's sources ($(echo $mirrors)) serves $suite: $said" >&2; return 3; }
+    mkdir -p "$kernels"
+    private_apt "$work" "$suite" || return 3
     local package release
     package=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 \
         | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')

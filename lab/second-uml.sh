@@ -19,10 +19,9 @@ set -euo pipefail
 
 umls=/var/lib/ipsec-lab/uml
 suites=${IPSEC_LAB_SECOND_UML_SUITES:-trixie sid}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 command -v patchelf >/dev/null || { echo "lab/second-uml.sh: patchelf missing (lab/setup.sh installs it)" >&2; exit 3; }
-[ -f "$keyring" ] || { echo "lab/second-uml.sh: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 3; }
 here=$(dirname "$0")
+. "$here/private-apt.sh"
 
 # One suite's kernel, with its modules and C library, into $umls/RELEASE; a marker
 # ($umls/.from-SUITE, holding the release) says it is done.
@@ -36,23 +35,9 @@ install_suite() {
             return 0
         fi
     fi
-    local mirrors work
-    mirrors=$(bash "$here/debian-mirrors.sh") || return 3
+    local work apt_opts found
     work=$(mktemp -d /tmp/ipl-second-uml-XXXXXX)
-    mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-    local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
-                    -o "Dir::State::Lists=$work/lists" -o "Dir::Cache=$work/cache" -o APT::Sandbox::User=root)
-    # The first of the machine's mirrors that serves $suite signed by Debian's archive key.
-    local mirror found="" said=""
-    for mirror in $mirrors; do
-        echo "deb [signed-by=$keyring] $mirror $suite main" > "$work/sources.list"
-        if said=$(apt-get -qq "${apt_opts[@]}" update 2>&1); then
-            found=$mirror
-            break
-        fi
-        echo "lab/second-uml.sh: $mirror serves no $suite signed by Debian's archive key"
-    done
-    [ -n "$found" ] || { echo "lab/second-uml.sh: no mirror of apt's sources ($(echo $mirrors)) serves $suite: $said" >&2; rm -rf "$work"; return 3; }
+    private_apt "$work" "$suite" || { rm -rf "$work"; return 3; }
     echo "lab/second-uml.sh: fetching user-mode-linux and libc6 from $suite ($found)"
     (cd "$work" && apt-get -qq "${apt_opts[@]}" download user-mode-linux libc6)
     dpkg-deb -x "$work"/user-mode-linux_*.deb "$work/uml"
