@@ -78,21 +78,28 @@ fn find_program(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The OpenVPN a run starts: the PATH's, or for DCO one of 2.7 or later (the lab's first).
-fn program(plan: &RunPlan) -> Option<PathBuf> {
+/// The OpenVPN a run starts, with the first line of its `--version`: the PATH's, or for DCO
+/// one of 2.7 or later (the lab's first).
+fn program(plan: &RunPlan) -> Option<(PathBuf, String)> {
+    let with_version = |p: PathBuf| {
+        let line = daemon::version_line(&p.display().to_string()).unwrap_or_else(|| "unknown".into());
+        (p, line)
+    };
     if plan.backend() != model::Backend::OpenvpnDco {
-        return find_program("openvpn");
+        return find_program("openvpn").map(with_version);
     }
     let lab = std::fs::read_to_string(Path::new(LAB_OPENVPN).join(".from-sid"))
         .ok()
         .map(|v| Path::new(LAB_OPENVPN).join(v.trim()).join("openvpn"))
         .filter(|p| p.is_file());
-    lab.or_else(|| find_program("openvpn")).filter(|p| drives_ovpn(p))
+    lab.or_else(|| find_program("openvpn"))
+        .map(with_version)
+        .filter(|(_, line)| drives_ovpn(line))
 }
 
-/// Whether this OpenVPN is 2.7 or later (2.6 drives only the out-of-tree ovpn-dco module).
-fn drives_ovpn(program: &Path) -> bool {
-    let line = daemon::version_line(&program.display().to_string()).unwrap_or_default();
+/// Whether the OpenVPN whose `--version` says `line` is 2.7 or later with DCO (2.6 drives
+/// only the out-of-tree ovpn-dco module).
+fn drives_ovpn(line: &str) -> bool {
     let version = line.split_whitespace().nth(1).unwrap_or_default();
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (2, 7) && line.contains("[DCO]")
@@ -274,7 +281,8 @@ pub struct Material {
 impl Material {
     pub fn create(plan: &RunPlan) -> LabResult<Material> {
         let (mode, cipher, auth) = openvpn_suite(plan.suite());
-        let program = program(plan).ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
+        let (program, version) =
+            program(plan).ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))?;
         let dir = owner::PrivateDir::new("ipl-openvpn-")?;
         let mut args: [Vec<String>; 2] = [Vec::new(), Vec::new()];
         match mode {
@@ -320,7 +328,7 @@ impl Material {
             }
         }
         Ok(Material {
-            version: daemon::version_line(&program.display().to_string()).unwrap_or_else(|| "unknown".into()),
+            version,
             dco: plan.backend() == model::Backend::OpenvpnDco,
             program,
             mode,
@@ -701,6 +709,18 @@ fn openvpn_command(material: &Material, ns: &Namespace, dev: &str, log: &Path) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 2.7 with DCO drives the kernel's ovpn; 2.6 (whose [DCO] is ovpn-dco's) and a 2.7
+    /// built without DCO do not.
+    #[test]
+    fn only_openvpn_2_7_with_dco_drives_ovpn() {
+        let tail = "x86_64-pc-linux-gnu [SSL (OpenSSL)] [LZO] [LZ4] [EPOLL] [PKCS11] [MH/PKTINFO] [AEAD]";
+        assert!(drives_ovpn(&format!("OpenVPN 2.7.8 {tail} [DCO]")));
+        assert!(drives_ovpn(&format!("OpenVPN 3.0.1 {tail} [DCO]")));
+        assert!(!drives_ovpn(&format!("OpenVPN 2.6.14 {tail} [DCO]")));
+        assert!(!drives_ovpn(&format!("OpenVPN 2.7.8 {tail}")));
+        assert!(!drives_ovpn("unknown"));
+    }
 
     /// End a's log of a run with `--reneg-sec 1 1` (OpenVPN 2.6.14, trimmed).
     const INITIATOR: &str = "\
