@@ -423,7 +423,6 @@ fn a_killed_uml_run_leaves_nothing_after_clean() {
     let _ = child.kill();
     let _ = child.wait();
     let records = records.expect("the run recorded user-mode Linux");
-    let alive = |pid: u64| std::path::Path::new(&format!("/proc/{pid}")).exists();
     let pids: Vec<u64> = records_of(&records, "process")
         .iter()
         .filter_map(|p| p["pid"].as_u64())
@@ -433,7 +432,7 @@ fn a_killed_uml_run_leaves_nothing_after_clean() {
         .filter_map(|p| p["path"].as_str().map(str::to_string))
         .collect();
     assert!(
-        pids.iter().any(|p| alive(*p)),
+        pids.iter().any(|p| running(*p)),
         "SIGKILL leaves the guest running: {records:?}"
     );
     let out = run_lab(&["clean"]);
@@ -441,7 +440,7 @@ fn a_killed_uml_run_leaves_nothing_after_clean() {
     // The kernel's own helper processes end with it.
     std::thread::sleep(std::time::Duration::from_secs(1));
     for pid in pids {
-        assert!(!alive(pid), "{pid} still runs after clean: {}", text(&out));
+        assert!(!running(pid), "{pid} still runs after clean: {}", text(&out));
     }
     assert!(!dirs.is_empty(), "{records:?}");
     for dir in dirs {

@@ -339,10 +339,7 @@ fn sigkill_then_clean_removes_sockets_processes_and_namespaces() {
             );
         }
         for p in &pids {
-            assert!(
-                !std::path::Path::new(&format!("/proc/{p}")).exists(),
-                "{backend}: process {p} left"
-            );
+            assert!(!running(p.parse().unwrap()), "{backend}: process {p} left");
         }
         let left: Vec<String> = lab_namespaces()
             .into_iter()

@@ -143,6 +143,15 @@ pub fn assert_usage_errors(cases: &[(&[&str], &str)]) {
     }
 }
 
+/// Whether `pid` still runs: a zombie has ended. After `clean` stops the orphans of a killed
+/// run, init reaps them when it gets to it; here that is every few seconds.
+pub fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
 pub fn text(out: &Output) -> String {
     format!(
         "{}{}",
