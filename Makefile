@@ -49,7 +49,7 @@ lint:
 test: setup-test
 	@lint=0; $(MAKE) --no-print-directory lint || lint=$$?; \
 	arm64=0; CARGO=$(CARGO) bash lab/arm64-check.sh || arm64=$$?; \
-	tests=0; $(CARGO) test --workspace --no-fail-fast || tests=$$?; \
+	tests=0; CARGO=$(CARGO) python3 lab/run-tests.py || tests=$$?; \
 	if [ $$lint -ne 0 ] || [ $$arm64 -ne 0 ] || [ $$tests -ne 0 ]; then \
 		echo "make test: lint exited $$lint, the aarch64 check $$arm64, tests $$tests" >&2; exit 1; \
 	fi
