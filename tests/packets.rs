@@ -43,9 +43,9 @@ fn n(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
-/// A rate well under what the tunnel carries loses nothing; unlimited, the sender (about
-/// 1 Mpps of 64-byte datagrams here) outruns the tunnel (a few hundred thousand) and the
-/// loss is counted, not hidden. Every delivered datagram verified.
+/// A rate well under what the tunnel carries loses nothing the kernel did not drop; unlimited,
+/// the sender (about 1 Mpps of 64-byte datagrams here) outruns the tunnel (a few hundred
+/// thousand) and the loss is counted, not hidden. Every delivered datagram verified.
 #[test]
 fn udp_64_byte_trials_count_packets_and_loss_over_plain_and_the_userspace_tunnel() {
     let test = "udp_64_byte_trials_count_packets_and_loss_over_plain_and_the_userspace_tunnel";
@@ -69,11 +69,18 @@ fn udp_64_byte_trials_count_packets_and_loss_over_plain_and_the_userspace_tunnel
         assert!(n(&t["sent"]) >= 19_000, "{backend}: {t}");
         assert_eq!(t["kept_rate"], true, "{backend}: {t}");
         assert_eq!(
-            (n(&t["lost"]), n(&t["corrupted"]), n(&t["duplicates"])),
-            (0, 0, 0),
+            (n(&t["corrupted"]), n(&t["duplicates"])),
+            (0, 0),
             "{backend}: {t}"
         );
-        assert_eq!(n(&t["received"]), n(&t["sent"]), "{backend}: {t}");
+        // An idle machine loses none at this rate; a busy one can keep the receiving end off
+        // a CPU until a kernel queue overflows (seen: 841 of 20000 at the TUN device, with
+        // another test binary beside it). Such loss is counted, and by the kernel's counters
+        // it was all outside the tunnel.
+        let d = &t["outside_drops"];
+        let outside = n(&d["receiver_socket"]) + n(&d["link"]) + n(&d["tunnel_devices"]);
+        assert_eq!(n(&t["lost"]), outside, "{backend}: {t}");
+        assert_eq!(n(&t["received"]) + n(&t["lost"]), n(&t["sent"]), "{backend}: {t}");
         // 64-byte IPv4 packets: 36 bytes of UDP payload each.
         assert_eq!(n(&t["payload_bytes"]), n(&t["received"]) * 36, "{t}");
         assert_eq!(n(&t["packet_bytes"]), n(&t["received"]) * 64, "{t}");

@@ -536,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn a_paced_trial_over_loopback_keeps_its_rate_and_loses_nothing() {
+    fn a_paced_trial_over_loopback_sends_every_datagram_due_and_loses_nothing() {
         let (a, b) = (IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4(Ipv4Addr::LOCALHOST));
         let probe = std::net::UdpSocket::bind((a, 0)).unwrap();
         let from = probe.local_addr().unwrap();
@@ -569,12 +569,14 @@ mod tests {
         let trial = tally.counts().trial(&sent, config.pps, config.family);
         // Every datagram due in the trial went, a late wake-up's included.
         assert_eq!(trial.sent, 20_000, "{trial:?}");
-        assert_eq!(trial.kept_rate, Some(true), "{trial:?}");
+        // Never faster than paced. Not asserted: that the rate was kept. On a busy machine a
+        // late wake-up can stretch the trial (seen: 1.04 s for 1 s of datagrams, with
+        // another test binary beside it), and the trial says so (`kept_rate`).
+        assert!(trial.sent_pps <= 20_000.0 * 1.02, "faster than paced: {trial:?}");
         assert_eq!(
             (trial.lost, trial.corrupted, trial.duplicates),
             (0, 0, 0),
             "{trial:?}"
         );
-        assert!((trial.sent_pps / 20_000.0 - 1.0).abs() < 0.02, "{trial:?}");
     }
 }
