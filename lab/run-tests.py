@@ -6,8 +6,8 @@ binaries spend much of their time waiting (for a guest to boot, WireGuard's two-
 rekey timer, a server's deadline) with a core free. Here the binaries are built once
 (`cargo test --no-run`) and run in two lanes at once, each binary from its package's
 directory as cargo would run it: the guest lane (the binaries that boot user-mode Linux or
-a VM, whose runs happen in a kernel of their own) and the host lane (every other binary,
-then the doc tests). Within a lane one binary runs at a time, as before: tests that make lab
+a VM, whose runs happen in a kernel of their own, and WireGuard's rekey, which waits two
+minutes for its timer) and the host lane (every other binary, then the doc tests). Within a lane one binary runs at a time, as before: tests that make lab
 objects still take turns within their binary (`tests/common::lab_lock`), and a test's run
 counts only what its own sandbox holds (`tests/common/own.rs`), whatever the other lane does.
 
@@ -28,8 +28,9 @@ import sys
 import tempfile
 import time
 
-# The binaries whose runs boot a guest kernel (user-mode Linux or a VM), in the order they run.
-GUEST_LANE = ["vm", "kernels_vm", "uml"]
+# The binaries whose runs boot a guest kernel (user-mode Linux or a VM), and WireGuard's
+# two-minute rekey, which mostly waits: in the order they run.
+GUEST_LANE = ["vm", "kernels_vm", "uml", "wireguard_rekey"]
 
 DOC_TESTS = "doc tests"
 
