@@ -28,9 +28,10 @@ import sys
 import tempfile
 import time
 
-# The binaries whose runs boot a guest kernel (user-mode Linux or a VM), and WireGuard's
-# two-minute rekey, which mostly waits: in the order they run.
-GUEST_LANE = ["vm", "kernels_vm", "uml", "wireguard_rekey"]
+# The binaries whose runs boot a guest kernel (user-mode Linux or a VM; the package's
+# installed service is tested in one), and WireGuard's two-minute rekey, which mostly waits:
+# in the order they run. About as long together as the host lane is.
+GUEST_LANE = ["vm", "kernels_vm", "uml", "deb_package", "wireguard_rekey"]
 
 DOC_TESTS = "doc tests"
 
