@@ -72,11 +72,13 @@ if ! why=$(sh "$(dirname "$0")/uml-probe.sh" /usr/bin/linux.uml); then
 fi
 
 # A second kernel for the VM lab and a second user-mode Linux (kernel rows per kernel), only
-# when asked.
+# when asked; with sid's kernel the programs of its newest data paths, each beside the
+# host's: OpenVPN 2.7 (ovpn) and strongSwan 6 (per-CPU SAs).
 if [[ " $* " == *" --second-kernel "* || "${IPSEC_LAB_SECOND_KERNEL:-0}" == 1 ]]; then
   bash "$(dirname "$0")/second-kernel.sh"
   bash "$(dirname "$0")/second-uml.sh"
   bash "$(dirname "$0")/openvpn-dco.sh"
+  bash "$(dirname "$0")/strongswan6.sh"
 fi
 
 # Tests create namespaces under /run/netns like ip(8) does.
