@@ -162,6 +162,8 @@ pub struct RunPlanArgs {
     /// xfrm: per-CPU SAs (RFC 9611, Linux 6.13+): beside the SA pair, a pair for every CPU
     /// of the kernel carrying the run; a packet leaves on the SA of the CPU that sends it, so
     /// one tunnel's encryption spreads over the CPUs as its flows do. Use with -P N.
+    /// strongswan: charon (strongSwan 6: lab/strongswan6.sh) negotiates them, a CHILD_SA per
+    /// CPU the kernel acquires one for, beside the fallback CHILD_SA.
     #[arg(long)]
     pub per_cpu_sa: bool,
     /// WAN conditions on the lab's link, in tc's words, e.g. "delay 20ms loss 0.1% rate

@@ -60,7 +60,20 @@ fn sas_pcrypt_and_per_cpu_sa_bad_input_exits_2_and_creates_nothing() {
         ),
         (
             &["run", "--per-cpu-sa", "--backend", "userspace"][..],
-            "--per-cpu-sa needs the xfrm backend",
+            "--per-cpu-sa needs the xfrm or strongswan backend",
+        ),
+        (
+            &[
+                "run",
+                "--per-cpu-sa",
+                "--backend",
+                "strongswan",
+                "--rekey-every",
+                "2",
+                "--time",
+                "8",
+            ][..],
+            "leave out --sas, --pcrypt and --per-cpu-sa",
         ),
         (
             &["run", "--per-cpu-sa", "--sas", "2", "-P", "2"][..],

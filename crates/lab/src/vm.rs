@@ -458,6 +458,7 @@ pub fn wanted(plan: &RunPlan) -> bool {
 /// Runs `plan` in a guest ([`guest_plan`], handed over as a plan file) and returns the
 /// report it wrote.
 pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
+    crate::backend::guest_preflight(plan)?;
     if uml_chosen(plan) {
         return crate::uml::run_in_uml(plan);
     }

@@ -75,6 +75,15 @@ pub enum OwnOptions {
     Xfrm,
     /// `--crypto`, `--tunnel-threads`.
     Userspace,
+    /// `--per-cpu-sa`: charon negotiates a CHILD_SA per CPU (strongSwan 6).
+    Strongswan,
+}
+
+impl OwnOptions {
+    /// Whether `--per-cpu-sa` is among them: kernel ESP SAs, per CPU (RFC 9611).
+    pub fn per_cpu_sa(self) -> bool {
+        matches!(self, OwnOptions::Xfrm | OwnOptions::Strongswan)
+    }
 }
 
 /// Whose CPU carries the tunnel, so whose time a run reports per interval.
@@ -244,13 +253,13 @@ const DESCRIPTIONS: [Description; 9] = [
     Description {
         backend: Backend::Strongswan,
         name: "strongswan",
-        summary: "kernel ESP whose SAs strongSwan's charon negotiated over IKEv2 (PSK, the run's suite as the ESP proposal); reports the negotiated algorithms beside the xfrm row's",
+        summary: "kernel ESP whose SAs strongSwan's charon negotiated over IKEv2 (PSK, the run's suite as the ESP proposal); reports the negotiated algorithms beside the xfrm row's; `--per-cpu-sa` (strongSwan 6, 6.13+)",
         suites: Suites::Aes,
         no_ipv6: None,
         // Each end would negotiate with the other's charon, which the protocol does not set up.
         two_hosts: false,
         kernel: Some(KernelNeed::Esp),
-        options: OwnOptions::None,
+        options: OwnOptions::Strongswan,
         cpu: TunnelCpuSource::Kernel,
         ceiling: CeilingSource::KernelCrypto,
         threads: Threads::None(KERNEL_THREADS),

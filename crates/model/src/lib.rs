@@ -43,8 +43,8 @@ pub use modes::{Direction, Modes, ModesReport, ModesRequest};
 pub use netem::{LinkConditions, NetemError, NetemSpec};
 pub use plan::{
     check_payload, parse_seed, BackendPlan, CryptoChoice, IpsecMode, Link, PacketsRequest, Peer, Placement,
-    PlanError, RunPlan, RunRequest, UserspacePlan, VmKernel, Workload, XfrmPlan, DEFAULT_PEER_PORT,
-    MIN_PAYLOAD,
+    PlanError, RunPlan, RunRequest, StrongswanPlan, UserspacePlan, VmKernel, Workload, XfrmPlan,
+    DEFAULT_PEER_PORT, MIN_PAYLOAD,
 };
 pub use report::{ReportError, RunReport, SCHEMA_VERSION};
 pub use size::ByteSize;

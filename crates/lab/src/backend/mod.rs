@@ -127,6 +127,16 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
     }
 }
 
+/// What a run in a guest needs of this host's files (a guest sees them read-only), checked
+/// before it boots: strongSwan 6 for the strongswan backend's per-CPU SAs. The guest's own
+/// preflight checks its kernel.
+pub fn guest_preflight(plan: &RunPlan) -> LabResult<()> {
+    match plan.backend() {
+        Backend::Strongswan => strongswan::programs(plan).map(drop),
+        _ => Ok(()),
+    }
+}
+
 /// One end of a running backend. Dropping it tears it down.
 pub enum End {
     Plain,

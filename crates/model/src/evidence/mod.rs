@@ -293,6 +293,7 @@ mod tests {
             lab_xfrm_installs: vec![algorithm],
             differences: vec![],
             rekeys: None,
+            per_cpu_sas: false,
         };
         let wg_end = WireguardEnd {
             side: String::new(),

@@ -119,29 +119,38 @@ impl XfrmEvidence {
         lines
     }
 
-    /// With per-CPU SAs, where the data went, CPU by CPU: the packets each CPU's SA sent
-    /// a->b, and those sent on the SA without a CPU.
+    /// With per-CPU SAs, where the data went, CPU by CPU ([`per_cpu_line`]).
     pub fn per_cpu_line(&self) -> Option<String> {
-        let a_to_b = || self.sas.iter().filter(|sa| sa.direction.starts_with("a->b"));
-        if !a_to_b().any(|sa| sa.cpu.is_some()) {
-            return None;
-        }
-        let mut cells: Vec<String> = a_to_b()
-            .filter_map(|sa| Some(format!("CPU {} {}", sa.cpu?, sa.counters.packets)))
-            .collect();
-        let fallback: u64 = a_to_b()
-            .filter(|sa| sa.cpu.is_none())
-            .map(|sa| sa.counters.packets)
-            .sum();
-        cells.push(format!("the SA without a CPU {fallback}"));
-        let busy = a_to_b()
-            .filter(|sa| sa.cpu.is_some() && sa.counters.packets > 0)
-            .count();
-        Some(format!(
-            "per-CPU SAs: packets a->b by the CPU they left from: {}; {busy} CPU(s) encrypted",
-            cells.join(", ")
-        ))
+        per_cpu_line(self.sas.iter())
     }
+}
+
+/// With per-CPU SAs among `sas`, where the data went, CPU by CPU: the packets each CPU's SAs
+/// sent a->b (a CPU may have more than one: charon negotiates one per acquire), and those
+/// sent on the SA without a CPU. None where no SA has a CPU.
+pub fn per_cpu_line<'a>(sas: impl Iterator<Item = &'a SaEvidence>) -> Option<String> {
+    let a_to_b: Vec<&SaEvidence> = sas.filter(|sa| sa.direction.starts_with("a->b")).collect();
+    if !a_to_b.iter().any(|sa| sa.cpu.is_some()) {
+        return None;
+    }
+    let mut by_cpu = BTreeMap::<u32, u64>::new();
+    let mut fallback = 0;
+    for sa in &a_to_b {
+        match sa.cpu {
+            Some(cpu) => *by_cpu.entry(cpu).or_default() += sa.counters.packets,
+            None => fallback += sa.counters.packets,
+        }
+    }
+    let mut cells: Vec<String> = by_cpu
+        .iter()
+        .map(|(cpu, packets)| format!("CPU {cpu} {packets}"))
+        .collect();
+    cells.push(format!("the SA without a CPU {fallback}"));
+    let busy = by_cpu.values().filter(|p| **p > 0).count();
+    Some(format!(
+        "per-CPU SAs: packets a->b by the CPU they left from: {}; {busy} CPU(s) encrypted",
+        cells.join(", ")
+    ))
 }
 
 #[cfg(test)]

@@ -78,7 +78,7 @@ pub enum PlanError {
     PcryptBackend(Backend),
     #[error("--pcrypt wraps rfc4106(gcm(aes)): use --cipher aes-128-gcm or aes-256-gcm, not {0}")]
     PcryptSuite(CipherSuite),
-    #[error("--per-cpu-sa needs the {xfrm} backend (kernel ESP SAs), not {0}", xfrm = Backend::names_where(has_sas))]
+    #[error("--per-cpu-sa needs the {list} backend (kernel ESP SAs), not {0}", list = Backend::names_where(has_per_cpu_sas))]
     PerCpuSaBackend(Backend),
     #[error("--per-cpu-sa with --sas {0}: per-CPU SAs are another way to spread one tunnel over the CPUs; give one of the two")]
     PerCpuSaWithSas(u16),
@@ -140,6 +140,11 @@ fn runs_over_ipv6(d: &Description) -> bool {
 /// The backends whose own options are xfrm's (`--encap`, `--sas`, `--pcrypt`): kernel ESP SAs.
 fn has_sas(d: &Description) -> bool {
     d.options == OwnOptions::Xfrm
+}
+
+/// The backends that take `--per-cpu-sa`: kernel ESP SAs, per CPU.
+fn has_per_cpu_sas(d: &Description) -> bool {
+    d.options.per_cpu_sa()
 }
 
 /// What carries an encrypted run between two hosts on a kernel without ESP.
@@ -242,6 +247,10 @@ mod tests {
         check(&message, "needs the ", " backend (kernel ESP SAs)", has_sas);
         let message = PlanError::PcryptBackend(Backend::Userspace).to_string();
         check(&message, "needs the ", " backend (kernel ESP SAs)", has_sas);
+        let message = PlanError::PerCpuSaBackend(Backend::Userspace).to_string();
+        check(&message, "needs the ", " backend (kernel ESP SAs)", |b| {
+            matches!(b, Backend::Xfrm | Backend::Strongswan)
+        });
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-use super::{Backend, BackendPlan, Peer, Placement, UserspacePlan, VmKernel, XfrmPlan};
+use super::{Backend, BackendPlan, Peer, Placement, StrongswanPlan, UserspacePlan, VmKernel, XfrmPlan};
 use crate::backend::OwnOptions;
 
 /// The backend part as written: the backend's name beside every backend's own options
@@ -28,6 +28,11 @@ impl<'de> Deserialize<'de> for BackendPlan {
             OwnOptions::None => BackendPlan::Bare(f.backend),
             OwnOptions::Xfrm => BackendPlan::Xfrm(f.xfrm),
             OwnOptions::Userspace => BackendPlan::Userspace(f.userspace),
+            // One flat `per_cpu_sa` field, read with xfrm's part (a second flattened struct
+            // with the same field would not see it).
+            OwnOptions::Strongswan => BackendPlan::Strongswan(StrongswanPlan {
+                per_cpu_sa: f.xfrm.per_cpu_sa,
+            }),
         })
     }
 }

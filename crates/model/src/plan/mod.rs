@@ -266,6 +266,15 @@ impl Default for XfrmPlan {
     }
 }
 
+/// The strongswan backend's own options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StrongswanPlan {
+    /// Per-CPU CHILD_SAs (`--per-cpu-sa`, RFC 9611: strongSwan 6, Linux 6.13): charon
+    /// negotiates one for each CPU whose packets the kernel acquires an SA for, beside the
+    /// fallback CHILD_SA without a CPU.
+    pub per_cpu_sa: bool,
+}
+
 /// The userspace tunnel's own options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct UserspacePlan {
@@ -283,6 +292,7 @@ pub enum BackendPlan {
     Bare(Backend),
     Xfrm(XfrmPlan),
     Userspace(UserspacePlan),
+    Strongswan(StrongswanPlan),
 }
 
 impl BackendPlan {
@@ -295,6 +305,7 @@ impl BackendPlan {
                 crypto: CryptoChoice::Auto,
                 tunnel_threads: 1,
             }),
+            OwnOptions::Strongswan => BackendPlan::Strongswan(StrongswanPlan::default()),
         }
     }
 
@@ -303,6 +314,7 @@ impl BackendPlan {
             BackendPlan::Bare(b) => *b,
             BackendPlan::Xfrm(_) => Backend::Xfrm,
             BackendPlan::Userspace(_) => Backend::Userspace,
+            BackendPlan::Strongswan(_) => Backend::Strongswan,
         }
     }
 }
@@ -493,8 +505,14 @@ impl RunPlan {
         self.xfrm().is_some_and(|x| x.pcrypt)
     }
 
+    /// Per-CPU SAs (`--per-cpu-sa`): the xfrm backend installs them, strongSwan's charon
+    /// negotiates them.
     pub fn per_cpu_sa(&self) -> bool {
-        self.xfrm().is_some_and(|x| x.per_cpu_sa)
+        match &self.backend {
+            BackendPlan::Xfrm(x) => x.per_cpu_sa,
+            BackendPlan::Strongswan(s) => s.per_cpu_sa,
+            BackendPlan::Bare(_) | BackendPlan::Userspace(_) => false,
+        }
     }
 
     /// The plain line rate of this run: the same workload over the same link and

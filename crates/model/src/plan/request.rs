@@ -2,8 +2,8 @@
 //! together and turned into a [`RunPlan`].
 
 use super::{
-    BackendPlan, CryptoChoice, IpsecMode, Link, Peer, Placement, PlanError, RunPlan, UserspacePlan, VmKernel,
-    Workload, XfrmPlan,
+    BackendPlan, CryptoChoice, IpsecMode, Link, Peer, Placement, PlanError, RunPlan, StrongswanPlan,
+    UserspacePlan, VmKernel, Workload, XfrmPlan,
 };
 use crate::backend::{Backend, KernelNeed, OwnOptions, Suites};
 use crate::encap::{Encap, EncapKind};
@@ -53,7 +53,7 @@ pub struct RunRequest {
     pub sas: u16,
     /// `--pcrypt` (xfrm, AES-GCM): the SAs run on a `pcrypt(rfc4106(gcm(aes)))` instance.
     pub pcrypt: bool,
-    /// `--per-cpu-sa` (xfrm): an SA pair per CPU beside the pair (RFC 9611).
+    /// `--per-cpu-sa` (xfrm, strongswan): an SA pair per CPU beside the pair (RFC 9611).
     pub per_cpu_sa: bool,
     /// `-6`/`--family 6`: IPv6 outer and inner addresses.
     pub family: Family,
@@ -297,6 +297,9 @@ impl RunRequest {
             OwnOptions::Userspace => BackendPlan::Userspace(UserspacePlan {
                 crypto: self.crypto.unwrap_or(CryptoChoice::Auto),
                 tunnel_threads: self.tunnel_threads,
+            }),
+            OwnOptions::Strongswan => BackendPlan::Strongswan(StrongswanPlan {
+                per_cpu_sa: self.per_cpu_sa,
             }),
         };
         self.not_for(&backend, &mut ignored)?;
@@ -574,7 +577,7 @@ impl RunRequest {
             if self.pcrypt {
                 return Err(PlanError::PcryptBackend(b));
             }
-            if self.per_cpu_sa {
+            if self.per_cpu_sa && !b.describe().options.per_cpu_sa() {
                 return Err(PlanError::PerCpuSaBackend(b));
             }
             if self.sas > 1 {
@@ -1090,10 +1093,10 @@ mod tests {
         assert_eq!(peer.validate(), Err(PlanError::PeerPcrypt));
     }
 
-    /// `--per-cpu-sa`: xfrm's alone, a local run's, not with --sas or --rekey-every; the
-    /// plan keeps it through its JSON (the VM's guest reads the plan so).
+    /// `--per-cpu-sa`: xfrm's and strongswan's alone, a local run's, not with --sas or
+    /// --rekey-every; the plan keeps it through its JSON (the VM's guest reads the plan so).
     #[test]
-    fn per_cpu_sa_is_a_local_xfrm_runs() {
+    fn per_cpu_sa_is_a_local_xfrm_or_strongswan_runs() {
         let req = |backend| RunRequest {
             backend,
             per_cpu_sa: true,
@@ -1107,6 +1110,42 @@ mod tests {
         let back: crate::RunPlan = serde_json::from_value(json).unwrap();
         assert!(back.per_cpu_sa());
         assert!(!RunRequest::default().validate().unwrap().per_cpu_sa());
+        // strongSwan's charon negotiates them: its own part of the plan, the same flat field.
+        let plan = req(Backend::Strongswan).validate().unwrap();
+        assert_eq!(
+            plan.backend_plan(),
+            &BackendPlan::Strongswan(StrongswanPlan { per_cpu_sa: true })
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["per_cpu_sa"], true);
+        let back: crate::RunPlan = serde_json::from_value(json).unwrap();
+        assert_eq!(back, plan);
+        let plain_strongswan = RunRequest {
+            backend: Backend::Strongswan,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let json = serde_json::to_value(&plain_strongswan).unwrap();
+        assert!(json.get("per_cpu_sa").is_none(), "{json}");
+        assert!(!serde_json::from_value::<crate::RunPlan>(json)
+            .unwrap()
+            .per_cpu_sa());
+        assert!(matches!(
+            RunRequest {
+                rekey: RekeyRequest {
+                    every_s: Some(2.0),
+                    ..Default::default()
+                },
+                modes: crate::modes::ModesRequest {
+                    time_s: Some(8.0),
+                    ..Default::default()
+                },
+                ..req(Backend::Strongswan)
+            }
+            .validate(),
+            Err(PlanError::Rekey(m)) if m.contains("--per-cpu-sa")
+        ));
         assert_eq!(
             req(Backend::Userspace).validate(),
             Err(PlanError::PerCpuSaBackend(Backend::Userspace))

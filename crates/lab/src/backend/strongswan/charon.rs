@@ -3,6 +3,10 @@
 //! (`STRONGSWAN_CONF`, `SWANCTL_DIR`), and `swanctl` talking to it over its own VICI
 //! socket. Recorded in the state file while it runs; stopped (SIGTERM, which makes charon
 //! delete its SAs and policies, then SIGKILL) on drop.
+//!
+//! Which charon and swanctl ([`Programs`]): the PATH's, or for per-CPU SAs a strongSwan of
+//! 6.0 or later: the one `lab/strongswan6.sh` unpacked (Debian sid's, beside the host's), else
+//! the PATH's where it is 6.x.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,11 @@ use crate::error::{LabError, LabResult};
 
 pub const DAEMON: &str = "charon-systemd";
 pub const SWANCTL: &str = "swanctl";
+/// Where lab/strongswan6.sh unpacks strongSwan 6: DIR/VERSION/{charon-systemd,swanctl},
+/// DIR/.from-sid naming the version.
+pub const LAB_STRONGSWAN: &str = "/var/lib/ipsec-lab/strongswan";
+/// The first strongSwan with per-CPU CHILD_SAs (`per_cpu_sas`, RFC 9611).
+pub const PER_CPU_SINCE: (u32, u32) = (6, 0);
 /// How long charon may take to open its VICI socket (TCG guests start it slowly).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -26,6 +35,71 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin".into(), "/sbin".into()])
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+/// The charon and swanctl a run starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Programs {
+    pub daemon: PathBuf,
+    pub swanctl: PathBuf,
+}
+
+impl Programs {
+    /// The PATH's charon-systemd and swanctl.
+    pub fn path() -> Option<Programs> {
+        Some(Programs {
+            daemon: find_program(DAEMON)?,
+            swanctl: find_program(SWANCTL)?,
+        })
+    }
+
+    /// A strongSwan with per-CPU SAs: the lab's unpacked one first, else the PATH's where
+    /// its swanctl says 6.0 or later. `Err` says which strongSwan there is instead.
+    pub fn per_cpu() -> Result<Programs, String> {
+        if let Some(lab) = Programs::lab() {
+            return Ok(lab);
+        }
+        let p = Programs::path().ok_or("none is installed")?;
+        match swanctl_version(&p.swanctl, None) {
+            Some(v) if per_cpu_version(&v) => Ok(p),
+            Some(v) => Err(format!("{} is {v}", p.swanctl.display())),
+            None => Err(format!("{} says no version", p.swanctl.display())),
+        }
+    }
+
+    /// The one lab/strongswan6.sh unpacked, where its swanctl runs and says 6.0 or later.
+    fn lab() -> Option<Programs> {
+        let version = std::fs::read_to_string(Path::new(LAB_STRONGSWAN).join(".from-sid")).ok()?;
+        let dir = Path::new(LAB_STRONGSWAN).join(version.trim());
+        let (daemon, swanctl) = (dir.join(DAEMON), dir.join(SWANCTL));
+        // The script's strongswan.conf loads its own plugins only: the host's
+        // /etc/strongswan.conf names the host's (5.9) ones, or is not there.
+        let said = swanctl_version(&swanctl, Some(&dir.join("strongswan.conf")))?;
+        (daemon.is_file() && per_cpu_version(&said)).then_some(Programs { daemon, swanctl })
+    }
+}
+
+/// swanctl's version as its usage says it (`strongSwan 6.1.0 swanctl`): `swanctl --version`
+/// asks the daemon, which is not running yet. `conf`: the strongswan.conf it reads.
+fn swanctl_version(swanctl: &Path, conf: Option<&Path>) -> Option<String> {
+    let mut command = Command::new(swanctl);
+    command.arg("--help").stdin(Stdio::null());
+    if let Some(conf) = conf {
+        command.env("STRONGSWAN_CONF", conf);
+    }
+    let out = command.output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .find(|l| l.starts_with("strongSwan ") && l.ends_with(" swanctl"))
+        .map(str::to_string)
+}
+
+/// Whether a version line (`strongSwan 6.1.0 swanctl`, `strongSwan 6.1.0 charon-systemd
+/// (Linux, ...)`) is of [`PER_CPU_SINCE`] or later.
+pub fn per_cpu_version(line: &str) -> bool {
+    let version = line.split_whitespace().nth(1).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= PER_CPU_SINCE
 }
 
 pub fn failed(what: impl std::fmt::Display) -> LabError {
@@ -48,10 +122,10 @@ pub struct Charon {
 }
 
 impl Charon {
-    /// Starts charon in `ns` with the configuration in `paths` and waits until its VICI
-    /// socket answers.
-    pub fn start(ns: &Namespace, paths: &Paths<'_>) -> LabResult<Charon> {
-        let daemon = find_program(DAEMON).ok_or_else(|| failed(format!("{DAEMON} not found")))?;
+    /// Starts `programs`' charon in `ns` with the configuration in `paths` and waits until
+    /// its VICI socket answers.
+    pub fn start(ns: &Namespace, paths: &Paths<'_>, programs: &Programs) -> LabResult<Charon> {
+        let daemon = &programs.daemon;
         let out = File::create(paths.dir.join("charon.out")).map_err(failed)?;
         let err = out.try_clone().map_err(failed)?;
         let child = ns
@@ -61,7 +135,7 @@ impl Charon {
             .stdout(out)
             .stderr(err)
             .spawn()
-            .map_err(|e| failed(format!("start {DAEMON} in {}: {e}", ns.name())))?;
+            .map_err(|e| failed(format!("start {} in {}: {e}", daemon.display(), ns.name())))?;
         let record = owner::Record::process(child.id(), DAEMON);
         let recorded = owner::record(record.clone());
         // Built either way, so a failure to record still stops it (on drop).
@@ -70,6 +144,7 @@ impl Charon {
             dir: paths.dir.to_path_buf(),
             log: paths.log(),
             ctl: Swanctl {
+                program: programs.swanctl.clone(),
                 dir: paths.dir.to_path_buf(),
                 uri: paths.vici_uri(),
             },
@@ -143,6 +218,7 @@ impl Charon {
 /// `swanctl` against one charon's VICI socket, with that end's configuration only.
 #[derive(Debug, Clone)]
 pub struct Swanctl {
+    program: PathBuf,
     dir: PathBuf,
     uri: String,
 }
@@ -159,13 +235,12 @@ impl Swanctl {
     /// Runs `swanctl ARGS --uri THIS-CHARON` (at most `timeout`). Returns its output; a
     /// failure as a sentence with the end of it.
     pub fn run(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
-        let swanctl = find_program(SWANCTL).ok_or_else(|| format!("{SWANCTL} not found"))?;
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out_path = self.dir.join(format!("swanctl-{call}.out"));
         let io = |e: std::io::Error| format!("{SWANCTL} output file {}: {e}", out_path.display());
         let out = File::create(&out_path).map_err(io)?;
         let err = out.try_clone().map_err(io)?;
-        let mut child = Command::new(swanctl)
+        let mut child = Command::new(&self.program)
             .args(args)
             .args(["--uri", &self.uri])
             .env("STRONGSWAN_CONF", self.dir.join("strongswan.conf"))
@@ -214,4 +289,23 @@ impl Drop for Charon {
 fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// swanctl's usage line and the daemon's version line, as 5.9 and 6.x print them: only
+    /// 6.0 and later negotiate per-CPU SAs.
+    #[test]
+    fn only_strongswan_6_negotiates_per_cpu_sas() {
+        assert!(per_cpu_version("strongSwan 6.1.0 swanctl"));
+        assert!(per_cpu_version(
+            "strongSwan 6.0.1 charon-systemd (Linux, 7.2.13+deb14-amd64, x86_64)"
+        ));
+        assert!(per_cpu_version("strongSwan 7.0.0dr1 swanctl"));
+        assert!(!per_cpu_version("strongSwan 5.9.8 swanctl"));
+        assert!(!per_cpu_version("charon-systemd (version unknown)"));
+        assert!(!per_cpu_version(""));
+    }
 }

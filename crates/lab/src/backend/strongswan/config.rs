@@ -16,7 +16,9 @@ pub const IKE_PROPOSAL: &str = "aes256-sha256-modp2048";
 
 /// charon's plugins: RNG and nonces, IKE's crypto (aes, sha1 for libcharon itself, sha2,
 /// hmac, kdf for prf+, gmp for MODP), the kernel interface, the IKE sockets and VICI.
-/// All from Debian's `libstrongswan`, `strongswan-libcharon` and `strongswan-swanctl`.
+/// All from Debian's `libstrongswan`, `strongswan-libcharon` and `strongswan-swanctl` (from
+/// 6.0 on the crypto ones are in `libstrongswan-extra-plugins`). lab/strongswan6.sh links the
+/// same list into its strongSwan 6's charon (a test holds the two equal).
 pub const PLUGINS: &str = "random nonce aes sha1 sha2 hmac kdf gmp kernel-netlink socket-default vici";
 
 /// strongSwan's name for `suite` as an ESP proposal, without extended sequence numbers
@@ -134,10 +136,24 @@ pub struct Peer {
     pub inner: IpAddr,
 }
 
+/// The CHILD_SA as the run asks for it.
+pub struct Child<'a> {
+    /// The only ESP proposal ([`esp_proposal`]).
+    pub esp: &'a str,
+    /// Per-CPU CHILD_SAs (`per_cpu_sas`, strongSwan 6): they are negotiated on the kernel's
+    /// acquires, which only a trap policy turns into a CHILD_SA (`start_action = trap`); the
+    /// initiator still starts the first one (the fallback) itself.
+    pub per_cpu: bool,
+}
+
 /// `swanctl.conf`: one IKEv2 connection from `me` to `peer` with PSK authentication and
-/// one tunnel-mode CHILD_SA between the inner addresses proposing only `esp`. `psk_hex` is
-/// the key as hex digits (no `0x`).
-pub fn swanctl_conf(me: &Peer, peer: &Peer, esp: &str, psk_hex: &str) -> String {
+/// one tunnel-mode CHILD_SA between the inner addresses proposing only `child.esp`.
+/// `psk_hex` is the key as hex digits (no `0x`).
+pub fn swanctl_conf(me: &Peer, peer: &Peer, child: &Child<'_>, psk_hex: &str) -> String {
+    let start = match child.per_cpu {
+        true => "per_cpu_sas = yes\n        start_action = trap",
+        false => "start_action = none",
+    };
     format!(
         "connections {{
   {CONN} {{
@@ -160,7 +176,7 @@ pub fn swanctl_conf(me: &Peer, peer: &Peer, esp: &str, psk_hex: &str) -> String 
         remote_ts = {peer_inner}/{host}
         esp_proposals = {esp}
         mode = tunnel
-        start_action = none
+        {start}
       }}
     }}
   }}
@@ -180,6 +196,7 @@ secrets {{
         peer_id = peer.id,
         me_inner = me.inner,
         peer_inner = peer.inner,
+        esp = child.esp,
     )
 }
 
@@ -315,7 +332,11 @@ mod tests {
             outer: "198.18.0.2".parse().unwrap(),
             inner: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)),
         };
-        let conf = swanctl_conf(&a, &b, "aes128-sha256-noesn", "00ff");
+        let child = Child {
+            esp: "aes128-sha256-noesn",
+            per_cpu: false,
+        };
+        let conf = swanctl_conf(&a, &b, &child, "00ff");
         for line in [
             "local_addrs = 198.18.0.1\n",
             "remote_addrs = 198.18.0.2\n",
@@ -326,8 +347,48 @@ mod tests {
             "id = ipl-a\n",
             "id-remote = ipl-b\n",
             "secret = 0x00ff\n",
+            "start_action = none\n",
         ] {
             assert!(conf.contains(line), "{line:?} in\n{conf}");
         }
+        assert!(!conf.contains("per_cpu_sas"), "{conf}");
+        // Per-CPU CHILD_SAs: negotiated on the kernel's acquires, so on a trap policy.
+        let per_cpu = swanctl_conf(
+            &a,
+            &b,
+            &Child {
+                per_cpu: true,
+                ..child
+            },
+            "00ff",
+        );
+        assert!(
+            per_cpu.contains(
+                "        mode = tunnel\n        per_cpu_sas = yes\n        start_action = trap\n      }"
+            ),
+            "{per_cpu}"
+        );
+    }
+
+    /// lab/strongswan6.sh makes each plugin the run loads a library its strongSwan 6's
+    /// charon needs (charon finds a plugin's constructor among the loaded symbols, as its
+    /// plugin directory is the host's): the two lists are one.
+    #[test]
+    fn the_unpacked_strongswan_6_links_the_plugins_the_run_loads() {
+        let script = include_str!("../../../../../lab/strongswan6.sh");
+        let line = script
+            .lines()
+            .find_map(|l| l.strip_prefix("PLUGINS="))
+            .expect("PLUGINS= in lab/strongswan6.sh");
+        assert_eq!(line.trim_matches('"'), PLUGINS);
+        let swanctl = script
+            .lines()
+            .find_map(|l| l.strip_prefix("SWANCTL_PLUGINS="))
+            .expect("SWANCTL_PLUGINS= in lab/strongswan6.sh");
+        assert!(
+            strongswan_conf(&Paths { dir: Path::new("/d") })
+                .contains(&format!("swanctl {{\n  load = {}\n}}", swanctl.trim_matches('"'))),
+            "swanctl's plugins"
+        );
     }
 }

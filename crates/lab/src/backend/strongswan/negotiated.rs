@@ -20,7 +20,8 @@ pub fn algorithm(a: &InstalledAlgorithm) -> Algorithm {
 }
 
 /// The ESP SAs between `a` and `b` in a dump (seen from end a: `a->b` is what it sent),
-/// outbound first.
+/// outbound first, each way's by CPU (the SA without one first); a per-CPU SA with its CPU
+/// as the kernel reports it.
 pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa> {
     let mut sas: Vec<NegotiatedSa> = dump
         .iter()
@@ -32,7 +33,7 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
             };
             Some(NegotiatedSa {
                 sa: SaEvidence {
-                    cpu: None,
+                    cpu: sa.pcpu,
                     spi: sa.id.spi.to_string(),
                     direction: direction.into(),
                     pair: None,
@@ -49,21 +50,27 @@ pub fn negotiated_sas(dump: &[SaInfo], a: IpAddr, b: IpAddr) -> Vec<NegotiatedSa
             })
         })
         .collect();
-    sas.sort_by_key(|sa| !sa.sa.direction.starts_with("a->b"));
+    sas.sort_by_key(|sa| (!sa.sa.direction.starts_with("a->b"), sa.sa.cpu));
     sas
 }
 
 /// How the negotiated SAs differ from the lab's (`expected`, tunnel mode); empty when they
-/// match. Two SAs, one per direction, are expected.
-pub fn differences(sas: &[NegotiatedSa], expected: &[Algorithm]) -> Vec<String> {
+/// match. Two SAs, one per direction, are expected; with per-CPU CHILD_SAs (`per_cpu`) one
+/// without a CPU each way, the fallback, beside those of the CPUs.
+pub fn differences(sas: &[NegotiatedSa], expected: &[Algorithm], per_cpu: bool) -> Vec<String> {
     let mut out = Vec::new();
     for direction in ["a->b", "b->a"] {
         let n = sas
             .iter()
             .filter(|sa| sa.sa.direction.starts_with(direction))
+            .filter(|sa| !per_cpu || sa.sa.cpu.is_none())
             .count();
-        if n != 1 {
-            out.push(format!("{n} SAs {direction} (the lab installs 1)"));
+        match (n, per_cpu) {
+            (1, _) => {}
+            (n, false) => out.push(format!("{n} SAs {direction} (the lab installs 1)")),
+            (n, true) => out.push(format!(
+                "{n} SAs {direction} without a CPU (per-CPU SAs have one fallback)"
+            )),
         }
     }
     for sa in sas {
@@ -148,7 +155,54 @@ mod tests {
             "hmac(sha256) 256-bit key, 128-bit ICV"
         );
         let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(algorithm).collect();
-        assert!(differences(&sas, &expected).is_empty());
+        assert!(differences(&sas, &expected, false).is_empty());
+    }
+
+    /// Per-CPU CHILD_SAs: each SA says its CPU as the kernel does, each way's SAs by CPU
+    /// after the fallback; one fallback each way and any number of CPUs' SAs are no
+    /// difference, where without per-CPU SAs a second SA each way is.
+    #[test]
+    fn per_cpu_sas_carry_their_cpu_and_one_fallback_each_way_is_expected() {
+        let with_cpu = |src, dst, spi, cpu| SaInfo {
+            pcpu: cpu,
+            ..sa(src, dst, spi, cbc_hmac(256))
+        };
+        let dump = [
+            with_cpu("198.18.0.1", "198.18.0.2", 0xc0000011, Some(1)),
+            with_cpu("198.18.0.2", "198.18.0.1", 0xc0000002, None),
+            with_cpu("198.18.0.1", "198.18.0.2", 0xc0000010, Some(0)),
+            with_cpu("198.18.0.1", "198.18.0.2", 0xc0000001, None),
+            with_cpu("198.18.0.2", "198.18.0.1", 0xc0000012, Some(1)),
+        ];
+        let sas = negotiated_sas(
+            &dump,
+            "198.18.0.1".parse().unwrap(),
+            "198.18.0.2".parse().unwrap(),
+        );
+        let order: Vec<(&str, Option<u32>)> = sas.iter().map(|s| (&s.sa.direction[..4], s.sa.cpu)).collect();
+        assert_eq!(
+            order,
+            [
+                ("a->b", None),
+                ("a->b", Some(0)),
+                ("a->b", Some(1)),
+                ("b->a", None),
+                ("b->a", Some(1))
+            ]
+        );
+        let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(algorithm).collect();
+        assert!(differences(&sas, &expected, true).is_empty());
+        assert_eq!(
+            differences(&sas, &expected, false),
+            [
+                "3 SAs a->b (the lab installs 1)",
+                "2 SAs b->a (the lab installs 1)"
+            ]
+        );
+        assert_eq!(
+            differences(&sas[1..], &expected, true),
+            ["0 SAs a->b without a CPU (per-CPU SAs have one fallback)"]
+        );
     }
 
     #[test]
@@ -165,7 +219,7 @@ mod tests {
             "198.18.0.2".parse().unwrap(),
         );
         let expected: Vec<Algorithm> = cbc_hmac(256).iter().map(algorithm).collect();
-        let d = differences(&sas, &expected);
+        let d = differences(&sas, &expected, false);
         assert_eq!(
             d,
             [

@@ -17,7 +17,7 @@ use model::setup_rate::{per_second, IkeRates, SetupRatePlan};
 use netns::{Namespace, Topology};
 use zeroize::Zeroizing;
 
-use super::charon::{failed, find_program, log_tail, Charon};
+use super::charon::{failed, log_tail, Charon, Programs};
 use super::config::{self, Paths, Peer, RateRole, IKE_PROPOSAL, RATE_CONN};
 use super::vici::{Packet, Vici, NO_ANSWER};
 use super::{write_private, INSTALL, LOAD_TIMEOUT, PSK_BYTES};
@@ -35,10 +35,12 @@ pub struct IkeRun {
 
 /// Refuses, before anything is created, where strongSwan is not installed.
 pub fn preflight() -> LabResult<()> {
-    if find_program(super::charon::DAEMON).is_none() || find_program(super::charon::SWANCTL).is_none() {
-        return Err(LabError::capability(anyhow::anyhow!(INSTALL)));
-    }
-    Ok(())
+    programs().map(drop)
+}
+
+/// The PATH's charon and swanctl.
+fn programs() -> LabResult<Programs> {
+    Programs::path().ok_or_else(|| LabError::capability(anyhow::anyhow!(INSTALL)))
 }
 
 /// Measures every size of `plan` between end b (initiator) and end a (responder) of
@@ -53,14 +55,16 @@ pub fn measure(plan: &SetupRatePlan, topology: &Topology) -> LabResult<IkeRun> {
         inner: outer,
     };
     let (a, b) = (peer("ipl-a", ad.outer_a), peer("ipl-b", ad.outer_b));
+    let programs = programs()?;
     let mut rates = Vec::new();
     let mut version = String::new();
     for size in &plan.sizes {
         let n = size.0 as usize;
         let mut one = |window: usize| -> LabResult<(f64, Option<f64>)> {
             let dir = owner::PrivateDir::new("ipl-strongswan-")?;
-            let responder = start(&topology.a, &dir.join("a"), RateRole::Responder, &a, &b, &psk)?;
-            let initiator = start(&topology.b, &dir.join("b"), RateRole::Initiator, &b, &a, &psk)?;
+            let (a_dir, b_dir) = (dir.join("a"), dir.join("b"));
+            let responder = start(&topology.a, &a_dir, &programs, RateRole::Responder, &a, &b, &psk)?;
+            let initiator = start(&topology.b, &b_dir, &programs, RateRole::Initiator, &b, &a, &psk)?;
             if version.is_empty() {
                 version = responder.daemon_version();
             }
@@ -98,8 +102,16 @@ pub fn measure(plan: &SetupRatePlan, topology: &Topology) -> LabResult<IkeRun> {
     Ok(IkeRun { rates, version })
 }
 
-/// A charon in `ns` with its rate configuration in `dir`, its connection loaded.
-fn start(ns: &Namespace, dir: &Path, role: RateRole, me: &Peer, peer: &Peer, psk: &str) -> LabResult<Charon> {
+/// `programs`' charon in `ns` with its rate configuration in `dir`, its connection loaded.
+fn start(
+    ns: &Namespace,
+    dir: &Path,
+    programs: &Programs,
+    role: RateRole,
+    me: &Peer,
+    peer: &Peer,
+    psk: &str,
+) -> LabResult<Charon> {
     std::fs::create_dir(dir).map_err(failed)?;
     let paths = Paths { dir };
     write_private(
@@ -108,7 +120,7 @@ fn start(ns: &Namespace, dir: &Path, role: RateRole, me: &Peer, peer: &Peer, psk
     )?;
     let swanctl = config::rate_swanctl_conf(me, peer, role == RateRole::Initiator, psk);
     write_private(&paths.swanctl_conf(), &Zeroizing::new(swanctl))?;
-    let charon = Charon::start(ns, &paths)?;
+    let charon = Charon::start(ns, &paths, programs)?;
     charon.swanctl(&["--load-all", "--noprompt"], LOAD_TIMEOUT)?;
     Ok(charon)
 }

@@ -173,7 +173,8 @@ impl Rekey for CharonRekey {
 }
 
 /// The SPIs of the installed CHILD_SAs in `swanctl --list-sas` output: the `in`/`out` lines
-/// under each indented `NAME: #ID, reqid N, INSTALLED, ...` line.
+/// under each indented `NAME: #ID, reqid N, INSTALLED, ...` line (strongSwan 6 puts `cpu N`
+/// before the state of a per-CPU CHILD_SA's).
 pub fn installed_child_spis(listing: &str) -> HashSet<u32> {
     let mut spis = HashSet::new();
     let mut installed = false;
@@ -183,7 +184,7 @@ pub fn installed_child_spis(listing: &str) -> HashSet<u32> {
         if indent == 0 {
             installed = false;
         } else if t.contains(", reqid ") {
-            installed = t.split(", ").nth(2) == Some("INSTALLED");
+            installed = t.split(", ").skip(2).take(2).any(|w| w == "INSTALLED");
         } else if installed && indent >= 4 {
             let mut words = t.split_whitespace();
             if matches!(words.next(), Some("in" | "out")) {
@@ -219,6 +220,27 @@ lab: #3, ESTABLISHED, IKEv2, 5d1e0c2f4a6b7d89_i* 0f1e2d3c4b5a6978_r
     out c2222222, 9000000 bytes,  6000 packets
 lab: #1, DELETING, IKEv2, 1234567890abcdef_i* fedcba0987654321_r
 ";
+
+    /// strongSwan 6's per-CPU CHILD_SAs: `, cpu N` (or `, cpu -` for the fallback) comes
+    /// between the reqid and the state.
+    #[test]
+    fn per_cpu_child_sas_are_read_with_their_cpu_field() {
+        let listing = "\
+lab: #1, ESTABLISHED, IKEv2, 5d1e0c2f4a6b7d89_i 0f1e2d3c4b5a6978_r*
+  lab: #1, reqid 1, cpu -, INSTALLED, TUNNEL, ESP:AES_GCM_16-256
+    in  c1000001,      0 bytes,     0 packets
+    out c2000001,   1420 bytes,     1 packets,     0s ago
+  lab: #3, reqid 1, cpu 1, INSTALLED, TUNNEL, ESP:AES_GCM_16-256
+    in  c1000003,      0 bytes,     0 packets
+    out c2000003,   1420 bytes,     1 packets,     0s ago
+  lab: #2, reqid 1, cpu 0, REKEYED, TUNNEL, ESP:AES_GCM_16-256
+    in  c1000002,      0 bytes,     0 packets
+";
+        assert_eq!(
+            installed_child_spis(listing),
+            HashSet::from([0xc1000001, 0xc2000001, 0xc1000003, 0xc2000003])
+        );
+    }
 
     #[test]
     fn only_the_installed_child_sas_spis_are_current() {

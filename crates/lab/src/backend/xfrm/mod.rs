@@ -117,7 +117,7 @@ fn release_version(release: &str) -> Option<(u32, u32)> {
 }
 
 /// The CPUs this kernel has online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`).
-fn online_cpus() -> LabResult<Vec<u32>> {
+pub(crate) fn online_cpus() -> LabResult<Vec<u32>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .map_err(|e| LabError::failed(anyhow::anyhow!("/sys/devices/system/cpu/online: {e}")))?;
     parse_cpu_list(text.trim()).ok_or_else(|| {
