@@ -122,7 +122,8 @@ pub struct SweepArgs {
     pub pcrypt: bool,
     /// Add an xfrm row with per-CPU SAs (`run --per-cpu-sa`, Linux 6.13+), "xfrm [per-CPU
     /// SAs]": beside the plain row and the -P streams' SA-pair rows (--threads); refused
-    /// with the reason on older kernels.
+    /// with the reason on older kernels. With strongswan in the sweep also "strongswan
+    /// [per-CPU SAs]" (charon negotiates them; strongSwan 6).
     #[arg(long)]
     pub per_cpu_sa: bool,
     /// Link conditions as a row dimension: netem specs in tc's words, separated by `;`,

@@ -89,7 +89,7 @@ fn sas_pcrypt_and_per_cpu_sa_bad_input_exits_2_and_creates_nothing() {
         ),
         (
             &["matrix", "--backends", "userspace", "--per-cpu-sa"][..],
-            "--per-cpu-sa adds an xfrm row: include xfrm",
+            "--per-cpu-sa adds a per-CPU SA row to xfrm and to strongswan: include xfrm or strongswan",
         ),
     ]);
 }

@@ -184,9 +184,9 @@ impl SweepPlan {
                 "--pcrypt adds an xfrm row: include xfrm in --backends"
             )));
         }
-        if self.per_cpu_sa && !self.has_xfrm_options() {
+        if self.per_cpu_sa && self.per_cpu_backends() == 0 {
             return Err(LabError::usage(anyhow::anyhow!(
-                "--per-cpu-sa adds an xfrm row: include xfrm in --backends"
+                "--per-cpu-sa adds a per-CPU SA row to xfrm and to strongswan: include xfrm or strongswan in --backends"
             )));
         }
         if self.encap.is_some() && !self.has_xfrm_options() {
@@ -389,14 +389,23 @@ impl SweepPlan {
         self.backends.contains(&backend)
     }
 
-    /// The rows each suite's column has, the baseline aside: one per backend, and xfrm's
-    /// extra rows (`--encap`, `--pcrypt`, `--per-cpu-sa`, each SA count above 1).
+    /// The rows each suite's column has, the baseline aside: one per backend, xfrm's
+    /// extra rows (`--encap`, `--pcrypt`, each SA count above 1) and with `--per-cpu-sa` one
+    /// per backend that takes it.
     pub fn rows_per_suite(&self) -> u64 {
         self.backends.len() as u64
             + u64::from(self.encap.is_some())
             + u64::from(self.pcrypt)
-            + u64::from(self.per_cpu_sa)
+            + u64::from(self.per_cpu_sa) * self.per_cpu_backends()
             + self.threads.iter().filter(|t| **t > 1).count() as u64
+    }
+
+    /// How many backends of the sweep take `--per-cpu-sa` (xfrm, strongswan).
+    fn per_cpu_backends(&self) -> u64 {
+        self.backends
+            .iter()
+            .filter(|b| b.describe().options.per_cpu_sa())
+            .count() as u64
     }
 
     /// Whether a backend of the sweep takes xfrm's own options (`--encap`, `--pcrypt`).

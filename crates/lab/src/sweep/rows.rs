@@ -121,7 +121,7 @@ pub(super) async fn plan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
                     }
                 }
             }
-            Backend::Strongswan => rows.push(strongswan_row(args).await),
+            Backend::Strongswan => rows.extend(strongswan_rows(args).await),
             // Every other backend: one row, its suites' cells.
             other => rows.push(local(other, RowVariant::Default, CryptoChoice::Auto, None)),
         }
@@ -161,30 +161,42 @@ fn threadless_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     rows
 }
 
-/// The strongswan row on this kernel, or why it cannot run (strongSwan missing, no ESP).
-async fn strongswan_row(args: &SweepPlan) -> PlannedRow {
+/// The strongswan row on this kernel, or why it cannot run (strongSwan missing, no ESP);
+/// with `--per-cpu-sa` beside it the row of per-CPU CHILD_SAs, or why that cannot run
+/// (strongSwan before 6.0, a kernel before 6.13).
+async fn strongswan_rows(args: &SweepPlan) -> Vec<PlannedRow> {
     let backend = Backend::Strongswan;
-    let probe = args.suites.first().and_then(|s| {
-        args.request(backend, *s, CryptoChoice::Auto, 1, 0)
+    let row = |variant, per_cpu_sa| async move {
+        let probe = args.suites.first().and_then(|s| {
+            RunRequest {
+                per_cpu_sa,
+                ..args.request(backend, *s, CryptoChoice::Auto, 1, 0)
+            }
             .validate()
             .ok()
-    });
-    let refused = match probe {
-        Some(plan) => backend::preflight(&plan).await.err().map(|e| format!("{e:#}")),
-        None => None,
-    };
-    PlannedRow {
-        key: RowKey::new(backend, RowVariant::Default, HOST),
-        backend,
-        kind: match refused {
-            Some(reason) => RowKind::Refused(reason),
-            None => RowKind::Local {
-                crypto: CryptoChoice::Auto,
-                driver: None,
+        });
+        let refused = match probe {
+            Some(plan) => backend::preflight(&plan).await.err().map(|e| format!("{e:#}")),
+            None => None,
+        };
+        PlannedRow {
+            key: RowKey::new(backend, variant, HOST),
+            backend,
+            kind: match refused {
+                Some(reason) => RowKind::Refused(reason),
+                None => RowKind::Local {
+                    crypto: CryptoChoice::Auto,
+                    driver: None,
+                },
             },
-        },
-        notes: vec![],
+            notes: vec![],
+        }
+    };
+    let mut rows = vec![row(RowVariant::Default, false).await];
+    if args.per_cpu_sa {
+        rows.push(row(RowVariant::PerCpuSa, true).await);
     }
+    rows
 }
 
 /// The xfrm rows on this kernel: one per `cbc(aes)` driver where crypto_user allows choosing,
