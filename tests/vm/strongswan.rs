@@ -8,8 +8,10 @@
 //! a run killed with SIGKILL leaves its charons and directory to `ipsec-lab clean`, which
 //! removes them; `matrix` measures a strongswan row. After each: no lab namespace, no
 //! charon process, no run directory.
-//! On the host: `--cipher none` and `--peer` (exit 2), no ESP (exit 3 naming `--vm`) and
-//! strongSwan missing (exit 3 with the install command) are refused with no directory made.
+//! On the host: `--cipher none` and `--peer` (exit 2), no ESP (exit 3 naming `--vm`),
+//! strongSwan missing (exit 3 with the install command) and `--per-cpu-sa` without a
+//! strongSwan 6 (exit 3 naming lab/strongswan6.sh; with `--vm`, before the guest boots) are
+//! refused with no directory made. (A kernel before 6.13 refusing it: tests/uml.rs.)
 //! Needs root, strongSwan, vng and a kernel image in /boot; skips with the reason otherwise.
 
 use crate::common;
@@ -108,6 +110,21 @@ fn bad_input_no_esp_and_no_strongswan_are_refused_before_anything_is_made() {
         &payload_run,
         3,
         "apt-get install charon-systemd strongswan-swanctl",
+    );
+    // --per-cpu-sa with only the host's strongSwan 5.9: lab/strongswan6.sh's 6.x hidden by
+    // an empty directory in the sandbox (where it was unpacked). With --vm the guest would
+    // see the same files: refused before it boots.
+    let hide_6 =
+        "! [ -d /var/lib/ipsec-lab/strongswan ] || mount -t tmpfs ipl-hide /var/lib/ipsec-lab/strongswan";
+    let per_cpu_run = [&payload_run[..], &["--per-cpu-sa", "-P", "2"]].concat();
+    let needs_6 = "--per-cpu-sa with --backend strongswan needs strongSwan 6.0 or later";
+    refused(hide_6, &per_cpu_run, 3, needs_6);
+    refused(hide_6, &per_cpu_run, 3, "lab/strongswan6.sh");
+    let started = std::time::Instant::now();
+    refused(hide_6, &[&per_cpu_run[..], &["--vm", "uml"]].concat(), 3, needs_6);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a guest was booted before the refusal"
     );
 }
 
