@@ -301,7 +301,9 @@ impl StrongswanEnd {
             }
             if Instant::now() > deadline {
                 return Err(failed(format!(
-                    "charon negotiated no per-CPU SA for CPU(s) {missing:?} of end b, or fewer CHILD_SAs                      ({child_sas}) than the fallback and one per CPU ({} CPUs), within {PER_CPU_TIMEOUT:?};                      charon's logs (removed with the run):\n{}",
+                    "charon negotiated no per-CPU SA for CPU(s) {missing:?} of end b, or fewer CHILD_SAs \
+                     ({child_sas}) than the fallback and one per CPU ({} CPUs), within \
+                     {PER_CPU_TIMEOUT:?}; charon's logs (removed with the run):\n{}",
                     cpus.len(),
                     material.logs()
                 )));
