@@ -99,6 +99,7 @@ impl StateFile {
     /// lock file while its owner lives), then lets go of the lock.
     pub fn delete(self) {
         let _ = std::fs::remove_file(&self.state_path);
+        let _ = std::fs::remove_file(tmp_path(&self.state_path));
         let _ = std::fs::remove_file(&self.lock_path);
         drop(self.lock);
     }
@@ -182,14 +183,20 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedOwner>, OwnerError> {
             })
         }
     };
-    // Plain files only: a symlink is never a state file (and is not followed).
-    let mut states: Vec<PathBuf> = entries
+    // Plain files only: a symlink is never a state file (and is not followed). A temporary
+    // file stands for its state file, which a kill before the rename may have left unmade.
+    let states: std::collections::BTreeSet<PathBuf> = entries
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == STATE_EXT))
+        .filter_map(|p| match p.extension() {
+            Some(x) if x == STATE_EXT => Some(p),
+            Some(x) if x == "tmp" && p.with_extension("").extension().is_some_and(|x| x == STATE_EXT) => {
+                Some(p.with_extension(""))
+            }
+            _ => None,
+        })
         .collect();
-    states.sort();
     let mut found = Vec::new();
     for state_path in states {
         if let Some(owner) = scan_one(&state_path)? {
@@ -223,7 +230,30 @@ fn scan_one(state_path: &Path) -> Result<Option<ScannedOwner>, OwnerError> {
             records: doc.records,
         }));
     };
-    let Some(doc) = read()? else { return Ok(None) };
+    // A dead owner killed between writing its next state and renaming it over the last:
+    // the whole temporary file holds what it had recorded by then (an object is recorded
+    // once made), so its records count too. A half-written one records nothing whole.
+    let tmp = tmp_path(state_path);
+    let newer = read_no_follow(&tmp)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Document>(&bytes).ok());
+    let doc = match (read()?, newer) {
+        (Some(mut doc), Some(newer)) if newer.owner == doc.owner => {
+            for r in newer.records {
+                if !doc.records.iter().any(|d| d.same_object(&r)) {
+                    doc.records.push(r);
+                }
+            }
+            doc
+        }
+        (Some(doc), _) => doc,
+        (None, Some(newer)) => newer,
+        (None, None) => {
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(&lock_path);
+            return Ok(None);
+        }
+    };
     Ok(Some(ScannedOwner::Dead(DeadOwner {
         file: StateFile {
             state_path: state_path.to_path_buf(),
@@ -338,6 +368,11 @@ fn prepare_dir(dir: &Path) -> Result<(), OwnerError> {
     Ok(())
 }
 
+/// Where [`write_atomically`] writes `state_path`'s next version before renaming it over.
+fn tmp_path(state_path: &Path) -> PathBuf {
+    state_path.with_extension(format!("{STATE_EXT}.tmp"))
+}
+
 /// Writes `doc` to a temporary file, syncs it and renames it over `path`. The temporary
 /// file is created fresh (O_EXCL, O_NOFOLLOW): a file or symlink planted at its name is
 /// removed (unlink never follows a symlink), never written through.
@@ -347,7 +382,7 @@ fn write_atomically(path: &Path, doc: &Document) -> Result<(), OwnerError> {
         source,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = path.with_extension(format!("{STATE_EXT}.tmp"));
+    let tmp = tmp_path(path);
     let text = serde_json::to_vec_pretty(doc).expect("records serialise");
     let mut f = create_fresh(&tmp).map_err(write_error)?;
     f.write_all(&text).map_err(write_error)?;
@@ -445,6 +480,39 @@ mod tests {
             [ScannedOwner::Live { .. }]
         ));
         dead.settle(Vec::new()).unwrap();
+        assert!(scan(dir.path()).unwrap().is_empty());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// An owner killed between writing its next state and renaming it over the last (seen:
+    /// a SIGKILLed user-mode Linux run's state left as `PID-START.json.tmp` after `clean`):
+    /// the whole temporary file's records are its owner's too, with or without a state file
+    /// beside it, and go with the rest; a half-written one, alone, just goes.
+    #[test]
+    fn a_dead_owners_temporary_state_is_its_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mine = StateFile::create_in(dir.path()).unwrap();
+        mine.add(ns("a")).unwrap();
+        let mut newer = mine.doc.clone();
+        newer.records.push(ns("b"));
+        let tmp = tmp_path(mine.path());
+        std::fs::write(&tmp, serde_json::to_vec(&newer).unwrap()).unwrap();
+        let state = mine.path().to_path_buf();
+        drop(mine.lock);
+        let dead = |dir: &Path| match scan(dir).unwrap().pop() {
+            Some(ScannedOwner::Dead(dead)) => dead,
+            other => panic!("expected dead, got {other:?}"),
+        };
+        assert_eq!(dead(dir.path()).records(), &[ns("a"), ns("b")]);
+        // Killed while writing its first record: no state file, the temporary one only.
+        std::fs::remove_file(&state).unwrap();
+        let found = dead(dir.path());
+        assert_eq!(found.records(), &[ns("a"), ns("b")]);
+        found.settle(Vec::new()).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // Half a file and a lock file, nothing whole recorded: both removed, nothing found.
+        std::fs::write(&tmp, "{\"version\": 1, \"own").unwrap();
+        std::fs::write(state.with_extension(LOCK_EXT), "").unwrap();
         assert!(scan(dir.path()).unwrap().is_empty());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
