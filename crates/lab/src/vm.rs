@@ -401,9 +401,28 @@ fn exec_in_guest_dir<T: DeserializeOwned>(
     })
 }
 
-/// The newest kernel image here (in /boot or [`LAB_KERNELS`]) whose modules have `ovpn`.
-fn ovpn_kernel() -> Option<PathBuf> {
-    let mut images: Vec<PathBuf> = ["/boot", LAB_KERNELS]
+/// The kernel a VM boots where the command names none (`--vm`, `--vm auto`): the newest
+/// image here (in /boot or [`LAB_KERNELS`]) that has what the run needs and the stock one
+/// may not: `ovpn` for OpenVPN's DCO, Linux 6.13 for per-CPU SAs. Else the stock kernel.
+fn unnamed_kernel(plan: &RunPlan) -> LabResult<PathBuf> {
+    let newest = match plan.backend().describe().kernel {
+        Some(model::backend::KernelNeed::Ovpn) => {
+            newest_image(&[Path::new("/boot"), Path::new(LAB_KERNELS)], |r| {
+                crate::backend::openvpn::kernel_has_ovpn(Some(r))
+            })
+        }
+        _ if plan.per_cpu_sa() => newest_image(
+            &[Path::new("/boot"), Path::new(LAB_KERNELS)],
+            crate::backend::xfrm::has_per_cpu_sas,
+        ),
+        _ => None,
+    };
+    newest.map_or_else(|| resolve_kernel(None), Ok)
+}
+
+/// The newest `vmlinuz-RELEASE` in `dirs` whose release `has` what is asked.
+fn newest_image(dirs: &[&Path], has: impl Fn(&str) -> bool) -> Option<PathBuf> {
+    let mut images: Vec<PathBuf> = dirs
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
         .flat_map(|d| d.flatten().map(|e| e.path()))
@@ -411,7 +430,7 @@ fn ovpn_kernel() -> Option<PathBuf> {
             p.file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_prefix("vmlinuz-"))
-                .is_some_and(|release| crate::backend::openvpn::kernel_has_ovpn(Some(release)))
+                .is_some_and(&has)
         })
         .collect();
     images.sort_by_key(|p| version_key(p));
@@ -425,10 +444,11 @@ fn uml_chosen(plan: &RunPlan) -> bool {
     match plan.vm() {
         Some(model::VmKernel::Uml(_)) => true,
         Some(model::VmKernel::Auto) => {
+            // Per-CPU SAs want several CPUs: UML has one.
             let uml_carries = !matches!(
                 plan.backend().describe().kernel,
                 Some(model::backend::KernelNeed::Wireguard | model::backend::KernelNeed::Ovpn)
-            );
+            ) && !plan.per_cpu_sa();
             let kvm = resolve_kernel(None).is_ok_and(|k| detect_accel(&k) == Accel::Kvm);
             uml_carries && !kvm && crate::uml::UmlKernel::installed().is_some()
         }
@@ -447,7 +467,11 @@ pub fn wanted(plan: &RunPlan) -> bool {
         Some(model::backend::KernelNeed::Ovpn) => crate::backend::openvpn::kernel_has_ovpn(None),
         None => true,
     };
-    let host_can = || host_can() && (plan.link().netem.is_none() || netns::netem::kernel_has_netem());
+    let host_can = || {
+        host_can()
+            && (plan.link().netem.is_none() || netns::netem::kernel_has_netem())
+            && (!plan.per_cpu_sa() || crate::backend::xfrm::has_per_cpu_sas(&model::env::kernel_release()))
+    };
     match plan.vm() {
         None => false,
         Some(model::VmKernel::Auto) => !host_can(),
@@ -462,14 +486,9 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
     if uml_chosen(plan) {
         return crate::uml::run_in_uml(plan);
     }
-    let kernel_arg = plan.vm().and_then(model::VmKernel::image).map(str::to_string);
-    let kernel = match (&kernel_arg, plan.backend().describe().kernel) {
-        // `--vm auto` for OpenVPN's DCO: a kernel that has `ovpn` (the stock one may not).
-        (None, Some(model::backend::KernelNeed::Ovpn)) => match ovpn_kernel() {
-            Some(kernel) => kernel,
-            None => resolve_kernel(None)?,
-        },
-        _ => resolve_kernel(kernel_arg.as_deref())?,
+    let kernel = match plan.vm().and_then(model::VmKernel::image) {
+        Some(named) => resolve_kernel(Some(named))?,
+        None => unnamed_kernel(plan)?,
     };
     let accel = detect_accel(&kernel);
     let outdir = guest_dir("ipsec-lab-vm-")?;
@@ -489,6 +508,29 @@ pub fn run_in_vm(plan: &RunPlan) -> LabResult<RunReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--vm auto --per-cpu-sa` boots the newest kernel with per-CPU SAs (6.13+) of those
+    /// in /boot and the lab's directory, not the stock 6.1, whose guest would refuse it.
+    #[test]
+    fn an_unnamed_kernel_for_per_cpu_sas_is_the_newest_from_6_13() {
+        let (boot, lab) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for (dir, release) in [
+            (&boot, "6.1.0-57-amd64"),
+            (&lab, "6.12.95+deb12-amd64"),
+            (&lab, "7.2.13+deb14-amd64"),
+            (&lab, "6.13.2-amd64"),
+        ] {
+            std::fs::write(dir.path().join(format!("vmlinuz-{release}")), "").unwrap();
+        }
+        std::fs::write(lab.path().join("config-7.3.0"), "").unwrap();
+        let dirs = [boot.path(), lab.path()];
+        let chosen = newest_image(&dirs, crate::backend::xfrm::has_per_cpu_sas);
+        assert_eq!(chosen, Some(lab.path().join("vmlinuz-7.2.13+deb14-amd64")));
+        assert_eq!(
+            newest_image(&dirs[..1], crate::backend::xfrm::has_per_cpu_sas),
+            None
+        );
+    }
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()

@@ -97,9 +97,9 @@ const PER_CPU_SA_SINCE: (u32, u32) = (6, 13);
 /// them, and the run would measure one SA pair while claiming per-CPU ones.
 pub fn per_cpu_preflight() -> LabResult<()> {
     let release = model::env::kernel_release();
-    match release_version(&release) {
-        Some(v) if v >= PER_CPU_SA_SINCE => Ok(()),
-        _ => Err(LabError::capability(anyhow::anyhow!(
+    match has_per_cpu_sas(&release) {
+        true => Ok(()),
+        false => Err(LabError::capability(anyhow::anyhow!(
             "--per-cpu-sa needs Linux {}.{} or later (per-CPU SAs, RFC 9611); this kernel is {release}: \
              run it in a VM booting a newer kernel (`lab/setup.sh --second-kernel` fetches Debian sid's into \
              /var/lib/ipsec-lab/kernels; then --vm RELEASE) or in user-mode Linux 7.x (--vm uml:RELEASE; one \
@@ -108,6 +108,11 @@ pub fn per_cpu_preflight() -> LabResult<()> {
             PER_CPU_SA_SINCE.1,
         ))),
     }
+}
+
+/// Whether kernel `release` (`7.2.13+deb14-amd64`) has per-CPU SAs.
+pub fn has_per_cpu_sas(release: &str) -> bool {
+    release_version(release).is_some_and(|v| v >= PER_CPU_SA_SINCE)
 }
 
 /// `7.2.13+deb14-amd64` → (7, 2).
