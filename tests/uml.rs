@@ -604,28 +604,15 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
     match runnable.iter().find(|(_, v)| *v < (6, 13)) {
         Some((old, _)) => {
             let vm = format!("uml:{old}");
-            let run = Sandbox::default().run(&[
-                "run",
-                "--vm",
-                &vm,
-                "--per-cpu-sa",
-                "--bytes",
-                "1MB",
-                "--no-progress",
-            ]);
-            assert_eq!(run.out.status.code(), Some(3), "{}", text(&run.out));
-            assert!(
-                text(&run.out).contains(&format!(
-                    "--per-cpu-sa needs Linux 6.13 or later (per-CPU SAs, RFC 9611); this kernel is {old}"
-                )),
-                "{}",
-                text(&run.out)
-            );
-            if strongswan_6 {
+            let backends: &[&str] = match strongswan_6 {
+                true => &["xfrm", "strongswan"],
+                false => &["xfrm"],
+            };
+            for backend in backends {
                 let run = Sandbox::default().run(&[
                     "run",
                     "--backend",
-                    "strongswan",
+                    backend,
                     "--vm",
                     &vm,
                     "--per-cpu-sa",
@@ -633,13 +620,15 @@ fn per_cpu_sas_run_in_user_mode_linux_7_and_are_refused_before_6_13() {
                     "1MB",
                     "--no-progress",
                 ]);
-                assert_eq!(run.out.status.code(), Some(3), "{}", text(&run.out));
+                let said = text(&run.out);
+                assert_eq!(run.out.status.code(), Some(3), "{backend}: {said}");
                 assert!(
-                    text(&run.out).contains(&format!("--per-cpu-sa needs Linux 6.13 or later (per-CPU SAs, RFC 9611); this kernel is {old}")),
-                    "{}",
-                    text(&run.out)
+                    said.contains(&format!(
+                        "--per-cpu-sa needs Linux 6.13 or later (per-CPU SAs, RFC 9611); this kernel is {old}"
+                    )),
+                    "{backend}: {said}"
                 );
-                assert_eq!(run.namespaces_left, Vec::<String>::new());
+                assert_eq!(run.namespaces_left, Vec::<String>::new(), "{backend}");
             }
         }
         // A fact of this host (only 7.x runs on AVX-512 CPUs), not a missing capability.
