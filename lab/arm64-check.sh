@@ -18,6 +18,11 @@ cd "$(dirname "$0")/.."
 dir=/var/lib/ipsec-lab/cross/rustc-sid
 say() { echo "lab/arm64-check.sh: $*"; }
 
+# One fetch at a time (make test's own tests run make test side by side); the parents of
+# $dir do not exist on a fresh machine, and dpkg-deb -x makes only its last directory.
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+flock 9
 if [ ! -f "$dir/.ready" ]; then
   # The packages sid's rustc loads (ldd), not its whole Depends (gcc, binutils): checking
   # links nothing for the target, and build scripts link with the machine's cc.
