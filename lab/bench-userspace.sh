@@ -10,6 +10,9 @@
 # row what a gigabyte costs the whole machine: CPU-seconds of all CPUs (/proc/stat) per
 # extra GB, the slope between a BYTES run and a BIG_BYTES run of the row, so that set-up
 # and teardown cancel out; that figure does not move with the core count the way MB/s does.
+# Under each tunnel row: its floor (the plain row's cost plus the suite's crypto at both
+# ends, timed by `ipsec-lab speed --clock cpu` at 1400 B in the same invocation) and where
+# the cost above it goes, per phase of the two tunnel threads, in CPU-s per GB.
 #
 #   lab/bench-userspace.sh                 # 500MB x 3 repeats per row
 #   BYTES=1GB REPEAT=5 lab/bench-userspace.sh
@@ -49,6 +52,12 @@ for round in $(seq 1 "$ROUNDS"); do
         row "openvpn-$suite" --backend openvpn --cipher "$suite"
     done
     row "userspace-soft-aes-256-cbc-hmac-sha256" --backend userspace --cipher aes-256-cbc-hmac-sha256 --crypto soft
+    # What the suites' crypto costs per CPU-second at the tunnel's packet size, for each
+    # row's floor (CBC+HMAC's opening is the MAC and CBC decryption, timed on their own).
+    echo "timing the suites' crypto at 1400 B (round $round of $ROUNDS) ..." >&2
+    # shellcheck disable=SC2086
+    "$BIN" speed $SUITES hmac-sha256 aes-256-cbc --crypto auto --sizes 1400 --clock cpu \
+        --json "$out/r$round/speed.json" >/dev/null
 done
 
 python3 - "$out" "$ROUNDS" "$SUITES" <<'PY'
@@ -88,6 +97,51 @@ def time_line(end):
     return line
 
 
+def crypto_cost(suite, speed):
+    """CPU-s per GB to seal at one end and open at the other, by `speed --clock cpu` at
+    1400 B: an AEAD opens in the same passes as it seals (speed times the seal); CBC+HMAC
+    opens with the MAC and a CBC decryption."""
+    rate = {(r["suite"], r["direction"]): r["mb_per_s"] for r in speed if r["block_bytes"] == 1400}
+    seal = 1000 / rate[(suite, "encrypt")]
+    if suite.endswith("-hmac-sha256"):
+        cbc = suite.removesuffix("-hmac-sha256")
+        return seal + 1000 / rate[("hmac-sha256", "mac")] + 1000 / rate[(cbc, "decrypt")]
+    return 2 * seal
+
+
+def floor_lines(suite, measured, plain, speed, big):
+    """The row's floor, a lower bound: the plain row's cost (the inner TCP's own work)
+    and the suite's crypto at both ends. Then where the rest goes: both tunnel threads' time
+    in the BIG_BYTES run per GB it carried, each phase scaled to the threads' CPU time (a
+    phase is timed by the wall clock, waiting for a CPU included). The TUN and UDP calls
+    are not added to the floor: the kernel does part of the inner stack's work inside them
+    (a TUN write delivers the segment to the receiving TCP socket in the writing thread),
+    work the plain row's cost already holds."""
+    u = big["backend_details"]["userspace"]
+    gb = sum(t["bytes"] for t in big["transfers"]) / 1e9
+    phases = {}
+    threads = 0.0
+    for side in ("a", "b"):
+        e = u[side]
+        t = e["time"]
+        cpu = e["cpu"]["user_s"] + e["cpu"]["system_s"]
+        busy = sum(v for k, v in t.items() if k not in ("idle_s", "run_queue_s")) or 1e-9
+        for k, v in t.items():
+            if k not in ("idle_s", "run_queue_s"):
+                phases[k] = phases.get(k, 0.0) + v * cpu / busy / gb
+        threads += cpu / gb
+    crypto = crypto_cost(suite, speed)
+    floor = plain + crypto
+    names = [("TUN read", "tun_read_s"), ("TUN write", "tun_write_s"), ("UDP send", "udp_send_s"),
+             ("UDP receive", "udp_recv_s"), ("crypto", "crypto_s"), ("segmenting", "segmenting_s"),
+             ("joining", "joining_s"), ("other", "other_s")]
+    print(f"  CPU-s/GB: floor {floor:.2f} = plain {plain:.2f} + crypto {crypto:.2f} (seal + open at 1400 B);"
+          f" measured {measured:.2f} = floor + {measured - floor:.2f} ({measured / floor:.2f}x)")
+    print(f"  the tunnel's two threads {threads:.2f} CPU-s/GB: "
+          + ", ".join(f"{n} {phases.get(k, 0.0):.2f}" for n, k in names)
+          + f"; the rest of the machine {measured - threads:.2f} (the TCP ends, softirq)")
+
+
 def ratio(name, value, target):
     ratios.setdefault(f"{name} (target {target})", []).append(value)
     print(f"  {name} = {value:.2f}  (target {target})")
@@ -111,12 +165,14 @@ def one_round(d):
     show("plain (ipsec-lab's own sender/receiver)", mbs(plain), "plain")
     ratio("ipsec-lab plain / iperf3", mbs(plain) / iperf3, ">= 1")
     tunnel = {s: load(f"userspace-{s}") for s in suites}
+    speed = json.load(open(os.path.join(d, "speed.json")))["records"]
     for s, r in tunnel.items():
         show(f"userspace {s}", mbs(r), f"userspace-{s}")
         u = r["backend_details"]["userspace"]
         for side, role in [("a", "encrypting"), ("b", "decrypting")]:
             e = u[side]
             print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
+        floor_lines(s, cost[f"userspace-{s}"], cost["plain"], speed, load(f"userspace-{s}.big"))
     wg = load("wireguard-go")
     program = next(iter(wg["backend_details"].values())).get("program", {})
     # The package version: Debian 13's offload-era build prints upstream's older snapshot
