@@ -8,7 +8,7 @@ ARM64_BIN := target/arm64/aarch64-unknown-linux-gnu/release/ipsec-lab
 # The main use; --vm auto boots a stock kernel only where this one has no ESP.
 RUN_ARGS ?= --key-bits 256 --hmac sha256 --vm auto
 
-.PHONY: setup setup-test build run matrix test lint bench-plain bench-userspace bench-threads bench-packets clean deb deb-arch install uninstall build-arm64 test-arm64
+.PHONY: setup setup-test build run matrix test lint bench-plain bench-userspace bench-threads bench-packets bench-datagrams clean deb deb-arch install uninstall build-arm64 test-arm64
 # make install / uninstall: where (PREFIX) and into which staging root (DESTDIR).
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -81,6 +81,10 @@ bench-threads: setup build
 # Packets/s and the zero-loss rate (NDR, PDR) of plain and the userspace tunnel at 64 and 1400 B.
 bench-packets: setup build
 	bash lab/bench-packets.sh
+
+# 64-byte datagrams: the lab's UDP sender/receiver against iperf3 -u on one namespace pair.
+bench-datagrams: setup build
+	bash lab/bench-datagrams.sh
 
 clean:
 	-$(BIN) clean
