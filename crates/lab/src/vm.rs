@@ -402,22 +402,34 @@ fn exec_in_guest_dir<T: DeserializeOwned>(
 }
 
 /// The kernel a VM boots where the command names none (`--vm`, `--vm auto`): the newest
-/// image here (in /boot or [`LAB_KERNELS`]) that has what the run needs and the stock one
-/// may not: `ovpn` for OpenVPN's DCO, Linux 6.13 for per-CPU SAs. Else the stock kernel.
+/// image with what the run needs that the stock one may lack ([`newest_release_for`]),
+/// else the stock kernel.
 fn unnamed_kernel(plan: &RunPlan) -> LabResult<PathBuf> {
-    let newest = match plan.backend().describe().kernel {
-        Some(model::backend::KernelNeed::Ovpn) => {
-            newest_image(&[Path::new("/boot"), Path::new(LAB_KERNELS)], |r| {
-                crate::backend::openvpn::kernel_has_ovpn(Some(r))
-            })
-        }
-        _ if plan.per_cpu_sa() => newest_image(
-            &[Path::new("/boot"), Path::new(LAB_KERNELS)],
-            crate::backend::xfrm::has_per_cpu_sas,
-        ),
-        _ => None,
-    };
-    newest.map_or_else(|| resolve_kernel(None), Ok)
+    let ovpn = plan.backend().describe().kernel == Some(model::backend::KernelNeed::Ovpn);
+    match newest_release_for(ovpn, plan.per_cpu_sa()) {
+        Some(release) => Ok(kernel_image(&release)),
+        None => resolve_kernel(None),
+    }
+}
+
+/// The release of the newest image here (in /boot or [`LAB_KERNELS`]) that has what is
+/// asked and the stock kernel may lack: `ovpn` for OpenVPN's DCO, Linux 6.13 for per-CPU
+/// SAs. None when nothing is asked or no image has it (the stock kernel then, whose guest
+/// refuses what it cannot run, saying why).
+pub fn newest_release_for(ovpn: bool, per_cpu_sa: bool) -> Option<String> {
+    let image = newest_image_for(&[Path::new("/boot"), Path::new(LAB_KERNELS)], ovpn, per_cpu_sa)?;
+    let name = image.file_name()?.to_str()?;
+    name.strip_prefix("vmlinuz-").map(str::to_string)
+}
+
+fn newest_image_for(dirs: &[&Path], ovpn: bool, per_cpu_sa: bool) -> Option<PathBuf> {
+    if !ovpn && !per_cpu_sa {
+        return None;
+    }
+    newest_image(dirs, |r| {
+        (!ovpn || crate::backend::openvpn::kernel_has_ovpn(Some(r)))
+            && (!per_cpu_sa || crate::backend::xfrm::has_per_cpu_sas(r))
+    })
 }
 
 /// The newest `vmlinuz-RELEASE` in `dirs` whose release `has` what is asked.
@@ -524,12 +536,11 @@ mod tests {
         }
         std::fs::write(lab.path().join("config-7.3.0"), "").unwrap();
         let dirs = [boot.path(), lab.path()];
-        let chosen = newest_image(&dirs, crate::backend::xfrm::has_per_cpu_sas);
+        let chosen = newest_image_for(&dirs, false, true);
         assert_eq!(chosen, Some(lab.path().join("vmlinuz-7.2.13+deb14-amd64")));
-        assert_eq!(
-            newest_image(&dirs[..1], crate::backend::xfrm::has_per_cpu_sas),
-            None
-        );
+        assert_eq!(newest_image_for(&dirs[..1], false, true), None);
+        // Nothing asked: the stock kernel, however new the others.
+        assert_eq!(newest_image_for(&dirs, false, false), None);
     }
 
     fn strings(v: &[&str]) -> Vec<String> {

@@ -60,13 +60,19 @@ impl GuestKernel {
     /// The kernels `--vm` names, in order, each once. `--vm auto` alone: the stock kernel
     /// where KVM boots it; else user-mode Linux for the rows it carries (native speed) and
     /// the stock kernel, emulated, for what UML lacks (AES-NI drivers, WireGuard), as
-    /// `--vm uml,auto` would.
+    /// `--vm uml,auto` would. Where the sweep has rows the stock kernel may lack (OpenVPN's
+    /// DCO, `--per-cpu-sa`), the VM boots the newest kernel here that has them, as `run
+    /// --vm auto` does.
     pub(super) fn all(args: &SweepPlan) -> Vec<GuestKernel> {
         if args.vm.as_deref().map(str::trim) == Some(vm::AUTO) {
             let kvm = vm::resolve_kernel(None).is_ok_and(|k| vm::detect_accel(&k) == vm::Accel::Kvm);
+            let ovpn = vm_backends(args)
+                .iter()
+                .any(|b| b.describe().kernel == Some(model::backend::KernelNeed::Ovpn));
+            let stock = GuestKernel::Stock(vm::newest_release_for(ovpn, args.per_cpu_sa));
             return match !kvm && crate::uml::UmlKernel::installed().is_some() {
-                true => vec![GuestKernel::Uml(None), GuestKernel::Stock(None)],
-                false => vec![GuestKernel::Stock(None)],
+                true => vec![GuestKernel::Uml(None), stock],
+                false => vec![stock],
             };
         }
         vm::kernel_list(args.vm.as_deref())
