@@ -592,8 +592,16 @@ mod tests {
     /// rest; with KVM (or without UML) the stock kernel alone. `--vm` names its kernels.
     #[test]
     fn vm_auto_takes_user_mode_linux_and_the_stock_kernel_where_kvm_cannot_boot() {
+        // matrix's default backends: none needs more of the kernel than the stock one has.
         let sweep = |vm: &str| SweepPlan {
             vm: Some(vm.into()),
+            backends: vec![
+                Backend::Plain,
+                Backend::Xfrm,
+                Backend::Userspace,
+                Backend::Openvpn,
+                Backend::Strongswan,
+            ],
             ..plan()
         };
         // What detect_accel decides, without a probe boot.
@@ -606,6 +614,25 @@ mod tests {
         assert_eq!(GuestKernel::all(&sweep("auto")), want);
         std::env::set_var("IPSEC_LAB_VM_ACCEL", "kvm");
         assert_eq!(GuestKernel::all(&sweep("auto")), [GuestKernel::Stock(None)]);
+        // Rows the stock kernel may lack: the VM boots the newest kernel here that has them
+        // (sid's 7.2 after lab/setup.sh --second-kernel), as `run --vm auto` does.
+        let per_cpu = SweepPlan {
+            per_cpu_sa: true,
+            ..sweep("auto")
+        };
+        let newest = vm::newest_release_for(false, true);
+        assert!(newest
+            .as_deref()
+            .is_none_or(crate::backend::xfrm::has_per_cpu_sas));
+        assert_eq!(GuestKernel::all(&per_cpu), [GuestKernel::Stock(newest)]);
+        let dco = SweepPlan {
+            backends: vec![Backend::Plain, Backend::OpenvpnDco],
+            ..sweep("auto")
+        };
+        assert_eq!(
+            GuestKernel::all(&dco),
+            [GuestKernel::Stock(vm::newest_release_for(true, false))]
+        );
         std::env::remove_var("IPSEC_LAB_VM_ACCEL");
         assert_eq!(GuestKernel::all(&sweep("")), [GuestKernel::Stock(None)]);
         assert_eq!(
