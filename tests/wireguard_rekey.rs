@@ -63,12 +63,17 @@ fn wireguards_own_rekey_is_seen_in_a_run_that_crosses_two_minutes() {
         let rekeys = r["rekey"]["runs"][0]["rekeys"]
             .as_array()
             .unwrap_or_else(|| panic!("{backend}: {r}"));
-        assert_eq!(rekeys.len(), 1, "{backend}: {r}");
-        let m = &rekeys[0];
+        // On a busy machine the first handshake can be retried after REKEY_TIMEOUT (5 s;
+        // seen once with wireguard-go, at 5.09 s): a new handshake in the first seconds,
+        // from which the 120 s count again.
+        let at = |m: &Value| m["at_s"].as_f64().unwrap();
+        let (early, timed): (Vec<&Value>, Vec<&Value>) = rekeys.iter().partition(|m| at(m) < 10.0);
+        assert!(early.len() <= 1 && timed.len() == 1, "{backend}: {r}");
+        let m = timed[0];
         // The session began at setup, just before the transfer: its keys turn 120 s old a
         // little before the transfer's 120th second, or after it by boringtun's tick.
-        let at = m["at_s"].as_f64().unwrap();
-        assert!((100.0..125.0).contains(&at), "{backend}: {m}");
+        let age = at(m) - early.first().map_or(0.0, |e| at(e));
+        assert!((100.0..125.0).contains(&age), "{backend}: {m}");
         assert!(m["took_ms"].is_null(), "{backend}: {m}");
         let trial = &r["udp"]["trials"][0];
         let d = &m["datagrams"];
