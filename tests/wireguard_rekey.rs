@@ -10,8 +10,8 @@ use serde_json::Value;
 
 /// WireGuard's own rekey, watched (wireguard-go and boringtun side by side, each in its own
 /// sandbox; root, TUN and wireguard-go, skipped otherwise, a failure under CI=true): a UDP
-/// run of 130 s crosses the two-minute mark once, and that one new handshake is the run's
-/// one rekey, with no switch time (a device does not say one) and the datagrams around it
+/// run of 150 s crosses the two-minute mark once, and that one new handshake is the run's
+/// one rekey (besides early ones, below), with no switch time (a device does not say one) and the datagrams around it
 /// counted as the trial counted them. The data flows from end b (`--reverse`), the end
 /// that began the session: that end rekeys at two minutes when it sends (boringtun, when it
 /// only receives, at 165 s). A light flow (2,000 datagrams/s) and no lab lock: the two
@@ -32,7 +32,7 @@ fn wireguards_own_rekey_is_seen_in_a_run_that_crosses_two_minutes() {
                 "--rekey-every",
                 "120",
                 "--time",
-                "130",
+                "150",
                 "--udp",
                 "--rate",
                 "2000",
@@ -63,16 +63,15 @@ fn wireguards_own_rekey_is_seen_in_a_run_that_crosses_two_minutes() {
         let rekeys = r["rekey"]["runs"][0]["rekeys"]
             .as_array()
             .unwrap_or_else(|| panic!("{backend}: {r}"));
-        // On a busy machine the first handshake can be retried after REKEY_TIMEOUT (5 s;
-        // seen once with wireguard-go, at 5.09 s): a new handshake in the first seconds,
-        // from which the 120 s count again.
+        // wireguard-go sometimes makes a new handshake in the first seconds (seen at 5.09 s
+        // and at 10.42 s, after REKEY_TIMEOUT retries): the 120 s count from the last one.
         let at = |m: &Value| m["at_s"].as_f64().unwrap();
-        let (early, timed): (Vec<&Value>, Vec<&Value>) = rekeys.iter().partition(|m| at(m) < 10.0);
-        assert!(early.len() <= 1 && timed.len() == 1, "{backend}: {r}");
+        let (early, timed): (Vec<&Value>, Vec<&Value>) = rekeys.iter().partition(|m| at(m) < 25.0);
+        assert!(early.len() <= 3 && timed.len() == 1, "{backend}: {r}");
         let m = timed[0];
-        // The session began at setup, just before the transfer: its keys turn 120 s old a
-        // little before the transfer's 120th second, or after it by boringtun's tick.
-        let age = at(m) - early.first().map_or(0.0, |e| at(e));
+        // The session began at setup (or at the last early handshake): its keys turn 120 s
+        // old a little before 120 s from then, or after it by boringtun's tick.
+        let age = at(m) - early.last().map_or(0.0, |e| at(e));
         assert!((100.0..125.0).contains(&age), "{backend}: {m}");
         assert!(m["took_ms"].is_null(), "{backend}: {m}");
         let trial = &r["udp"]["trials"][0];
