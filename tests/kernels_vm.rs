@@ -30,6 +30,18 @@ fn lab_kernel(suite: &str) -> Option<String> {
         .then_some(release)
 }
 
+/// Debian sid's kernel from the lab's directory, or None after saying how to fetch it.
+fn sid_kernel_or_skip(test: &str) -> Option<String> {
+    let sid = lab_kernel("sid");
+    if sid.is_none() {
+        testcap::skip(
+            test,
+            "no Debian sid kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
+        );
+    }
+    sid
+}
+
 /// The stock kernel's release and a second one from the lab's kernel directory.
 fn two_kernels() -> Option<(String, String)> {
     let stock = std::fs::read_dir("/boot")
@@ -327,11 +339,7 @@ fn per_cpu_sas_carry_packets_from_both_cpus_of_a_7x_vm() {
     if !vm_or_skip(test) {
         return;
     }
-    let Some(sid) = lab_kernel("sid") else {
-        testcap::skip(
-            test,
-            "no Debian sid kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
-        );
+    let Some(sid) = sid_kernel_or_skip(test) else {
         return;
     };
     let _lock = lab_lock();
@@ -395,11 +403,7 @@ fn strongswan_6_negotiates_per_cpu_sas_that_carry_packets_from_both_cpus_of_a_7x
     if !vm_or_skip(test) || !strongswan_or_skip(test) {
         return;
     }
-    let Some(sid) = lab_kernel("sid") else {
-        testcap::skip(
-            test,
-            "no Debian sid kernel in /var/lib/ipsec-lab/kernels: run lab/setup.sh --second-kernel",
-        );
+    let Some(sid) = sid_kernel_or_skip(test) else {
         return;
     };
     if !std::path::Path::new("/var/lib/ipsec-lab/strongswan/.from-sid").is_file() {
