@@ -94,7 +94,7 @@ pub struct RunPlanArgs {
     #[arg(long, value_parser = crate::values::cipher(), hide_possible_values = true)]
     pub cipher: Option<CipherSuite>,
     /// Crypto implementation of the userspace backend: auto, soft (AES-NI off), rustcrypto,
-    /// aws-lc [default: auto].
+    /// aws-lc, libcrypto (OpenSSL's, loaded at run time) [default: auto].
     #[arg(long, value_parser = crate::values::crypto(), hide_possible_values = true)]
     pub crypto: Option<CryptoChoice>,
     /// Payload size, e.g. 100MB (10^6 bytes), 1GiB (2^30); at least 1MB [default: send for

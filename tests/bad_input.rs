@@ -218,6 +218,40 @@ fn without_net_admin_nothing_is_created_and_exit_is_3() {
     assert_eq!(run.namespaces_left, Vec::<String>::new());
 }
 
+/// `--crypto libcrypto` where no libcrypto loads: exit 3 before anything is made, naming the
+/// file tried and what to install.
+#[test]
+fn a_missing_libcrypto_exits_3_and_creates_nothing() {
+    let wrapper = ["env", "IPSEC_LAB_LIBCRYPTO=/nonexistent/libcrypto.so.3"];
+    let args = [
+        "run",
+        "--backend",
+        "userspace",
+        "--crypto",
+        "libcrypto",
+        "--bytes",
+        "1MB",
+    ];
+    let (out, left) = if own::is_root() {
+        let run = own::Sandbox::default().wrapper(&wrapper).run(&args);
+        (run.out, run.namespaces_left)
+    } else {
+        let out = lab()
+            .args(args)
+            .env("IPSEC_LAB_LIBCRYPTO", "/nonexistent/libcrypto.so.3")
+            .output()
+            .unwrap();
+        (out, vec![])
+    };
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(
+        t.contains("/nonexistent/libcrypto.so.3") && t.contains("apt-get install libssl3"),
+        "{t}"
+    );
+    assert_eq!(left, Vec::<String>::new());
+}
+
 /// Runs `args` in a fresh empty directory, in a namespace of its own (own.rs); returns the
 /// output, what the directory holds afterwards (nothing may be created there by a refused
 /// command) and the lab namespaces the run left.

@@ -194,6 +194,62 @@ fn stream_mode_rows_are_named_and_what_cannot_stream_is_said() {
         .all(|r| r["mode"] == "stream" && r["mb_per_s"].as_f64().unwrap() > 0.0));
 }
 
+/// `--crypto libcrypto` times OpenSSL's own library: its rows name the OpenSSL release, and
+/// a stream row is set against `openssl speed` (the same library) in a ratio line. A bad
+/// IPSEC_LAB_LIBCRYPTO is refused before anything is timed, saying what to do.
+#[test]
+fn libcrypto_rows_name_openssl_and_stand_against_openssl_speed() {
+    let out = speed(&[
+        "aes-128-cbc",
+        "--mode",
+        "stream",
+        "--clock",
+        "cpu",
+        "--crypto",
+        "auto,libcrypto",
+        "--against-openssl",
+        "--seconds",
+        "0.05",
+        "--sizes",
+        "64",
+    ]);
+    let t = text(&out);
+    if t.contains("could not be loaded") {
+        testcap::skip("libcrypto rows", &t);
+        return;
+    }
+    assert!(out.status.success(), "{t}");
+    for needle in [
+        "libcrypto [stream] = OpenSSL ",
+        "aes-128-cbc              encrypt  libcrypto [stream]/openssl [stream]",
+        "aes-128-cbc              decrypt  libcrypto [stream]/openssl [stream]",
+    ] {
+        assert!(t.contains(needle), "missing {needle:?} in:\n{t}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_ipsec-lab"))
+        .args([
+            "speed",
+            "aes-128-cbc",
+            "--crypto",
+            "libcrypto",
+            "--seconds",
+            "0.05",
+            "--sizes",
+            "64",
+        ])
+        .env("IPSEC_LAB_LIBCRYPTO", "/nonexistent/libcrypto.so.3")
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{t}");
+    assert!(
+        t.contains("/nonexistent/libcrypto.so.3")
+            && t.contains("apt-get install libssl3")
+            && !t.contains("MB/s"),
+        "{t}"
+    );
+}
+
 /// Starts `speed ARGS`, sends `signal` after `after`, and returns the output and how long
 /// the process took to end after the signal.
 fn interrupted(args: &[&str], signal: nix::sys::signal::Signal, after: std::time::Duration) -> (Output, f64) {

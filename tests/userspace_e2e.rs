@@ -180,6 +180,7 @@ fn each_crypto_implementation_is_used_and_named() {
         ("rustcrypto", "rust-crypto"),
         ("aws-lc", "aws-lc"),
         ("soft", "aws-lc"),
+        ("libcrypto", "libcrypto"),
     ] {
         let report = run_json(&["--key-bits", "128", "--hmac", "sha256", "--crypto", choice]);
         let imp = &report["backend_details"]["userspace"]["implementation"];
@@ -188,6 +189,10 @@ fn each_crypto_implementation_is_used_and_named() {
         if choice == "soft" {
             // Never claims software AES for a run that used AES-NI.
             assert_eq!(imp["hardware_aes"], false, "{imp}");
+        }
+        if choice == "libcrypto" {
+            // OpenSSL's own library, named by its release.
+            assert!(imp["label"].as_str().unwrap().contains("OpenSSL "), "{imp}");
         }
     }
 }

@@ -8,7 +8,7 @@ use model::{CryptoChoice, KeyBits};
 use crate::primitives::{
     Aead, AeadAlgorithm, AesCbc, CipherStream, CryptoError, HmacSha256, Library, StreamCipher,
 };
-use crate::{awslc, rustcrypto};
+use crate::{awslc, libcrypto, rustcrypto};
 
 pub use model::evidence::ImplementationInfo;
 
@@ -17,6 +17,7 @@ fn library_uses_hardware_aes(library: Library) -> bool {
     match library {
         Library::RustCrypto => rustcrypto::hardware_aes(),
         Library::AwsLc => awslc::hardware_aes(),
+        Library::Libcrypto => libcrypto::hardware_aes(),
     }
 }
 
@@ -34,7 +35,11 @@ impl Implementation {
         let library = match choice {
             CryptoChoice::Auto | CryptoChoice::AwsLc | CryptoChoice::Soft => Library::AwsLc,
             CryptoChoice::Rustcrypto => Library::RustCrypto,
+            CryptoChoice::Libcrypto => Library::Libcrypto,
         };
+        if library == Library::Libcrypto && libcrypto::version().is_none() {
+            return Err(CryptoError::LibraryMissing { library });
+        }
         if choice == CryptoChoice::Soft && awslc::hardware_aes() {
             return Err(CryptoError::SoftNotActive);
         }
@@ -47,6 +52,15 @@ impl Implementation {
 
     pub fn library(&self) -> Library {
         self.library
+    }
+
+    /// The library as a report names it: for libcrypto its version and the file it was
+    /// loaded from, e.g. `OpenSSL 3.0.19 27 Jan 2026 (libcrypto.so.3)`.
+    pub fn library_text(&self) -> String {
+        match libcrypto::version().filter(|_| self.library == Library::Libcrypto) {
+            Some((version, path)) => format!("{version} ({path})"),
+            None => self.library.to_string(),
+        }
     }
 
     /// Whether this implementation uses hardware AES in this process.
@@ -65,7 +79,10 @@ impl Implementation {
             choice: self.choice,
             library: self.library,
             hardware_aes,
-            label: format!("{} ({}, {aes})", self.choice, self.library),
+            label: match libcrypto::version().filter(|_| self.library == Library::Libcrypto) {
+                Some((version, _)) => format!("{} ({version}, {aes})", self.choice),
+                None => format!("{} ({}, {aes})", self.choice, self.library),
+            },
         }
     }
 
@@ -75,6 +92,7 @@ impl Implementation {
         match self.library {
             Library::RustCrypto => rustcrypto::aes_cbc(bits, key),
             Library::AwsLc => awslc::aes_cbc(bits, key),
+            Library::Libcrypto => libcrypto::aes_cbc(bits, key),
         }
     }
 
@@ -83,6 +101,7 @@ impl Implementation {
         match self.library {
             Library::RustCrypto => rustcrypto::hmac_sha256(key),
             Library::AwsLc => awslc::hmac_sha256(key),
+            Library::Libcrypto => libcrypto::hmac_sha256(key),
         }
     }
 
@@ -97,6 +116,7 @@ impl Implementation {
         match self.library {
             Library::RustCrypto => rustcrypto::aead(algorithm, key),
             Library::AwsLc => awslc::aead(algorithm, key),
+            Library::Libcrypto => libcrypto::aead(algorithm, key),
         }
     }
 }
@@ -114,6 +134,7 @@ impl Implementation {
         match self.library {
             Library::RustCrypto => rustcrypto::cipher_stream(kind, key, iv),
             Library::AwsLc => awslc::cipher_stream(kind, key, iv),
+            Library::Libcrypto => libcrypto::cipher_stream(kind, key, iv),
         }
     }
 }

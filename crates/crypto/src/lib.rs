@@ -18,6 +18,8 @@
 //!   is never slower than RustCrypto (whose CBC and SHA-256 are intrinsics-based); on CPUs
 //!   without AES instructions it falls back to constant-time vector-permute AES.
 //! * `aws-lc` → aws-lc-rs; `rustcrypto` → RustCrypto (hardware AES detected at run time).
+//! * `libcrypto` → OpenSSL's libcrypto, loaded at run time ([`libcrypto`]): the code `openssl
+//!   speed` and OpenVPN time, so the lab can be checked against them library for library.
 //! * `soft` → aws-lc-rs in a process started with `OPENSSL_ia32cap` masking AES-NI and
 //!   PCLMULQDQ. AWS-LC reads that variable once, when it initialises, so it must be in the
 //!   environment before the process starts: see [`soft`] for the re-exec helpers.
@@ -35,6 +37,7 @@ mod awslc;
 mod implementation;
 mod interleave;
 pub mod kat;
+pub mod libcrypto;
 mod primitives;
 mod rustcrypto;
 pub mod soft;

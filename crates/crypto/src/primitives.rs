@@ -84,6 +84,10 @@ pub enum CryptoError {
     TagLength { len: usize },
     #[error("authentication failed: the data or its tag was altered, or the key/nonce differ")]
     Authentication,
+    #[error(
+        "{library} could not be loaded: install libssl3 (apt-get install libssl3), or set IPSEC_LAB_LIBCRYPTO to a libcrypto.so"
+    )]
+    LibraryMissing { library: Library },
     #[error("{library}: {operation} failed inside the library")]
     Library {
         library: Library,

@@ -4,12 +4,26 @@ use crypto::{
     kat, AeadAlgorithm, CryptoChoice, CryptoError, Implementation, Library, StreamCipher, AES_BLOCK_LEN,
 };
 
-/// Every choice that can run in this (unmasked) test process.
+/// Every choice that can run in this (unmasked) test process: OpenSSL's libcrypto where it
+/// loads (a missing one is skipped with the reason, and under CI=true fails).
 fn hardware_choices() -> Vec<Implementation> {
-    [CryptoChoice::Auto, CryptoChoice::AwsLc, CryptoChoice::Rustcrypto]
-        .into_iter()
-        .map(|c| Implementation::new(c).expect("non-soft choices always resolve"))
-        .collect()
+    let mut choices: Vec<Implementation> =
+        [CryptoChoice::Auto, CryptoChoice::AwsLc, CryptoChoice::Rustcrypto]
+            .into_iter()
+            .map(|c| Implementation::new(c).expect("non-soft choices always resolve"))
+            .collect();
+    choices.extend(libcrypto());
+    choices
+}
+
+fn libcrypto() -> Option<Implementation> {
+    match crypto::libcrypto::load_error() {
+        None => Some(Implementation::new(CryptoChoice::Libcrypto).expect("libcrypto loaded")),
+        Some(why) => {
+            testcap::skip("libcrypto rows", &why);
+            None
+        }
+    }
 }
 
 #[test]
@@ -52,8 +66,15 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn providers_agree_on_every_length_the_benchmark_and_tunnel_use() {
-    let rc = Implementation::new(CryptoChoice::Rustcrypto).unwrap();
     let lc = Implementation::new(CryptoChoice::AwsLc).unwrap();
+    let mut others = vec![Implementation::new(CryptoChoice::Rustcrypto).unwrap()];
+    others.extend(libcrypto());
+    for rc in &others {
+        agree_with(rc, &lc);
+    }
+}
+
+fn agree_with(rc: &Implementation, lc: &Implementation) {
     let iv = [7u8; 16];
     let nonce = [9u8; 12];
     for len in [16usize, 64, 256, 1024, 1392, 1400, 8192, 16384] {
@@ -64,7 +85,7 @@ fn providers_agree_on_every_length_the_benchmark_and_tunnel_use() {
             let mut b = a.clone();
             rc.aes_cbc(&key).unwrap().encrypt(&iv, &mut a).unwrap();
             lc.aes_cbc(&key).unwrap().encrypt(&iv, &mut b).unwrap();
-            assert_eq!(a, b, "AES-CBC {key_len}-byte key, {cbc_len} bytes");
+            assert_eq!(a, b, "{rc}: AES-CBC {key_len}-byte key, {cbc_len} bytes");
             rc.aes_cbc(&key).unwrap().decrypt(&iv, &mut a).unwrap();
             assert_eq!(a, pattern(cbc_len, 3));
         }
@@ -80,7 +101,7 @@ fn providers_agree_on_every_length_the_benchmark_and_tunnel_use() {
             let mut b = a.clone();
             let ta = rc.aead(alg, &key).unwrap().seal(&nonce, b"hdr", &mut a).unwrap();
             let tb = lc.aead(alg, &key).unwrap().seal(&nonce, b"hdr", &mut b).unwrap();
-            assert_eq!((a.clone(), ta), (b, tb), "{alg} {len} bytes");
+            assert_eq!((a.clone(), ta), (b, tb), "{rc}: {alg} {len} bytes");
             // Opened by the other library: interoperable, not merely self-consistent.
             lc.aead(alg, &key)
                 .unwrap()
@@ -257,6 +278,11 @@ fn soft_takes_effect_in_a_child_started_with_the_mask() {
             soft.info().label
         );
         crypto::self_test(&soft).unwrap_or_else(|e| panic!("{e}"));
+        // OpenSSL reads the same variable when it loads: its rows are software AES too.
+        if let Some(libcrypto) = libcrypto() {
+            assert!(!libcrypto.hardware_aes(), "{}", libcrypto.info().label);
+            crypto::self_test(&libcrypto).unwrap_or_else(|e| panic!("{e}"));
+        }
         return;
     }
     let out = crypto::soft::command()
@@ -267,6 +293,40 @@ fn soft_takes_effect_in_a_child_started_with_the_mask() {
             "--nocapture",
         ])
         .env("CRYPTO_TEST_SOFT_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{text}");
+    assert!(text.contains("1 passed"), "child ran no test:\n{text}");
+}
+
+/// `IPSEC_LAB_LIBCRYPTO` naming a file that is not there: `libcrypto` is refused with what to
+/// do, and the other choices are untouched (in a child: the library is loaded once per
+/// process).
+#[test]
+fn a_missing_libcrypto_is_refused_with_what_to_do() {
+    if std::env::var_os("CRYPTO_TEST_NO_LIBCRYPTO_CHILD").is_some() {
+        let err = Implementation::new(CryptoChoice::Libcrypto).unwrap_err();
+        assert_eq!(
+            err,
+            CryptoError::LibraryMissing {
+                library: Library::Libcrypto
+            }
+        );
+        assert!(err.to_string().contains("apt-get install libssl3"), "{err}");
+        let why = crypto::libcrypto::load_error().expect("not loaded");
+        assert!(why.contains("/nonexistent/libcrypto.so.3"), "{why}");
+        Implementation::new(CryptoChoice::Auto).unwrap();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_missing_libcrypto_is_refused_with_what_to_do",
+            "--nocapture",
+        ])
+        .env("CRYPTO_TEST_NO_LIBCRYPTO_CHILD", "1")
+        .env(crypto::libcrypto::LIBCRYPTO_ENV, "/nonexistent/libcrypto.so.3")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);

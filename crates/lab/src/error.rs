@@ -174,6 +174,7 @@ impl From<speed::SpeedError> for LabError {
     fn from(e: speed::SpeedError) -> LabError {
         let kind = match e {
             speed::SpeedError::Usage(_) => ExitKind::Usage,
+            speed::SpeedError::Missing(_) => ExitKind::Capability,
             _ => ExitKind::Failed,
         };
         LabError::new(kind, e)

@@ -48,6 +48,9 @@ pub enum SpeedError {
     },
     #[error("interrupted")]
     Interrupted,
+    /// A library a row needs cannot be loaded on this machine (`--crypto libcrypto`).
+    #[error("--crypto libcrypto: {0}")]
+    Missing(String),
     #[error(
         "the soft rows run in a child of the ipsec-lab binary started with hardware AES masked; \
          this caller cannot start one"
@@ -56,11 +59,27 @@ pub enum SpeedError {
 }
 
 impl SpeedError {
-    /// 2 for bad input (nothing was measured), 1 for everything else.
+    /// 2 for bad input (nothing was measured), 3 for a library this machine lacks (nothing
+    /// was measured either), 1 for everything else.
     pub fn exit_code(&self) -> i32 {
         match self {
             SpeedError::Usage(_) => 2,
+            SpeedError::Missing(_) => 3,
             _ => 1,
         }
     }
+}
+
+/// Refuses a plan whose rows need a library this machine cannot load, before anything is
+/// started or timed.
+pub fn check_available(plan: &SpeedPlan) -> Result<(), SpeedError> {
+    if plan
+        .implementations
+        .contains(&SpeedImpl::Crypto(crypto::CryptoChoice::Libcrypto))
+    {
+        if let Some(why) = crypto::libcrypto::load_error() {
+            return Err(SpeedError::Missing(why));
+        }
+    }
+    Ok(())
 }

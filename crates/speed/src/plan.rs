@@ -121,7 +121,7 @@ impl FromStr for SpeedImpl {
 pub enum UsageError {
     #[error(transparent)]
     UnknownSuite(#[from] UnknownSuite),
-    #[error("unknown implementation {0:?}: use auto, soft, rustcrypto, aws-lc or kernel, comma-separated")]
+    #[error("unknown implementation {0:?}: use auto, soft, rustcrypto, aws-lc, libcrypto or kernel, comma-separated")]
     UnknownImplementation(String),
     #[error("--multi 0: give the number of threads to run at once, at least 1")]
     ZeroThreads,

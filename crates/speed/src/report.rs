@@ -7,7 +7,7 @@ use model::{Environment, Summary};
 use serde::{Deserialize, Serialize};
 
 use crate::plan::{Clock, Mode};
-use crate::suite::CryptoOp;
+use crate::suite::{CryptoOp, SpeedSuite};
 
 /// Bumped whenever a field is renamed or re-typed; fields are only ever added otherwise.
 pub const SPEED_SCHEMA_VERSION: u32 = 1;
@@ -394,7 +394,9 @@ fn timing_line(report: &SpeedReport) -> String {
     format!("timed: {}; {clock}", modes.join("; "))
 }
 
-/// `first/other` for each implementation after the first, per suite and direction.
+/// `first/other` for each implementation after the first, per suite and direction; and
+/// `libcrypto [stream]/openssl [stream]` where both are there: the lab and `openssl speed`
+/// timing the same library the same way (CBC), which should agree.
 fn ratio_lines(
     rows: &BTreeMap<RowKey, BTreeMap<usize, &Record>>,
     impl_order: &[&str],
@@ -405,6 +407,21 @@ fn ratio_lines(
     let Some(base) = impl_order.first() else {
         return String::new();
     };
+    let mut pairs: Vec<(&str, &str)> = impl_order[1..].iter().map(|other| (*base, *other)).collect();
+    // openssl speed's CBC loop is libcrypto's stream rows' loop. Its AEAD loop sets the key
+    // again for every block (3.0.16 on) and its HMAC goes through EVP_MAC, which no lab row
+    // does, so only CBC groups get this line.
+    let stream_row = |imp: &str| {
+        impl_order
+            .iter()
+            .copied()
+            .find(|label| *label == format!("{imp} [stream]"))
+    };
+    let same_library = match (stream_row("libcrypto"), stream_row("openssl")) {
+        (Some(lib), Some(cli)) if lib != *base => Some((lib, cli)),
+        _ => None,
+    };
+    pairs.extend(same_library);
     let mut out = String::new();
     let mut groups: Vec<(usize, String, CryptoOp)> = rows
         .keys()
@@ -417,14 +434,19 @@ fn ratio_lines(
                 .find(|(k, _)| k.suite == suite && k.direction == direction && k.implementation == name)
                 .map(|(_, cells)| cells)
         };
-        let Some(base_cells) = find(base) else { continue };
-        for other in &impl_order[1..] {
-            let Some(other_cells) = find(other) else { continue };
-            let label = format!("{base}/{other}");
+        let cbc = matches!(suite.parse(), Ok(SpeedSuite::AesCbc(_)));
+        for pair @ (first, other) in &pairs {
+            if !cbc && Some(*pair) == same_library {
+                continue;
+            }
+            let (Some(first_cells), Some(other_cells)) = (find(first), find(other)) else {
+                continue;
+            };
+            let label = format!("{first}/{other}");
             let label_width = impl_width.max(label.len());
             let _ = write!(out, "{suite:<24} {:<8} {label:<label_width$}", direction.name());
             for s in sizes {
-                let cell = match (base_cells.get(s), other_cells.get(s)) {
+                let cell = match (first_cells.get(s), other_cells.get(s)) {
                     (Some(b), Some(o)) if o.mb_per_s > 0.0 => format!("{:.2}x", b.mb_per_s / o.mb_per_s),
                     _ => "-".into(),
                 };
@@ -647,6 +669,39 @@ mod tests {
             (Some("packet"), Some("stream"))
         );
         assert_eq!(v["clock"], "cpu");
+    }
+
+    #[test]
+    fn libcrypto_is_set_against_openssl_speed_only_where_both_stream() {
+        let mut report = sample();
+        let mut cli = record("openssl", None, 16, vec![900.0]);
+        cli.mode = Mode::Stream;
+        report.records.push(cli);
+        report
+            .records
+            .push(record("libcrypto", Some(true), 16, vec![450.0]));
+        let t = render(&report, Units::MegabytesPerSecond);
+        assert!(
+            !t.contains("libcrypto/openssl"),
+            "a packet row against a stream row:\n{t}"
+        );
+        let mut stream = record("libcrypto", Some(true), 16, vec![855.0]);
+        stream.mode = Mode::Stream;
+        report.records.push(stream);
+        let t = render(&report, Units::MegabytesPerSecond);
+        let line = t
+            .lines()
+            .find(|l| l.contains("libcrypto [stream]/openssl [stream]"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(line.contains("0.95x"), "{line}");
+        for r in &mut report.records {
+            r.suite = "aes-128-gcm".into();
+        }
+        let t = render(&report, Units::MegabytesPerSecond);
+        assert!(
+            !t.contains("libcrypto [stream]/openssl"),
+            "openssl speed re-keys AEADs per block:\n{t}"
+        );
     }
 
     #[test]

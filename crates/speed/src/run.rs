@@ -95,7 +95,7 @@ fn measure_here(
                 progress.advance(1);
                 let head = RecordHead {
                     implementation: choice.to_string(),
-                    library: info.library.to_string(),
+                    library: imp.library_text(),
                     hardware_aes: Some(info.hardware_aes),
                     suite: suite.name(),
                     direction,

@@ -13,7 +13,8 @@ pub struct SpeedArgs {
     /// Suites to time (default: all): aes-{128,192,256}-cbc, hmac-sha256,
     /// aes-{128,192,256}-cbc-hmac-sha256, aes-{128,256}-gcm, chacha20-poly1305.
     pub suites: Vec<String>,
-    /// Implementations, comma-separated: auto, soft, rustcrypto, aws-lc, kernel.
+    /// Implementations, comma-separated: auto, soft, rustcrypto, aws-lc, libcrypto (OpenSSL's,
+    /// the library openssl speed times), kernel.
     /// Default: auto,rustcrypto,soft,kernel (aws-lc is what auto uses).
     #[arg(long, value_delimiter = ',')]
     pub crypto: Vec<String>,

@@ -1,5 +1,6 @@
 //! `ipsec-lab speed`: the crypto microbenchmark of the `speed` crate, behind the binary's
-//! exit codes (2 for bad input, 1 for a failed run, 130/143 after SIGINT/SIGTERM): the
+//! exit codes (2 for bad input, 3 for a library this machine lacks, 1 for a failed run,
+//! 130/143 after SIGINT/SIGTERM): the
 //! command line ([`args`]) becomes the crate's validated plan, [`lab::speed`] measures (the
 //! soft rows in a child with hardware AES masked; with `--vm [KERNEL]` the kernel rows in
 //! one virtme-ng guest, labelled with its condition), and [`print`] shows the progress and
@@ -15,6 +16,7 @@ use lab::{LabError, LabResult};
 
 pub fn run(args: SpeedArgs) -> LabResult<()> {
     let plan = args.request().validate().map_err(speed::SpeedError::from)?;
+    speed::check_available(&plan)?;
     let json = args.json.as_deref();
     if let Some(json) = json {
         crate::output::check_writable(json, "--json")?;

@@ -65,7 +65,13 @@ pub async fn preflight(plan: &RunPlan) -> LabResult<()> {
 }
 
 pub fn implementation(plan: &RunPlan) -> LabResult<Implementation> {
-    Implementation::new(plan.crypto()).map_err(LabError::capability)
+    Implementation::new(plan.crypto()).map_err(|e| match (e, crypto::libcrypto::load_error()) {
+        // The loader's own words name the file that was tried and why it failed.
+        (crypto::CryptoError::LibraryMissing { .. }, Some(why)) => {
+            LabError::capability(anyhow::anyhow!("--crypto libcrypto: {why}"))
+        }
+        (e, _) => LabError::capability(e),
+    })
 }
 
 /// A run's tunnel key: fresh from the OS RNG.

@@ -17,6 +17,8 @@ pub enum Library {
     RustCrypto,
     /// aws-lc-rs over AWS-LC.
     AwsLc,
+    /// OpenSSL's libcrypto, loaded at run time (the library `openssl speed` times).
+    Libcrypto,
 }
 
 impl Library {
@@ -24,6 +26,7 @@ impl Library {
         match self {
             Library::RustCrypto => "rustcrypto",
             Library::AwsLc => "aws-lc-rs",
+            Library::Libcrypto => "libcrypto",
         }
     }
 }
@@ -37,7 +40,7 @@ impl fmt::Display for Library {
 /// What a report says about the implementation that produced a number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImplementationInfo {
-    /// The `--crypto` value: auto, soft, rustcrypto, aws-lc.
+    /// The `--crypto` value: auto, soft, rustcrypto, aws-lc, libcrypto.
     pub choice: CryptoChoice,
     pub library: Library,
     /// Whether the library used the CPU's AES instructions in the process that measured.

@@ -13,7 +13,7 @@ use crate::suite::CipherSuite;
 pub enum PlanError {
     #[error(transparent)]
     Backend(#[from] UnknownBackend),
-    #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto or aws-lc")]
+    #[error("unknown crypto implementation {0:?}: use auto, soft, rustcrypto, aws-lc or libcrypto")]
     UnknownCrypto(String),
     #[error("unknown IPsec mode {0:?}: use tunnel or transport")]
     UnknownMode(String),

@@ -48,14 +48,17 @@ pub enum CryptoChoice {
     Rustcrypto,
     /// aws-lc-rs (AWS-LC, BoringSSL lineage), hardware features detected at run time.
     AwsLc,
+    /// OpenSSL's libcrypto, loaded at run time: what `openssl speed` and OpenVPN compute with.
+    Libcrypto,
 }
 
 impl CryptoChoice {
-    pub const ALL: [CryptoChoice; 4] = [
+    pub const ALL: [CryptoChoice; 5] = [
         CryptoChoice::Auto,
         CryptoChoice::Soft,
         CryptoChoice::Rustcrypto,
         CryptoChoice::AwsLc,
+        CryptoChoice::Libcrypto,
     ];
 
     pub fn name(self) -> &'static str {
@@ -64,6 +67,7 @@ impl CryptoChoice {
             CryptoChoice::Soft => "soft",
             CryptoChoice::Rustcrypto => "rustcrypto",
             CryptoChoice::AwsLc => "aws-lc",
+            CryptoChoice::Libcrypto => "libcrypto",
         }
     }
 }
