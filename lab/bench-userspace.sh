@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): the lab's userspace tunnel against its peers and its own limits.
-# Rows: the plain line rate (the lab's and iperf3's), the tunnel for AES-256-GCM,
-# ChaCha20-Poly1305 and AES-256-CBC+HMAC-SHA256, the offload-era wireguard-go (ChaCha20),
+# Rows: the plain line rate (the lab's and iperf3's), the tunnel with no cipher (`none`: what
+# its TUN and UDP path costs alone), the tunnel for AES-256-GCM, ChaCha20-Poly1305 and
+# AES-256-CBC+HMAC-SHA256, the offload-era wireguard-go (ChaCha20),
 # real OpenVPN 2.6 (CBC+HMAC and GCM) and the tunnel with --crypto soft. Every row is
 # `ipsec-lab run` on a fresh, identical namespace pair + veth, back to back in one invocation
 # of this script; the figures that matter are the ratios between rows of the same
@@ -11,8 +12,10 @@
 # extra GB, the slope between a BYTES run and a BIG_BYTES run of the row, so that set-up
 # and teardown cancel out; that figure does not move with the core count the way MB/s does.
 # Under each tunnel row: its floor (the plain row's cost plus the suite's crypto at both
-# ends, timed by `ipsec-lab speed --clock cpu` at 1400 B in the same invocation) and where
-# the cost above it goes, per phase of the two tunnel threads, in CPU-s per GB.
+# ends, timed by `ipsec-lab speed --clock cpu` at 1400 B in the same invocation), the
+# `none` row plus that crypto (this TUN+UDP path's own cost with the suite's crypto added:
+# what the design costs before any overhead of the tunnel's code) and where the cost above
+# them goes, per phase of the two tunnel threads, in CPU-s per GB.
 #
 #   lab/bench-userspace.sh                 # 500MB x 3 repeats per row
 #   BYTES=1GB REPEAT=5 lab/bench-userspace.sh
@@ -44,6 +47,7 @@ SUITES="aes-256-gcm chacha20-poly1305 aes-256-cbc-hmac-sha256"
 for round in $(seq 1 "$ROUNDS"); do
     mkdir -p "$out/r$round"
     row plain --backend plain --with-iperf3
+    row userspace-none --backend userspace --cipher none
     for suite in $SUITES; do
         row "userspace-$suite" --backend userspace --cipher "$suite"
     done
@@ -109,7 +113,7 @@ def crypto_cost(suite, speed):
     return 2 * seal
 
 
-def floor_lines(suite, measured, plain, speed, big):
+def floor_lines(suite, measured, plain, none, speed, big):
     """The row's floor, a lower bound: the plain row's cost (the inner TCP's own work)
     and the suite's crypto at both ends. Then where the rest goes: both tunnel threads' time
     in the BIG_BYTES run per GB it carried, each phase scaled to the threads' CPU time (a
@@ -137,14 +141,18 @@ def floor_lines(suite, measured, plain, speed, big):
              ("joining", "joining_s"), ("other", "other_s")]
     print(f"  CPU-s/GB: floor {floor:.2f} = plain {plain:.2f} + crypto {crypto:.2f} (seal + open at 1400 B);"
           f" measured {measured:.2f} = floor + {measured - floor:.2f} ({measured / floor:.2f}x)")
+    path = none + crypto
+    print(f"  the tunnel with no cipher {none:.2f} + crypto {crypto:.2f} = {path:.2f} ({path / plain:.2f}x plain);"
+          f" measured = that + {measured - path:.2f} ({measured / path:.2f}x)")
     print(f"  the tunnel's two threads {threads:.2f} CPU-s/GB: "
           + ", ".join(f"{n} {phases.get(k, 0.0):.2f}" for n, k in names)
           + f"; the rest of the machine {measured - threads:.2f} (the TCP ends, softirq)")
 
 
-def ratio(name, value, target):
-    ratios.setdefault(f"{name} (target {target})", []).append(value)
-    print(f"  {name} = {value:.2f}  (target {target})")
+def ratio(name, value, target=None):
+    key = f"{name} (target {target})" if target else name
+    ratios.setdefault(key, []).append(value)
+    print(f"  {name} = {value:.2f}" + (f"  (target {target})" if target else ""))
 
 
 def one_round(d):
@@ -164,6 +172,11 @@ def one_round(d):
     show("iperf3 (plain TCP)", iperf3)
     show("plain (ipsec-lab's own sender/receiver)", mbs(plain), "plain")
     ratio("ipsec-lab plain / iperf3", mbs(plain) / iperf3, ">= 1")
+    none = load("userspace-none")
+    show("userspace none (the TUN+UDP path, no cipher)", mbs(none), "userspace-none")
+    for side, role in [("a", "sending"), ("b", "receiving")]:
+        e = none["backend_details"]["userspace"][side]
+        print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
     tunnel = {s: load(f"userspace-{s}") for s in suites}
     speed = json.load(open(os.path.join(d, "speed.json")))["records"]
     for s, r in tunnel.items():
@@ -172,7 +185,7 @@ def one_round(d):
         for side, role in [("a", "encrypting"), ("b", "decrypting")]:
             e = u[side]
             print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
-        floor_lines(s, cost[f"userspace-{s}"], cost["plain"], speed, load(f"userspace-{s}.big"))
+        floor_lines(s, cost[f"userspace-{s}"], cost["plain"], cost["userspace-none"], speed, load(f"userspace-{s}.big"))
     wg = load("wireguard-go")
     program = next(iter(wg["backend_details"].values())).get("program", {})
     # The package version: Debian 13's offload-era build prints upstream's older snapshot
@@ -189,6 +202,7 @@ def one_round(d):
     ratio("userspace aes-256-cbc-hmac-sha256 / openvpn", mbs(tunnel["aes-256-cbc-hmac-sha256"]) / mbs(ov["aes-256-cbc-hmac-sha256"]), ">= 6")
     ratio("userspace aes-256-gcm / openvpn", mbs(tunnel["aes-256-gcm"]) / mbs(ov["aes-256-gcm"]), ">= 3")
     ratio("userspace auto / soft, aes-256-cbc-hmac-sha256", mbs(tunnel["aes-256-cbc-hmac-sha256"]) / mbs(soft), "> 1")
+    ratio("CPU-s/GB: userspace none (the TUN+UDP path alone) / plain", cost["userspace-none"] / cost["plain"])
     ratio("CPU-s/GB: userspace aes-256-gcm / plain", cost["userspace-aes-256-gcm"] / cost["plain"], "<= 2")
     ratio("CPU-s/GB: userspace chacha20-poly1305 / wireguard-go", cost["userspace-chacha20-poly1305"] / cost["wireguard-go"], "<= 0.4")
 
