@@ -57,10 +57,15 @@ impl Implementation {
     /// The library as a report names it: for libcrypto its version and the file it was
     /// loaded from, e.g. `OpenSSL 3.0.19 27 Jan 2026 (libcrypto.so.3)`.
     pub fn library_text(&self) -> String {
-        match libcrypto::version().filter(|_| self.library == Library::Libcrypto) {
+        match self.libcrypto_version() {
             Some((version, path)) => format!("{version} ({path})"),
             None => self.library.to_string(),
         }
+    }
+
+    /// libcrypto's version and file, for a libcrypto implementation.
+    fn libcrypto_version(&self) -> Option<(String, String)> {
+        libcrypto::version().filter(|_| self.library == Library::Libcrypto)
     }
 
     /// Whether this implementation uses hardware AES in this process.
@@ -79,10 +84,12 @@ impl Implementation {
             choice: self.choice,
             library: self.library,
             hardware_aes,
-            label: match libcrypto::version().filter(|_| self.library == Library::Libcrypto) {
-                Some((version, _)) => format!("{} ({version}, {aes})", self.choice),
-                None => format!("{} ({}, {aes})", self.choice, self.library),
-            },
+            label: format!(
+                "{} ({}, {aes})",
+                self.choice,
+                self.libcrypto_version()
+                    .map_or_else(|| self.library.to_string(), |(version, _)| version)
+            ),
         }
     }
 

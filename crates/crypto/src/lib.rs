@@ -1,6 +1,6 @@
 //! The lab's cipher implementations, in one place: AES-CBC, HMAC-SHA256, AES-GCM and
-//! ChaCha20-Poly1305 from RustCrypto and from aws-lc-rs, plus aws-lc-rs with hardware AES
-//! masked ("soft", the AES-NI-off row). The speed benchmark and the userspace tunnel both
+//! ChaCha20-Poly1305 from RustCrypto, from aws-lc-rs and from OpenSSL's libcrypto (loaded at
+//! run time), plus aws-lc-rs with hardware AES masked ("soft", the AES-NI-off row). The speed benchmark and the userspace tunnel both
 //! build their ciphers here, so the two always measure the same code.
 //!
 //! The API is per operation on caller-owned buffers: CBC encrypt/decrypt in place with a
@@ -28,7 +28,7 @@
 //!
 //! Layout, bottom up: `primitives` (sizes, names, errors, the traits), `interleave` (CBC
 //! batches), the backends
-//! `rustcrypto` and `awslc`, [`soft`] (the mask), `implementation` (a `--crypto` choice
+//! `rustcrypto`, `awslc` and [`libcrypto`], [`soft`] (the mask), `implementation` (a `--crypto` choice
 //! resolved to a backend), [`kat`] (the known-answer tests run on an implementation).
 
 pub use model::{CryptoChoice, KeyBits};

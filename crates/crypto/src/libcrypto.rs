@@ -1,16 +1,15 @@
 //! OpenSSL's libcrypto, loaded at run time: the library `openssl speed`, OpenVPN and
-//! strongSwan's openssl plugin compute with, so `--crypto libcrypto` times the very code those
-//! tools time. Loaded with `dlopen` rather than linked, for three reasons: the lab builds
-//! and runs where libssl-dev (or an arm64 libcrypto for the cross build) is absent, the
-//! rows are then skipped with a reason instead of the binary failing to start; and
-//! [`LIBCRYPTO_ENV`] points the lab at another OpenSSL build (`/opt/openssl-3.5/lib64/
-//! libcrypto.so.3`), which is how two OpenSSL releases are compared on one machine.
+//! strongSwan's openssl plugin compute with, so `--crypto libcrypto` times the very code
+//! those tools time. Loaded with `dlopen` rather than linked: the lab builds (the arm64
+//! cross build too) without libssl-dev, a machine without libcrypto refuses only this
+//! choice, with the reason; and [`LIBCRYPTO_ENV`] can point at another OpenSSL build
+//! (`/opt/openssl-3.5/lib64/libcrypto.so.3`), which is how two releases are compared on one
+//! machine. Leaves out everything but the ciphers: no TLS, no providers of its own.
 //!
 //! Only the EVP cipher interface and `HMAC_*` are used, which OpenSSL 1.1 and every 3.x
 //! export with the same signatures. One `EVP_CIPHER_CTX` per key and direction is set up
 //! once and then re-initialised with each packet's IV (`EVP_CipherInit_ex` with no cipher
-//! and no key, as OpenVPN does), so a packet costs what it costs OpenVPN. OpenSSL cleanses
-//! key schedules when a context is freed.
+//! and no key, as OpenVPN does). OpenSSL cleanses key schedules when a context is freed.
 //!
 //! Whether hardware AES is in use cannot be asked of OpenSSL 3 (its capability vector is
 //! not exported); [`hardware_aes`] reads the CPU's flags and applies `OPENSSL_ia32cap` the
@@ -169,13 +168,11 @@ fn cpu_has_aes() -> bool {
 fn openssl_masks_aes(value: Option<&str>) -> bool {
     let Some(value) = value else { return false };
     let aes_bit = model::env::HARDWARE_AES_OFF.aes_bit;
-    let first = value.split(':').next().unwrap_or("");
+    // The number ends at the first non-digit, so a second word after ':' is never read.
     match value.strip_prefix('~') {
-        Some(rest) if cfg!(target_arch = "x86_64") => {
-            strtou64(rest.split(':').next().unwrap_or("")) & aes_bit != 0
-        }
+        Some(rest) if cfg!(target_arch = "x86_64") => strtou64(rest) & aes_bit != 0,
         _ if value.starts_with(':') && cfg!(target_arch = "x86_64") => false,
-        _ => strtou64(first) & aes_bit == 0,
+        _ => strtou64(value) & aes_bit == 0,
     }
 }
 
