@@ -244,34 +244,39 @@ impl Context {
         }
     }
 
-    /// `EVP_CipherUpdate` in place; with `data` empty and `aad`, feeds associated data.
+    /// `EVP_CipherUpdate` in place, writing exactly `data.len()` bytes.
     fn update(&mut self, data: &mut [u8], what: &'static str) -> Result<(), CryptoError> {
-        let len = c_int::try_from(data.len()).map_err(|_| library_error(what))?;
-        let mut written: c_int = 0;
         let p = data.as_mut_ptr();
-        // SAFETY: in and out are the same `len` bytes, which OpenSSL allows; with padding off
-        // and whole blocks (checked by the callers) it writes exactly `len` bytes.
-        let ok = unsafe { (self.api.update)(self.ctx.as_ptr(), p, &mut written, p, len) };
-        if ok == 1 && written == len {
-            Ok(())
-        } else {
-            Err(library_error(what))
+        // SAFETY: in and out are the same bytes, which OpenSSL allows; with padding off and
+        // whole blocks (checked by the callers) it writes exactly their length.
+        match unsafe { self.raw_update(p, p, data.len()) } {
+            Some(written) if written == data.len() => Ok(()),
+            _ => Err(library_error(what)),
         }
     }
 
+    /// `EVP_CipherUpdate` with a null output: `aad` is taken as associated data.
     fn aad(&mut self, aad: &[u8]) -> Result<(), CryptoError> {
-        if aad.is_empty() {
-            return Ok(());
-        }
-        let len = c_int::try_from(aad.len()).map_err(|_| library_error("AEAD associated data"))?;
-        let mut written: c_int = 0;
-        // SAFETY: a null output makes EVP_CipherUpdate take `aad` as associated data.
-        let ok = unsafe { (self.api.update)(self.ctx.as_ptr(), null_mut(), &mut written, aad.as_ptr(), len) };
-        if ok == 1 {
+        // SAFETY: a null output writes nothing.
+        if aad.is_empty() || unsafe { self.raw_update(null_mut(), aad.as_ptr(), aad.len()) }.is_some() {
             Ok(())
         } else {
             Err(library_error("AEAD associated data"))
         }
+    }
+
+    /// One `EVP_CipherUpdate` of the `len` bytes at `input` into `out`: the bytes written,
+    /// or None on failure.
+    ///
+    /// # Safety
+    /// `input` points to `len` readable bytes; `out` is null (associated data) or has room
+    /// for what the cipher writes (it may be `input` itself).
+    unsafe fn raw_update(&mut self, out: *mut u8, input: *const u8, len: usize) -> Option<usize> {
+        let len = c_int::try_from(len).ok()?;
+        let mut written: c_int = 0;
+        // SAFETY: a set-up context, and the pointers as the caller promised.
+        let ok = unsafe { (self.api.update)(self.ctx.as_ptr(), out, &mut written, input, len) };
+        (ok == 1).then(|| usize::try_from(written).ok()).flatten()
     }
 
     /// `EVP_CipherFinal_ex`: for an AEAD opening, the tag check.
@@ -491,16 +496,16 @@ pub(crate) fn cipher_stream(
         StreamCipher::Aead(_) => (None, false),
         _ => (cbc_name(key.len()), true),
     };
-    let name = name.ok_or_else(|| library_error("cipher stream setup"))?;
+    // A wrong IV length is refused before a context is made (OpenSSL would read past it).
+    let name = name
+        .filter(|_| iv.len() == kind.iv_len())
+        .ok_or_else(|| library_error("cipher stream setup"))?;
     let mut ctx = Context::new(
         name,
         key,
         kind != StreamCipher::AesCbcDecrypt,
         "cipher stream setup",
     )?;
-    if iv.len() != kind.iv_len() {
-        return Err(library_error("cipher stream setup"));
-    }
     ctx.restart(iv, "cipher stream setup")?;
     Ok(Box::new(Stream { ctx, cbc }))
 }
