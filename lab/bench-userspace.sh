@@ -13,9 +13,9 @@
 # and teardown cancel out; that figure does not move with the core count the way MB/s does.
 # Under each tunnel row: its floor (the plain row's cost plus the suite's crypto at both
 # ends, timed by `ipsec-lab speed --clock cpu` at 1400 B in the same invocation), the
-# `none` row plus that crypto (this TUN+UDP path's own cost with the suite's crypto added:
-# what the design costs before any overhead of the tunnel's code) and where the cost above
-# them goes, per phase of the two tunnel threads, in CPU-s per GB.
+# `none` row plus that crypto (an estimate of this TUN+UDP path's cost with the suite's
+# crypto added, not a bound) and where the cost goes, per phase of the two tunnel threads,
+# in CPU-s per GB.
 #
 #   lab/bench-userspace.sh                 # 500MB x 3 repeats per row
 #   BYTES=1GB REPEAT=5 lab/bench-userspace.sh
@@ -119,6 +119,13 @@ PHASES = [("TUN read", "tun_read_s"), ("TUN write", "tun_write_s"), ("UDP send",
           ("joining", "joining_s"), ("other", "other_s")]
 
 
+def thread_lines(run, roles):
+    """Each end's share of a core and where its time went, in one BYTES run of the row."""
+    for side, role in zip(("a", "b"), roles):
+        e = run["backend_details"]["userspace"][side]
+        print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
+
+
 def threads_line(measured, big):
     """Where both tunnel threads' time went in the BIG_BYTES run, per GB it carried: each
     phase scaled to the threads' CPU time (a phase is timed by the wall clock, waiting for a
@@ -145,9 +152,10 @@ def floor_lines(suite, measured, plain, none, speed, big):
     """The row's floor, a lower bound: the plain row's cost (the inner TCP's own work)
     and the suite's crypto at both ends. Then an estimate, not a bound: the tunnel with no
     cipher plus that crypto (its receiver checks each segment's TCP checksum, which the
-    authenticated suites leave to their tag). Then where the rest goes. The TUN and UDP calls are not added to the floor: the kernel does
-    part of the inner stack's work inside them (a TUN write delivers the segment to the
-    receiving TCP socket in the writing thread), work the plain row's cost already holds."""
+    authenticated suites leave to their tag). Then where the rest goes. The TUN and UDP
+    calls are not added to the floor: the kernel does part of the inner stack's work inside
+    them (a TUN write delivers the segment to the receiving TCP socket in the writing
+    thread), work the plain row's cost already holds."""
     crypto = crypto_cost(suite, speed)
     floor = plain + crypto
     print(f"  CPU-s/GB: floor {floor:.2f} = plain {plain:.2f} + crypto {crypto:.2f} (both ends at 1400 B);"
@@ -183,18 +191,13 @@ def one_round(d):
     ratio("ipsec-lab plain / iperf3", mbs(plain) / iperf3, ">= 1")
     none = load("userspace-none")
     show("userspace none (the TUN+UDP path, no cipher)", mbs(none), "userspace-none")
-    for side, role in [("a", "sending"), ("b", "receiving")]:
-        e = none["backend_details"]["userspace"][side]
-        print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
+    thread_lines(none, ("sending", "receiving"))
     threads_line(cost["userspace-none"], load("userspace-none.big"))
     tunnel = {s: load(f"userspace-{s}") for s in suites}
     speed = json.load(open(os.path.join(d, "speed.json")))["records"]
     for s, r in tunnel.items():
         show(f"userspace {s}", mbs(r), f"userspace-{s}")
-        u = r["backend_details"]["userspace"]
-        for side, role in [("a", "encrypting"), ("b", "decrypting")]:
-            e = u[side]
-            print(f"  {role} thread, {e['cpu']['percent_of_core']:.0f} % of a core: {time_line(e)}")
+        thread_lines(r, ("encrypting", "decrypting"))
         floor_lines(s, cost[f"userspace-{s}"], cost["plain"], cost["userspace-none"], speed, load(f"userspace-{s}.big"))
     wg = load("wireguard-go")
     program = next(iter(wg["backend_details"].values())).get("program", {})
